@@ -1,0 +1,41 @@
+# The two commands users need: `make run` and `make test`. Both install missing Debian packages first.
+BUILD     ?= build
+JOBS      ?= $(shell nproc)
+NP        ?= 4
+DECK      ?= inputs/quickstart.yaml
+CMAKE_ARGS ?=
+# Open MPI refuses root without these; vader's single-copy mechanism fails in containers without ptrace.
+export OMPI_ALLOW_RUN_AS_ROOT = 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
+export OMPI_MCA_btl_vader_single_copy_mechanism = none
+MPIRUN    ?= mpirun --oversubscribe
+
+.PHONY: all deps configure build run test test-fast bench policy clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: deps build
+	$(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|slurm'
+
+bench: deps build
+	bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

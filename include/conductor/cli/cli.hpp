@@ -1,0 +1,50 @@
+#pragma once
+// The `conductor` command line: one binary, subcommands, a deck and `key.path=value` overrides.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+
+namespace conductor::cli {
+
+struct Invocation {
+  std::string command;
+  std::string deck_path;
+  std::vector<std::string> overrides;
+  std::map<std::string, std::string> flags;  // "--json" -> "" ; "--out" -> "path"
+  bool has_flag(const std::string& name) const { return flags.count(name) != 0; }
+};
+
+struct FlagSpec {
+  std::string name;  // "--json"
+  bool takes_value;
+  std::string help;
+};
+
+struct CommandSpec {
+  std::string name;
+  std::string summary;
+  std::string usage;  // after "conductor NAME "
+  std::string details;
+  std::vector<FlagSpec> flags;
+  bool distributed;  // initialise MPI (run under mpirun)
+  int (*fn)(const Invocation&);
+};
+
+const std::vector<CommandSpec>& commands();
+
+// Loads the deck named by the invocation: rank 0 reads the file and broadcasts it when MPI is running; every
+// rank parses the same text. Problems are printed once (rank 0) and every rank throws CollectiveExit(2).
+config::Deck load_deck(const Invocation& inv, config::Command command);
+
+// Command entry points, one file each.
+int cmd_validate(const Invocation& inv);
+int cmd_simulate(const Invocation& inv);
+int cmd_run(const Invocation& inv);
+int cmd_train_policy(const Invocation& inv);
+
+// Entry point used by main(): parses argv, sets up MPI for distributed commands, maps errors to exit codes.
+int main(int argc, char** argv);
+
+}  // namespace conductor::cli

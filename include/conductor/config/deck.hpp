@@ -1,0 +1,68 @@
+#pragma once
+// A deck is the typed form of a YAML input file. Defaults live here, in code; the schema (schema.hpp) maps
+// keys to these fields. Sections owned by other layers live in their own headers.
+#include <string>
+#include <vector>
+
+#include "conductor/config/model_config.hpp"
+#include "conductor/config/sched_config.hpp"
+
+namespace conductor::config {
+
+struct RunConfig {
+  std::string name = "conductor";
+  int steps = 10;
+  unsigned long long seed = 1234;
+  std::string output;  // "" resolves to runs/<name>
+};
+
+struct ParallelConfig {
+  int pipeline = 4;         // p: pipeline stages = MPI ranks for `run`
+  int virtual_chunks = 1;   // v: model chunks per rank (key "virtual")
+  int microbatches = 8;     // m
+  int microbatch_size = 4;  // sequences per microbatch
+};
+
+struct TraceConfig {
+  bool enabled = true;
+  bool comm_events = true;  // record send/recv events besides compute ops
+};
+
+struct Deck {
+  std::string backend = "cpu";
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  CheckpointConfig checkpoint;
+  ParallelConfig parallel;
+  ScheduleConfig schedule;
+  CostConfig cost;
+  NoiseConfig noise;
+  SchedulerConfig scheduler;
+  TraceConfig trace;
+};
+
+// What the deck is loaded for; cross-field checks depend on it (`run` needs pipeline == MPI world size).
+enum class Command { Validate, Simulate, Run, TrainPolicy };
+
+struct LoadOptions {
+  std::string source_name = "<deck>";   // file name used in messages
+  std::vector<std::string> overrides;   // "key.path=value", applied after the deck, in order
+  Command command = Command::Validate;
+  int world_size = 1;
+};
+
+// Parses, applies overrides, type- and range-checks every key, derives defaults, runs cross-field checks.
+// Throws DeckError with every problem found.
+Deck parse_deck(const std::string& text, const LoadOptions& options);
+
+// The fully resolved deck (defaults included) as YAML, in schema order. parse_deck(to_yaml(d)) == d.
+std::string to_yaml(const Deck& deck);
+
+// Per-layer derived defaults and cross-field checks, run after all keys are set (each appends problems).
+void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
+void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
+void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
+
+}  // namespace conductor::config

@@ -1,0 +1,41 @@
+#pragma once
+// MPI ownership and the two ways to fail without hanging:
+//  - check_all(): collective (every rank calls it at the same point): the flags are allreduced, the lowest
+//    failing rank prints its message once, and every rank throws CollectiveExit with the same exit code.
+//  - abort_all(): one rank, anywhere: prints its message and MPI_Abort()s the whole job.
+#include <mpi.h>
+
+#include <string>
+
+namespace conductor::mpi {
+
+// RAII owner of MPI_Init/MPI_Finalize. MPI is initialised only by commands that run distributed.
+class Session {
+ public:
+  Session(int* argc, char*** argv);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+bool initialized();
+int world_rank();  // 0 when MPI is not initialised
+int world_size();  // 1 when MPI is not initialised
+
+// Collective: ok=false on any rank ends every rank with exit_code. The message of the lowest failing rank
+// is printed (tagged with that rank); returns normally only when every rank is ok.
+void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm = MPI_COMM_WORLD);
+
+// Non-collective: print and abort every rank of the job now.
+[[noreturn]] void abort_all(const std::string& message, int exit_code);
+
+// Rank 0 reads a file and broadcasts it; every rank returns the same text or throws the same InputError.
+std::string read_and_broadcast(const std::string& path, MPI_Comm comm = MPI_COMM_WORLD);
+
+}  // namespace conductor::mpi

@@ -1,0 +1,151 @@
+#include "conductor/cli/cli.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
+#include "conductor/util/mpi.hpp"
+#include "conductor/version.hpp"
+
+namespace conductor::cli {
+
+const std::vector<CommandSpec>& commands() {
+  static const std::vector<CommandSpec> specs = {
+      {"run", "train under MPI, one rank per pipeline stage", "DECK [key.path=value ...]",
+       "Launch with `mpirun -np P conductor run DECK` where P = parallel.pipeline. Writes resolved.yaml, "
+       "trace.h5 and summary.json to run.output.",
+       {}, true, &cmd_run},
+      {"simulate", "simulate the deck's schedule in virtual time", "DECK [key.path=value ...] [--json]",
+       "Discrete-event simulation of the deck's schedule, cost model and noise. Writes summary.json (and "
+       "trace.h5 when trace.enabled) to run.output.",
+       {{"--json", false, "print the summary as one JSON object instead of the human summary"}}, false,
+       &cmd_simulate},
+      {"validate", "check a deck and print it fully resolved", "DECK [key.path=value ...]",
+       "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
+       "exit code 2 on problems.",
+       {}, false, &cmd_validate},
+      {"train-policy", "train the PPO scheduling policy in the simulator", "DECK [key.path=value ...]",
+       "Trains the global-tier policy on the deck's cost model and noise; writes the policy file, a training "
+       "curve and a summary to run.output.",
+       {}, false, &cmd_train_policy},
+  };
+  return specs;
+}
+
+namespace {
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: conductor COMMAND DECK [key.path=value ...] [flags]\n"
+               "       conductor --version | --help | COMMAND --help\n\ncommands:\n");
+  for (const auto& c : commands()) std::fprintf(out, "  %-13s %s\n", c.name.c_str(), c.summary.c_str());
+  std::fprintf(out, "\nA deck is a YAML input file; overrides after it replace its keys (see docs/deck.md).\n");
+}
+
+void print_command_help(const CommandSpec& c) {
+  std::printf("usage: conductor %s %s\n\n%s\n\n%s\n", c.name.c_str(), c.usage.c_str(), c.summary.c_str(),
+              c.details.c_str());
+  std::printf("\nflags:\n  %-12s %s\n", "--help", "show this help");
+  for (const auto& f : c.flags) {
+    std::printf("  %-12s %s\n", (f.name + (f.takes_value ? " V" : "")).c_str(), f.help.c_str());
+  }
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "conductor: %s\n", message.c_str());
+  print_usage(stderr);
+  return kExitUsage;
+}
+
+}  // namespace
+
+config::Deck load_deck(const Invocation& inv, config::Command command) {
+  config::LoadOptions options;
+  options.source_name = inv.deck_path;
+  options.overrides = inv.overrides;
+  options.command = command;
+  options.world_size = mpi::world_size();
+  std::string text;
+  try {
+    text = mpi::read_and_broadcast(inv.deck_path);
+    return config::parse_deck(text, options);
+  } catch (const DeckError& e) {
+    if (mpi::world_rank() == 0) {
+      std::fprintf(stderr, "conductor: %zu problem%s in the deck:\n", e.problems().size(),
+                   e.problems().size() == 1 ? "" : "s");
+      for (const auto& p : e.problems()) std::fprintf(stderr, "  %s\n", p.c_str());
+    }
+    throw CollectiveExit(kExitUsage);
+  } catch (const InputError& e) {
+    if (mpi::world_rank() == 0) std::fprintf(stderr, "conductor: %s\n", e.what());
+    throw CollectiveExit(kExitUsage);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage_error("missing command");
+  const std::string first = argv[1];
+  if (first == "--help" || first == "-h") {
+    print_usage(stdout);
+    return 0;
+  }
+  if (first == "--version") {
+    std::printf("conductor %s (git %s)\n", kVersion, kGitRevision);
+    return 0;
+  }
+  const CommandSpec* spec = nullptr;
+  for (const auto& c : commands()) {
+    if (c.name == first) spec = &c;
+  }
+  if (!spec) return usage_error("unknown command '" + first + "'");
+
+  Invocation inv;
+  inv.command = spec->name;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      print_command_help(*spec);
+      return 0;
+    }
+    if (arg.size() > 1 && arg[0] == '-') {
+      const FlagSpec* flag = nullptr;
+      for (const auto& f : spec->flags) {
+        if (f.name == arg) flag = &f;
+      }
+      if (!flag) return usage_error("unknown flag '" + arg + "' for '" + spec->name + "'");
+      std::string value;
+      if (flag->takes_value) {
+        if (i + 1 >= argc) return usage_error("flag '" + arg + "' needs a value");
+        value = argv[++i];
+      }
+      inv.flags[arg] = value;
+    } else if (inv.deck_path.empty()) {
+      inv.deck_path = arg;
+    } else if (arg.find('=') != std::string::npos) {
+      inv.overrides.push_back(arg);
+    } else {
+      return usage_error("unexpected argument '" + arg + "' (overrides look like key.path=value)");
+    }
+  }
+  if (inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
+
+  std::unique_ptr<mpi::Session> session;
+  if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);
+  try {
+    return spec->fn(inv);
+  } catch (const CollectiveExit& e) {
+    return e.exit_code();
+  } catch (const Error& e) {
+    if (mpi::world_size() > 1) mpi::abort_all(e.what(), e.exit_code());
+    log::error(e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    if (mpi::world_size() > 1) mpi::abort_all(e.what(), kExitFailure);
+    log::error(e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace conductor::cli

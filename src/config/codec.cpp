@@ -1,0 +1,170 @@
+// Conversions between YAML nodes and the deck's C++ types, with messages that quote what the user wrote.
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "conductor/config/schema.hpp"
+
+namespace conductor::config::codec {
+
+namespace {
+std::string shown(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+std::string format_number(double v) {
+  std::ostringstream ss;
+  ss.precision(17);
+  ss << v;
+  return ss.str();
+}
+
+template <class Int>
+std::string parse_integer(const YAML::Node& n, Int& out, const char* what) {
+  if (!n.IsScalar()) return std::string("expected ") + what + ", got " + shown(n);
+  const std::string& s = n.Scalar();
+  try {
+    size_t used = 0;
+    if constexpr (std::is_unsigned_v<Int>) {
+      if (!s.empty() && s[0] == '-') return std::string("expected ") + what + ", got '" + s + "'";
+      unsigned long long v = std::stoull(s, &used, 10);
+      if (used != s.size()) throw std::invalid_argument(s);
+      out = static_cast<Int>(v);
+    } else {
+      long long v = std::stoll(s, &used, 10);
+      if (used != s.size()) throw std::invalid_argument(s);
+      if (v < std::numeric_limits<Int>::min() || v > std::numeric_limits<Int>::max()) throw std::out_of_range(s);
+      out = static_cast<Int>(v);
+    }
+  } catch (const std::out_of_range&) {
+    return std::string("'") + s + "' does not fit in " + what;
+  } catch (const std::exception&) {
+    return std::string("expected ") + what + ", got '" + s + "'";
+  }
+  return {};
+}
+
+template <class T>
+std::string parse_list(const YAML::Node& n, std::vector<T>& out) {
+  out.clear();
+  if (n.IsScalar()) {
+    T v{};
+    if (auto p = parse(n, v); !p.empty()) return p;
+    out.push_back(v);
+    return {};
+  }
+  if (!n.IsSequence()) return std::string("expected ") + type_name<std::vector<T>>() + ", got " + shown(n);
+  for (size_t i = 0; i < n.size(); ++i) {
+    T v{};
+    if (auto p = parse(n[i], v); !p.empty()) return "element " + std::to_string(i) + ": " + p;
+    out.push_back(v);
+  }
+  if (out.empty()) return "expected at least one element, got an empty list";
+  return {};
+}
+
+template <class T>
+YAML::Node emit_list(const std::vector<T>& v) {
+  YAML::Node n(YAML::NodeType::Sequence);
+  for (const auto& e : v) n.push_back(emit(e));
+  n.SetStyle(YAML::EmitterStyle::Flow);
+  return n;
+}
+}  // namespace
+
+template <> const char* type_name<int>() { return "integer"; }
+template <> const char* type_name<long long>() { return "integer"; }
+template <> const char* type_name<unsigned long long>() { return "non-negative integer"; }
+template <> const char* type_name<double>() { return "number"; }
+template <> const char* type_name<bool>() { return "boolean"; }
+template <> const char* type_name<std::string>() { return "string"; }
+template <> const char* type_name<std::vector<double>>() { return "number or list of numbers"; }
+template <> const char* type_name<std::vector<int>>() { return "integer or list of integers"; }
+template <> const char* type_name<std::vector<std::string>>() { return "string or list of strings"; }
+
+std::string parse(const YAML::Node& n, int& out) { return parse_integer(n, out, "an integer"); }
+std::string parse(const YAML::Node& n, long long& out) { return parse_integer(n, out, "an integer"); }
+std::string parse(const YAML::Node& n, unsigned long long& out) {
+  return parse_integer(n, out, "a non-negative integer");
+}
+
+std::string parse(const YAML::Node& n, double& out) {
+  if (!n.IsScalar()) return "expected a number, got " + shown(n);
+  const std::string& s = n.Scalar();
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
+    out = v;
+  } catch (const std::exception&) {
+    return "expected a number, got '" + s + "'";
+  }
+  return {};
+}
+
+std::string parse(const YAML::Node& n, bool& out) {
+  if (!n.IsScalar()) return "expected true or false, got " + shown(n);
+  const std::string& s = n.Scalar();
+  if (s == "true" || s == "True" || s == "yes" || s == "on") {
+    out = true;
+  } else if (s == "false" || s == "False" || s == "no" || s == "off") {
+    out = false;
+  } else {
+    return "expected true or false, got '" + s + "'";
+  }
+  return {};
+}
+
+std::string parse(const YAML::Node& n, std::string& out) {
+  if (!n.IsScalar()) return "expected a string, got " + shown(n);
+  out = n.Scalar();
+  return {};
+}
+
+std::string parse(const YAML::Node& n, std::vector<double>& out) { return parse_list(n, out); }
+std::string parse(const YAML::Node& n, std::vector<int>& out) { return parse_list(n, out); }
+std::string parse(const YAML::Node& n, std::vector<std::string>& out) { return parse_list(n, out); }
+
+YAML::Node emit(int v) { return YAML::Node(v); }
+YAML::Node emit(long long v) { return YAML::Node(v); }
+YAML::Node emit(unsigned long long v) { return YAML::Node(v); }
+YAML::Node emit(double v) { return YAML::Node(format_number(v)); }
+YAML::Node emit(bool v) { return YAML::Node(v); }
+YAML::Node emit(const std::string& v) { return YAML::Node(v); }
+YAML::Node emit(const std::vector<double>& v) { return emit_list(v); }
+YAML::Node emit(const std::vector<int>& v) { return emit_list(v); }
+YAML::Node emit(const std::vector<std::string>& v) { return emit_list(v); }
+
+std::string check_range(double v, const Field& f) {
+  bool low = f.min && v < *f.min;
+  bool high = f.max && v > *f.max;
+  if (!low && !high) return {};
+  std::string allowed;
+  if (f.min && f.max) {
+    allowed = format_number(*f.min) + " .. " + format_number(*f.max);
+  } else if (f.min) {
+    allowed = ">= " + format_number(*f.min);
+  } else {
+    allowed = "<= " + format_number(*f.max);
+  }
+  return "value " + format_number(v) + " is out of range (allowed: " + allowed + ")";
+}
+
+std::string check_choice(const std::string& v, const Field& f) {
+  if (f.choices.empty() && f.prefixes.empty()) return {};
+  for (const auto& c : f.choices) {
+    if (v == c) return {};
+  }
+  for (const auto& p : f.prefixes) {
+    if (v.size() > p.size() && v.compare(0, p.size(), p) == 0) return {};
+  }
+  std::string allowed;
+  for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+  for (const auto& p : f.prefixes) allowed += (allowed.empty() ? "" : ", ") + p + "...";
+  return "value '" + v + "' is not allowed (allowed: " + allowed + ")";
+}
+
+}  // namespace conductor::config::codec

@@ -1,0 +1,215 @@
+// Deck loading: YAML text + overrides -> typed Deck, with every problem collected and located.
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/config/schema.hpp"
+#include "conductor/config/suggest.hpp"
+#include "conductor/util/error.hpp"
+
+namespace conductor::config {
+
+namespace {
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream ss(path);
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  return parts;
+}
+
+// Children of a section prefix ("" = top level) that the schema knows: leaf names and subsection names.
+std::vector<std::string> children_of(const std::string& prefix) {
+  std::set<std::string> names;
+  for (const auto& f : schema()) {
+    if (!prefix.empty() && f.path.rfind(prefix + ".", 0) != 0) continue;
+    std::string rest = prefix.empty() ? f.path : f.path.substr(prefix.size() + 1);
+    names.insert(rest.substr(0, rest.find('.')));
+  }
+  return {names.begin(), names.end()};
+}
+
+bool is_section(const std::string& path) {
+  for (const auto& f : schema()) {
+    if (f.path.rfind(path + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> all_paths() {
+  std::vector<std::string> paths;
+  for (const auto& f : schema()) paths.push_back(f.path);
+  return paths;
+}
+
+class Loader {
+ public:
+  explicit Loader(const LoadOptions& options) : options_(options) {}
+
+  std::string where(const std::string& path, const YAML::Node& node) const {
+    if (auto it = override_of_.find(path); it != override_of_.end()) return "command line '" + it->second + "'";
+    const YAML::Mark m = node.Mark();
+    if (m.is_null()) return options_.source_name;
+    return options_.source_name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  }
+
+  std::string suggestion(const std::string& prefix, const std::string& key) const {
+    std::string near = closest(key, children_of(prefix));
+    if (!near.empty()) return "; did you mean '" + (prefix.empty() ? near : prefix + "." + near) + "'?";
+    // The key may belong to another section: `pipeline` at the top level means `parallel.pipeline`.
+    for (const auto& path : all_paths()) {
+      const auto last = path.substr(path.rfind('.') + 1);
+      if (last == key) return "; did you mean '" + path + "'?";
+    }
+    std::string full = prefix.empty() ? key : prefix + "." + key;
+    std::string near_full = closest(full, all_paths());
+    if (!near_full.empty()) return "; did you mean '" + near_full + "'?";
+    return "";
+  }
+
+  void walk(const YAML::Node& map, const std::string& prefix, Deck& deck) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
+      if (!key_node.IsScalar()) {
+        problems_.push_back(where("", key_node) + ": keys must be plain names");
+        continue;
+      }
+      const std::string key = key_node.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      if (seen_.count(path)) {
+        problems_.push_back(where(path, key_node) + ": key '" + path + "' appears twice");
+        continue;
+      }
+      seen_.insert(path);
+      if (const Field* f = find_field(path)) {
+        std::string problem = f->set(deck, value, *f);
+        if (!problem.empty()) problems_.push_back(where(path, value) + ": " + path + ": " + problem);
+      } else if (is_section(path)) {
+        if (value.IsNull()) continue;  // an empty section keeps its defaults
+        if (!value.IsMap()) {
+          problems_.push_back(where(path, value) + ": '" + path + "' is a section; expected a mapping of its keys (" +
+                              join(children_of(path)) + ")");
+          continue;
+        }
+        walk(value, path, deck);
+      } else {
+        problems_.push_back(where(path, key_node) + ": unknown key '" + (prefix.empty() ? key : path) + "'" +
+                            suggestion(prefix, key));
+      }
+    }
+  }
+
+  // Writes each override into the tree, creating sections as needed; unknown paths are reported here.
+  void apply_override(YAML::Node& root, const std::string& text) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      problems_.push_back("command line '" + text + "': expected key.path=value");
+      return;
+    }
+    const std::string path = text.substr(0, eq);
+    const std::string value_text = text.substr(eq + 1);
+    if (!find_field(path)) {
+      std::string hint;
+      std::string near = closest(path, all_paths());
+      if (!near.empty()) {
+        hint = "; did you mean '" + near + "'?";
+      } else {
+        const auto last = path.substr(path.rfind('.') + 1);
+        for (const auto& p : all_paths()) {
+          if (p.substr(p.rfind('.') + 1) == last) hint = "; did you mean '" + p + "'?";
+        }
+      }
+      problems_.push_back("command line '" + text + "': unknown key '" + path + "'" + hint);
+      return;
+    }
+    YAML::Node value;
+    try {
+      value = value_text.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value_text);
+    } catch (const YAML::Exception& e) {
+      problems_.push_back("command line '" + text + "': cannot parse the value: " + e.msg);
+      return;
+    }
+    if (!value.IsScalar() && !value.IsSequence()) {
+      problems_.push_back("command line '" + text + "': " + path + ": expected a scalar or a flow list like [1, 2]");
+      return;
+    }
+    if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+    const auto parts = split_path(path);
+    YAML::Node node = root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node child = node[parts[i]];
+      if (!child.IsDefined() || child.IsNull()) {
+        node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+        child = node[parts[i]];
+      } else if (!child.IsMap()) {
+        // Reported when the deck's value for the section is walked.
+        return;
+      }
+      node.reset(child);
+    }
+    node[parts.back()] = value;
+    override_of_[path] = text;
+  }
+
+  Deck load(const std::string& text) {
+    Deck deck;
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      throw DeckError({options_.source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                       std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg});
+    }
+    if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) {
+      throw DeckError({options_.source_name + ": a deck is a mapping of sections (run, model, parallel, ...)"});
+    }
+    for (const auto& o : options_.overrides) apply_override(root, o);
+    walk(root, "", deck);
+    if (problems_.empty()) {
+      finalize_core(deck, options_, problems_);
+      finalize_model(deck, options_, problems_);
+      finalize_sched(deck, options_, problems_);
+    }
+    if (!problems_.empty()) throw DeckError(problems_);
+    return deck;
+  }
+
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& e : v) s += (s.empty() ? "" : ", ") + e;
+    return s;
+  }
+
+ private:
+  const LoadOptions& options_;
+  std::vector<std::string> problems_;
+  std::set<std::string> seen_;
+  std::map<std::string, std::string> override_of_;
+};
+
+}  // namespace
+
+Deck parse_deck(const std::string& text, const LoadOptions& options) { return Loader(options).load(text); }
+
+std::string to_yaml(const Deck& deck) {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& f : schema()) {
+    const auto parts = split_path(f.path);
+    YAML::Node node = root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!node[parts[i]].IsDefined()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      YAML::Node child = node[parts[i]];
+      node.reset(child);
+    }
+    node[parts.back()] = f.get(deck);
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace conductor::config

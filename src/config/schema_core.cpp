@@ -1,0 +1,50 @@
+// Deck keys of the core: backend, run, parallel, trace.
+#include "conductor/config/schema.hpp"
+
+namespace conductor::config {
+
+void add_core_fields(std::vector<Field>& f) {
+  f.push_back(field<std::string>("backend", [](Deck& d) -> auto& { return d.backend; },
+                                 "Where the math runs: `cpu` (our OpenBLAS/OpenMP trainer) or `emulated` (no math; "
+                                 "each op takes its cost-model time).")
+                  .one_of({"cpu", "emulated"}));
+  f.push_back(field<std::string>("run.name", [](Deck& d) -> auto& { return d.run.name; },
+                                 "Name of the run; the default output folder is `runs/<name>`."));
+  f.push_back(field<int>("run.steps", [](Deck& d) -> auto& { return d.run.steps; },
+                         "Training steps (or simulated steps) to run.")
+                  .range(1, 1e9));
+  f.push_back(field<unsigned long long>("run.seed", [](Deck& d) -> auto& { return d.run.seed; },
+                                        "Master seed: data order and every derived random stream."));
+  f.push_back(field<std::string>("run.output", [](Deck& d) -> auto& { return d.run.output; },
+                                 "Output folder for resolved.yaml, trace.h5 and summary.json; empty means "
+                                 "`runs/<run.name>`."));
+  f.push_back(field<int>("parallel.pipeline", [](Deck& d) -> auto& { return d.parallel.pipeline; },
+                         "Pipeline stages p. For `conductor run` this must equal the number of MPI ranks.")
+                  .range(1, 65536));
+  f.push_back(field<int>("parallel.virtual", [](Deck& d) -> auto& { return d.parallel.virtual_chunks; },
+                         "Virtual chunks v per rank (interleaved schedules use v >= 2; zb-v uses 2).")
+                  .range(1, 64));
+  f.push_back(field<int>("parallel.microbatches", [](Deck& d) -> auto& { return d.parallel.microbatches; },
+                         "Microbatches m per training step.")
+                  .range(1, 1 << 20));
+  f.push_back(field<int>("parallel.microbatch_size", [](Deck& d) -> auto& { return d.parallel.microbatch_size; },
+                         "Sequences per microbatch.")
+                  .range(1, 1 << 20));
+  f.push_back(field<bool>("trace.enabled", [](Deck& d) -> auto& { return d.trace.enabled; },
+                          "Write `<run.output>/trace.h5` with every op of every rank at every step."));
+  f.push_back(field<bool>("trace.comm_events", [](Deck& d) -> auto& { return d.trace.comm_events; },
+                          "Also record send/receive events in the trace."));
+}
+
+void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
+  if (deck.run.output.empty()) deck.run.output = "runs/" + deck.run.name;
+  if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
+    problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
+                       " but the job has " + std::to_string(options.world_size) +
+                       " MPI ranks; `conductor run` needs one rank per pipeline stage (launch with mpirun -np " +
+                       std::to_string(deck.parallel.pipeline) + ", or set parallel.pipeline=" +
+                       std::to_string(options.world_size) + ")");
+  }
+}
+
+}  // namespace conductor::config

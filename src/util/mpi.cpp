@@ -1,0 +1,106 @@
+#include "conductor/util/mpi.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
+
+namespace conductor::mpi {
+
+Session::Session(int* argc, char*** argv) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // Errors on communication come back as codes we turn into messages, not silent aborts.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  log::set_rank(rank_, size_);
+}
+
+Session::~Session() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+bool initialized() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+int world_rank() {
+  if (!initialized()) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  if (!initialized()) return 1;
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm) {
+  if (!initialized()) {
+    if (!ok) {
+      log::error(message);
+      throw CollectiveExit(exit_code);
+    }
+    return;
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = ok ? size : rank;
+  int first_failed = size;
+  MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm);
+  if (first_failed == size) return;
+  if (rank == first_failed) log::error(message);
+  int code = ok ? 0 : exit_code;
+  int agreed = 0;
+  MPI_Allreduce(&code, &agreed, 1, MPI_INT, MPI_MAX, comm);
+  throw CollectiveExit(agreed);
+}
+
+void abort_all(const std::string& message, int exit_code) {
+  log::error(message);
+  if (initialized()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
+}
+
+std::string read_and_broadcast(const std::string& path, MPI_Comm comm) {
+  std::string text, problem;
+  int rank = initialized() ? world_rank() : 0;
+  if (rank == 0) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      problem = path + ": cannot open file (does it exist and is it readable?)";
+    } else {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+  }
+  if (initialized()) {
+    // Broadcast [problem flag, length] then the bytes (the text, or the problem).
+    long long header[2] = {problem.empty() ? 0 : 1,
+                           static_cast<long long>(problem.empty() ? text.size() : problem.size())};
+    MPI_Bcast(header, 2, MPI_LONG_LONG, 0, comm);
+    std::string& payload = header[0] ? problem : text;
+    payload.resize(static_cast<size_t>(header[1]));
+    if (header[1] > 0) MPI_Bcast(payload.data(), static_cast<int>(header[1]), MPI_CHAR, 0, comm);
+  }
+  if (!problem.empty()) throw InputError(problem);
+  return text;
+}
+
+}  // namespace conductor::mpi
