@@ -1,0 +1,21 @@
+#pragma once
+// Reads a trace written by TraceWriter back into memory (tests, tools). Validates the schema: a missing
+// dataset, field or attribute, or a newer schema_version, throws conductor::InputError naming it.
+// A trace left by a killed run opens too (see docs/trace.md, "Durability").
+#include <string>
+#include <vector>
+
+#include "conductor/trace/event.hpp"
+
+namespace conductor::trace {
+
+struct Trace {
+  int schema_version = 0;
+  RunInfo info;
+  std::vector<OpEvent> events;
+  std::vector<StepRecord> steps;
+};
+
+Trace read_trace(const std::string& path);
+
+}  // namespace conductor::trace

@@ -1,0 +1,48 @@
+#pragma once
+// The HDF5 trace file (<output>/trace.h5) written by the MPI runtime (rank 0) and by the simulator.
+// Layout, units and the durability guarantee are documented in docs/trace.md; this is the only writer.
+//
+//   trace::TraceWriter w(path, info);      // creates the file (truncates), writes the root attributes
+//   w.append_events(events_of_step);       // any number of times per step
+//   w.append_step(summarize_step(...));    // once per step
+//   w.flush();                             // at the end of every step: everything appended so far is on disk
+//
+// A process killed at any point (even inside flush) leaves every step whose flush() returned readable.
+// Errors throw conductor::Error naming the path and the HDF5 call that failed; HDF5's own error-stack
+// printing is silenced.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conductor/trace/event.hpp"
+
+namespace conductor::trace {
+
+class TraceWriter {
+ public:
+  TraceWriter(const std::string& path, const RunInfo& info);
+  ~TraceWriter();  // closes the file; errors at that point are logged, not thrown (use close() to see them)
+  TraceWriter(TraceWriter&&) noexcept;
+  TraceWriter& operator=(TraceWriter&&) noexcept;
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Buffer records in memory; nothing touches the file until flush().
+  void append_events(const std::vector<OpEvent>& events);
+  void append_step(const StepRecord& step);
+  // Write the buffered records to /events and /steps and make the file consistent on disk (H5Fflush).
+  void flush();
+  // flush() and close the file; further appends throw. Idempotent.
+  void close();
+
+  const std::string& path() const;
+  std::int64_t events_written() const;  // rows in /events on disk (after the last flush)
+  std::int64_t steps_written() const;   // rows in /steps on disk
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace conductor::trace
