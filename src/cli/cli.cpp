@@ -25,7 +25,8 @@ const std::vector<CommandSpec>& commands() {
       {"validate", "check a deck and print it fully resolved", "DECK [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems.",
-       {}, false, &cmd_validate},
+       {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"}},
+       false, &cmd_validate},
       {"train-policy", "train the PPO scheduling policy in the simulator", "DECK [key.path=value ...]",
        "Trains the global-tier policy on the deck's cost model and noise; writes the policy file, a training "
        "curve and a summary to run.output.",
@@ -129,7 +130,8 @@ int main(int argc, char** argv) {
       return usage_error("unexpected argument '" + arg + "' (overrides look like key.path=value)");
     }
   }
-  if (inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
+  const bool needs_deck = !(spec->name == "validate" && inv.has_flag("--keys"));
+  if (needs_deck && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
 
   std::unique_ptr<mpi::Session> session;
   if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "conductor/config/schema.hpp"
+#include "conductor/config/suggest.hpp"
 
 namespace conductor::config::codec {
 
@@ -164,7 +165,9 @@ std::string check_choice(const std::string& v, const Field& f) {
   std::string allowed;
   for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
   for (const auto& p : f.prefixes) allowed += (allowed.empty() ? "" : ", ") + p + "...";
-  return "value '" + v + "' is not allowed (allowed: " + allowed + ")";
+  std::string near = closest(v, f.choices);
+  return "value '" + v + "' is not allowed (allowed: " + allowed + ")" +
+         (near.empty() ? "" : "; did you mean '" + near + "'?");
 }
 
 }  // namespace conductor::config::codec

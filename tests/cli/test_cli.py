@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""The conductor command line: subcommands, --help, --version, usage errors, deck errors (exit 2)."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+BIN = os.environ["CONDUCTOR_BINARY"]
+SRC = os.environ["CONDUCTOR_SOURCE_DIR"]
+
+
+def conductor(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def deck(self, text, name="deck.yaml"):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_version(self):
+        proc = conductor("--version")
+        self.assertEqual(proc.returncode, 0)
+        self.assertRegex(proc.stdout, r"^conductor \d+\.\d+\.\d+ \(git ")
+
+    def test_help_lists_commands(self):
+        proc = conductor("--help")
+        self.assertEqual(proc.returncode, 0)
+        for command in ("run", "simulate", "validate", "train-policy"):
+            self.assertIn(command, proc.stdout)
+            sub = conductor(command, "--help")
+            self.assertEqual(sub.returncode, 0, command)
+            self.assertIn("usage: conductor " + command, sub.stdout)
+
+    def test_unknown_command_is_usage_error(self):
+        proc = conductor("simulte", "x.yaml")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown command 'simulte'", proc.stderr)
+        self.assertIn("usage:", proc.stderr)
+
+    def test_unknown_flag_is_usage_error(self):
+        proc = conductor("validate", self.deck(""), "--bogus")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown flag '--bogus'", proc.stderr)
+
+    def test_missing_deck_argument(self):
+        self.assertEqual(conductor("validate").returncode, 2)
+        self.assertEqual(conductor().returncode, 2)
+
+    def test_missing_deck_file(self):
+        proc = conductor("validate", os.path.join(self.tmp.name, "nope.yaml"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("nope.yaml: cannot open file", proc.stderr)
+
+    def test_validate_prints_resolved_deck(self):
+        proc = conductor("validate", self.deck("run: {steps: 3}\n"), "parallel.microbatches=12")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("steps: 3", proc.stdout)
+        self.assertIn("microbatches: 12", proc.stdout)
+        self.assertIn("backend: cpu", proc.stdout)  # a default, printed
+        # The resolved deck is itself a valid deck that resolves to the same text.
+        again = conductor("validate", self.deck(proc.stdout, "resolved.yaml"))
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout, proc.stdout)
+
+    def test_misspelled_section(self):
+        path = self.deck("run:\n  steps: 2\nschedul:\n  kind: 1f1b\n")
+        proc = conductor("validate", path)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn(path + ":3:1: unknown key 'schedul'; did you mean 'schedule'?", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+
+    def test_override_type_error(self):
+        proc = conductor("validate", self.deck(""), "parallel.pipeline=abc")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("parallel.pipeline: expected an integer, got 'abc'", proc.stderr)
+
+    def test_unknown_override_path(self):
+        proc = conductor("validate", self.deck(""), "parallel.pipe=4")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown key 'parallel.pipe'", proc.stderr)
+
+    def test_stray_argument(self):
+        proc = conductor("validate", self.deck(""), "extra")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unexpected argument 'extra'", proc.stderr)
+
+    def test_keys_documented(self):
+        proc = conductor("validate", "--keys")
+        self.assertEqual(proc.returncode, 0)
+        with open(os.path.join(SRC, "docs", "deck.md")) as f:
+            doc = f.read()
+        for line in proc.stdout.splitlines():
+            if line.startswith("| `"):
+                key = line.split("`")[1]
+                self.assertIn("`" + key + "`", doc, "docs/deck.md misses " + key)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
