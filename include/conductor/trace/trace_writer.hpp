@@ -42,6 +42,7 @@ class TraceWriter {
 
  private:
   struct Impl;
+  Impl& live(const char* what) const;  // the open file's state, or throws
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,66 @@
+// summarize_step: THE per-step definition (docs/trace.md), checked against hand-computed figures.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "conductor/trace/summary.hpp"
+#include "conductor/util/error.hpp"
+
+using namespace conductor;
+using namespace conductor::trace;
+
+namespace {
+OpEvent op(int step, int rank, EventKind kind, std::int64_t start, std::int64_t end, int mb = 0) {
+  OpEvent e;
+  e.step = step;
+  e.rank = rank;
+  e.stage = rank;
+  e.kind = kind;
+  e.microbatch = mb;
+  e.ready_ns = start;
+  e.start_ns = start;
+  e.end_ns = end;
+  return e;
+}
+}  // namespace
+
+TEST(Summary, HandComputedTwoRanks) {
+  // rank 0: F [100,200) B [300,450) W [450,500)   busy 100+150+50 = 300
+  // rank 1: F [200,300) BW [300,400)             busy 100+100    = 200
+  // a SEND [500,900) is not compute and must not stretch the makespan or count as busy.
+  std::vector<OpEvent> ev = {op(3, 0, EventKind::F, 100, 200),  op(3, 0, EventKind::B, 300, 450),
+                             op(3, 0, EventKind::W, 450, 500),  op(3, 1, EventKind::F, 200, 300),
+                             op(3, 1, EventKind::BW, 300, 400), op(3, 0, EventKind::SEND, 500, 900),
+                             op(4, 1, EventKind::F, 0, 100000)};  // another step: ignored
+  StepRecord r = summarize_step(ev, 2, 3, 8.0);
+  EXPECT_EQ(r.step, 3);
+  EXPECT_EQ(r.start_ns, 100);
+  EXPECT_EQ(r.makespan_ns, 400);                      // 500 - 100
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 1.0 - 500.0 / 800.0);  // busy 300+200 over 2 x 400
+  EXPECT_DOUBLE_EQ(r.lower_bound_ns, 300.0);
+  EXPECT_DOUBLE_EQ(r.samples_per_s, 8.0 / 400e-9);
+  EXPECT_TRUE(std::isnan(r.loss));
+}
+
+TEST(Summary, IdleRankCountsInTheDenominator) {
+  // world_size 3 but rank 2 never computes: its whole makespan is bubble.
+  std::vector<OpEvent> ev = {op(0, 0, EventKind::F, 0, 1000), op(0, 1, EventKind::F, 0, 1000)};
+  StepRecord r = summarize_step(ev, 3, 0, 1.0);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 1.0 - 2000.0 / 3000.0);
+}
+
+TEST(Summary, NoComputeEventThrows) {
+  std::vector<OpEvent> ev = {op(0, 0, EventKind::RECV, 0, 10)};
+  EXPECT_THROW(summarize_step(ev, 1, 0, 1.0), Error);
+  EXPECT_THROW(summarize_step({}, 1, 0, 1.0), Error);
+}
+
+TEST(Summary, RankOutsideWorldThrows) {
+  std::vector<OpEvent> ev = {op(0, 2, EventKind::F, 0, 10)};
+  try {
+    summarize_step(ev, 2, 0, 1.0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+}
