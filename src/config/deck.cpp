@@ -173,6 +173,7 @@ class Loader {
       finalize_core(deck, options_, problems_);
       finalize_model(deck, options_, problems_);
       finalize_sched(deck, options_, problems_);
+      finalize_policy(deck, options_, problems_);
     }
     if (!problems_.empty()) throw DeckError(problems_);
     return deck;

@@ -8,6 +8,7 @@ const std::vector<Field>& schema() {
     add_core_fields(f);
     add_model_fields(f);
     add_sched_fields(f);
+    add_policy_fields(f);
     return f;
   }();
   return fields;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "conductor/config/model_config.hpp"
+#include "conductor/config/policy_config.hpp"
 #include "conductor/config/sched_config.hpp"
 
 namespace conductor::config {
@@ -40,6 +41,7 @@ struct Deck {
   CostConfig cost;
   NoiseConfig noise;
   SchedulerConfig scheduler;
+  PolicyConfig policy;  // keys under scheduler.* and ppo.* (schema_policy.cpp)
   TraceConfig trace;
 };
 
@@ -64,5 +66,6 @@ std::string to_yaml(const Deck& deck);
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
+void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 
 }  // namespace conductor::config

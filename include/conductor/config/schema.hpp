@@ -104,5 +104,6 @@ const Field* find_field(const std::string& path);
 void add_core_fields(std::vector<Field>& fields);
 void add_sched_fields(std::vector<Field>& fields);
 void add_model_fields(std::vector<Field>& fields);
+void add_policy_fields(std::vector<Field>& fields);
 
 }  // namespace conductor::config
