@@ -1,6 +1,10 @@
 #include "conductor/trace/trace_writer.hpp"
 
+#include <zlib.h>
+
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "conductor/util/error.hpp"
@@ -10,13 +14,24 @@
 
 namespace conductor::trace {
 
+// How rows reach the file (docs/trace.md, "Durability" and "Cost"):
+//  * SWMR-write mode: the library orders its metadata writes so the file on disk is always a consistent
+//    snapshot, and never frees the space of a chunk it replaced. Without it, a SIGKILL inside flush()
+//    corrupts the last completed chunk (tests/trace: KilledWriterLeavesEveryFlushedStep caught this:
+//    "inflate() failed" on rows flushed steps earlier), because the partial last chunk is rewritten at
+//    every flush and its old space gets reused before the new index reaches the disk.
+//  * Rows are packed to the file's byte layout and chunks are shuffled and deflated here, with one zlib
+//    stream reused for the whole run, then stored with H5Dwrite_chunk. Readers see ordinary
+//    shuffle+deflate chunks. Going through H5Dwrite instead costs ~10x more on a VM: HDF5's deflate
+//    filter calls compress2, which allocates and zeroes ~270 KB of zlib state per chunk, and a
+//    converting write zeroes ~1 MB of conversion buffers per call (bench/bench_trace.cpp measures).
+static_assert(std::endian::native == std::endian::little, "the trace's file types are little-endian");
+
 namespace {
 
-// Rows per chunk. Every flush recompresses the partial last chunk, so a chunk is kept near one step's
-// worth of events (p=8, m=24: ~1000 events); /steps gets one row per step.
-constexpr hsize_t kEventChunkRows = 1024;
+constexpr hsize_t kEventChunkRows = 1024;  // ~62 KB raw; the partial last chunk is recompressed per flush
 constexpr hsize_t kStepChunkRows = 128;
-constexpr unsigned kGzipLevel = 4;
+constexpr int kGzipLevel = 1;              // level 4 costs ~2x the time for ~15% smaller files
 
 void write_string_attr(hid_t file, const std::string& path, const char* name, const std::string& value) {
   h5::Handle type = h5::vlen_string_type();
@@ -46,55 +61,167 @@ void write_strings_attr(hid_t file, const std::string& path, const char* name,
   if (!data.empty()) h5::check_status(H5Awrite(attr.get(), type.get(), data.data()), path, "H5Awrite");
 }
 
-// Rows past the last flush that a killed run may leave allocated read back as this fill (step = -1), so
-// readers can tell them from real rows; docs/trace.md tells readers to drop them.
-h5::Handle create_table(hid_t file, const std::string& path, const char* name, hid_t file_type,
-                        hsize_t chunk_rows, hid_t mem_type, const void* fill) {
+// Copies C++ records into the file's packed byte layout (same member names and sizes, other offsets).
+struct Packer {
+  struct Field {
+    size_t mem_offset, file_offset, size;
+  };
+  std::vector<Field> fields;
+  size_t row_size = 0;
+
+  Packer(hid_t mem, hid_t file) {
+    row_size = H5Tget_size(file);
+    int n = H5Tget_nmembers(file);
+    for (int i = 0; i < n; ++i) {
+      unsigned fi = static_cast<unsigned>(i);
+      char* name = H5Tget_member_name(file, fi);
+      int mi = H5Tget_member_index(mem, name);
+      H5free_memory(name);
+      if (mi < 0) throw std::logic_error("trace: memory and file record layouts disagree");
+      h5::Handle mt(H5Tget_member_type(mem, static_cast<unsigned>(mi)), H5Tclose);
+      h5::Handle ft(H5Tget_member_type(file, fi), H5Tclose);
+      if (H5Tget_size(mt.get()) != H5Tget_size(ft.get())) {
+        throw std::logic_error("trace: memory and file record layouts disagree");
+      }
+      fields.push_back({H5Tget_member_offset(mem, static_cast<unsigned>(mi)), H5Tget_member_offset(file, fi),
+                        H5Tget_size(ft.get())});
+    }
+  }
+
+  template <typename Row>
+  void pack_into(const Row* rows, size_t count, std::vector<unsigned char>& out) const {
+    size_t at = out.size();
+    out.resize(at + count * row_size);
+    unsigned char* dst = out.data() + at;
+    for (size_t r = 0; r < count; ++r) {
+      const auto* src = reinterpret_cast<const unsigned char*>(&rows[r]);
+      for (const Field& f : fields) std::memcpy(dst + f.file_offset, src + f.mem_offset, f.size);
+      dst += row_size;
+    }
+  }
+};
+
+// One zlib stream for the whole run (deflateReset per chunk allocates nothing).
+class Deflater {
+ public:
+  Deflater() {
+    if (deflateInit(&z_, kGzipLevel) != Z_OK) throw Error("trace: zlib deflateInit failed");
+  }
+  ~Deflater() { deflateEnd(&z_); }
+  Deflater(const Deflater&) = delete;
+  Deflater& operator=(const Deflater&) = delete;
+
+  // zlib-format stream, exactly what HDF5's deflate filter decodes.
+  const std::vector<unsigned char>& compress(const std::vector<unsigned char>& in) {
+    out_.resize(deflateBound(&z_, in.size()));
+    deflateReset(&z_);
+    z_.next_in = const_cast<unsigned char*>(in.data());
+    z_.avail_in = static_cast<uInt>(in.size());
+    z_.next_out = out_.data();
+    z_.avail_out = static_cast<uInt>(out_.size());
+    if (deflate(&z_, Z_FINISH) != Z_STREAM_END) throw Error("trace: zlib deflate failed");
+    out_.resize(z_.total_out);
+    return out_;
+  }
+
+ private:
+  z_stream z_{};
+  std::vector<unsigned char> out_;
+};
+
+// A 1-D extendible table of fixed-size rows, written chunk by chunk.
+struct Table {
+  h5::Handle dset;
+  size_t row_size = 0;
+  hsize_t chunk_rows = 0;
+  hsize_t rows = 0;                  // extent on disk
+  hsize_t tail_start = 0;            // first row of the chunk being filled
+  std::vector<unsigned char> tail;   // packed rows [tail_start, rows + pending)
+  std::vector<unsigned char> fill;   // one packed fill row (step = -1)
+  std::vector<unsigned char> chunk;  // scratch: one full chunk, then its shuffled form
+  std::vector<unsigned char> shuffled;
+
+  // Shuffles (HDF5's byte-shuffle filter: byte b of every element together) and deflates one full chunk.
+  void write_chunk(const std::string& path, Deflater& zip, const unsigned char* rows_data, size_t nrows,
+                   hsize_t first_row) {
+    size_t n = static_cast<size_t>(chunk_rows);
+    chunk.assign(rows_data, rows_data + nrows * row_size);
+    for (size_t r = nrows; r < n; ++r) chunk.insert(chunk.end(), fill.begin(), fill.end());
+    shuffled.resize(n * row_size);
+    for (size_t b = 0; b < row_size; ++b) {
+      unsigned char* dst = shuffled.data() + b * n;
+      const unsigned char* src = chunk.data() + b;
+      for (size_t i = 0; i < n; ++i) dst[i] = src[i * row_size];
+    }
+    const std::vector<unsigned char>& z = zip.compress(shuffled);
+    hsize_t offset = first_row;
+    h5::check_status(H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, &offset, z.size(), z.data()), path,
+                     "H5Dwrite_chunk");
+  }
+
+  // Appends packed rows: grows the extent, writes every chunk they complete, then the partial last one.
+  void append(const std::string& path, Deflater& zip, const std::vector<unsigned char>& packed) {
+    size_t count = packed.size() / row_size;
+    if (count == 0) return;
+    hsize_t new_rows = rows + count;
+    h5::check_status(H5Dset_extent(dset.get(), &new_rows), path, "H5Dset_extent");
+    tail.insert(tail.end(), packed.begin(), packed.end());
+    size_t chunk_bytes = static_cast<size_t>(chunk_rows) * row_size;
+    size_t done = 0;
+    while (tail.size() - done >= chunk_bytes) {
+      write_chunk(path, zip, tail.data() + done, static_cast<size_t>(chunk_rows), tail_start);
+      done += chunk_bytes;
+      tail_start += chunk_rows;
+    }
+    tail.erase(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(done));
+    if (!tail.empty()) write_chunk(path, zip, tail.data(), tail.size() / row_size, tail_start);
+    rows = new_rows;
+  }
+};
+
+template <typename Row>
+Table create_table(hid_t file, const std::string& path, const char* name, hid_t file_type, hsize_t chunk_rows,
+                   const Packer& packer, const Row& fill_row) {
+  Table t;
+  t.row_size = packer.row_size;
+  t.chunk_rows = chunk_rows;
+  packer.pack_into(&fill_row, 1, t.fill);
   hsize_t dims = 0, maxdims = H5S_UNLIMITED;
   h5::Handle space(h5::check(H5Screate_simple(1, &dims, &maxdims), path, "H5Screate_simple"), H5Sclose);
   h5::Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), path, "H5Pcreate"), H5Pclose);
   h5::check_status(H5Pset_chunk(dcpl.get(), 1, &chunk_rows), path, "H5Pset_chunk");
   h5::check_status(H5Pset_shuffle(dcpl.get()), path, "H5Pset_shuffle");
   h5::check_status(H5Pset_deflate(dcpl.get(), kGzipLevel), path, "H5Pset_deflate");
-  h5::check_status(H5Pset_fill_value(dcpl.get(), mem_type, fill), path, "H5Pset_fill_value");
-  h5::Handle dset(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose);
-  if (!dset.valid()) h5::fail(path, std::string("H5Dcreate2(") + name + ")");
-  return dset;
-}
-
-// Appends rows to a 1-D extendible dataset: grow the extent, then write the new rows at the end.
-void append_rows(hid_t dset, hid_t mem_type, const std::string& path, hsize_t& rows, const void* data,
-                 hsize_t count) {
-  if (count == 0) return;
-  hsize_t new_rows = rows + count;
-  h5::check_status(H5Dset_extent(dset, &new_rows), path, "H5Dset_extent");
-  h5::Handle file_space(h5::check(H5Dget_space(dset), path, "H5Dget_space"), H5Sclose);
-  h5::check_status(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &rows, nullptr, &count, nullptr), path,
-                   "H5Sselect_hyperslab");
-  h5::Handle mem_space(h5::check(H5Screate_simple(1, &count, nullptr), path, "H5Screate_simple"), H5Sclose);
-  h5::check_status(H5Dwrite(dset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data), path, "H5Dwrite");
-  rows = new_rows;
+  // Rows past the extent inside the last chunk, and any row a killed run leaves allocated but unwritten,
+  // read back as this fill (step = -1); docs/trace.md tells readers to drop such rows.
+  h5::check_status(H5Pset_fill_value(dcpl.get(), file_type, t.fill.data()), path, "H5Pset_fill_value");
+  // We write whole chunks ourselves: HDF5's chunk cache would only hold copies.
+  h5::Handle dapl(h5::check(H5Pcreate(H5P_DATASET_ACCESS), path, "H5Pcreate"), H5Pclose);
+  h5::check_status(H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), path, "H5Pset_chunk_cache");
+  t.dset = h5::Handle(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(), dapl.get()), H5Dclose);
+  if (!t.dset.valid()) h5::fail(path, std::string("H5Dcreate2(") + name + ")");
+  return t;
 }
 
 }  // namespace
 
 struct TraceWriter::Impl {
   std::string path;
-  h5::Handle file, events, steps, event_mem, step_mem;
-  hsize_t event_rows = 0, step_rows = 0;
+  h5::Handle file;
+  Table events, steps;
+  std::unique_ptr<Packer> event_packer, step_packer;
+  Deflater zip;
   std::vector<OpEvent> pending_events;
   std::vector<StepRecord> pending_steps;
+  std::vector<unsigned char> packed;  // reused
 };
 
 TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(std::make_unique<Impl>()) {
   h5::Silence silence;
   Impl& m = *impl_;
   m.path = path;
-  // SWMR-write mode is what makes a killed run's file readable: the library then orders its metadata
-  // writes so the file on disk is always a consistent snapshot, and never reuses the space of a chunk it
-  // rewrote (the partial last chunk is recompressed at every flush) while old metadata may point to it.
-  // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems and we
-  // are the only writer.
+  // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems, and
+  // this is the only writer.
   h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
   h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path,
                    "H5Pset_libver_bounds");
@@ -117,16 +244,16 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   write_int_attr(f, path, "microbatches", info.microbatches);
   write_int_attr(f, path, "virtual", info.virtual_chunks);
 
-  h5::Handle event_file = h5::event_type(true);
-  h5::Handle step_file = h5::step_type(true);
-  m.event_mem = h5::event_type(false);
-  m.step_mem = h5::step_type(false);
+  h5::Handle event_file = h5::event_type(true), step_file = h5::step_type(true);
+  h5::Handle event_mem = h5::event_type(false), step_mem = h5::step_type(false);
+  m.event_packer = std::make_unique<Packer>(event_mem.get(), event_file.get());
+  m.step_packer = std::make_unique<Packer>(step_mem.get(), step_file.get());
   OpEvent event_fill;
   event_fill.step = -1;
   StepRecord step_fill;
   step_fill.step = -1;
-  m.events = create_table(f, path, "events", event_file.get(), kEventChunkRows, m.event_mem.get(), &event_fill);
-  m.steps = create_table(f, path, "steps", step_file.get(), kStepChunkRows, m.step_mem.get(), &step_fill);
+  m.events = create_table(f, path, "events", event_file.get(), kEventChunkRows, *m.event_packer, event_fill);
+  m.steps = create_table(f, path, "steps", step_file.get(), kStepChunkRows, *m.step_packer, step_fill);
   h5::check_status(H5Fstart_swmr_write(f), path, "H5Fstart_swmr_write");
 }
 
@@ -175,13 +302,17 @@ void TraceWriter::flush() {
   h5::Silence silence;
   // Events reach the disk before the step rows that summarize them (two flushes): a killed run's file
   // never holds a row in /steps whose events are missing from /events.
-  append_rows(m.events.get(), m.event_mem.get(), m.path, m.event_rows, m.pending_events.data(),
-              m.pending_events.size());
-  m.pending_events.clear();
+  if (!m.pending_events.empty()) {
+    m.packed.clear();
+    m.event_packer->pack_into(m.pending_events.data(), m.pending_events.size(), m.packed);
+    m.events.append(m.path, m.zip, m.packed);
+    m.pending_events.clear();
+  }
   h5::check_status(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), m.path, "H5Fflush");
   if (!m.pending_steps.empty()) {
-    append_rows(m.steps.get(), m.step_mem.get(), m.path, m.step_rows, m.pending_steps.data(),
-                m.pending_steps.size());
+    m.packed.clear();
+    m.step_packer->pack_into(m.pending_steps.data(), m.pending_steps.size(), m.packed);
+    m.steps.append(m.path, m.zip, m.packed);
     m.pending_steps.clear();
     h5::check_status(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), m.path, "H5Fflush");
   }
@@ -192,8 +323,8 @@ void TraceWriter::close() {
   flush();
   h5::Silence silence;
   Impl& m = *impl_;
-  m.events.reset();
-  m.steps.reset();
+  m.events.dset.reset();
+  m.steps.dset.reset();
   if (m.file.reset() < 0) h5::fail(m.path, "H5Fclose");
 }
 
@@ -201,7 +332,9 @@ const std::string& TraceWriter::path() const {
   if (!impl_) throw Error("TraceWriter::path on a moved-from writer");
   return impl_->path;
 }
-std::int64_t TraceWriter::events_written() const { return impl_ ? static_cast<std::int64_t>(impl_->event_rows) : 0; }
-std::int64_t TraceWriter::steps_written() const { return impl_ ? static_cast<std::int64_t>(impl_->step_rows) : 0; }
+std::int64_t TraceWriter::events_written() const {
+  return impl_ ? static_cast<std::int64_t>(impl_->events.rows) : 0;
+}
+std::int64_t TraceWriter::steps_written() const { return impl_ ? static_cast<std::int64_t>(impl_->steps.rows) : 0; }
 
 }  // namespace conductor::trace
