@@ -11,6 +11,7 @@ packages=(
   libgtest-dev
   libopenblas-dev
   python3 python3-h5py python3-numpy python3-matplotlib
+  munge slurmctld slurmd slurm-client  # the real Slurm test (ctest -L slurm)
 )
 missing=()
 for p in "${packages[@]}"; do

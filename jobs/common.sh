@@ -1,0 +1,190 @@
+# Shared by the batch scripts in jobs/ (sourced, never run on its own). Everything here prints what it does and
+# fails loudly: a job that silently did nothing costs a queue wait to discover.
+#
+# Conventions used by every script:
+#   CONDUCTOR_ROOT     the source tree (default: the folder above the submitted script)
+#   CONDUCTOR_BINARY   the conductor executable (default: $CONDUCTOR_ROOT/build/conductor)
+#   OVERRIDES          space-separated deck overrides `key.path=value`; an entry `@FILE` expands to the
+#                      overrides of a YAML fragment (e.g. OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5").
+#                      Values cannot contain spaces: write lists in flow form without spaces, `[1.0,2.0]`.
+#   DRY_RUN=1          print the launch command instead of running it (no Slurm needed)
+# shellcheck shell=bash
+
+cj_log() { echo "conductor-job: $*"; }
+cj_fail() {
+  echo "conductor-job: error: $*" >&2
+  exit 2
+}
+
+# Prints its arguments as one shell-quoted command line.
+cj_quote() {
+  local out="" a
+  for a in "$@"; do out+="$(printf '%q' "$a") "; done
+  echo "${out% }"
+}
+
+# cj_resolve PATH: an absolute path; a relative one is looked up in the working folder (the submit folder
+# under Slurm), then under CONDUCTOR_ROOT. Prints the candidate even when it does not exist (callers check).
+cj_resolve() {
+  local p=$1
+  if [[ $p == /* ]]; then
+    echo "$p"
+  elif [[ -e $PWD/$p ]]; then
+    echo "$PWD/$p"
+  elif [[ -e $CONDUCTOR_ROOT/$p ]]; then
+    echo "$CONDUCTOR_ROOT/$p"
+  else
+    echo "$PWD/$p"
+  fi
+}
+
+# Checks the binary; sets CONDUCTOR_BINARY to its absolute path.
+cj_require_binary() {
+  CONDUCTOR_BINARY=$(cj_resolve "${CONDUCTOR_BINARY:-$CONDUCTOR_ROOT/build/conductor}")
+  [[ -x $CONDUCTOR_BINARY ]] ||
+    cj_fail "conductor binary '$CONDUCTOR_BINARY' is missing or not executable (build it with 'make build' in" \
+      "$CONDUCTOR_ROOT, or set CONDUCTOR_BINARY)"
+}
+
+# cj_require_deck PATH: prints the absolute path of an existing deck, or fails.
+cj_require_deck() {
+  local d
+  d=$(cj_resolve "$1")
+  [[ -f $d ]] || cj_fail "deck '$1' not found (looked in $PWD and $CONDUCTOR_ROOT; set DECK=path/to/deck.yaml)"
+  echo "$d"
+}
+
+# cj_flatten FILE: prints the overrides `key.path=value` (one a line) of a YAML fragment made of nested
+# mappings with scalar or flow-list values, e.g. inputs/noise/*.yaml. Anything else (block lists, anchors,
+# multi-line values) is rejected with the line number, rather than guessed at.
+cj_flatten() {
+  local file=$1
+  [[ -f $file ]] || cj_fail "override file '$file' not found"
+  awk -v file="$file" '
+    function fail(msg) { printf "conductor-job: error: %s:%d: %s\n", file, NR, msg > "/dev/stderr"; bad = 1; exit 2 }
+    /^[[:space:]]*(#.*)?$/ { next }
+    /^---[[:space:]]*$/ { next }
+    {
+      line = $0
+      if (line ~ /\t/) fail("tabs are not allowed in YAML indentation")
+      match(line, /^ */); indent = RLENGTH
+      body = substr(line, indent + 1)
+      if (body ~ /^- /) fail("block lists are not supported here; write a flow list like [a, b]")
+      if (body !~ /^[A-Za-z_][A-Za-z0-9_]*:([[:space:]]|$)/) fail("expected `key: value` or `section:`")
+      key = body; sub(/:.*/, "", key)
+      value = body; sub(/^[^:]*:[[:space:]]*/, "", value)
+      if (value !~ /^["\x27]/) sub(/[[:space:]]+#.*$/, "", value)
+      sub(/[[:space:]]+$/, "", value)
+      while (depth > 0 && indents[depth] >= indent) depth--
+      if (depth > 0 && indent <= indents[depth]) fail("inconsistent indentation")
+      if (value == "") { depth++; indents[depth] = indent; names[depth] = key; next }
+      if (value ~ /^[&*|>]/) fail("anchors, aliases and block scalars are not supported here")
+      if (value ~ /^\[/) gsub(/[[:space:]]+/, "", value)  # `[a, b]` -> `[a,b]`: one shell word
+      path = ""
+      for (i = 1; i <= depth; i++) path = path names[i] "."
+      print path key "=" value
+      n++
+    }
+    END { if (!bad && n == 0) { printf "conductor-job: error: %s: no overrides found\n", file > "/dev/stderr"; exit 2 } }
+  ' "$file"
+}
+
+# cj_expand_overrides "STRING": sets the array CJ_OVERRIDES from a space-separated OVERRIDES string.
+cj_expand_overrides() {
+  CJ_OVERRIDES=()
+  local entry lines line file entries
+  read -ra entries <<<"$1" # no glob expansion: `[1,2]` is a value, not a pattern
+  for entry in "${entries[@]}"; do
+    if [[ $entry == @* ]]; then
+      file=$(cj_resolve "${entry#@}")
+      lines=$(cj_flatten "$file") || exit 2
+      while IFS= read -r line; do CJ_OVERRIDES+=("$line"); done <<<"$lines"
+    elif [[ $entry == *=* ]]; then
+      CJ_OVERRIDES+=("$entry")
+    else
+      cj_fail "override '$entry' is neither key.path=value nor @FILE"
+    fi
+  done
+}
+
+# cj_deck_value RESOLVED_YAML SECTION KEY: the value of `section.key` in the output of `conductor validate`.
+cj_deck_value() {
+  awk -v s="$2" -v k="$3" '
+    /^[^ ]/ { sec = $0; sub(/:.*/, "", sec) }
+    sec == s && $0 ~ "^  " k ":" { v = $0; sub(/^[^:]*:[[:space:]]*/, "", v); print v; exit }
+  ' "$1"
+}
+
+# cj_launch COMMAND DECK OUTPUT [override ...]
+# Validates the deck with the overrides, records what runs in OUTPUT/job.txt, then launches
+#   run:              srun --mpi=pmix over all tasks of the job (one rank per pipeline stage; outside Slurm
+#                     `mpirun -np P`); the program picks its GPU from SLURM_LOCALID itself.
+#   simulate|validate: one task.
+# and checks that the run wrote OUTPUT/summary.json (srun can exit 0 when nothing ran).
+cj_launch() {
+  local command=$1 deck=$2 output=$3
+  shift 3
+  local overrides=("$@")
+  case $command in
+    run | simulate | validate) ;;
+    *) cj_fail "COMMAND='$command': expected run, simulate or validate" ;;
+  esac
+  local o
+  for o in "${overrides[@]}"; do
+    [[ $o == run.output=* ]] && cj_log "note: '$o' is replaced by run.output=$output"
+  done
+  overrides+=("run.output=$output")
+  mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
+
+  # Deck problems are reported once, here, instead of once per rank after a queue wait.
+  cj_log "checking: $(cj_quote "$CONDUCTOR_BINARY" validate "$deck" "${overrides[@]}")"
+  "$CONDUCTOR_BINARY" validate "$deck" "${overrides[@]}" >"$output/deck.resolved.yaml" ||
+    cj_fail "the deck '$deck' with the overrides above has problems (listed above)"
+  local pipeline
+  pipeline=$(cj_deck_value "$output/deck.resolved.yaml" parallel pipeline)
+  [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
+
+  local launch=()
+  if [[ $command == run ]]; then
+    if [[ -n ${SLURM_JOB_ID:-} ]]; then
+      local ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
+      [[ -n $ntasks ]] || cj_fail "SLURM_NTASKS is not set: submit with --ntasks or --ntasks-per-node"
+      [[ $ntasks -eq $pipeline ]] ||
+        cj_fail "the deck has parallel.pipeline=$pipeline but the job has $ntasks tasks; submit with" \
+          "--ntasks=$pipeline (or N nodes x G tasks per node = $pipeline), or override parallel.pipeline=$ntasks"
+      # --kill-on-bad-exit: one failing rank ends the step instead of leaving the others blocked in MPI.
+      # No --gpu-bind: every task sees all GPUs of its node and conductor picks SLURM_LOCALID's.
+      launch=(srun --mpi=pmix --ntasks="$ntasks" --kill-on-bad-exit=1)
+    else
+      launch=(${MPIEXEC:-mpirun} -np "$pipeline")
+    fi
+  elif [[ -n ${SLURM_JOB_ID:-} ]]; then
+    launch=(srun --ntasks=1 --nodes=1)
+  fi
+  local cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${overrides[@]}")
+
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "job: ${SLURM_JOB_ID:-none}${SLURM_ARRAY_TASK_ID:+ (array task $SLURM_ARRAY_TASK_ID)}"
+    echo "nodes: ${SLURM_JOB_NODELIST:-$(hostname -s)}"
+    echo "tasks: ${SLURM_NTASKS:-1}"
+    echo "deck: $deck"
+    echo "command: $(cj_quote "${cmd[@]}")"
+  } >"$output/job.txt"
+  cj_log "running: $(cj_quote "${cmd[@]}")"
+  if [[ ${DRY_RUN:-0} == 1 ]]; then
+    cj_log "DRY_RUN=1: not launched"
+    return 0
+  fi
+  local rc=0
+  "${cmd[@]}" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo "conductor-job: error: '$command' failed with exit code $rc" >&2
+    exit "$rc"
+  fi
+  if [[ $command != validate && ! -s $output/summary.json ]]; then
+    echo "conductor-job: error: '$command' exited 0 but wrote no $output/summary.json; nothing ran" >&2
+    exit 1
+  fi
+  cj_log "done: $output"
+}

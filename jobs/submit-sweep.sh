@@ -1,0 +1,49 @@
+#!/bin/bash
+# Submits jobs/sweep.sbatch as a job array sized to the sweep (decks x schedules x executions x noises), then
+# jobs/analyze.sbatch over the sweep folder with --dependency=afterok on the whole array, so the report is
+# written once every task succeeded. Run it from the folder the outputs should go under (usually the repo root).
+#
+#   jobs/submit-sweep.sh [extra sbatch options for the array, e.g. --ntasks=8 -p gpu]
+#   SWEEP_SCHEDULES="1f1b zb-h1 zb-2p" SWEEP_NOISES="none straggler" COMMAND=simulate jobs/submit-sweep.sh
+#   BASELINE=quickstart-1f1b-strict-none jobs/submit-sweep.sh      (compare.py speedups against that task)
+#
+# Environment: every SWEEP_* / OVERRIDES / COMMAND / CONDUCTOR_* variable of sweep.sbatch (exported to the
+# jobs), SWEEP_DIR (default sweeps/sweep-<UTC time>), BASELINE for the analysis, ANALYZE_OPTIONS (extra sbatch
+# options for the analysis job). Prints the two job ids; SWEEP_DIR/manifest.tsv lists task id -> combination.
+set -euo pipefail
+CONDUCTOR_ROOT=${CONDUCTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+export CONDUCTOR_ROOT
+source "$CONDUCTOR_ROOT/jobs/common.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && {
+  sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  exit 0
+}
+command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
+
+n=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --count)
+[[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || cj_fail "cannot size the sweep (sweep.sbatch --count said '$n')"
+SWEEP_DIR=$(cj_resolve "${SWEEP_DIR:-sweeps/sweep-$(date -u +%Y%m%d-%H%M%S)}")
+export SWEEP_DIR
+mkdir -p "$SWEEP_DIR/logs"
+bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --list >"$SWEEP_DIR/manifest.tsv"
+cj_log "sweep of $n tasks into $SWEEP_DIR (manifest.tsv):"
+column -t -s $'\t' "$SWEEP_DIR/manifest.tsv" 2>/dev/null || cat "$SWEEP_DIR/manifest.tsv"
+
+sweep_cmd=(sbatch --parsable --array="0-$((n - 1))" --output="$SWEEP_DIR/logs/task-%a-%A.out" "$@"
+  "$CONDUCTOR_ROOT/jobs/sweep.sbatch")
+cj_log "submitting: $(cj_quote "${sweep_cmd[@]}")"
+sweep_id=$("${sweep_cmd[@]}")
+sweep_id=${sweep_id%%;*}
+[[ $sweep_id =~ ^[0-9]+$ ]] || cj_fail "sbatch gave no job id: '$sweep_id'"
+
+read -ra analyze_options <<<"${ANALYZE_OPTIONS:-}"
+analyze_cmd=(sbatch --parsable --dependency="afterok:$sweep_id" --kill-on-invalid-dep=yes
+  --output="$SWEEP_DIR/logs/analyze-%j.out" --export="ALL,RUN_DIR=$SWEEP_DIR" "${analyze_options[@]}"
+  "$CONDUCTOR_ROOT/jobs/analyze.sbatch")
+cj_log "submitting: $(cj_quote "${analyze_cmd[@]}")"
+analyze_id=$("${analyze_cmd[@]}")
+analyze_id=${analyze_id%%;*}
+echo "$sweep_id" >"$SWEEP_DIR/sweep.jobid"
+echo "$analyze_id" >"$SWEEP_DIR/analyze.jobid"
+cj_log "sweep job $sweep_id, analysis job $analyze_id (after the whole array succeeded)"
+echo "sweep=$sweep_id analyze=$analyze_id dir=$SWEEP_DIR"

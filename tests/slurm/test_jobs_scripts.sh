@@ -1,0 +1,130 @@
+#!/bin/bash
+# The batch scripts in jobs/ without a cluster: DRY_RUN launch lines inside and outside a (faked) Slurm job,
+# the task-count check, loud failures on a missing binary, deck or bad override, the sweep's task id ->
+# combination mapping (a bijection onto the product of the axes), and the override-fragment reader.
+# Environment (from add_script_test): CONDUCTOR_BINARY, CONDUCTOR_SOURCE_DIR.
+set -uo pipefail
+src=${CONDUCTOR_SOURCE_DIR:?}
+bin=${CONDUCTOR_BINARY:?}
+work=$(mktemp -d /tmp/conductor-jobs-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+# expect CODE PATTERN -- command...: exit code CODE and PATTERN (grep -E) in stdout+stderr.
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code ]]; then
+    bad "'$*' exited $rc, expected $code; output:"$'\n'"$out"
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    bad "'$*' output lacks /$pattern/; output:"$'\n'"$out"
+  else
+    ok
+  fi
+  LAST=$out
+}
+# Never let a developer's Slurm allocation leak into the fake jobs below.
+while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
+export CONDUCTOR_ROOT=$src CONDUCTOR_BINARY=$bin DRY_RUN=1
+
+# --- train-cpu.sbatch / train.sbatch
+expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1\$" -- \
+  env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
+grep -q "^command: mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
+grep -q "^  pipeline: 4$" out1/deck.resolved.yaml && ok || bad "out1/deck.resolved.yaml lacks pipeline: 4"
+for script in train.sbatch train-cpu.sbatch; do
+  expect 0 "running: srun --mpi=pmix --ntasks=4 --kill-on-bad-exit=1 .*conductor run " -- \
+    env SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out2 bash "$src/jobs/$script"
+  grep -q -- "--gpu-bind" <<<"$LAST" && bad "$script passes --gpu-bind" || ok
+done
+expect 0 "running: srun --ntasks=1 --nodes=1 .*conductor simulate " -- \
+  env SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out3 COMMAND=simulate bash "$src/jobs/train-cpu.sbatch"
+expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
+  env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out4 bash "$src/jobs/train-cpu.sbatch"
+expect 0 "run.output=$work/out5" -- env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out5 \
+  OVERRIDES="parallel.pipeline=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
+grep -q "note: 'run.output=elsewhere' is replaced" <<<"$LAST" && ok || bad "no note about the replaced run.output"
+expect 0 "noise.kind=\\\\\[gaussian\\\\,straggler\\\\\] noise.level=0.05 noise.seed=20 run.steps=2" -- \
+  env OUTPUT=out6 OVERRIDES="@inputs/noise/straggler.yaml run.steps=2" bash "$src/jobs/train-cpu.sbatch"
+expect 2 "deck 'missing.yaml' not found" -- env DECK=missing.yaml bash "$src/jobs/train-cpu.sbatch"
+expect 2 "conductor binary '/nonexistent/conductor' is missing" -- \
+  env CONDUCTOR_BINARY=/nonexistent/conductor bash "$src/jobs/train-cpu.sbatch"
+expect 2 "unknown key 'run.stepz'.*did you mean 'run.steps'" -- \
+  env OVERRIDES="run.stepz=3" bash "$src/jobs/train-cpu.sbatch"
+expect 2 "override 'steps' is neither" -- env OVERRIDES="steps" bash "$src/jobs/train-cpu.sbatch"
+expect 2 "COMMAND='train': expected run, simulate or validate" -- \
+  env COMMAND=train OUTPUT=out7 bash "$src/jobs/train-cpu.sbatch"
+# Not DRY: a run that "succeeds" without writing summary.json is an error (srun can exit 0 when nothing ran).
+printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nexit 0\n' "$bin" >fake-conductor
+chmod +x fake-conductor
+expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
+  env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out8 bash "$src/jobs/train-cpu.sbatch"
+
+# --- sweep.sbatch: ids 0..n-1 map one-to-one onto decks x schedules x executions x noises
+export SWEEP_DECKS="inputs/quickstart.yaml $src/tests/slurm/tiny.yaml" SWEEP_SCHEDULES="1f1b zb-h1 gpipe"
+export SWEEP_EXECUTIONS="strict readiness:bfw" SWEEP_NOISES="none jitter10 congestion" SWEEP_DIR=$work/sweep
+n=$(bash "$src/jobs/sweep.sbatch" --count)
+[[ $n == 36 ]] && ok || bad "sweep --count = '$n', expected 2*3*2*3 = 36"
+bash "$src/jobs/sweep.sbatch" --list >list.tsv
+[[ $(tail -n +2 list.tsv | cut -f2-5 | sort -u | wc -l) == 36 ]] && ok || bad "sweep --list has repeated combinations"
+[[ $(tail -n +2 list.tsv | cut -f6 | sort -u | wc -l) == 36 ]] && ok || bad "sweep labels are not unique"
+# Launching a task costs a `conductor validate` (~1 s of MPI start-up), so a spread of ids runs, not all 36.
+for i in 0 1 5 17 22 35; do
+  row=$(awk -F'\t' -v i="$i" '$1 == i' list.tsv)
+  label=$(cut -f6 <<<"$row")
+  out=$(env SLURM_JOB_ID=$((100 + i)) SLURM_ARRAY_JOB_ID=100 SLURM_ARRAY_TASK_ID=$i SLURM_NTASKS=4 \
+    bash "$src/jobs/sweep.sbatch" 2>&1) || {
+    bad "sweep task $i failed: $out"
+    continue
+  }
+  dir=$SWEEP_DIR/$(printf '%03d' "$i")-$label
+  [[ -f $dir/combination.txt && -f $dir/job.txt ]] || {
+    bad "sweep task $i wrote no $dir/combination.txt and job.txt"
+    continue
+  }
+  IFS=$'\t' read -r _ deck schedule execution noise _ <<<"$row"
+  grep -qx "schedule: $schedule" "$dir/combination.txt" && grep -qx "execution: $execution" "$dir/combination.txt" &&
+    grep -qx "noise: $noise" "$dir/combination.txt" && grep -q "^deck: .*$(basename "$deck")$" "$dir/combination.txt" &&
+    ok || bad "task $i: combination.txt disagrees with --list row '$row'"
+  grep -q "schedule.kind=$schedule schedule.execution=${execution%%:*}" <<<"$out" && ok ||
+    bad "task $i: the launch line lacks the schedule overrides"
+  [[ $execution != *:* ]] || grep -q "schedule.hint=${execution#*:}" <<<"$out" && ok || bad "task $i: no hint override"
+  case $noise in
+    none) grep -q "noise.kind=none" <<<"$out" && ok || bad "task $i: no noise.kind=none" ;;
+    jitter10) grep -q "noise.kind=gaussian noise.level=0.10" <<<"$out" && ok || bad "task $i: jitter10 not applied" ;;
+    congestion) grep -qF 'noise.kind=\[congestion\]' <<<"$out" && ok || bad "task $i: congestion not applied" ;;
+  esac
+done
+[[ $(find "$SWEEP_DIR" -mindepth 1 -maxdepth 1 -type d | wc -l) == 6 ]] && ok || bad "sweep did not make 6 folders"
+expect 2 "array task 36 is outside the sweep's 36 combinations" -- \
+  env SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=36 bash "$src/jobs/sweep.sbatch"
+expect 2 "SLURM_ARRAY_TASK_ID is not set" -- bash "$src/jobs/sweep.sbatch"
+expect 2 "noise preset 'nosuch' not found" -- env SWEEP_NOISES=nosuch SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=0 \
+  SLURM_NTASKS=4 bash "$src/jobs/sweep.sbatch"
+unset SWEEP_DECKS SWEEP_SCHEDULES SWEEP_EXECUTIONS SWEEP_NOISES SWEEP_DIR
+
+# --- analyze.sbatch refuses a folder without traces
+mkdir -p empty
+expect 2 "no trace.h5 in '$work/empty'" -- bash "$src/jobs/analyze.sbatch" empty
+expect 2 "RUN_DIR '$work/nothere' is not a folder" -- bash "$src/jobs/analyze.sbatch" nothere
+
+# --- override fragments
+printf 'noise:\n  kind: [a, b]   # comment\n  level: 0.5\nrun:\n  name: "x"\n' >frag.yaml
+expect 0 "^noise.kind=\[a,b\]$" -- "$src/jobs/overrides.sh" frag.yaml
+[[ $LAST == $'noise.kind=[a,b]\nnoise.level=0.5\nrun.name="x"' ]] && ok || bad "overrides.sh frag.yaml gave: $LAST"
+printf 'noise:\n  kind:\n    - a\n' >block.yaml
+expect 2 "block.yaml:3: block lists are not supported" -- "$src/jobs/overrides.sh" block.yaml
+printf '# only a comment\n' >empty.yaml
+expect 2 "no overrides found" -- "$src/jobs/overrides.sh" empty.yaml
+
+echo "jobs scripts: $pass passed, $failures failed"
+[[ $failures -eq 0 ]]

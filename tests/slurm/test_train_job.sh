@@ -1,0 +1,164 @@
+#!/bin/bash
+# The real Slurm test: starts a one-node cluster (minicluster.sh), submits jobs/train-cpu.sbatch with a tiny
+# deck and 4 tasks, chains jobs/analyze.sbatch with --dependency=afterok, waits with a bound, and checks what
+# the jobs wrote (srun can exit 0 when nothing ran, so exit codes alone prove nothing). The cluster is stopped
+# on every way out (trap), leftover jobs first.
+#
+#   test_train_job.sh [run|simulate]     what the job runs (`conductor run` under srun --mpi=pmix -n 4, or
+#                                        `conductor simulate` as one task)
+# Environment (from add_script_test): CONDUCTOR_BINARY, CONDUCTOR_SOURCE_DIR. JOB_TIMEOUT (s, default 120).
+# Exit 77 = skipped (not root, or Slurm packages missing), and only outside CI: with CI=true a missing
+# prerequisite fails the test, since `make test` installs the packages there.
+set -euo pipefail
+
+mode=${1:-run}
+[[ $mode == run || $mode == simulate ]] || {
+  echo "usage: $0 [run|simulate]" >&2
+  exit 2
+}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=${CONDUCTOR_SOURCE_DIR:?set CONDUCTOR_SOURCE_DIR to the source tree}
+bin=${CONDUCTOR_BINARY:?set CONDUCTOR_BINARY to the conductor executable}
+python=/usr/bin/python3
+ntasks=4
+t0=$SECONDS
+say() { echo "slurm-test [$((SECONDS - t0))s]: $*"; }
+fail() {
+  echo "slurm-test: FAILED: $*" >&2
+  exit 1
+}
+
+# A Slurm job environment around us (a developer testing inside an allocation) would confuse sbatch.
+while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
+
+work=$(mktemp -d /tmp/conductor-slurm-test.XXXXXX)
+chmod 755 "$work" # munged wants its socket's folders traversable by all
+cluster=$work/cluster
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -f $cluster/pids ]]; then
+    say "stopping the cluster"
+    "$here/minicluster.sh" stop "$cluster" || {
+      echo "slurm-test: the cluster did not stop cleanly" >&2
+      [[ $rc -ne 0 ]] || rc=1
+    }
+  fi
+  if [[ $rc -eq 0 ]]; then
+    rm -rf "$work"
+  elif [[ $rc -ne 77 ]]; then
+    local f
+    for f in "$work"/*.log; do # the job logs, whole unless long
+      [[ -f $f ]] || continue
+      echo "----- $f"
+      if [[ $(wc -l <"$f") -le 120 ]]; then cat "$f"; else head -n 60 "$f"; echo "[...]"; tail -n 60 "$f"; fi
+    done
+    for f in "$cluster"/log/*.log; do
+      [[ -f $f ]] || continue
+      echo "----- tail of $f"
+      tail -n 15 "$f"
+    done
+    echo "slurm-test: kept $work for inspection" >&2
+  fi
+  say "total $((SECONDS - t0)) s, exit $rc"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rc=0
+"$here/minicluster.sh" start "$cluster" --cpus "$ntasks" || rc=$?
+if [[ $rc -eq 77 ]]; then
+  [[ ${CI:-} == true ]] && fail "CI=true but the cluster cannot run here (see above); scripts/deps.sh installs it"
+  echo "SKIPPED: no Slurm cluster possible here (see above)"
+  exit 77
+fi
+[[ $rc -eq 0 ]] || fail "the cluster did not start (exit $rc)"
+source "$cluster/env"
+say "cluster up"
+
+# The tiny deck: 4 stages (= 4 tasks), a few steps of a very small model.
+deck=$here/tiny.yaml
+out=$work/run
+cd "$work"
+train_id=$(env DECK="$deck" OUTPUT="$out" COMMAND="$mode" CONDUCTOR_BINARY="$bin" OVERRIDES="run.steps=3" \
+  sbatch --parsable --ntasks="$ntasks" --output="$work/train-%j.log" "$src/jobs/train-cpu.sbatch")
+[[ $train_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: '$train_id'"
+analyze_id=$(env RUN_DIR="$out" sbatch --parsable --dependency="afterok:$train_id" --kill-on-invalid-dep=yes \
+  --output="$work/analyze-%j.log" "$src/jobs/analyze.sbatch")
+[[ $analyze_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the analysis: '$analyze_id'"
+say "submitted train job $train_id ($mode, $ntasks tasks) and analysis job $analyze_id (afterok)"
+
+deadline=$((SECONDS + ${JOB_TIMEOUT:-120}))
+while :; do
+  left=$(squeue -h -j "$train_id,$analyze_id" -o '%i %T' 2>/dev/null || true)
+  [[ -z $left ]] && break
+  [[ $SECONDS -lt $deadline ]] || fail "jobs still queued or running after ${JOB_TIMEOUT:-120} s: $left"
+  sleep 1
+done
+say "both jobs left the queue"
+
+job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
+for id in "$train_id" "$analyze_id"; do
+  state=$(job_field "$id" JobState)
+  code=$(job_field "$id" ExitCode)
+  say "job $id: $state, exit $code"
+  [[ $state == COMPLETED && $code == 0:0 ]] || fail "job $id ended $state with exit code $code"
+done
+
+train_log=$work/train-$train_id.log
+grep -q "conductor-job: done: $out" "$train_log" || fail "the train job log lacks its done line"
+if [[ $mode == run ]]; then
+  grep -qF "srun --mpi=pmix --ntasks=$ntasks" "$out/job.txt" || fail "job.txt does not show srun --mpi=pmix -n $ntasks"
+fi
+
+# What the run wrote, and what the analysis made of it.
+"$python" - "$out" "$mode" "$ntasks" <<'EOF' || fail "the job's outputs are wrong (above)"
+import json, os, sys
+import h5py, numpy as np
+
+out, mode, ntasks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+problems = []
+def check(ok, msg):
+    if not ok:
+        problems.append(msg)
+
+with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+check(isinstance(summary, dict) and summary, "summary.json is not a non-empty JSON object")
+
+steps, microbatches = 3, 4  # tiny.yaml with run.steps=3
+with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
+    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in t.attrs.items()}
+    ev = t["events"][...]
+    st = t["steps"][...]
+check(int(attrs["pipeline"]) == ntasks, f"trace pipeline = {attrs['pipeline']}, expected {ntasks}")
+if mode == "run":
+    check(attrs["source"] == "runtime", f"trace source = {attrs['source']!r}, expected 'runtime'")
+    check(int(attrs["world_size"]) == ntasks, f"trace world_size = {attrs['world_size']}, expected {ntasks}")
+    hosts = attrs["hostnames"]
+    check(len(hosts) == ntasks, f"trace has {len(hosts)} hostnames, expected one per rank ({ntasks})")
+check(len(st) == steps, f"trace has {len(st)} step records, expected {steps}")
+forward = ev[ev["kind"] == 0]  # EventKind::F
+for r in range(ntasks):
+    n = int(np.sum(forward["rank"] == r))
+    check(n == steps * microbatches, f"rank {r} has {n} forward ops, expected {steps * microbatches}")
+check(bool(np.all(ev["end_ns"] >= ev["start_ns"])), "some trace events end before they start")
+
+with open(os.path.join(out, "bubbles.json")) as f:
+    bubbles = json.load(f)
+check(bool(bubbles), "bubbles.json is empty")
+with open(os.path.join(out, "timeline.png"), "rb") as f:
+    check(f.read(8) == b"\x89PNG\r\n\x1a\n", "timeline.png is not a PNG")
+check(os.path.getsize(os.path.join(out, "timeline.png")) > 5000, "timeline.png is suspiciously small")
+with open(os.path.join(out, "report.md")) as f:
+    report = f.read()
+check("|" in report, "report.md has no table")
+
+for p in problems:
+    print("slurm-test: " + p, file=sys.stderr)
+print(f"slurm-test: trace has {len(ev)} events from {len(set(ev['rank'].tolist()))} ranks, {len(st)} steps; "
+      f"analysis wrote bubbles.json, timeline.png, report.md")
+sys.exit(1 if problems else 0)
+EOF
+say "PASSED"
