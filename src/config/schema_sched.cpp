@@ -39,15 +39,44 @@ void add_sched_fields(std::vector<Field>& f) {
                             "Fraction of M_F still held between B and W; negative = from the model "
                             "(32h / (34h + 5as)).")
                   .range(-1, 1));
+  f.push_back(field<double>("cost.device_tflops", [](Deck& d) -> auto& { return d.cost.device_tflops; },
+                            "Sustained TFLOP/s of one device; > 0 derives F, B and W times from the model dimensions "
+                            "(model.*, parallel.microbatch_size) instead of cost.forward/backward_*.")
+                  .range(0, 1e9));
+  f.push_back(field<double>("cost.bandwidth_gbps", [](Deck& d) -> auto& { return d.cost.bandwidth_gbps; },
+                            "Point-to-point bandwidth in GB/s; > 0 adds activation bytes / bandwidth to every "
+                            "transfer (on top of cost.comm, the latency). 0 = size not modelled.")
+                  .range(0, 1e9));
   f.push_back(field<std::vector<std::string>>("noise.kind", [](Deck& d) -> auto& { return d.noise.kind; },
                                               "Noise models, one or a list: none, gaussian, lognormal, straggler, "
-                                              "congestion.")
-                  .one_of({"none", "gaussian", "lognormal", "straggler", "congestion"}));
+                                              "congestion, heterogeneous (a fixed per-stage speed factor).")
+                  .one_of({"none", "gaussian", "lognormal", "straggler", "congestion", "heterogeneous"}));
   f.push_back(field<double>("noise.level", [](Deck& d) -> auto& { return d.noise.level; },
                             "Relative noise level (0.10 = 10% per-op jitter).")
                   .range(0, 100));
   f.push_back(field<unsigned long long>("noise.seed", [](Deck& d) -> auto& { return d.noise.seed; },
                                         "Seed of the noise streams."));
+  f.push_back(field<int>("noise.straggler_rank", [](Deck& d) -> auto& { return d.noise.straggler_rank; },
+                         "Rank slowed by the straggler model; -1 = one drawn from noise.seed.")
+                  .range(-1, 65535));
+  f.push_back(field<double>("noise.straggler_factor", [](Deck& d) -> auto& { return d.noise.straggler_factor; },
+                            "Slow-down factor of the straggler's compute ops (2 = twice as slow).")
+                  .range(1, 1000));
+  f.push_back(field<int>("noise.straggler_start", [](Deck& d) -> auto& { return d.noise.straggler_start; },
+                         "First step of the straggler window.")
+                  .range(0, 1e9));
+  f.push_back(field<int>("noise.straggler_steps", [](Deck& d) -> auto& { return d.noise.straggler_steps; },
+                         "Length of the straggler window in steps; 0 = until the last step.")
+                  .range(0, 1e9));
+  f.push_back(field<double>("noise.congestion_prob", [](Deck& d) -> auto& { return d.noise.congestion_prob; },
+                            "Probability that a burst of congestion is on, per link, direction and burst.")
+                  .range(0, 1));
+  f.push_back(field<int>("noise.congestion_burst", [](Deck& d) -> auto& { return d.noise.congestion_burst; },
+                         "Length of a congestion burst in consecutive microbatches.")
+                  .range(1, 1 << 20));
+  f.push_back(field<double>("noise.congestion_delay", [](Deck& d) -> auto& { return d.noise.congestion_delay; },
+                            "Extra ms of a congested transfer; negative = noise.level x the mean forward time.")
+                  .range(-1, 1e9));
   f.push_back(field<std::string>("scheduler.kind", [](Deck& d) -> auto& { return d.scheduler.kind; },
                                  "Global tier: `static` keeps the generator's order.")
                   .one_of({"static"}));
@@ -65,6 +94,51 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   check_per_stage(deck.cost.forward, "cost.forward");
   check_per_stage(deck.cost.backward_input, "cost.backward_input");
   check_per_stage(deck.cost.backward_weight, "cost.backward_weight");
+
+  const int v = deck.parallel.virtual_chunks;
+  const int m = deck.parallel.microbatches;
+  const std::string& kind = deck.schedule.kind;
+  const bool from_file = kind.rfind("file:", 0) == 0;
+  if (kind == "1f1b-interleaved") {
+    if (v < 2) {
+      problems.push_back(src + ": schedule.kind = 1f1b-interleaved needs parallel.virtual >= 2 (got " +
+                         std::to_string(v) + ")");
+    }
+    if (m % p != 0) {
+      problems.push_back(src + ": schedule.kind = 1f1b-interleaved runs microbatches in groups of p (Megatron's "
+                         "rule): parallel.microbatches = " + std::to_string(m) +
+                         " must be a multiple of parallel.pipeline = " + std::to_string(p) + " (e.g. " +
+                         std::to_string(((m + p - 1) / p) * p) + ")");
+    }
+  } else if (kind == "zb-v") {
+    if (v != 2) {
+      problems.push_back(src + ": schedule.kind = zb-v places two chunks per rank in a V: set parallel.virtual = 2 "
+                         "(got " + std::to_string(v) + ")");
+    }
+  } else if (!from_file && v != 1) {
+    problems.push_back(src + ": schedule.kind = " + kind + " uses one chunk per rank, but parallel.virtual = " +
+                       std::to_string(v) + "; use 1f1b-interleaved or zb-v for virtual chunks, or set "
+                       "parallel.virtual = 1");
+  }
+  if (deck.noise.straggler_rank >= p) {
+    problems.push_back(src + ": noise.straggler_rank = " + std::to_string(deck.noise.straggler_rank) +
+                       " is not a rank (0 .. " + std::to_string(p - 1) + ", or -1 for a drawn one)");
+  }
+
+  // Derived defaults, written back so resolved.yaml shows the values actually used.
+  if (deck.cost.memory_after_b < 0) {
+    // Zero Bubble paper (GPT layer, 16-bit activations): B frees what only the input gradient needs; W still
+    // holds 32sbh of the layer's 34sbh + 5as^2b, i.e. the fraction 32h / (34h + 5as).
+    const double h = deck.model.d_model, a = deck.model.n_heads, sl = deck.model.seq_len;
+    deck.cost.memory_after_b = 32.0 * h / (34.0 * h + 5.0 * a * sl);
+  }
+  if (deck.schedule.memory_limit == 0 && !from_file) {
+    double limit = p;  // 1F1B-like: rank 0 holds p microbatches
+    if (kind == "gpipe") limit = m;
+    else if (kind == "zb-h2" || kind == "zb-2p") limit = 2.0 * p;
+    else if (kind == "1f1b-interleaved" && v >= 1) limit = ((v + 1.0) * p - 1.0) / v;  // Megatron's warm-up
+    deck.schedule.memory_limit = limit;
+  }
 }
 
 }  // namespace conductor::config

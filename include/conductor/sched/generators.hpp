@@ -1,0 +1,54 @@
+#pragma once
+// Schedule generators. Each returns a Schedule that validate() accepts under the kind's memory limit.
+//   gpipe               all F, then all BW (memory m)
+//   1f1b                Megatron 1F1B: rank r runs p-r-1 warm-up F, then F/BW pairs, then BW (memory p)
+//   1f1b-interleaved    Megatron's interleaved 1F1B, v >= 2 chunks in loop placement; microbatches run in groups
+//                       of p (m must be a multiple of p), warm-up (p-r-1)*2 + (v-1)*p chunk forwards
+//   zb-h1               Zero Bubble ZB-H1: p-r warm-up F, then B [W] F with W deferred by r (memory p);
+//                       rank-span bubble (p-1)(F+B-W)
+//   zb-h2               Zero Bubble ZB-H2: 2(p-r)-1 warm-up F, W deferred by 2r (memory 2p);
+//                       rank-span bubble (p-1)(F+B+2c-2W) when positive
+//   zb-1p, zb-2p        Zero Bubble automatic schedules: the paper's greedy timeline fill (simulate each stage,
+//                       insert W where F or B would wait, within the memory limit) over its heuristic variants,
+//                       plus readiness-realized variants; the candidate with the shortest noise-free makespan
+//                       under the given cost model wins (memory limit p resp. 2p unless given)
+//   zb-v                two chunks per rank in V placement, split backward, built by the same greedy timeline
+//                       fill (B first, then F, W filling idle time) within the limit (default p, like 1F1B)
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/sched/cost.hpp"
+#include "conductor/sched/schedule.hpp"
+
+namespace conductor::sched {
+
+const std::vector<std::string>& generator_kinds();
+
+// The kind's default activation-memory limit (M_F per rank) when schedule.memory_limit is 0.
+double default_memory_limit(const std::string& kind, int p, int m, int v);
+
+// Builds `kind` for p ranks, m microbatches, v chunks; memory_limit <= 0 = the kind's default. Throws
+// InputError for impossible requests (interleaved with m % p != 0, zb-v with v != 2, ...).
+Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit = 0);
+
+// The deck's schedule: schedule.kind (a generator, or file:PATH loaded and validated against the deck's p, m, v
+// and memory limit), planned with from_deck(deck).
+Schedule make_schedule(const config::Deck& deck);
+
+// The memory limit make_schedule() used / the runtime should enforce for the deck (M_F per rank).
+double memory_limit_for(const config::Deck& deck, const Schedule& schedule);
+
+// Individual generators.
+Schedule gpipe(int p, int m);
+Schedule one_f_one_b(int p, int m);
+Schedule interleaved_1f1b(int p, int m, int v);
+Schedule zb_h1(int p, int m);
+Schedule zb_h2(int p, int m);
+Schedule zb_auto(int p, int m, const CostModel& cost, double memory_limit, const std::string& name);
+Schedule zb_v(int p, int m, const CostModel& cost, double memory_limit);
+
+// Noise-free strict makespan of a schedule under a cost model (ms).
+double planned_makespan(const Schedule& s, const CostModel& cost);
+
+}  // namespace conductor::sched

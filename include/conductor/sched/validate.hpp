@@ -1,0 +1,35 @@
+#pragma once
+// The schedule validator. Checks, in this order, and reports the FIRST violation with rank, list position
+// and reason:
+//   1. structure: every action names a chunk < v and a microbatch < m; every (stage, microbatch) has exactly
+//      one F and either one B plus one W or one BW, all on the rank that holds the stage;
+//   2. same-stage order on a rank: B/BW after its F, W after its B;
+//   3. cross-stage order: F(s, mb) after F(s-1, mb) and B(s, mb) after B(s+1, mb) (after F on the last stage)
+//      must be satisfiable by the per-rank lists, i.e. strict in-order execution does not deadlock
+//      (a circular wait is reported at the stuck rank with the action it waits for);
+//   4. memory: following each rank's list, memory in use never exceeds the limit (M_F per rank).
+// Times (comm included) do not matter for validity: a valid list runs under any positive op and comm times.
+#include <string>
+
+#include "conductor/sched/schedule.hpp"
+
+namespace conductor::sched {
+
+struct Violation {
+  bool ok = true;
+  int rank = -1;
+  int position = -1;   // index in the rank's list
+  std::string reason;  // "B 0B3 comes before its F 0F3", ...
+  std::string message() const;  // "rank 2, position 7: ..."
+};
+
+// memory_limit <= 0: not checked. memory_after_b: the fraction a (schedule.hpp).
+Violation validate(const Schedule& s, double memory_limit, double memory_after_b);
+
+// Throws InputError("<what>: rank r, position i: reason") when invalid.
+void validate_or_throw(const Schedule& s, double memory_limit, double memory_after_b, const std::string& what);
+
+// Peak memory per rank following each list in order (M_F).
+std::vector<double> list_peak_memory(const Schedule& s, double memory_after_b);
+
+}  // namespace conductor::sched

@@ -1,0 +1,86 @@
+#pragma once
+// The discrete-event simulator: the schedule, executed in virtual time by the shared engine and arbiter
+// (sched/engine.hpp, sched/arbiter.hpp) with op times from the noise model, one step after another. Each step
+// yields its figures and, on request, its trace events (trace::OpEvent, ns on a clock where step k starts
+// where step k-1 ended) for the HDF5 trace.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/engine.hpp"
+#include "conductor/sched/schedule.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/trace/event.hpp"
+
+namespace conductor::sim {
+
+struct SimOptions {
+  sched::Execution execution = sched::Execution::Strict;
+  sched::Hint hint = sched::Hint::Schedule;
+  double memory_limit = 0;        // M_F per rank, <= 0 unlimited
+  bool record_events = false;     // fill StepResult::events
+  bool comm_events = false;       // also SEND/RECV events
+  double samples_per_step = 1.0;  // m x microbatch_size, for throughput
+  std::int64_t activation_bytes = 0;  // bytes of one transfer, for SEND/RECV events
+  static SimOptions from_deck(const config::Deck& deck, const sched::Schedule& schedule);
+};
+
+// Figures of one step; definitions as trace/summary.hpp (makespan = last compute end - first compute start).
+struct StepResult {
+  int step = 0;
+  double start_ms = 0;                // on the run's clock
+  double makespan_ms = 0;
+  double bubble_ratio = 0;            // 1 - sum busy / (p x makespan)
+  double lower_bound_ms = 0;          // max per-rank busy
+  double throughput = 0;              // samples / s
+  std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
+  std::size_t num_ops = 0;
+  std::vector<trace::OpEvent> events;  // when SimOptions::record_events
+};
+
+// Simulates step `step` starting at `start_ms` on the run's clock.
+StepResult simulate_step(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options,
+                         int step, double start_ms = 0.0);
+
+struct RunResult {
+  std::vector<StepResult> steps;   // events dropped unless kept by the caller's callback
+  double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
+  std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
+};
+
+// Runs `steps` steps; `on_step` (optional) sees each step's result (with events when recorded) before its
+// events are dropped from the returned RunResult.
+template <class OnStep>
+RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps,
+                       OnStep&& on_step);
+RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps);
+
+// Fills the run means from steps.
+void finish_run(RunResult& run, int p);
+
+template <class OnStep>
+RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps,
+                       OnStep&& on_step) {
+  RunResult run;
+  double clock = 0.0;
+  for (int k = 0; k < steps; ++k) {
+    StepResult r = simulate_step(schedule, noise, options, k, clock);
+    clock = r.start_ms + r.makespan_ms;
+    on_step(r);
+    r.events.clear();
+    r.events.shrink_to_fit();
+    run.steps.push_back(std::move(r));
+  }
+  finish_run(run, schedule.p);
+  return run;
+}
+
+// One JSON object: makespan_ms, bubble_ratio, lower_bound_ms, throughput (means over steps), makespan_over_lb,
+// the schedule and settings, per-rank mean busy/idle and peak memory, and steps: [{step, makespan_ms,
+// bubble_ratio, lower_bound_ms, throughput}].
+std::string summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule,
+                         double memory_limit);
+
+}  // namespace conductor::sim

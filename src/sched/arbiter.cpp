@@ -1,0 +1,199 @@
+#include "conductor/sched/arbiter.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "conductor/util/error.hpp"
+
+namespace conductor::sched {
+
+namespace {
+constexpr double kEps = 1e-9;
+constexpr int kNone = std::numeric_limits<int>::max();
+
+void heap_push(std::vector<int>& h, int v) {
+  h.push_back(v);
+  std::push_heap(h.begin(), h.end(), std::greater<int>());
+}
+void heap_pop(std::vector<int>& h) {
+  std::pop_heap(h.begin(), h.end(), std::greater<int>());
+  h.pop_back();
+}
+}  // namespace
+
+Execution parse_execution(const std::string& s) {
+  if (s == "strict") return Execution::Strict;
+  if (s == "readiness") return Execution::Readiness;
+  throw InputError("schedule.execution must be strict or readiness, got '" + s + "'");
+}
+
+Hint parse_hint(const std::string& s) {
+  if (s == "schedule") return Hint::Schedule;
+  if (s == "bf") return Hint::BF;
+  if (s == "bfw") return Hint::BFW;
+  throw InputError("schedule.hint must be schedule, bf or bfw, got '" + s + "'");
+}
+
+const char* to_string(Execution e) { return e == Execution::Strict ? "strict" : "readiness"; }
+const char* to_string(Hint h) { return h == Hint::Schedule ? "schedule" : h == Hint::BF ? "bf" : "bfw"; }
+
+RankState::RankState(const Schedule& schedule, int rank, double memory_limit, double memory_after_b)
+    : schedule_(&schedule), actions_(&schedule.ranks.at(rank)), rank_(rank) {
+  limit_ = (memory_limit > 0 && std::isfinite(memory_limit)) ? memory_limit : std::numeric_limits<double>::infinity();
+  for (int k = 0; k < 4; ++k) delta_[k] = memory_delta(static_cast<OpKind>(k), schedule.v, memory_after_b);
+  const int n = size();
+  const std::size_t slots = static_cast<std::size_t>(schedule.v) * schedule.m;
+  f_index_.assign(slots, -1);
+  b_index_.assign(slots, -1);
+  w_index_.assign(slots, -1);
+  deps0_.assign(n, 0);
+  for (int i = 0; i < n; ++i) {
+    const Action& a = (*actions_)[i];
+    if (a.chunk < 0 || a.chunk >= schedule.v || a.microbatch < 0 || a.microbatch >= schedule.m) {
+      throw InputError("rank " + std::to_string(rank) + " position " + std::to_string(i) + ": action " +
+                       to_string(a) + " is outside chunks 0.." + std::to_string(schedule.v - 1) +
+                       " / microbatches 0.." + std::to_string(schedule.m - 1));
+    }
+    const std::size_t slot = static_cast<std::size_t>(a.chunk) * schedule.m + a.microbatch;
+    auto& table = a.kind == OpKind::F ? f_index_ : a.kind == OpKind::W ? w_index_ : b_index_;
+    if (table[slot] < 0) table[slot] = i;  // duplicates are the validator's to report
+    int d = input_of(schedule, rank, a) ? 1 : 0;
+    if (a.kind != OpKind::F) d += 1;  // B/BW after F, W after B (same stage)
+    deps0_[i] = d;
+  }
+  reset();
+}
+
+void RankState::reset() {
+  const int n = size();
+  deps_ = deps0_;
+  started_.assign(n, 0);
+  done_.assign(n, 0);
+  heap_b_.clear();
+  heap_f_.clear();
+  heap_w_.clear();
+  newly_ready_.clear();
+  fenwick_.assign(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) {
+    if ((*actions_)[i].kind == OpKind::F) fenwick_add(i, delta_[0]);
+  }
+  cursor_ = 0;
+  num_done_ = 0;
+  memory_ = peak_ = 0.0;
+  for (int i = 0; i < n; ++i) {
+    if (deps_[i] == 0) {
+      deps_[i] = 1;
+      satisfy(i);
+    }
+  }
+}
+
+void RankState::fenwick_add(int index, double delta) {
+  for (int i = index + 1; i < static_cast<int>(fenwick_.size()); i += i & -i) fenwick_[i] += delta;
+}
+
+double RankState::reserved_through(int index) const {
+  double s = 0.0;
+  for (int i = index + 1; i > 0; i -= i & -i) s += fenwick_[i];
+  return s;
+}
+
+void RankState::satisfy(int index) {
+  if (index < 0 || deps_[index] <= 0) return;
+  if (--deps_[index] != 0) return;
+  if (started_[index]) return;
+  newly_ready_.push_back(index);
+  switch ((*actions_)[index].kind) {
+    case OpKind::F: heap_push(heap_f_, index); break;
+    case OpKind::W: heap_push(heap_w_, index); break;
+    default: heap_push(heap_b_, index); break;
+  }
+}
+
+void RankState::input_arrived(int index) { satisfy(index); }
+
+bool RankState::fits(int index) const {
+  if ((*actions_)[index].kind != OpKind::F) return true;
+  return memory_ + reserved_through(index) <= limit_ + kEps;
+}
+
+int RankState::pick(Execution mode, Hint hint) const {
+  if (mode == Execution::Strict) {
+    if (cursor_ >= size()) return -1;
+    return (deps_[cursor_] == 0 && fits(cursor_)) ? cursor_ : -1;
+  }
+  const int b = heap_b_.empty() ? kNone : heap_b_.front();
+  const int w = heap_w_.empty() ? kNone : heap_w_.front();
+  // Only the earliest ready F can fit: a later one's reservation includes the earlier (unstarted) one.
+  const int f = (!heap_f_.empty() && fits(heap_f_.front())) ? heap_f_.front() : kNone;
+  int best = kNone;
+  switch (hint) {
+    case Hint::Schedule: best = std::min({b, f, w}); break;
+    case Hint::BF: best = (b != kNone || w != kNone) ? std::min(b, w) : f; break;
+    case Hint::BFW: best = b != kNone ? b : f != kNone ? f : w; break;
+  }
+  return best == kNone ? -1 : best;
+}
+
+void RankState::clean_heaps() {
+  for (auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
+    while (!h->empty() && started_[h->front()]) heap_pop(*h);
+  }
+}
+
+void RankState::start(int index) {
+  if (index < 0 || index >= size() || started_[index]) {
+    throw Error("arbiter: rank " + std::to_string(rank_) + " cannot start action " + std::to_string(index));
+  }
+  started_[index] = 1;
+  const OpKind k = (*actions_)[index].kind;
+  if (k == OpKind::F) {
+    memory_ += delta_[0];
+    fenwick_add(index, -delta_[0]);
+    peak_ = std::max(peak_, memory_);
+  }
+  clean_heaps();
+  while (cursor_ < size() && started_[cursor_]) ++cursor_;
+}
+
+void RankState::complete(int index) {
+  if (index < 0 || index >= size() || !started_[index] || done_[index]) {
+    throw Error("arbiter: rank " + std::to_string(rank_) + " cannot complete action " + std::to_string(index));
+  }
+  done_[index] = 1;
+  ++num_done_;
+  const Action& a = (*actions_)[index];
+  if (a.kind != OpKind::F) memory_ += delta_[static_cast<int>(a.kind)];
+  if (a.kind == OpKind::F) satisfy(backward_index(a.chunk, a.microbatch));
+  if (a.kind == OpKind::B) satisfy(index_of(OpKind::W, a.chunk, a.microbatch));
+  if (auto out = output_of(*schedule_, rank_, a); out && out->local()) satisfy(consumer_of(*out));
+}
+
+std::vector<int> RankState::take_newly_ready() {
+  std::vector<int> out;
+  out.swap(newly_ready_);
+  return out;
+}
+
+int RankState::index_of(OpKind kind, int chunk, int microbatch) const {
+  if (chunk < 0 || chunk >= schedule_->v || microbatch < 0 || microbatch >= schedule_->m) return -1;
+  const std::size_t slot = static_cast<std::size_t>(chunk) * schedule_->m + microbatch;
+  if (kind == OpKind::F) return f_index_[slot];
+  if (kind == OpKind::W) return w_index_[slot];
+  const int i = b_index_[slot];
+  return (i >= 0 && (*actions_)[i].kind == kind) ? i : -1;
+}
+
+int RankState::backward_index(int chunk, int microbatch) const {
+  if (chunk < 0 || chunk >= schedule_->v || microbatch < 0 || microbatch >= schedule_->m) return -1;
+  return b_index_[static_cast<std::size_t>(chunk) * schedule_->m + microbatch];
+}
+
+int RankState::consumer_of(const Transfer& t) const {
+  return t.payload == Payload::Activation ? index_of(OpKind::F, t.to_chunk, t.microbatch)
+                                          : backward_index(t.to_chunk, t.microbatch);
+}
+
+}  // namespace conductor::sched

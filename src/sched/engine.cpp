@@ -1,0 +1,172 @@
+#include "conductor/sched/engine.hpp"
+
+#include <algorithm>
+#include <queue>
+
+#include "conductor/util/error.hpp"
+
+namespace conductor::sched {
+
+double ExecResult::max_rank_bubble() const {
+  double worst = 0.0;
+  for (std::size_t r = 0; r < busy.size(); ++r) {
+    if (last_end[r] >= first_start[r]) worst = std::max(worst, last_end[r] - first_start[r] - busy[r]);
+  }
+  return worst;
+}
+
+namespace {
+
+enum class EventType : std::uint8_t { Done = 0, Arrive = 1 };
+
+struct Event {
+  double time;
+  std::uint64_t seq;  // insertion order breaks ties deterministically
+  EventType type;
+  int rank;
+  int index;
+  int transfer;  // index into transfers (Arrive with record_transfers), else -1
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+}  // namespace
+
+ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
+  const int p = s.p;
+  std::vector<RankState> st;
+  st.reserve(p);
+  for (int r = 0; r < p; ++r) st.emplace_back(s, r, opt.memory_limit, opt.memory_after_b);
+
+  ExecResult res;
+  res.busy.assign(p, 0.0);
+  res.first_start.assign(p, 0.0);
+  res.last_end.assign(p, 0.0);
+  res.peak_memory.assign(p, 0.0);
+  res.order.assign(p, {});
+  res.ops.reserve(s.num_actions());
+  std::vector<std::vector<double>> ready_at(p);
+  std::vector<std::vector<int>> op_slot(p);  // list index -> position in res.ops
+  for (int r = 0; r < p; ++r) {
+    ready_at[r].assign(st[r].size(), 0.0);
+    op_slot[r].assign(st[r].size(), -1);
+    res.order[r].reserve(st[r].size());
+  }
+  std::vector<char> running(p, 0);
+  std::vector<double> free_since(p, 0.0);
+  std::vector<char> started_any(p, 0);
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
+  std::uint64_t seq = 0;
+  std::vector<int> touched;
+  std::vector<char> is_touched(p, 0);
+  auto touch = [&](int r) {
+    if (!is_touched[r]) {
+      is_touched[r] = 1;
+      touched.push_back(r);
+    }
+  };
+  auto stamp_ready = [&](int r, double t) {
+    for (int i : st[r].take_newly_ready()) ready_at[r][i] = t;
+  };
+
+  double now = 0.0;
+  for (int r = 0; r < p; ++r) {
+    stamp_ready(r, 0.0);
+    touch(r);
+  }
+  bool first = true;
+  for (;;) {
+    // Free ranks pick, in rank order.
+    std::sort(touched.begin(), touched.end());
+    for (int r : touched) {
+      is_touched[r] = 0;
+      if (running[r]) continue;
+      const int i = st[r].pick(opt.execution, opt.hint);
+      if (i < 0) continue;
+      st[r].start(i);
+      const Action& a = st[r].actions()[i];
+      const double dur = compute(r, a);
+      OpTiming op;
+      op.rank = r;
+      op.index = i;
+      op.ready = ready_at[r][i];
+      op.start = now;
+      op.end = now + dur;
+      op.wait = started_any[r] ? now - free_since[r] : now;
+      if (!started_any[r]) res.first_start[r] = now;
+      if (first) {
+        res.start = now;
+        first = false;
+      }
+      started_any[r] = 1;
+      running[r] = 1;
+      op_slot[r][i] = static_cast<int>(res.ops.size());
+      res.ops.push_back(op);
+      res.order[r].push_back(i);
+      res.busy[r] += dur;
+      queue.push(Event{op.end, seq++, EventType::Done, r, i, -1});
+    }
+    touched.clear();
+    if (queue.empty()) break;
+    now = queue.top().time;
+    // Apply every event at this time before anyone picks.
+    while (!queue.empty() && queue.top().time == now) {
+      const Event e = queue.top();
+      queue.pop();
+      if (e.type == EventType::Done) {
+        RankState& rs = st[e.rank];
+        rs.complete(e.index);
+        running[e.rank] = 0;
+        free_since[e.rank] = now;
+        res.last_end[e.rank] = now;
+        res.end = std::max(res.end, now);
+        const Action& a = rs.actions()[e.index];
+        if (auto out = output_of(s, e.rank, a); out && !out->local()) {
+          const int consumer = st[out->to_rank].consumer_of(*out);
+          if (consumer >= 0) {
+            int tidx = -1;
+            const double arrive = now + comm(*out);
+            if (opt.record_transfers) {
+              tidx = static_cast<int>(res.transfers.size());
+              res.transfers.push_back(TransferTiming{*out, now, arrive});
+            }
+            queue.push(Event{arrive, seq++, EventType::Arrive, out->to_rank, consumer, tidx});
+          }
+        }
+        stamp_ready(e.rank, now);
+        touch(e.rank);
+      } else {
+        st[e.rank].input_arrived(e.index);
+        stamp_ready(e.rank, now);
+        touch(e.rank);
+      }
+    }
+  }
+
+  std::string stuck;
+  for (int r = 0; r < p; ++r) {
+    res.peak_memory[r] = st[r].peak_memory();
+    if (!st[r].finished()) {
+      const int next = st[r].next_in_list();
+      stuck += " rank " + std::to_string(r) + " at position " + std::to_string(next) + " (" +
+               (next < st[r].size() ? to_string(st[r].actions()[next]) : std::string("end")) + ", " +
+               std::to_string(st[r].num_done()) + "/" + std::to_string(st[r].size()) + " done);";
+    }
+  }
+  if (!stuck.empty()) {
+    throw Error("schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) +
+                " execution (memory limit " + std::to_string(opt.memory_limit) + " M_F):" + stuck);
+  }
+  return res;
+}
+
+Schedule realized(const Schedule& s, const ExecResult& result) {
+  Schedule out = s;
+  for (int r = 0; r < s.p; ++r) {
+    out.ranks[r].clear();
+    for (int i : result.order[r]) out.ranks[r].push_back(s.ranks[r][i]);
+  }
+  return out;
+}
+
+}  // namespace conductor::sched

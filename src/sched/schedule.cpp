@@ -1,0 +1,248 @@
+#include "conductor/sched/schedule.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "conductor/util/error.hpp"
+
+namespace conductor::sched {
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return "F";
+    case OpKind::B: return "B";
+    case OpKind::W: return "W";
+    case OpKind::BW: return "BW";
+  }
+  return "?";
+}
+
+const char* to_string(Placement placement) { return placement == Placement::V ? "v" : "loop"; }
+
+std::string to_string(const Action& a) {
+  return std::to_string(a.chunk) + to_string(a.kind) + std::to_string(a.microbatch);
+}
+
+int Schedule::stage_of(int rank, int chunk) const {
+  if (placement == Placement::V) return chunk == 0 ? rank : 2 * p - 1 - rank;
+  return chunk * p + rank;
+}
+
+int Schedule::rank_of(int stage) const {
+  if (placement == Placement::V) return stage < p ? stage : 2 * p - 1 - stage;
+  return stage % p;
+}
+
+int Schedule::chunk_of(int stage) const {
+  if (placement == Placement::V) return stage < p ? 0 : 1;
+  return stage / p;
+}
+
+std::size_t Schedule::num_actions() const {
+  std::size_t n = 0;
+  for (const auto& r : ranks) n += r.size();
+  return n;
+}
+
+namespace {
+Transfer make_transfer(const Schedule& s, Payload payload, int mb, int from_stage, int to_stage) {
+  Transfer t;
+  t.payload = payload;
+  t.microbatch = mb;
+  t.from_stage = from_stage;
+  t.from_rank = s.rank_of(from_stage);
+  t.from_chunk = s.chunk_of(from_stage);
+  t.to_stage = to_stage;
+  t.to_rank = s.rank_of(to_stage);
+  t.to_chunk = s.chunk_of(to_stage);
+  return t;
+}
+}  // namespace
+
+std::optional<Transfer> input_of(const Schedule& s, int rank, const Action& a) {
+  const int stage = s.stage_of(rank, a.chunk);
+  if (a.kind == OpKind::F) {
+    if (stage == 0) return std::nullopt;
+    return make_transfer(s, Payload::Activation, a.microbatch, stage - 1, stage);
+  }
+  if (a.kind == OpKind::B || a.kind == OpKind::BW) {
+    if (stage == s.num_stages() - 1) return std::nullopt;
+    return make_transfer(s, Payload::Gradient, a.microbatch, stage + 1, stage);
+  }
+  return std::nullopt;
+}
+
+std::optional<Transfer> output_of(const Schedule& s, int rank, const Action& a) {
+  const int stage = s.stage_of(rank, a.chunk);
+  if (a.kind == OpKind::F) {
+    if (stage == s.num_stages() - 1) return std::nullopt;
+    return make_transfer(s, Payload::Activation, a.microbatch, stage, stage + 1);
+  }
+  if (a.kind == OpKind::B || a.kind == OpKind::BW) {
+    if (stage == 0) return std::nullopt;
+    return make_transfer(s, Payload::Gradient, a.microbatch, stage, stage - 1);
+  }
+  return std::nullopt;
+}
+
+double memory_delta(OpKind kind, int v, double a) {
+  const double unit = 1.0 / v;
+  switch (kind) {
+    case OpKind::F: return unit;
+    case OpKind::B: return -(1.0 - a) * unit;
+    case OpKind::W: return -a * unit;
+    case OpKind::BW: return -unit;
+  }
+  return 0.0;
+}
+
+std::string to_text(const Schedule& s) {
+  std::ostringstream out;
+  out << "# conductor schedule";
+  if (!s.name.empty()) out << " (" << s.name << ")";
+  out << "\npipeline " << s.p << "\nmicrobatches " << s.m << "\nvirtual " << s.v << "\nplacement "
+      << to_string(s.placement) << "\n";
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    out << "rank " << r << ":";
+    for (const auto& a : s.ranks[r]) out << ' ' << to_string(a);
+    out << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+// Parses "0F3", "1BW12" into an action; "" on success, else why not.
+std::string parse_action(const std::string& tok, Action& a) {
+  std::size_t i = 0;
+  auto number = [&](int& out) {
+    const std::size_t begin = i;
+    long long v = 0;
+    while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) {
+      v = v * 10 + (tok[i] - '0');
+      if (v > (1 << 30)) return false;
+      ++i;
+    }
+    out = static_cast<int>(v);
+    return i > begin;
+  };
+  if (!number(a.chunk)) return "expected CHUNK KIND MICROBATCH such as 0F3 or 1BW7";
+  if (tok.compare(i, 2, "BW") == 0) {
+    a.kind = OpKind::BW;
+    i += 2;
+  } else if (i < tok.size() && (tok[i] == 'F' || tok[i] == 'B' || tok[i] == 'W')) {
+    a.kind = tok[i] == 'F' ? OpKind::F : tok[i] == 'B' ? OpKind::B : OpKind::W;
+    ++i;
+  } else {
+    return "the kind must be F, B, W or BW";
+  }
+  if (!number(a.microbatch) || i != tok.size()) return "expected CHUNK KIND MICROBATCH such as 0F3 or 1BW7";
+  return "";
+}
+
+}  // namespace
+
+Schedule parse_text(const std::string& text, const std::string& source) {
+  Schedule s;
+  s.name = source;
+  bool have_p = false, have_m = false;
+  std::vector<bool> seen_rank;
+  int current = -1;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  auto fail = [&](const std::string& why) { throw InputError(source + ":" + std::to_string(lineno) + ": " + why); };
+  auto positive = [&](const std::string& key, std::istringstream& ls, int& out, int hi) {
+    long long v = 0;
+    if (!(ls >> v) || v < 1 || v > hi) fail(key + " needs an integer in 1 .. " + std::to_string(hi));
+    out = static_cast<int>(v);
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream ls(line);
+    std::string word;
+    if (!(ls >> word)) continue;
+    if (word == "pipeline") {
+      positive(word, ls, s.p, 65536);
+      have_p = true;
+      current = -1;
+    } else if (word == "microbatches") {
+      positive(word, ls, s.m, 1 << 20);
+      have_m = true;
+      current = -1;
+    } else if (word == "virtual") {
+      positive(word, ls, s.v, 64);
+      current = -1;
+    } else if (word == "placement") {
+      std::string p;
+      ls >> p;
+      if (p == "loop") s.placement = Placement::Loop;
+      else if (p == "v") s.placement = Placement::V;
+      else fail("placement must be 'loop' or 'v', got '" + p + "'");
+      current = -1;
+    } else if (word == "rank") {
+      if (!have_p || !have_m) fail("'pipeline' and 'microbatches' must come before the first 'rank' line");
+      if (s.ranks.empty()) {
+        s.ranks.resize(s.p);
+        seen_rank.assign(s.p, false);
+      }
+      std::string id;
+      ls >> id;
+      if (id.empty() || id.back() != ':') fail("expected 'rank R:'");
+      id.pop_back();
+      char* end = nullptr;
+      const long r = std::strtol(id.c_str(), &end, 10);
+      if (id.empty() || *end != '\0' || r < 0 || r >= s.p) {
+        fail("rank '" + id + "' is not in 0 .. " + std::to_string(s.p - 1));
+      }
+      if (seen_rank[r]) fail("rank " + id + " is listed twice");
+      seen_rank[r] = true;
+      current = static_cast<int>(r);
+    } else {
+      if (current < 0) fail("unknown key '" + word + "' (expected pipeline, microbatches, virtual, placement, rank)");
+      ls.clear();
+      ls.str(line);
+    }
+    if (current >= 0) {
+      std::string tok;
+      while (ls >> tok) {
+        Action a;
+        if (auto why = parse_action(tok, a); !why.empty()) fail("action '" + tok + "': " + why);
+        if (a.chunk >= s.v) fail("action '" + tok + "': chunk " + std::to_string(a.chunk) + " but virtual = " + std::to_string(s.v));
+        if (a.microbatch >= s.m) {
+          fail("action '" + tok + "': microbatch " + std::to_string(a.microbatch) + " but microbatches = " + std::to_string(s.m));
+        }
+        s.ranks[current].push_back(a);
+      }
+    }
+  }
+  if (!have_p || !have_m) throw InputError(source + ": a schedule needs 'pipeline' and 'microbatches' lines");
+  if (s.placement == Placement::V && s.v != 2) throw InputError(source + ": placement v needs virtual 2");
+  if (s.ranks.empty()) s.ranks.resize(s.p);
+  for (int r = 0; r < s.p; ++r) {
+    if (!seen_rank.empty() && !seen_rank[r]) throw InputError(source + ": no 'rank " + std::to_string(r) + ":' line");
+  }
+  return s;
+}
+
+Schedule load_schedule(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read schedule file '" + path + "'");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Schedule s = parse_text(buf.str(), path);
+  s.name = "file:" + path;
+  return s;
+}
+
+void save_schedule(const Schedule& s, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw Error("cannot write schedule file '" + path + "'");
+  out << to_text(s);
+  if (!out) throw Error("failed writing schedule file '" + path + "'");
+}
+
+}  // namespace conductor::sched

@@ -1,0 +1,169 @@
+#include "conductor/sched/validate.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "conductor/util/error.hpp"
+
+namespace conductor::sched {
+
+std::string Violation::message() const {
+  if (ok) return "valid";
+  std::string where = "rank " + std::to_string(rank);
+  where += position >= 0 ? ", position " + std::to_string(position) : std::string(", end of list");
+  return where + ": " + reason;
+}
+
+namespace {
+
+Violation fail(int rank, int position, std::string reason) {
+  Violation v;
+  v.ok = false;
+  v.rank = rank;
+  v.position = position;
+  v.reason = std::move(reason);
+  return v;
+}
+
+std::string fmt_mem(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+}  // namespace
+
+Violation validate(const Schedule& s, double memory_limit, double a) {
+  if (s.p < 1 || s.m < 1 || s.v < 1) return fail(0, -1, "p, m and v must be positive");
+  if (static_cast<int>(s.ranks.size()) != s.p) {
+    return fail(0, -1, "the schedule has " + std::to_string(s.ranks.size()) + " rank lists for p = " + std::to_string(s.p));
+  }
+  if (s.placement == Placement::V && s.v != 2) return fail(0, -1, "V placement needs exactly 2 chunks per rank");
+
+  // 1. structure. pos[kind][stage * m + mb] = (rank list position) or -1.
+  const std::size_t slots = static_cast<std::size_t>(s.num_stages()) * s.m;
+  std::vector<int> pos[4];
+  for (auto& v : pos) v.assign(slots, -1);
+  for (int r = 0; r < s.p; ++r) {
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      const Action& x = s.ranks[r][i];
+      if (x.chunk < 0 || x.chunk >= s.v) {
+        return fail(r, i, "action " + to_string(x) + " names chunk " + std::to_string(x.chunk) + " but v = " + std::to_string(s.v));
+      }
+      if (x.microbatch < 0 || x.microbatch >= s.m) {
+        return fail(r, i, "action " + to_string(x) + " names microbatch " + std::to_string(x.microbatch) +
+                              " but m = " + std::to_string(s.m));
+      }
+      const std::size_t slot = static_cast<std::size_t>(s.stage_of(r, x.chunk)) * s.m + x.microbatch;
+      int& p = pos[static_cast<int>(x.kind)][slot];
+      if (p >= 0) return fail(r, i, "action " + to_string(x) + " appears twice (first at position " + std::to_string(p) + ")");
+      p = i;
+      const bool split = x.kind == OpKind::B || x.kind == OpKind::W;
+      if (split && pos[static_cast<int>(OpKind::BW)][slot] >= 0) {
+        return fail(r, i, "action " + to_string(x) + " splits a backward that position " +
+                              std::to_string(pos[3][slot]) + " already runs as BW");
+      }
+      if (x.kind == OpKind::BW && (pos[1][slot] >= 0 || pos[2][slot] >= 0)) {
+        return fail(r, i, "action " + to_string(x) + " fuses a backward that is already split into B and W");
+      }
+    }
+  }
+  for (int stage = 0; stage < s.num_stages(); ++stage) {
+    const int r = s.rank_of(stage), c = s.chunk_of(stage);
+    for (int mb = 0; mb < s.m; ++mb) {
+      const std::size_t slot = static_cast<std::size_t>(stage) * s.m + mb;
+      auto name = [&](OpKind k) { return to_string(Action{k, mb, c}); };
+      if (pos[0][slot] < 0) return fail(r, -1, "missing " + name(OpKind::F) + " (stage " + std::to_string(stage) + ")");
+      const bool bw = pos[3][slot] >= 0, b = pos[1][slot] >= 0, w = pos[2][slot] >= 0;
+      if (!bw && !b && !w) return fail(r, -1, "missing the backward of stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) + " (" + name(OpKind::B) + "+" + name(OpKind::W) + " or " + name(OpKind::BW) + ")");
+      if (!bw && !b) return fail(r, -1, "missing " + name(OpKind::B) + " (stage " + std::to_string(stage) + ")");
+      if (!bw && !w) return fail(r, -1, "missing " + name(OpKind::W) + " (stage " + std::to_string(stage) + ")");
+      // 2. same-stage order.
+      const int f = pos[0][slot];
+      const int back = bw ? pos[3][slot] : pos[1][slot];
+      if (back < f) return fail(r, back, name(bw ? OpKind::BW : OpKind::B) + " comes before its forward " + name(OpKind::F) + " (position " + std::to_string(f) + ")");
+      if (!bw && pos[2][slot] < pos[1][slot]) {
+        return fail(r, pos[2][slot], name(OpKind::W) + " comes before its " + name(OpKind::B) + " (position " + std::to_string(pos[1][slot]) + ")");
+      }
+    }
+  }
+
+  // 3. cross-stage order: strict in-order execution with unit times must finish.
+  std::vector<int> cursor(s.p, 0);
+  std::vector<std::vector<char>> done(s.p);
+  for (int r = 0; r < s.p; ++r) done[r].assign(s.ranks[r].size(), 0);
+  std::vector<std::vector<int>> waiters(s.p);  // ranks blocked on a producer of rank r
+  std::vector<int> blocked_on(s.p, -1);
+  std::vector<int> active;
+  for (int r = s.p - 1; r >= 0; --r) active.push_back(r);
+  auto producer = [&](int r, const Action& x) -> std::pair<int, int> {  // (rank, position) or (-1, -1)
+    auto in = input_of(s, r, x);
+    if (!in) return {-1, -1};
+    const std::size_t slot = static_cast<std::size_t>(in->from_stage) * s.m + in->microbatch;
+    const int k = in->payload == Payload::Activation ? 0 : (pos[3][slot] >= 0 ? 3 : 1);
+    return {in->from_rank, pos[k][slot]};
+  };
+  while (!active.empty()) {
+    const int r = active.back();
+    active.pop_back();
+    blocked_on[r] = -1;
+    while (cursor[r] < static_cast<int>(s.ranks[r].size())) {
+      const auto [pr, pp] = producer(r, s.ranks[r][cursor[r]]);
+      if (pr >= 0 && !done[pr][pp]) {
+        blocked_on[r] = pr;
+        waiters[pr].push_back(r);
+        break;
+      }
+      done[r][cursor[r]] = 1;
+      ++cursor[r];
+      for (int w : waiters[r]) active.push_back(w);
+      waiters[r].clear();
+    }
+  }
+  for (int r = 0; r < s.p; ++r) {
+    if (cursor[r] < static_cast<int>(s.ranks[r].size())) {
+      const Action& x = s.ranks[r][cursor[r]];
+      const auto [pr, pp] = producer(r, x);
+      const Action& y = s.ranks[pr][pp];
+      return fail(r, cursor[r], to_string(x) + " waits for " + to_string(y) + " (stage " +
+                                    std::to_string(s.stage_of(pr, y.chunk)) + ") on rank " + std::to_string(pr) +
+                                    ", position " + std::to_string(pp) + ", which waits behind rank " +
+                                    std::to_string(pr) + "'s position " + std::to_string(cursor[pr]) +
+                                    " (" + to_string(s.ranks[pr][cursor[pr]]) + "): a circular wait, the lists deadlock");
+    }
+  }
+
+  // 4. memory.
+  if (memory_limit > 0) {
+    for (int r = 0; r < s.p; ++r) {
+      double mem = 0.0;
+      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+        mem += memory_delta(s.ranks[r][i].kind, s.v, a);
+        if (mem > memory_limit + 1e-9) {
+          return fail(r, i, "memory in use " + fmt_mem(mem) + " M_F after " + to_string(s.ranks[r][i]) +
+                                " exceeds the limit of " + fmt_mem(memory_limit) + " M_F");
+        }
+      }
+    }
+  }
+  return Violation{};
+}
+
+void validate_or_throw(const Schedule& s, double memory_limit, double a, const std::string& what) {
+  const Violation v = validate(s, memory_limit, a);
+  if (!v.ok) throw InputError(what + ": invalid schedule: " + v.message());
+}
+
+std::vector<double> list_peak_memory(const Schedule& s, double a) {
+  std::vector<double> peak(s.p, 0.0);
+  for (int r = 0; r < s.p && r < static_cast<int>(s.ranks.size()); ++r) {
+    double mem = 0.0;
+    for (const auto& x : s.ranks[r]) {
+      mem += memory_delta(x.kind, s.v, a);
+      peak[r] = std::max(peak[r], mem);
+    }
+  }
+  return peak;
+}
+
+}  // namespace conductor::sched

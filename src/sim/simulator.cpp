@@ -1,0 +1,187 @@
+#include "conductor/sim/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "conductor/sched/cost.hpp"
+#include "conductor/sched/generators.hpp"
+
+namespace conductor::sim {
+
+SimOptions SimOptions::from_deck(const config::Deck& d, const sched::Schedule& schedule) {
+  SimOptions o;
+  o.execution = sched::parse_execution(d.schedule.execution);
+  o.hint = sched::parse_hint(d.schedule.hint);
+  o.memory_limit = sched::memory_limit_for(d, schedule);
+  o.record_events = d.trace.enabled;
+  o.comm_events = d.trace.enabled && d.trace.comm_events;
+  o.samples_per_step = static_cast<double>(d.parallel.microbatches) * d.parallel.microbatch_size;
+  o.activation_bytes = static_cast<std::int64_t>(sched::activation_bytes(d));
+  return o;
+}
+
+namespace {
+std::int64_t to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
+}  // namespace
+
+StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step,
+                         double start_ms) {
+  sched::ExecOptions eo;
+  eo.execution = options.execution;
+  eo.hint = options.hint;
+  eo.memory_limit = options.memory_limit;
+  eo.memory_after_b = noise.cost().memory_after_b;
+  eo.record_transfers = options.record_events && options.comm_events;
+  const sched::ExecResult res = sched::execute(
+      s, eo,
+      [&](int rank, const sched::Action& a) { return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind); },
+      [&](const sched::Transfer& t) { return noise.comm_time_ms(step, t); });
+
+  StepResult r;
+  r.step = step;
+  r.start_ms = start_ms;
+  r.makespan_ms = res.makespan();
+  r.num_ops = res.ops.size();
+  r.busy_ms = res.busy;
+  r.peak_memory = res.peak_memory;
+  r.idle_ms.resize(s.p);
+  double total_busy = 0.0;
+  for (int k = 0; k < s.p; ++k) {
+    r.idle_ms[k] = r.makespan_ms - r.busy_ms[k];
+    total_busy += r.busy_ms[k];
+    r.lower_bound_ms = std::max(r.lower_bound_ms, r.busy_ms[k]);
+  }
+  r.bubble_ratio = r.makespan_ms > 0 ? 1.0 - total_busy / (s.p * r.makespan_ms) : 0.0;
+  r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
+
+  if (options.record_events) {
+    // The step's clock starts at its first op; the run's clock places it at start_ms.
+    const double origin = start_ms - res.start;
+    r.events.reserve(res.ops.size() + 2 * res.transfers.size());
+    for (const auto& op : res.ops) {
+      const sched::Action& a = s.ranks[op.rank][op.index];
+      trace::OpEvent e;
+      e.step = step;
+      e.rank = op.rank;
+      e.stage = s.stage_of(op.rank, a.chunk);
+      e.chunk = a.chunk;
+      e.microbatch = a.microbatch;
+      e.kind = static_cast<trace::EventKind>(a.kind);
+      e.ready_ns = to_ns(origin + op.ready);
+      e.start_ns = to_ns(origin + op.start);
+      e.end_ns = to_ns(origin + op.end);
+      e.wait_ns = to_ns(op.wait);
+      r.events.push_back(e);
+    }
+    for (const auto& t : res.transfers) {
+      trace::OpEvent e;
+      e.step = step;
+      e.microbatch = t.transfer.microbatch;
+      e.ready_ns = e.start_ns = to_ns(origin + t.sent);
+      e.end_ns = to_ns(origin + t.arrived);
+      e.bytes = options.activation_bytes;
+      e.kind = trace::EventKind::SEND;
+      e.rank = t.transfer.from_rank;
+      e.stage = t.transfer.from_stage;
+      e.chunk = t.transfer.from_chunk;
+      e.peer = t.transfer.to_rank;
+      r.events.push_back(e);
+      e.kind = trace::EventKind::RECV;
+      e.rank = t.transfer.to_rank;
+      e.stage = t.transfer.to_stage;
+      e.chunk = t.transfer.to_chunk;
+      e.peer = t.transfer.from_rank;
+      r.events.push_back(e);
+    }
+  }
+  return r;
+}
+
+void finish_run(RunResult& run, int p) {
+  const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
+  run.mean_busy_ms.assign(p, 0.0);
+  run.mean_idle_ms.assign(p, 0.0);
+  run.peak_memory.assign(p, 0.0);
+  for (const auto& s : run.steps) {
+    run.mean_makespan_ms += s.makespan_ms / n;
+    run.mean_bubble_ratio += s.bubble_ratio / n;
+    run.mean_lower_bound_ms += s.lower_bound_ms / n;
+    run.mean_throughput += s.throughput / n;
+    for (int r = 0; r < p; ++r) {
+      run.mean_busy_ms[r] += s.busy_ms[r] / n;
+      run.mean_idle_ms[r] += s.idle_ms[r] / n;
+      run.peak_memory[r] = std::max(run.peak_memory[r], s.peak_memory[r]);
+    }
+  }
+}
+
+RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps) {
+  return simulate_run(schedule, noise, options, steps, [](const StepResult&) {});
+}
+
+namespace {
+std::string num(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+std::string str(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+std::string list(const std::vector<double>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + num(v[i]);
+  return out + "]";
+}
+}  // namespace
+
+std::string summary_json(const RunResult& run, const config::Deck& d, const sched::Schedule& schedule,
+                         double memory_limit) {
+  std::string kinds = "[";
+  for (std::size_t i = 0; i < d.noise.kind.size(); ++i) kinds += (i ? ", " : "") + str(d.noise.kind[i]);
+  kinds += "]";
+  std::string out = "{";
+  out += "\"makespan_ms\": " + num(run.mean_makespan_ms);
+  out += ", \"bubble_ratio\": " + num(run.mean_bubble_ratio);
+  out += ", \"lower_bound_ms\": " + num(run.mean_lower_bound_ms);
+  out += ", \"makespan_over_lower_bound\": " +
+         num(run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
+  out += ", \"throughput\": " + num(run.mean_throughput);
+  out += ", \"schedule\": " + str(d.schedule.kind);
+  out += ", \"execution\": " + str(d.schedule.execution);
+  out += ", \"hint\": " + str(d.schedule.hint);
+  out += ", \"pipeline\": " + std::to_string(schedule.p);
+  out += ", \"microbatches\": " + std::to_string(schedule.m);
+  out += ", \"virtual\": " + std::to_string(schedule.v);
+  out += ", \"memory_limit\": " + num(memory_limit);
+  out += ", \"noise\": {\"kind\": " + kinds + ", \"level\": " + num(d.noise.level) +
+         ", \"seed\": " + std::to_string(d.noise.seed) + "}";
+  out += ", \"num_steps\": " + std::to_string(run.steps.size());
+  out += ", \"busy_ms\": " + list(run.mean_busy_ms);
+  out += ", \"idle_ms\": " + list(run.mean_idle_ms);
+  out += ", \"peak_memory\": " + list(run.peak_memory);
+  out += ", \"steps\": [";
+  for (std::size_t i = 0; i < run.steps.size(); ++i) {
+    const auto& s = run.steps[i];
+    out += std::string(i ? ", " : "") + "{\"step\": " + std::to_string(s.step) + ", \"makespan_ms\": " +
+           num(s.makespan_ms) + ", \"bubble_ratio\": " + num(s.bubble_ratio) + ", \"lower_bound_ms\": " +
+           num(s.lower_bound_ms) + ", \"throughput\": " + num(s.throughput) + "}";
+  }
+  out += "]}";
+  return out;
+}
+
+}  // namespace conductor::sim
