@@ -1,0 +1,370 @@
+"""Reading and measuring conductor traces (trace.h5, schema in docs/trace.md).
+
+Shared by bubbles.py, timeline.py, compare.py and perfetto.py. `load(path)` validates the schema and
+raises TraceError naming what is missing; `main_guard(fn)` turns every error into one line on stderr and
+a non-zero exit, never a traceback.
+
+Definitions (docs/trace.md): compute ops are F, B, W, BW; per step, makespan = last compute end - first
+compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makespan).
+"""
+import os
+import sys
+
+import numpy as np
+
+SUPPORTED_SCHEMA = 1
+KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV")
+COMPUTE_KINDS = ("F", "B", "W", "BW")
+EVENT_FIELDS = ("step", "rank", "stage", "chunk", "microbatch", "kind", "ready_ns", "start_ns", "end_ns",
+                "bytes", "wait_ns", "peer", "migrated")
+STEP_FIELDS = ("step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "samples_per_s", "lower_bound_ns")
+INT_ATTRS = ("schema_version", "world_size", "pipeline", "microbatches", "virtual")
+STR_ATTRS = ("deck", "schedule", "execution", "hint", "backend", "source", "git_revision")
+LIST_ATTRS = ("hostnames",)
+
+
+class TraceError(Exception):
+    """A trace that cannot be used; the message names the file and what is wrong."""
+
+
+def _str(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _str(value[()])
+    return str(value)
+
+
+class Trace:
+    """One validated trace: attrs (dict), events and steps (numpy structured arrays), kind codes.
+
+    events hold only rows of complete steps (steps present in /steps); `kind` is stored as the HDF5
+    enum's integer, `kind_name(code)` and `kind_code(name)` translate.
+    """
+
+    def __init__(self, path, attrs, events, steps, kind_codes, dropped):
+        self.path = path
+        self.attrs = attrs
+        self.events = events
+        self.steps = steps
+        self.kind_codes = kind_codes            # name -> int
+        self.kind_names = {v: k for k, v in kind_codes.items()}
+        self.dropped_events = dropped           # rows of incomplete steps or unwritten fill
+
+    @property
+    def world_size(self):
+        return int(self.attrs["world_size"])
+
+    @property
+    def step_ids(self):
+        return [int(s) for s in self.steps["step"]]
+
+    def kind_name(self, code):
+        return self.kind_names.get(int(code), "?%d" % int(code))
+
+    def kind_code(self, name):
+        return self.kind_codes[name]
+
+    def compute_mask(self, events=None):
+        ev = self.events if events is None else events
+        codes = [self.kind_codes[k] for k in COMPUTE_KINDS if k in self.kind_codes]
+        return np.isin(ev["kind"], codes)
+
+    def step_events(self, step, compute_only=False):
+        ev = self.events[self.events["step"] == step]
+        if compute_only:
+            ev = ev[self.compute_mask(ev)]
+        return ev
+
+    def step_row(self, step):
+        rows = self.steps[self.steps["step"] == step]
+        if len(rows) == 0:
+            raise TraceError("%s: step %d is not in /steps (steps present: %s)" % (self.path, step, _ranges(self.step_ids)))
+        return rows[0]
+
+    def label(self):
+        """A short name for tables: the run folder of .../<run>/trace.h5, else the file name."""
+        base = os.path.basename(self.path)
+        parent = os.path.basename(os.path.dirname(os.path.abspath(self.path)))
+        return parent if base == "trace.h5" and parent else os.path.splitext(base)[0]
+
+
+def _ranges(ids):
+    if not ids:
+        return "none"
+    return "%d..%d" % (min(ids), max(ids)) if len(ids) > 1 else str(ids[0])
+
+
+def _open(path):
+    import h5py
+    if not os.path.exists(path):
+        raise TraceError("%s: no such file" % path)
+    try:
+        return h5py.File(path, "r")
+    except OSError as first:
+        # A run killed while writing leaves the file marked open for SWMR writing; SWMR readers may open it.
+        try:
+            return h5py.File(path, "r", swmr=True)
+        except OSError:
+            raise TraceError("%s: not a readable HDF5 file (%s)" % (path, first)) from None
+
+
+def _table(f, path, name, fields):
+    import h5py
+    if name not in f:
+        raise TraceError("%s: missing dataset '/%s' (see docs/trace.md)" % (path, name))
+    ds = f[name]
+    if not isinstance(ds, h5py.Dataset) or ds.dtype.names is None:
+        raise TraceError("%s: '/%s' is not a table of compound records (see docs/trace.md)" % (path, name))
+    missing = [fld for fld in fields if fld not in ds.dtype.names]
+    if missing:
+        raise TraceError("%s: dataset '/%s' has no field %s (see docs/trace.md)" %
+                         (path, name, ", ".join("'%s'" % m for m in missing)))
+    if len(ds.shape) != 1:
+        raise TraceError("%s: dataset '/%s' is not 1-D" % (path, name))
+    try:
+        return ds[...]
+    except (OSError, ValueError) as e:
+        raise TraceError("%s: dataset '/%s' cannot be read, the file is damaged or truncated (%s)" %
+                         (path, name, e)) from None
+
+
+def load(path):
+    """Opens and validates a trace; raises TraceError naming what is missing or damaged."""
+    import h5py
+    try:
+        f = _open(path)
+    except TraceError:
+        raise
+    except Exception as e:  # h5py may raise other types on damaged files
+        raise TraceError("%s: cannot open (%s)" % (path, e)) from None
+    with f:
+        attrs = {}
+        missing = [a for a in INT_ATTRS + STR_ATTRS + LIST_ATTRS if a not in f.attrs]
+        if missing:
+            raise TraceError("%s: missing root attribute %s (see docs/trace.md)" %
+                             (path, ", ".join("'%s'" % m for m in missing)))
+        try:
+            for a in INT_ATTRS:
+                attrs[a] = int(f.attrs[a])
+            for a in STR_ATTRS:
+                attrs[a] = _str(f.attrs[a])
+            attrs["hostnames"] = [_str(h) for h in np.atleast_1d(f.attrs["hostnames"])]
+        except (OSError, ValueError, TypeError) as e:
+            raise TraceError("%s: root attributes cannot be read (%s)" % (path, e)) from None
+        if attrs["schema_version"] < 1 or attrs["schema_version"] > SUPPORTED_SCHEMA:
+            raise TraceError("%s: schema_version %d is not supported (these tools read 1..%d)" %
+                             (path, attrs["schema_version"], SUPPORTED_SCHEMA))
+        if attrs["world_size"] < 1:
+            raise TraceError("%s: world_size %d must be >= 1" % (path, attrs["world_size"]))
+        events = _table(f, path, "events", EVENT_FIELDS)
+        steps = _table(f, path, "steps", STEP_FIELDS)
+        kinds = h5py.check_enum_dtype(f["events"].dtype["kind"])
+        if kinds is None:
+            raise TraceError("%s: field 'kind' of '/events' is not an HDF5 enum (see docs/trace.md)" % path)
+        missing = [k for k in COMPUTE_KINDS if k not in kinds]
+        if missing:
+            raise TraceError("%s: enum 'kind' of '/events' lacks %s" % (path, ", ".join(missing)))
+    steps = steps[steps["step"] >= 0]
+    complete = np.isin(events["step"], steps["step"])
+    dropped = int((~complete).sum())
+    events = events[complete]
+    bad = events[(events["rank"] < 0) | (events["rank"] >= attrs["world_size"])]
+    if len(bad):
+        raise TraceError("%s: /events has rank %d outside [0, world_size=%d)" %
+                         (path, int(bad["rank"][0]), attrs["world_size"]))
+    return Trace(path, attrs, events, steps, {k: int(v) for k, v in kinds.items()}, dropped)
+
+
+def require_steps(trace):
+    if len(trace.steps) == 0:
+        raise TraceError("%s: /steps is empty: no step completed" % trace.path)
+
+
+def pick_step(trace, step):
+    """The step to show: `step` if given (must exist), else the last complete step."""
+    require_steps(trace)
+    if step is None:
+        return int(trace.steps["step"][-1])
+    trace.step_row(step)  # raises if absent
+    return int(step)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-step measurement
+
+
+def step_figures(trace, step):
+    """The per-step figures, recomputed from /events with THE definition (docs/trace.md)."""
+    ev = trace.step_events(step, compute_only=True)
+    if len(ev) == 0:
+        raise TraceError("%s: step %d has no compute event in /events" % (trace.path, step))
+    first = int(ev["start_ns"].min())
+    last = int(ev["end_ns"].max())
+    makespan = last - first
+    busy = np.zeros(trace.world_size, dtype=np.int64)
+    np.add.at(busy, ev["rank"], (ev["end_ns"] - ev["start_ns"]).astype(np.int64))
+    bubble = 1.0 - busy.sum() / float(trace.world_size * makespan) if makespan > 0 else 0.0
+    return {"step": step, "start_ns": first, "end_ns": last, "makespan_ns": makespan,
+            "busy_ns": busy, "bubble_ratio": bubble, "lower_bound_ns": float(busy.max())}
+
+
+def idle_split(trace, step, figures=None):
+    """Per rank idle time of a step, split into warm-up / steady / cool-down and into waiting for data /
+    ready but not picked (definitions in docs/trace.md). Returns a list of dicts, one per rank."""
+    fig = figures or step_figures(trace, step)
+    t0, t1 = fig["start_ns"], fig["end_ns"]
+    ev = trace.step_events(step, compute_only=True)
+    out = []
+    for r in range(trace.world_size):
+        mine = ev[ev["rank"] == r]
+        mine = mine[np.argsort(mine["start_ns"], kind="stable")]
+        d = {"rank": r, "busy_ns": int(fig["busy_ns"][r]), "warmup_ns": 0, "steady_ns": 0, "cooldown_ns": 0,
+             "waiting_ns": 0, "not_picked_ns": 0}
+        if len(mine) == 0:
+            d["cooldown_ns"] = d["waiting_ns"] = t1 - t0  # a rank with no work this step: all idle, nothing ready
+            d["idle_ns"] = t1 - t0
+            out.append(d)
+            continue
+        starts = mine["start_ns"].astype(np.int64)
+        ends = mine["end_ns"].astype(np.int64)
+        ready = mine["ready_ns"].astype(np.int64)
+        # earliest ready time among ops not yet started at op i (ops run one at a time on a rank)
+        pending_ready = np.minimum.accumulate(ready[::-1])[::-1]
+        cursor = t0
+        for i in range(len(mine)):
+            gap0, gap1 = cursor, int(starts[i])
+            if gap1 > gap0:
+                not_picked = max(0, gap1 - max(gap0, int(pending_ready[i])))
+                d["not_picked_ns"] += not_picked
+                d["waiting_ns"] += (gap1 - gap0) - not_picked
+                d["warmup_ns" if i == 0 else "steady_ns"] += gap1 - gap0
+            cursor = max(cursor, int(ends[i]))
+        if t1 > cursor:  # after the rank's last op nothing of it is pending: no ready work
+            d["cooldown_ns"] += t1 - cursor
+            d["waiting_ns"] += t1 - cursor
+        d["idle_ns"] = d["warmup_ns"] + d["steady_ns"] + d["cooldown_ns"]
+        out.append(d)
+    return out
+
+
+def _producer_key(kind, stage, mb, num_stages):
+    """(kind, stage, microbatch) of the op whose output this op consumes, or None (docs/trace.md)."""
+    if kind == "F":
+        return ("F", stage - 1, mb) if stage > 0 else None
+    if kind in ("B", "BW"):
+        return ("F", stage, mb) if stage == num_stages - 1 else ("B|BW", stage + 1, mb)
+    if kind == "W":
+        return ("B", stage, mb)
+    return None
+
+
+def critical_path(trace, step):
+    """Walk back from the op that ends last (docs/trace.md). Returns dict with the ops on the path (in
+    time order) and the split of the makespan into compute, transfer and slack."""
+    ev = trace.step_events(step, compute_only=True)
+    if len(ev) == 0:
+        raise TraceError("%s: step %d has no compute event in /events" % (trace.path, step))
+    names = [trace.kind_name(k) for k in ev["kind"]]
+    num_stages = int(ev["stage"].max()) + 1
+    index = {}
+    for i, n in enumerate(names):
+        index[(n, int(ev["stage"][i]), int(ev["microbatch"][i]))] = i
+    by_rank = {}
+    for i in np.argsort(ev["start_ns"], kind="stable"):
+        by_rank.setdefault(int(ev["rank"][i]), []).append(int(i))
+    pos = {i: (r, k) for r, lst in by_rank.items() for k, i in enumerate(lst)}
+    first = int(ev["start_ns"].min())
+
+    cur = int(np.argmax(ev["end_ns"]))
+    path, links = [cur], []
+    while True:
+        r, k = pos[cur]
+        prev = by_rank[r][k - 1] if k > 0 else None
+        prev_end = int(ev["end_ns"][prev]) if prev is not None else first
+        ready = int(ev["ready_ns"][cur])
+        nxt, via = None, None
+        if ready > prev_end or prev is None:
+            key = _producer_key(names[cur], int(ev["stage"][cur]), int(ev["microbatch"][cur]), num_stages)
+            if key is not None:
+                kinds = key[0].split("|")
+                for kd in kinds:
+                    j = index.get((kd, key[1], key[2]))
+                    if j is not None and int(ev["end_ns"][j]) <= int(ev["start_ns"][cur]):
+                        nxt, via = j, "data"
+                        break
+        if nxt is None and prev is not None:
+            nxt, via = prev, "rank"
+        if nxt is None:
+            break
+        links.append(via)
+        path.append(nxt)
+        cur = nxt
+    path.reverse()
+    links.reverse()
+    compute = transfer = slack = 0
+    ops = []
+    for n, i in enumerate(path):
+        s, e, rd = int(ev["start_ns"][i]), int(ev["end_ns"][i]), int(ev["ready_ns"][i])
+        compute += e - s
+        if n == 0:
+            slack += s - first
+        else:
+            pe = int(ev["end_ns"][path[n - 1]])
+            if links[n - 1] == "data":
+                t = max(0, min(rd, s) - pe)
+                transfer += t
+                slack += (s - pe) - t
+            else:
+                slack += s - pe
+        ops.append({"rank": int(ev["rank"][i]), "kind": names[i], "stage": int(ev["stage"][i]),
+                    "microbatch": int(ev["microbatch"][i]), "ready_ns": rd, "start_ns": s, "end_ns": e,
+                    "via": links[n - 1] if n > 0 else "start"})
+    length = int(ev["end_ns"][path[-1]]) - first
+    return {"step": step, "length_ns": length, "compute_ns": compute, "transfer_ns": transfer,
+            "slack_ns": slack, "ops": ops}
+
+
+def run_totals(trace, steps=None):
+    """Time-weighted figures over steps, from the stored /steps rows (the figures the run reported)."""
+    st = trace.steps if steps is None else trace.steps[np.isin(trace.steps["step"], steps)]
+    if len(st) == 0:
+        raise TraceError("%s: no step to summarize" % trace.path)
+    mk = st["makespan_ns"].astype(np.float64)
+    total = mk.sum()
+    samples = (st["samples_per_s"] * mk * 1e-9).sum()
+    bubble = float((st["bubble_ratio"] * mk).sum() / total) if total > 0 else 0.0
+    return {"steps": int(len(st)), "mean_makespan_ns": float(mk.mean()), "total_ns": float(total),
+            "samples_per_s": float(samples / (total * 1e-9)) if total > 0 else 0.0, "bubble_ratio": bubble,
+            "final_loss": float(st["loss"][-1])}
+
+
+# ---------------------------------------------------------------------------------------------------
+# CLI plumbing
+
+
+def main_guard(fn):
+    """Runs fn(); any error becomes 'PROG: error: MESSAGE' on stderr and exit status 1 (2 for TraceError
+    and bad arguments), never a Python traceback."""
+    prog = os.path.basename(sys.argv[0])
+    try:
+        code = fn()
+    except TraceError as e:
+        print("%s: error: %s" % (prog, e), file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
+        print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code or 0)
+
+
+def note_dropped(trace):
+    if trace.dropped_events:
+        print("note: %s: ignored %d events of an incomplete step (the run was killed while writing)" %
+              (trace.path, trace.dropped_events), file=sys.stderr)

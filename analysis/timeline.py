@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Gantt chart of one step of a conductor trace: one row per rank, F/B/W/BW in distinct colours with the
+microbatch number on each bar, idle gaps left blank, migrated work hatched and outlined, transfers (with
+--comm) as thin bars under each row. Reads simulator and runtime traces (docs/trace.md)."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conductor_trace as ct  # noqa: E402
+
+COLOURS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868", "BW": "#C44E52", "SEND": "#8C8C8C", "RECV": "#B0B0B0"}
+
+
+def draw(trace, step, output, comm=False, dpi=120, width=None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig_s = ct.step_figures(trace, step)
+    world = trace.world_size
+    ev = trace.step_events(step)
+    t0 = fig_s["start_ns"]
+    span = max(1, fig_s["makespan_ns"])
+    unit, scale = ("ms", 1e6) if span >= 1e6 else ("us", 1e3)
+    w = width or min(24.0, 8.0 + 0.08 * len(ev) / max(1, world))
+    fig, ax = plt.subplots(figsize=(w, 1.0 + 0.6 * world))
+    compute = trace.compute_mask(ev)
+    migrated_any = False
+    for i in range(len(ev)):
+        kind = trace.kind_name(ev["kind"][i])
+        r = int(ev["rank"][i])
+        x0 = (int(ev["start_ns"][i]) - t0) / scale
+        dx = max((int(ev["end_ns"][i]) - int(ev["start_ns"][i])) / scale, 0.0)
+        if compute[i]:
+            mig = bool(ev["migrated"][i])
+            migrated_any |= mig
+            ax.broken_barh([(x0, dx)], (r - 0.4, 0.8), facecolors=COLOURS.get(kind, "#999999"),
+                           edgecolors="black" if mig else "white", linewidth=1.5 if mig else 0.5,
+                           hatch="///" if mig else None)
+            # microbatch number, if the bar is wide enough for it
+            if dx / (span / scale) > 0.012:
+                ax.text(x0 + dx / 2, r, str(int(ev["microbatch"][i])), ha="center", va="center", fontsize=7,
+                        color="white")
+        elif comm:
+            ax.broken_barh([(x0, dx)], (r + 0.42, 0.08), facecolors=COLOURS.get(kind, "#999999"))
+    ax.set_ylim(world - 0.5, -0.5)
+    ax.set_yticks(range(world))
+    ax.set_yticklabels(["rank %d" % r for r in range(world)])
+    ax.set_xlim(0, span / scale)
+    ax.set_xlabel("time since step start (%s)" % unit)
+    a = trace.attrs
+    ax.set_title("%s  step %d: %s, %s, %s backend, %d ranks; makespan %.3f %s, bubble %.1f%%" % (
+        os.path.basename(trace.path), step, a["schedule"], a["execution"], a["backend"], world,
+        span / scale, unit, 100 * fig_s["bubble_ratio"]), fontsize=9)
+    handles = [Patch(facecolor=COLOURS[k], label=k) for k in ct.COMPUTE_KINDS
+               if trace.kind_codes.get(k) is not None and (ev["kind"] == trace.kind_codes[k]).any()]
+    if migrated_any:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="migrated"))
+    if comm:
+        handles += [Patch(facecolor=COLOURS[k], label=k) for k in ("SEND", "RECV")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(output, dpi=dpi)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", metavar="TRACE", help="trace.h5 (simulator or runtime)")
+    p.add_argument("-o", "--output", required=True, help="output image (PNG; .svg/.pdf also work)")
+    p.add_argument("--step", type=int, default=None, help="step to draw (default: the last complete step)")
+    p.add_argument("--comm", action="store_true", help="also draw SEND/RECV transfers")
+    p.add_argument("--dpi", type=int, default=120)
+    args = p.parse_args(argv)
+    trace = ct.load(args.trace)
+    ct.note_dropped(trace)
+    step = ct.pick_step(trace, args.step)
+    draw(trace, step, args.output, comm=args.comm, dpi=args.dpi)
+    print("wrote %s (step %d)" % (args.output, step))
+    return 0
+
+
+if __name__ == "__main__":
+    ct.main_guard(main)
