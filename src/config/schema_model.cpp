@@ -1,4 +1,7 @@
 // Deck keys of the trainer: model, data, optim, checkpoint.
+#include <cmath>
+#include <filesystem>
+
 #include "conductor/config/schema.hpp"
 
 namespace conductor::config {
@@ -23,13 +26,91 @@ void add_model_fields(std::vector<Field>& f) {
                   .range(1, 64));
   f.push_back(field<unsigned long long>("model.init_seed", [](Deck& d) -> auto& { return d.model.init_seed; },
                                         "Seed of the weight initialisation."));
+  f.push_back(field<std::vector<int>>(
+                  "model.layers_per_stage", [](Deck& d) -> auto& { return d.model.layers_per_stage; },
+                  "Transformer layers held by each virtual stage, in virtual-stage order (parallel.pipeline x "
+                  "parallel.virtual entries summing to model.n_layers; 0 is allowed). Empty: as even as possible, "
+                  "earlier stages taking the remainder.")
+                  .range(0, 100000));
+
+  f.push_back(field<std::string>("data.source", [](Deck& d) -> auto& { return d.data.source; },
+                                 "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
+                                 "structure, seeded by run.seed) or `file` (byte-level windows of data.path).")
+                  .one_of({"synthetic", "file"}));
+  f.push_back(field<std::string>("data.path", [](Deck& d) -> auto& { return d.data.path; },
+                                 "Text file read as bytes when data.source is `file` (needs model.vocab >= 256)."));
+
+  f.push_back(field<double>("optim.lr", [](Deck& d) -> auto& { return d.optim.lr; },
+                            "Peak learning rate of AdamW.")
+                  .range(0, 10));
+  f.push_back(field<double>("optim.lr_min_ratio", [](Deck& d) -> auto& { return d.optim.lr_min_ratio; },
+                            "Floor of the cosine decay as a fraction of optim.lr (1 = constant rate).")
+                  .range(0, 1));
+  f.push_back(field<int>("optim.warmup_steps", [](Deck& d) -> auto& { return d.optim.warmup_steps; },
+                         "Linear learning-rate warm-up steps.")
+                  .range(0, 1e9));
+  f.push_back(field<int>("optim.decay_steps", [](Deck& d) -> auto& { return d.optim.decay_steps; },
+                         "Step at which the cosine decay reaches its floor; 0 means run.steps.")
+                  .range(0, 1e9));
+  f.push_back(field<double>("optim.beta1", [](Deck& d) -> auto& { return d.optim.beta1; }, "AdamW beta1.")
+                  .range(0, 0.999999));
+  f.push_back(field<double>("optim.beta2", [](Deck& d) -> auto& { return d.optim.beta2; }, "AdamW beta2.")
+                  .range(0, 0.999999));
+  f.push_back(field<double>("optim.eps", [](Deck& d) -> auto& { return d.optim.eps; }, "AdamW epsilon.")
+                  .range(0, 1));
+  f.push_back(field<double>("optim.weight_decay", [](Deck& d) -> auto& { return d.optim.weight_decay; },
+                            "Decoupled weight decay, applied to weight matrices and embeddings (not to biases "
+                            "or LayerNorm parameters).")
+                  .range(0, 10));
+  f.push_back(field<double>("optim.grad_clip", [](Deck& d) -> auto& { return d.optim.grad_clip; },
+                            "Clip gradients to this global norm (over all stages); 0 disables clipping.")
+                  .range(0, 1e12));
+
+  f.push_back(field<std::string>("checkpoint.path", [](Deck& d) -> auto& { return d.checkpoint.path; },
+                                 "Folder for HDF5 checkpoints (one file per virtual stage); empty: none written."));
+  f.push_back(field<int>("checkpoint.every", [](Deck& d) -> auto& { return d.checkpoint.every; },
+                         "Write a checkpoint every N steps; 0: only after the last step.")
+                  .range(0, 1e9));
+  f.push_back(field<std::string>("checkpoint.resume", [](Deck& d) -> auto& { return d.checkpoint.resume; },
+                                 "Checkpoint folder to resume from (weights, optimizer state, step); empty: "
+                                 "start from the initialisation."));
 }
 
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
   const auto& m = deck.model;
+  const std::string& src = options.source_name;
   if (m.d_model % m.n_heads != 0) {
-    problems.push_back(options.source_name + ": model.n_heads = " + std::to_string(m.n_heads) +
-                       " does not divide model.d_model = " + std::to_string(m.d_model));
+    problems.push_back(src + ": model.n_heads = " + std::to_string(m.n_heads) + " does not divide model.d_model = " +
+                       std::to_string(m.d_model));
+  }
+  const int stages = deck.parallel.pipeline * deck.parallel.virtual_chunks;
+  if (!m.layers_per_stage.empty()) {
+    long long sum = 0;
+    for (int l : m.layers_per_stage) sum += l;
+    if (static_cast<int>(m.layers_per_stage.size()) != stages) {
+      problems.push_back(src + ": model.layers_per_stage has " + std::to_string(m.layers_per_stage.size()) +
+                         " entries but there are parallel.pipeline x parallel.virtual = " + std::to_string(stages) +
+                         " virtual stages");
+    } else if (sum != m.n_layers) {
+      problems.push_back(src + ": model.layers_per_stage sums to " + std::to_string(sum) +
+                         " but model.n_layers = " + std::to_string(m.n_layers));
+    }
+  } else if (options.command == Command::Run && deck.backend == "cpu" && m.n_layers < stages) {
+    problems.push_back(src + ": model.n_layers = " + std::to_string(m.n_layers) + " is fewer than the " +
+                       std::to_string(stages) +
+                       " virtual stages (parallel.pipeline x parallel.virtual); add layers or list "
+                       "model.layers_per_stage explicitly (0 layers on a stage is allowed there)");
+  }
+  if (deck.data.source == "file") {
+    if (deck.data.path.empty()) {
+      problems.push_back(src + ": data.source = file needs data.path (a text file read as bytes)");
+    } else if (!std::filesystem::is_regular_file(deck.data.path)) {
+      problems.push_back(src + ": data.path = '" + deck.data.path + "' is not a readable file");
+    }
+    if (m.vocab < 256) {
+      problems.push_back(src + ": data.source = file reads bytes, so model.vocab must be >= 256, got " +
+                         std::to_string(m.vocab));
+    }
   }
 }
 

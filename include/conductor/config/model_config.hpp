@@ -13,19 +13,31 @@ struct ModelConfig {
   int n_layers = 4;
   int mlp_ratio = 4;
   unsigned long long init_seed = 42;
+  // Transformer layers per virtual stage, in virtual-stage order (length p*v, sum n_layers); empty = even split.
+  std::vector<int> layers_per_stage;
 };
 
 struct DataConfig {
   std::string source = "synthetic";  // synthetic | file
-  std::string path;
+  std::string path;                  // byte-level text file when source == file
 };
 
 struct OptimConfig {
-  double lr = 3e-3;
+  double lr = 3e-3;             // peak learning rate
+  double lr_min_ratio = 0.1;    // cosine decay floor, as a fraction of lr
+  int warmup_steps = 0;         // linear warm-up steps
+  int decay_steps = 0;          // step at which cosine decay reaches the floor; 0 = run.steps
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;    // decoupled, applied to matrices and embeddings only
+  double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
 };
 
 struct CheckpointConfig {
-  std::string path;
+  std::string path;    // folder to write checkpoints into; "" = no checkpoints
+  int every = 0;       // write every N steps (0 = only after the last step)
+  std::string resume;  // checkpoint folder to resume from; "" = start from the initialisation
 };
 
 }  // namespace conductor::config

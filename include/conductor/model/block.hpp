@@ -1,0 +1,109 @@
+#pragma once
+// One transformer layer, written as slices. A slice of attention is a contiguous head range [h0, h1); a slice of
+// the MLP is a contiguous hidden-column range [c0, c1). Each slice is a pure function of (LayerNorm output,
+// its weight block); a slice's forward ADDS its share of the branch output into `out`, its backward_input ADDS
+// its share of the gradient for the LayerNorm output into `dln`, and its backward_weight accumulates the
+// gradients of its own weight block only. Summing the slices therefore gives the whole layer, and the full
+// layer is the one slice covering every head / column (the trainer runs exactly that). The output-projection
+// bias belongs to the slice that starts at head 0 / column 0.
+//
+// Weight layout (per layer), chosen so that every slice's weights are contiguous blocks:
+//   qkv_w    [NH, 3, HS, C]  Megatron-style: q, k, v rows of head h together (nn.Linear [out, in] order)
+//   qkv_b    [NH, 3, HS]
+//   proj_w   [C_in = NH*HS, C_out = C]   input-major, so a head range is a row block
+//   proj_b   [C]
+//   fc_w     [F, C]          nn.Linear [out, in]
+//   fc_b     [F]
+//   fcproj_w [F, C]          input-major ([in, out]) for the same reason as proj_w
+//   fcproj_b [C]
+#include "conductor/model/backend.hpp"
+
+namespace conductor::model {
+
+struct Dims {
+  int B = 1;   // sequences per microbatch
+  int T = 1;   // sequence length
+  int C = 1;   // d_model
+  int NH = 1;  // heads
+  int HS = 1;  // head size C / NH
+  int F = 1;   // MLP hidden width
+  int V = 2;   // vocabulary
+  long BT() const { return static_cast<long>(B) * T; }
+};
+
+// Pointers to one layer's tensors inside a parameter (or gradient) buffer.
+struct LayerView {
+  float* ln1_w = nullptr;
+  float* ln1_b = nullptr;
+  float* qkv_w = nullptr;
+  float* qkv_b = nullptr;
+  float* proj_w = nullptr;
+  float* proj_b = nullptr;
+  float* ln2_w = nullptr;
+  float* ln2_b = nullptr;
+  float* fc_w = nullptr;
+  float* fc_b = nullptr;
+  float* fcproj_w = nullptr;
+  float* fcproj_b = nullptr;
+};
+
+// Buffers of one attention slice of ng = h1 - h0 heads, for one microbatch.
+struct AttnSliceBuffers {
+  float* qkv = nullptr;   // [B,T,ng,3,HS]  forward, kept for B and W
+  float* att = nullptr;   // [B,ng,T,T]     forward, kept for B
+  float* y = nullptr;     // [B,T,ng*HS]    forward, kept for W
+  float* dqkv = nullptr;  // [B,T,ng,3,HS]  written by B, kept for W
+  float* dy = nullptr;    // [B,T,ng*HS]    scratch of B
+  float* datt = nullptr;  // [B,ng,T,T]     scratch of B
+};
+
+// Buffers of one MLP slice of nc = c1 - c0 hidden columns, for one microbatch.
+struct MlpSliceBuffers {
+  float* h = nullptr;     // [B,T,nc]  pre-GELU, forward, kept for B
+  float* gelu = nullptr;  // [B,T,nc]  forward, kept for W
+  float* dh = nullptr;    // [B,T,nc]  written by B, kept for W
+};
+
+// out [B,T,C] += slice output (incl. proj_b when h0 == 0); ln [B,T,C] is the LayerNorm output.
+void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln,
+                             const LayerView& w, const Dims& d, int h0, int h1);
+// dln [B,T,C] += slice's gradient for ln, given dout [B,T,C] (gradient of the branch output); keeps buf.dqkv.
+void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuffers& buf, const float* dout,
+                                    const LayerView& w, const Dims& d, int h0, int h1);
+// grads of the slice's block of qkv_w, qkv_b, proj_w (and proj_b when h0 == 0) +=
+void attention_slice_backward_weight(Backend& be, const LayerView& g, const AttnSliceBuffers& buf, const float* ln,
+                                     const float* dout, const Dims& d, int h0, int h1);
+
+void mlp_slice_forward(Backend& be, float* out, const MlpSliceBuffers& buf, const float* ln, const LayerView& w,
+                       const Dims& d, int c0, int c1);
+void mlp_slice_backward_input(Backend& be, float* dln, const MlpSliceBuffers& buf, const float* dout,
+                              const LayerView& w, const Dims& d, int c0, int c1);
+void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBuffers& buf, const float* ln,
+                               const float* dout, const Dims& d, int c0, int c1);
+
+// Everything one full layer keeps for one microbatch (all heads, all columns as one slice each).
+struct LayerActs {
+  float* x = nullptr;     // [B,T,C] layer input (the residual stream)
+  float* ln1 = nullptr;   // [B,T,C]
+  float* mean1 = nullptr; // [B,T]
+  float* rstd1 = nullptr; // [B,T]
+  float* x2 = nullptr;    // [B,T,C] residual after attention
+  float* ln2 = nullptr;   // [B,T,C]
+  float* mean2 = nullptr; // [B,T]
+  float* rstd2 = nullptr; // [B,T]
+  float* out = nullptr;   // [B,T,C] layer output (= next layer's x)
+  AttnSliceBuffers attn;
+  MlpSliceBuffers mlp;
+  // gradients written by B and kept for W
+  float* dout = nullptr;  // [B,T,C] gradient of the layer output (input of B; = next layer's dx)
+  float* dx2 = nullptr;   // [B,T,C]
+  float* dln1 = nullptr;  // [B,T,C]
+  float* dln2 = nullptr;  // [B,T,C]
+  float* dx = nullptr;    // [B,T,C] gradient of the layer input (output of B)
+};
+
+void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
+
+}  // namespace conductor::model

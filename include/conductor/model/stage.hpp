@@ -1,0 +1,147 @@
+#pragma once
+// The trainer a pipeline rank runs: the virtual stages it holds, each with its layers, parameters, gradients,
+// AdamW state and one set of activation buffers per in-flight microbatch.
+//
+// The model is split over S = parallel.pipeline x parallel.virtual virtual stages (model.layers_per_stage, or
+// as even as possible). Virtual stage 0 also holds the embeddings, virtual stage S-1 the final LayerNorm, the
+// LM head and the loss. Per (virtual stage, microbatch) the runtime calls
+//   forward -> backward_input (B) -> backward_weight (W)        or  forward -> backward_full (= B then W)
+// Microbatches may be processed in any order and interleaved freely (F of mb 3 before F of mb 1, W long after
+// B): each in-flight microbatch owns its buffers, taken at F and given back after W.
+//
+// Loss = mean over the step's microbatches of each microbatch's mean token loss; gradients are the gradient of
+// that loss (each microbatch's share is summed into the gradient buffers by W, so the order of W does not
+// matter beyond fp32 rounding).
+//
+// Activation tensors passed between stages are [microbatch_size, seq_len, d_model] floats in the backend's
+// memory space (host memory for the cpu backend). Calls on one StageModel must not run concurrently.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/model/backend.hpp"
+#include "conductor/model/block.hpp"
+#include "conductor/model/data.hpp"
+
+namespace conductor::model {
+
+// Layers held by each of the num_virtual_stages virtual stages. Throws InputError if the deck's explicit list
+// does not fit (wrong length or sum) or there are fewer layers than virtual stages without an explicit list.
+std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages);
+
+// Learning rate at 0-based step: linear warm-up over optim.warmup_steps, then cosine decay to
+// optim.lr * optim.lr_min_ratio at optim.decay_steps (0: run.steps).
+double learning_rate(const config::Deck& deck, int step);
+
+struct TensorInfo {
+  std::string name;         // "wte", "layer3.qkv_w", "lnf_w", ... (layer index is global)
+  std::vector<int> shape;
+  std::size_t offset = 0;   // floats from the start of the stage's parameter buffer
+  std::size_t numel = 0;
+  bool decay = false;       // weight decay applies (matrices and embeddings)
+};
+
+enum class Buffer { Params, Grads, AdamM, AdamV };
+
+class StageModel {
+ public:
+  // backend: nullptr = the deck's `backend` when it names a math backend, else cpu.
+  StageModel(const config::Deck& deck, std::vector<int> virtual_stages_held, int num_virtual_stages,
+             Backend* backend = nullptr);
+  ~StageModel();
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+
+  // ---- shapes ----
+  int num_virtual_stages() const { return num_vs_; }
+  const std::vector<int>& virtual_stages_held() const { return held_; }
+  bool holds(int vs) const;
+  int num_microbatches() const { return microbatches_; }
+  int first_layer(int vs) const;  // global index of the first layer of vs
+  int num_layers(int vs) const;
+  // Elements of an activation tensor exchanged between stages: microbatch_size * seq_len * d_model floats.
+  std::size_t activation_elements() const { return static_cast<std::size_t>(dims_.BT()) * dims_.C; }
+  // Bytes one in-flight microbatch of vs holds from its F until its W (activations kept for B and W plus the
+  // gradients B keeps for W). The no-argument form is the largest over the held virtual stages.
+  std::size_t activation_bytes_per_microbatch(int vs) const;
+  std::size_t activation_bytes_per_microbatch() const;
+  std::size_t parameter_count(int vs) const;
+
+  // ---- one training step ----
+  // Zeroes the gradients and the step's losses and sets the data step. No microbatch may be in flight.
+  void begin_step(int step);
+  // in: [B,T,C] output of virtual stage vs-1 (nullptr on virtual stage 0, which embeds its own tokens).
+  // out: [B,T,C] for virtual stage vs+1 (nullptr on the last virtual stage, which computes the loss).
+  void forward(int vs, int mb, const float* in, float* out);
+  // B: grad_out [B,T,C] from vs+1 (nullptr on the last virtual stage); grad_in [B,T,C] for vs-1 (nullptr on
+  // virtual stage 0). Keeps what W needs.
+  void backward_input(int vs, int mb, const float* grad_out, float* grad_in);
+  // W: accumulates the weight gradients of microbatch mb and frees its buffers.
+  void backward_weight(int vs, int mb);
+  void backward_full(int vs, int mb, const float* grad_out, float* grad_in);
+  // Mean token loss of microbatch mb of the current step (last virtual stage only, after its forward).
+  double loss(int mb) const;
+  // Mean of loss(mb) over all microbatches (all forwards of the step done on the last virtual stage).
+  double step_loss() const;
+  // Sum of squared gradients over the held virtual stages (double, fixed order). The runtime sums it over all
+  // ranks and passes sqrt of the total to optimizer_step.
+  double local_grad_sq_norm() const;
+  // AdamW with gradient scale min(1, optim.grad_clip / (global_grad_norm + 1e-6)) and learning_rate(step).
+  void optimizer_step(double global_grad_norm, int step);
+  // Microbatches of vs taken by F and not yet released by W.
+  int in_flight(int vs) const;
+
+  // ---- checkpoints (HDF5, one file per virtual stage: <dir>/vstage_<vs>.h5) ----
+  // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage.
+  void save_checkpoint(const std::string& dir, int steps_done) const;
+  // Restores the held stages; returns steps_done. Throws InputError naming file, dataset and both shapes for a
+  // checkpoint of another model shape or split.
+  int load_checkpoint(const std::string& dir);
+  static std::string checkpoint_file(const std::string& dir, int vs);
+
+  // ---- access for tests, the oracle and migration ----
+  const std::vector<TensorInfo>& tensors(int vs) const;
+  std::vector<float> read(int vs, Buffer which) const;
+  void write(int vs, Buffer which, const std::vector<float>& values);
+  std::vector<float> read_tensor(int vs, Buffer which, const std::string& name) const;
+  // Logits [B,T,V] of microbatch mb (last virtual stage, between its forward and its backward_input).
+  std::vector<float> logits(int mb) const;
+  const Dims& dims() const { return dims_; }
+  Backend& backend() const { return *backend_; }
+  const DataSource& data() const { return data_; }
+
+ private:
+  struct Micro;
+  struct VStage;
+  VStage& stage(int vs);
+  const VStage& stage(int vs) const;
+  Micro& micro(VStage& s, int vs, int mb, int expected_phase, const char* op);
+  void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats,
+                    std::size_t& nints) const;
+
+  config::Deck deck_;
+  std::unique_ptr<Backend> owned_backend_;
+  Backend* backend_ = nullptr;
+  std::vector<int> held_;
+  int num_vs_ = 1;
+  int microbatches_ = 1;
+  Dims dims_;
+  DataSource data_;
+  int step_ = 0;
+  std::vector<double> losses_;  // per microbatch, NaN until its forward on the last stage
+  std::vector<std::unique_ptr<VStage>> stages_;
+  std::map<int, int> index_;    // vs -> position in stages_
+  DeviceBuffer scratch_dy_, scratch_datt_;
+  std::vector<int> host_inputs_, host_targets_;
+};
+
+// Single-process reference trainer: every virtual stage of the deck's split (parallel.pipeline x
+// parallel.virtual) in one StageModel, microbatches in plain order (F then full backward per microbatch).
+// Starts at step 0 or at the checkpoint in checkpoint.resume, runs until step `until_step` (-1: run.steps),
+// writes checkpoints per checkpoint.path / checkpoint.every, and returns the loss of every step it ran.
+std::vector<double> train_reference(const config::Deck& deck, int until_step = -1);
+
+}  // namespace conductor::model

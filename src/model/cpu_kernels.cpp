@@ -1,0 +1,348 @@
+// CPU kernels: fp32, OpenMP over independent rows or channel blocks, GEMMs through OpenBLAS. Every reduction
+// runs in a fixed order (no atomics, no OpenMP reduction clauses across threads), so results are bit-identical
+// run to run for a given thread count; checkpoint restarts rely on this.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "conductor/model/adamw.hpp"
+#include "conductor/model/attention.hpp"
+#include "conductor/model/crossentropy.hpp"
+#include "conductor/model/encoder.hpp"
+#include "conductor/model/gelu.hpp"
+#include "conductor/model/gemm.hpp"
+#include "conductor/model/layernorm.hpp"
+
+namespace conductor::model::cpu {
+
+namespace {
+constexpr int kColumnBlock = 64;  // channels per OpenMP task in column reductions
+constexpr float kLnEps = 1e-5f;
+
+inline float dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+inline void axpy(float* y, float a, const float* x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+}  // namespace
+
+// ---------------------------------------------------------------- dense
+void gemm(float* c, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b, float alpha,
+          float beta) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // c = beta * c
+    for (long i = 0; i < static_cast<long>(m) * n; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+}
+
+void bias_forward(float* out, const float* bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float* o = out + static_cast<long>(i) * OC;
+#pragma omp simd
+    for (int j = 0; j < OC; j++) o[j] += bias[j];
+  }
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int OC) {
+  const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c0 = blk * kColumnBlock, c1 = std::min(OC, c0 + kColumnBlock);
+    float acc[kColumnBlock] = {};
+    for (int i = 0; i < N; i++) {
+      const float* d = dout + static_cast<long>(i) * OC;
+      for (int c = c0; c < c1; c++) acc[c - c0] += d[c];
+    }
+    for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
+  }
+}
+
+// ---------------------------------------------------------------- embedding
+void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      float* o = out + (static_cast<long>(b) * T + t) * C;
+      const float* e = wte + static_cast<long>(tokens[b * T + t]) * C;
+      const float* p = wpe + static_cast<long>(t) * C;
+#pragma omp simd
+      for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+    }
+  }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+  // Tokens repeat, so rows of dwte collide; each thread owns a block of channels instead.
+  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
+    for (int b = 0; b < B; b++) {
+      for (int t = 0; t < T; t++) {
+        const float* d = dout + (static_cast<long>(b) * T + t) * C;
+        float* we = dwte + static_cast<long>(tokens[b * T + t]) * C;
+        float* wp = dwpe + static_cast<long>(t) * C;
+        for (int c = c0; c < c1; c++) {
+          we[c] += d[c];
+          wp[c] += d[c];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- layernorm
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int B, int T, int C) {
+  const int N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float* x = inp + static_cast<long>(i) * C;
+    float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    const float s = 1.0f / std::sqrt(v + kLnEps);
+    float* o = out + static_cast<long>(i) * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int B, int T, int C) {
+  const int N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float* x = inp + static_cast<long>(i) * C;
+    const float* d = dout + static_cast<long>(i) * C;
+    float* dx = dinp + static_cast<long>(i) * C;
+    const float m = mean[i], s = rstd[i];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+    for (int c = 0; c < C; c++) {
+      const float dn = weight[c] * d[c];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * (x[c] - m) * s;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      const float norm = (x[c] - m) * s;
+      dx[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int B, int T, int C) {
+  const int N = B * T;
+  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
+    float dw[kColumnBlock] = {}, db[kColumnBlock] = {};
+    for (int i = 0; i < N; i++) {
+      const float* x = inp + static_cast<long>(i) * C;
+      const float* d = dout + static_cast<long>(i) * C;
+      const float m = mean[i], s = rstd[i];
+      for (int c = c0; c < c1; c++) {
+        dw[c - c0] += d[c] * (x[c] - m) * s;
+        db[c - c0] += d[c];
+      }
+    }
+    for (int c = c0; c < c1; c++) {
+      dweight[c] += dw[c - c0];
+      dbias[c] += db[c - c0];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) {
+  const long C3 = 3L * NH * HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        const float* q = qkv + (static_cast<long>(b) * T + t) * C3 + 3L * h * HS;
+        float* a = att + ((static_cast<long>(b) * NH + h) * T + t) * T;
+        float maxv = -FLT_MAX;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float* k = qkv + (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS + HS;
+          a[t2] = dot(q, k, HS) * scale;
+          maxv = std::max(maxv, a[t2]);
+        }
+        float sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          a[t2] = std::exp(a[t2] - maxv);
+          sum += a[t2];
+        }
+        const float inv = 1.0f / sum;
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+        float* o = out + (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
+        std::memset(o, 0, sizeof(float) * HS);
+        for (int t2 = 0; t2 <= t; t2++) {
+          axpy(o, a[t2], qkv + (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS + 2 * HS, HS);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int NH, int HS) {
+  const long C3 = 3L * NH * HS;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  // Keys and values of a head receive gradient from every later query, so a (b, h) pair is one task.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        std::memset(dqkv + (static_cast<long>(b) * T + t) * C3 + 3L * h * HS, 0, sizeof(float) * 3 * HS);
+      }
+      for (int t = 0; t < T; t++) {
+        const long row = (static_cast<long>(b) * T + t) * C3 + 3L * h * HS;
+        const float* q = qkv + row;
+        float* dq = dqkv + row;
+        const float* a = att + ((static_cast<long>(b) * NH + h) * T + t) * T;
+        float* da = datt + ((static_cast<long>(b) * NH + h) * T + t) * T;
+        const float* d = dout + (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
+        float s = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const long row2 = (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS;
+          da[t2] = dot(qkv + row2 + 2 * HS, d, HS);
+          axpy(dqkv + row2 + 2 * HS, a[t2], d, HS);  // dv
+          s += a[t2] * da[t2];
+        }
+        for (int t2 = 0; t2 <= t; t2++) {
+          const long row2 = (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS;
+          const float dpre = a[t2] * (da[t2] - s) * scale;
+          axpy(dq, dpre, qkv + row2 + HS, HS);   // dq
+          axpy(dqkv + row2 + HS, dpre, q, HS);   // dk
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- pointwise
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t N) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < static_cast<long>(N); i++) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < static_cast<long>(N); i++) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float th = std::tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::size_t N) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < static_cast<long>(N); i++) out[i] = a[i] + b[i];
+}
+
+// ---------------------------------------------------------------- loss
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int B, int T, int V) {
+  const int N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float* l = logits + static_cast<long>(i) * V;
+    float* p = probs + static_cast<long>(i) * V;
+    float maxv = -FLT_MAX;
+    for (int v = 0; v < V; v++) maxv = std::max(maxv, l[v]);
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) {
+      p[v] = std::exp(l[v] - maxv);
+      sum += p[v];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    losses[i] = -(l[targets[i]] - maxv - std::log(sum));
+  }
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int B, int T, int V) {
+  const int N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float* p = probs + static_cast<long>(i) * V;
+    float* d = dlogits + static_cast<long>(i) * V;
+#pragma omp simd
+    for (int v = 0; v < V; v++) d[v] = scale * p[v];
+    d[targets[i]] -= scale;
+  }
+}
+
+// ---------------------------------------------------------------- optimizer
+void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int t) {
+  const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+  const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, static_cast<float>(t)));
+  const float step_size = lr / bc1;
+  const float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < static_cast<long>(N); i++) {
+    const float g = grads[i] * grad_scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = params[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+double sum_squares(const float* x, std::size_t N) {
+  constexpr std::size_t kChunk = 1 << 14;  // fixed chunks: the sum's order does not depend on the thread count
+  const long chunks = static_cast<long>((N + kChunk - 1) / kChunk);
+  std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (long c = 0; c < chunks; c++) {
+    const std::size_t i0 = c * kChunk, i1 = std::min(N, i0 + kChunk);
+    double s = 0.0;
+    for (std::size_t i = i0; i < i1; i++) s += static_cast<double>(x[i]) * x[i];
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+}  // namespace conductor::model::cpu

@@ -1,0 +1,522 @@
+// Our CUDA kernels (llm.c style): fp32, one thread per element for pointwise work, one warp per row for row
+// reductions (LayerNorm, softmax), one block per row when rows are long (cross-entropy over the vocabulary).
+// Every reduction has a fixed order that depends only on the shapes, never on scheduling, and no kernel uses
+// floating-point atomics: results are bit-identical run to run, as on the CPU (checkpoint restarts rely on it).
+// The formulas mirror cpu_kernels.cpp operation by operation so the two agree to fp32 rounding.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "conductor/model/cuda/check.hpp"
+#include "kernels.cuh"
+
+namespace conductor::model::cuda::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kLnEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr int kColumnTile = 32;                    // columns per block in column reductions (one warp wide)
+constexpr int kColumnRowsPerChunk = 256;           // rows per chunk of a column reduction
+
+unsigned grid_for(std::size_t n) {
+  const std::size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks == 0 ? 1 : blocks) : 65536);  // grid-stride beyond
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reductions; every thread of the block must call them and gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float sh[32];
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // sh may still be read by a previous call
+  if (lane == 0) sh[wid] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.0f;
+  v = warp_sum(v);
+  return v;
+}
+__device__ float block_max(float v) {
+  __shared__ float sh[32];
+  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[wid] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : -FLT_MAX;
+  v = warp_max(v);
+  return v;
+}
+
+#define GRID_STRIDE(i, n) \
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+
+// ------------------------------------------------------------------------------------------------ dense
+__global__ void scale_kernel(float* c, float beta, std::size_t n) {
+  GRID_STRIDE(i, n) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+}
+
+__global__ void bias_forward_kernel(float* out, const float* bias, std::size_t n, int OC) {
+  GRID_STRIDE(i, n) out[i] += bias[i % OC];
+}
+
+// partial [chunks, OC]: block (32, 8) sums rows of chunk blockIdx.y for 32 columns; rows ty, ty+8, ... then the
+// 8 row-phases in order.
+__global__ void column_partial_kernel(float* partial, const float* dout, int N, int OC) {
+  __shared__ float sh[8][kColumnTile];
+  const int c = blockIdx.x * kColumnTile + threadIdx.x;
+  const int r0 = blockIdx.y * kColumnRowsPerChunk;
+  const int r1 = min(N, r0 + kColumnRowsPerChunk);
+  float acc = 0.0f;
+  if (c < OC) {
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += dout[static_cast<long>(r) * OC + c];
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < OC) {
+    float s = 0.0f;
+    for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
+    partial[static_cast<long>(blockIdx.y) * OC + c] = s;
+  }
+}
+
+// out[c] += sum over chunks of partial[chunk, c], chunks in order.
+__global__ void column_finish_kernel(float* out, const float* partial, int chunks, int OC) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float s = 0.0f;
+  for (int k = 0; k < chunks; k++) s += partial[static_cast<long>(k) * OC + c];
+  out[c] += s;
+}
+
+// ------------------------------------------------------------------------------------------------ embedding
+__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int T,
+                                       int C, std::size_t n) {
+  GRID_STRIDE(i, n) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T);
+    out[i] = wte[static_cast<std::size_t>(tokens[bt]) * C + c] + wpe[static_cast<std::size_t>(t) * C + c];
+  }
+}
+
+// dwpe[t, c] += dout[b, t, c] for b in order (the CPU kernel's order).
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+  const std::size_t n = static_cast<std::size_t>(T) * C;
+  GRID_STRIDE(i, n) {
+    float v = dwpe[i];
+    for (int b = 0; b < B; b++) v += dout[static_cast<std::size_t>(b) * n + i];
+    dwpe[i] = v;
+  }
+}
+
+// dwte: rows repeat when tokens repeat, so position bt handles its token only if it is the token's first
+// occurrence; that block then sums the gradient rows of every occurrence in position order (a deterministic
+// order, found by a ballot scan) into dwte. No atomics.
+constexpr int kMatchBatch = 256;
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* tokens, int BT, int C) {
+  const int bt = blockIdx.x;
+  const int tok = tokens[bt];
+  bool earlier = false;
+  for (int i = threadIdx.x; i < bt; i += blockDim.x) earlier |= tokens[i] == tok;
+  if (__syncthreads_or(earlier)) return;  // a block of an earlier position owns this token
+  __shared__ int match[kMatchBatch];
+  __shared__ int count_sh, next_sh;
+  int j0 = bt;
+  while (true) {
+    if (threadIdx.x < 32) {  // warp 0 collects the next batch of matching positions, in order
+      const int lane = threadIdx.x;
+      int count = 0, j = j0;
+      while (j < BT && count <= kMatchBatch - 32) {
+        const bool hit = j + lane < BT && tokens[j + lane] == tok;
+        const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+        if (hit) match[count + __popc(ballot & ((1u << lane) - 1u))] = j + lane;
+        count += __popc(ballot);
+        j += 32;
+      }
+      if (lane == 0) {
+        count_sh = count;
+        next_sh = j;
+      }
+    }
+    __syncthreads();
+    const int n = count_sh;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int q = 0; q < n; q++) acc += dout[static_cast<std::size_t>(match[q]) * C + c];
+      if (n > 0) dwte[static_cast<std::size_t>(tok) * C + c] += acc;
+    }
+    j0 = next_sh;
+    __syncthreads();  // match / count_sh are rewritten by the next batch
+    if (j0 >= BT) break;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ layernorm
+// One warp per row of C.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                         const float* bias, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + static_cast<std::size_t>(row) * C;
+  float m = 0.0f;
+  for (int c = lane; c < C; c += 32) m += x[c];
+  m = warp_sum(m) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  v = warp_sum(v) / C;
+  const float s = 1.0f / sqrtf(v + kLnEps);
+  float* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                const float* weight, const float* mean, const float* rstd, int N,
+                                                int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const std::size_t off = static_cast<std::size_t>(row) * C;
+  const float* x = inp + off;
+  const float* d = dout + off;
+  float* dx = dinp + off;
+  const float m = mean[row], s = rstd[row];
+  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float dn = weight[c] * d[c];
+    dnorm_mean += dn;
+    dnorm_norm_mean += dn * (x[c] - m) * s;
+  }
+  dnorm_mean = warp_sum(dnorm_mean) / C;
+  dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (x[c] - m) * s;
+    dx[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// partial [2, chunks, C]: dweight partials then dbias partials (as column_partial_kernel, two sums).
+__global__ void layernorm_weight_partial_kernel(float* partial, const float* dout, const float* inp,
+                                                const float* mean, const float* rstd, int N, int C) {
+  __shared__ float shw[8][kColumnTile], shb[8][kColumnTile];
+  const int c = blockIdx.x * kColumnTile + threadIdx.x;
+  const int r0 = blockIdx.y * kColumnRowsPerChunk;
+  const int r1 = min(N, r0 + kColumnRowsPerChunk);
+  float dw = 0.0f, db = 0.0f;
+  if (c < C) {
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      const std::size_t i = static_cast<std::size_t>(r) * C + c;
+      dw += dout[i] * (inp[i] - mean[r]) * rstd[r];
+      db += dout[i];
+    }
+  }
+  shw[threadIdx.y][threadIdx.x] = dw;
+  shb[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int y = 0; y < 8; y++) {
+      sw += shw[y][threadIdx.x];
+      sb += shb[y][threadIdx.x];
+    }
+    const std::size_t chunks = gridDim.y;
+    partial[static_cast<std::size_t>(blockIdx.y) * C + c] = sw;
+    partial[(chunks + blockIdx.y) * C + c] = sb;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ attention
+// One warp per row (b, h, t) of T scores; entries after t are causal-masked to exact zeros.
+__global__ void causal_softmax_forward_kernel(float* att, int rows, int T) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int t = row % T;
+  float* a = att + static_cast<std::size_t>(row) * T;
+  float maxv = -FLT_MAX;
+  for (int t2 = lane; t2 <= t; t2 += 32) maxv = fmaxf(maxv, a[t2]);
+  maxv = warp_max(maxv);
+  float sum = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    const float e = expf(a[t2] - maxv);
+    a[t2] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / warp_sum(sum);
+  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+}
+
+__global__ void causal_softmax_backward_kernel(float* datt, const float* att, float scale, int rows, int T) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int t = row % T;
+  const std::size_t off = static_cast<std::size_t>(row) * T;
+  const float* a = att + off;
+  float* da = datt + off;
+  float s = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) s += a[t2] * da[t2];
+  s = warp_sum(s);
+  for (int t2 = lane; t2 < T; t2 += 32) da[t2] = t2 <= t ? a[t2] * (da[t2] - s) * scale : 0.0f;
+}
+
+// ------------------------------------------------------------------------------------------------ pointwise
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
+  GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, std::size_t n) {
+  GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float th = tanhf(u);
+    const float sech2 = 1.0f - th * th;
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, std::size_t n) {
+  GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+// ------------------------------------------------------------------------------------------------ loss
+// One block per row of V logits: softmax and the token loss, fused.
+__global__ void crossentropy_forward_kernel(float* losses, float* probs, const float* logits, const int* targets,
+                                            int V) {
+  const std::size_t row = blockIdx.x;
+  const float* l = logits + row * V;
+  float* p = probs + row * V;
+  float maxv = -FLT_MAX;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) maxv = fmaxf(maxv, l[v]);
+  maxv = block_max(maxv);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float e = expf(l[v] - maxv);
+    p[v] = e;
+    sum += e;
+  }
+  sum = block_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) p[v] *= inv;
+  if (threadIdx.x == 0) losses[row] = -(l[targets[row]] - maxv - logf(sum));
+}
+
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets, float scale,
+                                             int V, std::size_t n) {
+  GRID_STRIDE(i, n) {
+    const std::size_t row = i / V;
+    const int v = static_cast<int>(i % V);
+    const float d = scale * probs[i];
+    dlogits[i] = v == targets[row] ? d - scale : d;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ optimizer
+__global__ void adamw_kernel(float* params, float* m, float* v, const float* grads, std::size_t n, float beta1,
+                             float beta2, float eps, float grad_scale, float step_size, float bc2_sqrt, float decay) {
+  GRID_STRIDE(i, n) {
+    const float g = grads[i] * grad_scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = params[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+constexpr int kSumSquaresMaxBlocks = 1024;
+
+// partial[block] = sum over the block's grid-stride elements, tree-reduced in shared memory (fixed order).
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, std::size_t n) {
+  __shared__ double sh[kThreads];
+  double acc = 0.0;
+  GRID_STRIDE(i, n) acc += static_cast<double>(x[i]) * x[i];
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) sh[threadIdx.x] += sh[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_squares_finish_kernel(double* result, const double* partial, int blocks) {
+  double s = 0.0;
+  for (int b = 0; b < blocks; b++) s += partial[b];
+  *result = s;
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t n) {
+  GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+unsigned row_grid(int rows) { return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)); }
+
+}  // namespace
+
+// ================================================================================================ launchers
+void scale(float* c, float beta, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(c, beta, n);
+  cudaCheckLaunch();
+}
+
+void bias_forward(float* out, const float* bias, int N, int OC, cudaStream_t s) {
+  const std::size_t n = static_cast<std::size_t>(N) * OC;
+  if (n == 0) return;
+  bias_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, bias, n, OC);
+  cudaCheckLaunch();
+}
+
+int column_chunks(int N) { return N <= 0 ? 1 : (N + kColumnRowsPerChunk - 1) / kColumnRowsPerChunk; }
+
+void bias_backward(float* dbias, const float* dout, int N, int OC, float* partial, cudaStream_t s) {
+  if (N <= 0 || OC <= 0) return;
+  const int chunks = column_chunks(N);
+  const dim3 grid((OC + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, 8);
+  column_partial_kernel<<<grid, block, 0, s>>>(partial, dout, N, OC);
+  cudaCheckLaunch();
+  column_finish_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, s>>>(dbias, partial, chunks, OC);
+  cudaCheckLaunch();
+}
+
+void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     cudaStream_t s) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  if (n == 0) return;
+  encoder_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n);
+  cudaCheckLaunch();
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
+                      cudaStream_t s) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  encoder_backward_wpe_kernel<<<grid_for(static_cast<std::size_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
+  cudaCheckLaunch();
+  encoder_backward_wte_kernel<<<B * T, 128, 0, s>>>(dwte, dout, tokens, B * T, C);
+  cudaCheckLaunch();
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, cudaStream_t s) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<<<row_grid(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+  cudaCheckLaunch();
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C, cudaStream_t s) {
+  if (N <= 0) return;
+  layernorm_backward_input_kernel<<<row_grid(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  cudaCheckLaunch();
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int N, int C, float* partial, cudaStream_t s) {
+  if (N <= 0 || C <= 0) return;
+  const int chunks = column_chunks(N);
+  const dim3 grid((C + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, 8);
+  layernorm_weight_partial_kernel<<<grid, block, 0, s>>>(partial, dout, inp, mean, rstd, N, C);
+  cudaCheckLaunch();
+  const unsigned g = (C + kThreads - 1) / kThreads;
+  column_finish_kernel<<<g, kThreads, 0, s>>>(dweight, partial, chunks, C);
+  cudaCheckLaunch();
+  column_finish_kernel<<<g, kThreads, 0, s>>>(dbias, partial + static_cast<std::size_t>(chunks) * C, chunks, C);
+  cudaCheckLaunch();
+}
+
+void causal_softmax_forward(float* att, int BNH, int T, cudaStream_t s) {
+  const int rows = BNH * T;
+  if (rows <= 0) return;
+  causal_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, s>>>(att, rows, T);
+  cudaCheckLaunch();
+}
+
+void causal_softmax_backward(float* datt, const float* att, float scale, int BNH, int T, cudaStream_t s) {
+  const int rows = BNH * T;
+  if (rows <= 0) return;
+  causal_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, s>>>(datt, att, scale, rows, T);
+  cudaCheckLaunch();
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t N, cudaStream_t s) {
+  if (N == 0) return;
+  gelu_forward_kernel<<<grid_for(N), kThreads, 0, s>>>(out, inp, N);
+  cudaCheckLaunch();
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N, cudaStream_t s) {
+  if (N == 0) return;
+  gelu_backward_kernel<<<grid_for(N), kThreads, 0, s>>>(dinp, dout, inp, N);
+  cudaCheckLaunch();
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::size_t N, cudaStream_t s) {
+  if (N == 0) return;
+  residual_forward_kernel<<<grid_for(N), kThreads, 0, s>>>(out, a, b, N);
+  cudaCheckLaunch();
+}
+
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int N, int V,
+                          cudaStream_t s) {
+  if (N <= 0) return;
+  crossentropy_forward_kernel<<<N, 512, 0, s>>>(losses, probs, logits, targets, V);
+  cudaCheckLaunch();
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int N, int V,
+                           cudaStream_t s) {
+  const std::size_t n = static_cast<std::size_t>(N) * V;
+  if (n == 0) return;
+  crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale, V, n);
+  cudaCheckLaunch();
+}
+
+void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float beta1, float beta2,
+                  float eps, float grad_scale, float step_size, float bc2_sqrt, float decay, cudaStream_t s) {
+  if (N == 0) return;
+  adamw_kernel<<<grid_for(N), kThreads, 0, s>>>(params, m, v, grads, N, beta1, beta2, eps, grad_scale, step_size,
+                                                bc2_sqrt, decay);
+  cudaCheckLaunch();
+}
+
+int sum_squares_blocks(std::size_t N) {
+  const std::size_t per_block = static_cast<std::size_t>(kThreads) * 16;  // >= 16 elements per thread
+  const std::size_t b = (N + per_block - 1) / per_block;
+  return static_cast<int>(b < 1 ? 1 : (b > kSumSquaresMaxBlocks ? kSumSquaresMaxBlocks : b));
+}
+
+void sum_squares(double* result, double* partial, const float* x, std::size_t N, cudaStream_t s) {
+  const int blocks = sum_squares_blocks(N);
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(partial, x, N);
+  cudaCheckLaunch();
+  sum_squares_finish_kernel<<<1, 1, 0, s>>>(result, partial, blocks);
+  cudaCheckLaunch();
+}
+
+void to_bf16(void* out, const float* in, std::size_t N, cudaStream_t s) {
+  if (N == 0) return;
+  to_bf16_kernel<<<grid_for(N), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(out), in, N);
+  cudaCheckLaunch();
+}
+
+}  // namespace conductor::model::cuda::kernels

@@ -1,0 +1,295 @@
+// StageModel: split backward, microbatch order, stage splits, finite differences, data, schedule, learning.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "conductor/config/schema.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/util/error.hpp"
+#include "model_test_util.hpp"
+
+using namespace conductor;
+using namespace conductor::model;
+using namespace model_test;
+
+TEST(Data, MicrobatchIsPureFunctionOfSeedStepAndIndex) {
+  auto deck = tiny_deck();
+  DataSource a(deck), b(deck);
+  std::vector<int> i1, t1, i2, t2;
+  a.microbatch(7, 2, i1, t1);
+  b.microbatch(7, 2, i2, t2);
+  EXPECT_EQ(i1, i2);
+  EXPECT_EQ(t1, t2);
+  for (std::size_t i = 0; i + 1 < i1.size(); i++) {
+    if ((i + 1) % deck.model.seq_len != 0) {
+      EXPECT_EQ(t1[i], i1[i + 1]);  // targets are inputs shifted by one
+    }
+  }
+  a.microbatch(8, 2, i2, t2);
+  EXPECT_NE(i1, i2);
+  a.microbatch(7, 1, i2, t2);
+  EXPECT_NE(i1, i2);
+  deck.run.seed += 1;
+  DataSource c(deck);
+  c.microbatch(7, 2, i2, t2);
+  EXPECT_NE(i1, i2);
+}
+
+TEST(Data, SyntheticSourceHasStructureBelowUnigramEntropy) {
+  config::Deck deck;  // quickstart-sized defaults
+  DataSource src(deck);
+  const double h1 = src.empirical_unigram_entropy(20, 8), hc = src.empirical_conditional_entropy(20, 8);
+  EXPECT_GT(h1, 4.0);  // close to log(256) = 5.55
+  EXPECT_LT(hc, 1.5);  // four successors with probabilities .55 .25 .12 .08: 1.13 nats
+}
+
+TEST(Data, FileSourceReadsBytesAndRejectsShortFiles) {
+  const std::string path = testing::TempDir() + "model_data.txt";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("hello conductor, this is a small byte-level corpus.", f);
+  std::fclose(f);
+  config::Deck deck;
+  deck.data.source = "file";
+  deck.data.path = path;
+  deck.model.seq_len = 8;
+  DataSource src(deck);
+  std::vector<int> in, tg;
+  src.microbatch(0, 0, in, tg);
+  for (int v : in) EXPECT_TRUE(v >= ' ' && v <= 'z');
+  deck.model.seq_len = 100;
+  try {
+    DataSource bad(deck);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Split, EvenExplicitAndErrors) {
+  auto deck = tiny_deck();
+  deck.model.n_layers = 7;
+  EXPECT_EQ(split_layers(deck, 3), (std::vector<int>{3, 2, 2}));
+  deck.model.layers_per_stage = {0, 5, 2};
+  EXPECT_EQ(split_layers(deck, 3), (std::vector<int>{0, 5, 2}));
+  EXPECT_THROW(split_layers(deck, 2), InputError);
+  deck.model.layers_per_stage = {1, 5, 2};
+  EXPECT_THROW(split_layers(deck, 3), InputError);
+  deck.model.layers_per_stage.clear();
+  EXPECT_THROW(split_layers(deck, 8), InputError);
+}
+
+TEST(Split, DeckKeysAreChecked) {
+  config::LoadOptions opt;
+  opt.source_name = "t.yaml";
+  opt.overrides = {"parallel.pipeline=2", "model.layers_per_stage=[1,2]"};
+  try {
+    config::parse_deck("", opt);
+    FAIL() << "expected DeckError";
+  } catch (const DeckError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers_per_stage sums to 3"), std::string::npos) << e.what();
+  }
+  opt.overrides = {"parallel.pipeline=2", "model.layers_per_stage=[1,3]", "optim.warmup_steps=3",
+                   "checkpoint.every=2", "data.source=synthetic"};
+  EXPECT_EQ(config::parse_deck("", opt).model.layers_per_stage, (std::vector<int>{1, 3}));
+}
+
+TEST(Optim, WarmupThenCosineToFloor) {
+  config::Deck deck;
+  deck.optim.lr = 1.0;
+  deck.optim.lr_min_ratio = 0.1;
+  deck.optim.warmup_steps = 4;
+  deck.run.steps = 14;
+  EXPECT_DOUBLE_EQ(learning_rate(deck, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(deck, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(deck, 4), 1.0);
+  EXPECT_NEAR(learning_rate(deck, 9), 0.55, 1e-12);  // halfway through the cosine
+  EXPECT_NEAR(learning_rate(deck, 14), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(deck, 100), 0.1, 1e-12);
+  deck.optim.decay_steps = 24;
+  EXPECT_NEAR(learning_rate(deck, 14), 0.55, 1e-12);
+}
+
+// B then W for every microbatch equals the full backward, bit for bit when W runs in the same order.
+TEST(Stage, BackwardInputThenWeightEqualsFullBackward) {
+  auto deck = tiny_deck();
+  deck.parallel.pipeline = 2;
+  StageModel full(deck, {0, 1}, 2), split(deck, {0, 1}, 2);
+  const std::size_t n = full.activation_elements();
+  std::vector<float> a(n), g_full(n), g_split(n), g0(n);
+  full.begin_step(0);
+  split.begin_step(0);
+  std::vector<std::vector<float>> gin_full, gin_split;
+  for (int mb = 0; mb < 3; mb++) {
+    full.forward(0, mb, nullptr, a.data());
+    full.forward(1, mb, a.data(), nullptr);
+    full.backward_full(1, mb, nullptr, g_full.data());
+    full.backward_full(0, mb, g_full.data(), nullptr);
+    gin_full.push_back(g_full);
+  }
+  for (int mb = 0; mb < 3; mb++) {
+    split.forward(0, mb, nullptr, a.data());
+    split.forward(1, mb, a.data(), nullptr);
+  }
+  for (int mb = 0; mb < 3; mb++) {
+    split.backward_input(1, mb, nullptr, g_split.data());
+    gin_split.push_back(g_split);
+    split.backward_input(0, mb, g_split.data(), nullptr);
+  }
+  EXPECT_EQ(split.in_flight(0), 3);
+  for (int mb = 0; mb < 3; mb++) {
+    split.backward_weight(1, mb);
+    split.backward_weight(0, mb);
+  }
+  EXPECT_EQ(split.in_flight(0), 0);
+  EXPECT_EQ(gin_full, gin_split);
+  for (int vs : {0, 1}) EXPECT_EQ(full.read(vs, Buffer::Grads), split.read(vs, Buffer::Grads)) << vs;
+  double norm = full.local_grad_sq_norm();
+  EXPECT_GT(norm, 0.0);
+  EXPECT_EQ(norm, split.local_grad_sq_norm());
+}
+
+// Microbatches in any order (F of 2 before F of 0, W long after B) give the same losses and gradients.
+TEST(Stage, MicrobatchOrderDoesNotMatter) {
+  auto deck = tiny_deck();
+  deck.parallel.microbatches = 4;
+  deck.parallel.pipeline = 2;
+  StageModel ref(deck, {0, 1}, 2), odd(deck, {0, 1}, 2);
+  run_step(ref, 3);
+  const std::size_t n = ref.activation_elements();
+  std::map<int, std::vector<float>> act, grad;
+  odd.begin_step(3);
+  for (int mb : {2, 0, 3}) {
+    act[mb].resize(n);
+    odd.forward(0, mb, nullptr, act[mb].data());
+  }
+  odd.forward(1, 3, act[3].data(), nullptr);
+  grad[3].resize(n);
+  odd.backward_input(1, 3, nullptr, grad[3].data());
+  odd.forward(1, 0, act[0].data(), nullptr);
+  act[1].resize(n);
+  odd.forward(0, 1, nullptr, act[1].data());
+  odd.backward_input(0, 3, grad[3].data(), nullptr);
+  odd.forward(1, 2, act[2].data(), nullptr);
+  odd.forward(1, 1, act[1].data(), nullptr);
+  for (int mb : {1, 0, 2}) {
+    grad[mb].resize(n);
+    odd.backward_full(1, mb, nullptr, grad[mb].data());
+  }
+  odd.backward_weight(1, 3);
+  for (int mb : {2, 1, 0}) odd.backward_full(0, mb, grad[mb].data(), nullptr);
+  odd.backward_weight(0, 3);
+  for (int mb = 0; mb < 4; mb++) EXPECT_EQ(ref.loss(mb), odd.loss(mb)) << mb;
+  for (int vs : {0, 1}) EXPECT_LT(rel_err(odd.read(vs, Buffer::Grads), ref.read(vs, Buffer::Grads)), 1e-6);
+}
+
+TEST(Stage, OutOfOrderCallsAreRefused) {
+  auto deck = tiny_deck();
+  StageModel m(deck, {0}, 1);
+  m.begin_step(0);
+  EXPECT_THROW(m.backward_input(0, 0, nullptr, nullptr), Error);
+  m.forward(0, 0, nullptr, nullptr);
+  EXPECT_THROW(m.forward(0, 0, nullptr, nullptr), Error);
+  EXPECT_THROW(m.backward_weight(0, 0), Error);
+  EXPECT_THROW(m.begin_step(1), Error);  // microbatch 0 still in flight
+  EXPECT_THROW(m.forward(1, 1, nullptr, nullptr), Error);  // stage not held
+  EXPECT_THROW(m.forward(0, 3, nullptr, nullptr), Error);  // microbatch out of range
+  m.backward_full(0, 0, nullptr, nullptr);
+  m.begin_step(1);
+}
+
+// Any split over virtual stages computes the same model: same initial weights, losses and gradients.
+TEST(Stage, SplitOverVirtualStagesComputesTheSameModel) {
+  auto deck = tiny_deck();
+  deck.model.n_layers = 4;
+  StageModel one(deck, {0}, 1);
+  deck.parallel.pipeline = 3;
+  deck.model.layers_per_stage = {1, 0, 3};
+  StageModel three(deck, {0, 1, 2}, 3);
+  EXPECT_EQ(one.parameter_count(0), three.parameter_count(0) + three.parameter_count(1) + three.parameter_count(2));
+  for (int step = 0; step < 2; step++) {
+    EXPECT_EQ(run_step(one, step), run_step(three, step));
+    for (int vs = 0; vs < 3; vs++) {
+      for (const auto& t : three.tensors(vs)) {
+        EXPECT_EQ(one.read_tensor(0, Buffer::Grads, t.name), three.read_tensor(vs, Buffer::Grads, t.name)) << t.name;
+      }
+    }
+    one.optimizer_step(std::sqrt(one.local_grad_sq_norm()), step);
+    three.optimizer_step(std::sqrt(three.local_grad_sq_norm()), step);
+  }
+}
+
+// Central finite differences of the fp32 loss against the analytic gradient, on every tensor.
+TEST(Stage, GradientsMatchFiniteDifferences) {
+  auto deck = tiny_deck();
+  deck.model.n_layers = 2;
+  deck.parallel.microbatches = 2;
+  StageModel m(deck, {0}, 1);
+  // Larger weights than the GPT-2 init so every gradient is well above fp32 noise.
+  std::vector<float> p = m.read(0, Buffer::Params);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd(0.0f, 0.4f);
+  for (const auto& t : m.tensors(0)) {
+    for (std::size_t i = 0; i < t.numel; i++) p[t.offset + i] += nd(gen);
+  }
+  m.write(0, Buffer::Params, p);
+  run_step(m, 0);
+  const std::vector<float> grad = m.read(0, Buffer::Grads);
+  const float eps = 1e-2f;
+  for (const auto& t : m.tensors(0)) {
+    double num = 0, den = 0;
+    for (int k = 0; k < 6; k++) {
+      const std::size_t i = t.offset + (k * 7919u) % t.numel;
+      std::vector<float> q = p;
+      q[i] = p[i] + eps;
+      m.write(0, Buffer::Params, q);
+      const double up = run_step(m, 0);
+      q[i] = p[i] - eps;
+      m.write(0, Buffer::Params, q);
+      const double down = run_step(m, 0);
+      const double fd = (up - down) / (2 * eps);
+      num += (fd - grad[i]) * (fd - grad[i]);
+      den += static_cast<double>(grad[i]) * grad[i];
+    }
+    EXPECT_LT(std::sqrt(num), 2e-2 * std::sqrt(den) + 1e-4) << t.name << " |g| " << std::sqrt(den);
+  }
+}
+
+TEST(Stage, ActivationBytesCountLayersAndHead) {
+  auto deck = tiny_deck();
+  deck.model.n_layers = 4;
+  deck.parallel.pipeline = 2;
+  deck.model.layers_per_stage = {3, 1};
+  StageModel m(deck, {0, 1}, 2);
+  EXPECT_EQ(m.activation_elements(), 2u * 6 * 8);
+  EXPECT_GT(m.activation_bytes_per_microbatch(0), m.activation_bytes_per_microbatch(1) / 2);
+  // One layer of this shape keeps at least x, ln1, x2, ln2, y, qkv (3x), dqkv (3x), h, gelu, dh and 4 grads.
+  const std::size_t btc = 2 * 6 * 8;
+  EXPECT_GE(m.activation_bytes_per_microbatch(0), 3 * (19 * btc) * sizeof(float));
+  EXPECT_EQ(m.activation_bytes_per_microbatch(), std::max(m.activation_bytes_per_microbatch(0),
+                                                          m.activation_bytes_per_microbatch(1)));
+}
+
+// The quickstart-sized model learns the synthetic source well below its unigram entropy.
+TEST(Training, QuickstartModelLearnsBelowUnigramEntropy) {
+  config::Deck deck;  // defaults: vocab 256, seq 64, d 64, 4 heads, 4 layers, microbatch_size 4
+  deck.parallel.pipeline = 1;
+  deck.parallel.microbatches = 2;
+  deck.run.steps = 60;
+  deck.optim.lr = 1e-2;
+  deck.optim.warmup_steps = 5;
+  const double unigram = DataSource(deck).empirical_unigram_entropy(deck.run.steps, 2);
+  const double conditional = DataSource(deck).empirical_conditional_entropy(deck.run.steps, 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<double> losses = train_reference(deck);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double last = 0;
+  for (int i = 0; i < 5; i++) last += losses[losses.size() - 1 - i] / 5;
+  std::printf("quickstart-size: first loss %.4f, mean of last 5 %.4f, unigram entropy %.4f, conditional %.4f nats; "
+              "%.1f ms/step (2 microbatches of 4x64 tokens)\n",
+              losses.front(), last, unigram, conditional, 1e3 * secs / losses.size());
+  EXPECT_NEAR(losses.front(), std::log(256.0), 0.3);
+  EXPECT_LT(last, unigram - 1.0);
+}
