@@ -338,7 +338,7 @@ TEST(TraceIO, AppendAfterCloseThrows) {
 TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
   const int ranks = 4, microbatches = 20;  // 480 events per step
   std::mt19937 rng(12345);
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < 5; ++round) {
     TempDir dir;
     std::string path = (dir.path / "trace.h5").string();
     int fds[2];
@@ -362,7 +362,7 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
       _exit(0);
     }
     close(fds[1]);
-    int want = 1 + round * 3;  // let some steps complete first
+    int want = 1 + round * 4;  // let some steps complete first
     int last = -1, s = 0;
     while (last + 1 < want && read(fds[0], &s, sizeof s) == sizeof s) last = s;
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
@@ -389,7 +389,7 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
     // Whatever follows belongs to the step being written when the kill came: a prefix of it, no garbage.
     for (size_t i = row; i < t.events.size(); ++i) EXPECT_EQ(t.events[i].step, static_cast<int>(t.steps.size()));
 
-    if (have_h5py()) {
+    if (round % 2 == 0 && have_h5py()) {  // h5py start-up is the slow part: every other round
       std::string cmd = std::string(CONDUCTOR_PYTHON) + " -c '" +
                         "import sys, h5py\n"
                         "try:\n f = h5py.File(sys.argv[1], \"r\")\n"
