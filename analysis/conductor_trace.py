@@ -50,6 +50,11 @@ class Trace:
         self.kind_codes = kind_codes            # name -> int
         self.kind_names = {v: k for k, v in kind_codes.items()}
         self.dropped_events = dropped           # rows of incomplete steps or unwritten fill
+        # Events grouped by step once (a stable sort keeps the writer's order within a step), so that
+        # per-step queries cost O(events of the step), not O(all events), on long runs.
+        order = np.argsort(events["step"], kind="stable")
+        self._by_step = events[order]
+        self._step_keys = self._by_step["step"]
 
     @property
     def world_size(self):
@@ -71,7 +76,9 @@ class Trace:
         return np.isin(ev["kind"], codes)
 
     def step_events(self, step, compute_only=False):
-        ev = self.events[self.events["step"] == step]
+        lo = np.searchsorted(self._step_keys, step, side="left")
+        hi = np.searchsorted(self._step_keys, step, side="right")
+        ev = self._by_step[lo:hi]
         if compute_only:
             ev = ev[self.compute_mask(ev)]
         return ev
@@ -229,20 +236,19 @@ def idle_split(trace, step, figures=None):
         starts = mine["start_ns"].astype(np.int64)
         ends = mine["end_ns"].astype(np.int64)
         ready = mine["ready_ns"].astype(np.int64)
-        # earliest ready time among ops not yet started at op i (ops run one at a time on a rank)
+        # free_at[i]: when the rank became free before op i (ops run one at a time on a rank)
+        free_at = np.maximum(t0, np.concatenate(([t0], np.maximum.accumulate(ends)[:-1])))
+        gaps = np.maximum(0, starts - free_at)
+        # earliest ready time among the ops not yet started at op i: some op was ready from then on
         pending_ready = np.minimum.accumulate(ready[::-1])[::-1]
-        cursor = t0
-        for i in range(len(mine)):
-            gap0, gap1 = cursor, int(starts[i])
-            if gap1 > gap0:
-                not_picked = max(0, gap1 - max(gap0, int(pending_ready[i])))
-                d["not_picked_ns"] += not_picked
-                d["waiting_ns"] += (gap1 - gap0) - not_picked
-                d["warmup_ns" if i == 0 else "steady_ns"] += gap1 - gap0
-            cursor = max(cursor, int(ends[i]))
-        if t1 > cursor:  # after the rank's last op nothing of it is pending: no ready work
-            d["cooldown_ns"] += t1 - cursor
-            d["waiting_ns"] += t1 - cursor
+        not_picked = np.maximum(0, starts - np.maximum(free_at, pending_ready))
+        d["warmup_ns"] = int(gaps[0])
+        d["steady_ns"] = int(gaps[1:].sum())
+        d["not_picked_ns"] = int(not_picked.sum())
+        d["waiting_ns"] = int(gaps.sum()) - d["not_picked_ns"]
+        tail = max(0, t1 - max(t0, int(ends.max())))  # after its last op nothing of the rank is pending
+        d["cooldown_ns"] = tail
+        d["waiting_ns"] += tail
         d["idle_ns"] = d["warmup_ns"] + d["steady_ns"] + d["cooldown_ns"]
         out.append(d)
     return out
