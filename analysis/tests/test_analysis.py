@@ -302,6 +302,8 @@ class SimulatorTrace(TempDirCase):
         except subprocess.TimeoutExpired:
             self.skipTest("conductor simulate did not finish in 60 s")
         self.trace_path = os.path.join(out, "trace.h5")
+        if r.returncode < 0:  # killed by a signal: a crash is a bug, not "not available"
+            self.fail("conductor simulate crashed (signal %d): %s" % (-r.returncode, r.stderr.strip()[-300:]))
         if r.returncode != 0 or not os.path.exists(self.trace_path):
             self.skipTest("conductor simulate is not available yet (rc %d): %s" %
                           (r.returncode, (r.stderr or r.stdout).strip()[-300:]))
