@@ -121,6 +121,22 @@ mkdir -p empty
 expect 2 "no trace.h5 in '$work/empty'" -- bash "$src/jobs/analyze.sbatch" empty
 expect 2 "RUN_DIR '$work/nothere' is not a folder" -- bash "$src/jobs/analyze.sbatch" nothere
 
+# --- analyze.sbatch over a two-task sweep folder of small made-up traces (analysis/tests/tracegen.py)
+mkdir -p sw/000-q-strict sw/001-q-readiness
+(cd "$src/analysis/tests" && /usr/bin/python3 -c "
+import sys, tracegen
+for d in sys.argv[1:]:
+    tracegen.example_trace(d + '/trace.h5', steps=2)" "$work/sw/000-q-strict" "$work/sw/001-q-readiness") ||
+  bad "tracegen.py could not write the test traces"
+expect 0 "done: $work/sw/report.md" -- env BASELINE=q-readiness bash "$src/jobs/analyze.sbatch" sw
+for d in sw/000-q-strict sw/001-q-readiness; do
+  /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$d/bubbles.json" && ok ||
+    bad "$d/bubbles.json is not JSON"
+  [[ $(head -c 4 "$d/timeline.png" | od -An -c | tr -d ' ') == 211PNG ]] && ok || bad "$d/timeline.png is not a PNG"
+done
+grep -q '| q-strict |' sw/report.md && grep -q '| q-readiness |' sw/report.md && grep -q 'speedup vs q-readiness' sw/report.md &&
+  ok || bad "report.md does not name the runs by their sweep labels or lacks the baseline: $(cat sw/report.md)"
+
 # --- override fragments
 printf 'noise:\n  kind: [a, b]   # comment\n  level: 0.5\nrun:\n  name: "x"\n' >frag.yaml
 expect 0 "^noise.kind=\[a,b\]$" -- "$src/jobs/overrides.sh" frag.yaml
