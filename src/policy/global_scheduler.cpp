@@ -1,5 +1,17 @@
 #include "conductor/policy/global_scheduler.hpp"
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "conductor/policy/policy.hpp"
+#include "conductor/policy/ppo.hpp"
+#include "conductor/policy/simulate.hpp"
+#include "conductor/sched/cost.hpp"
+#include "conductor/sched/engine.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sim/noise.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::policy {
@@ -17,11 +29,210 @@ class StaticScheduler final : public GlobalScheduler {
   sched::Schedule schedule_;
 };
 
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+class PpoScheduler final : public GlobalScheduler {
+ public:
+  PpoScheduler(const config::Deck& deck, sched::Schedule generated, Policy policy)
+      : policy_(std::move(policy)), base_(std::move(generated)), estimate_(sched::from_deck(deck)) {
+    const int p = base_.p, v = base_.v;
+    // Per-rank vectors, so per-rank estimates can replace them.
+    sched::CostModel c = estimate_;
+    estimate_.forward.assign(p, 0);
+    estimate_.backward_input.assign(p, 0);
+    estimate_.backward_weight.assign(p, 0);
+    for (int r = 0; r < p; ++r) {
+      estimate_.forward[r] = c.op_time(r, sched::OpKind::F, v) * v;
+      estimate_.backward_input[r] = c.op_time(r, sched::OpKind::B, v) * v;
+      estimate_.backward_weight[r] = c.op_time(r, sched::OpKind::W, v) * v;
+    }
+    env_.heuristic = policy_.heuristic;
+    env_.memory_limit = sched::memory_limit_for(deck, base_);
+    env_.memory_after_b = estimate_.memory_after_b;
+    exec_.execution = sched::parse_execution(deck.schedule.execution);
+    exec_.hint = sched::parse_hint(deck.schedule.hint);
+    exec_.memory_limit = env_.memory_limit;
+    exec_.memory_after_b = env_.memory_after_b;
+    ema_ = deck.policy.ema;
+    verify_ = deck.policy.verify_samples;
+    seed_ = deck.run.seed;
+  }
+  const char* name() const override { return "ppo"; }
+
+  sched::Schedule initial_order() override {
+    const auto t0 = Clock::now();
+    sched::Schedule out = plan(0);
+    stats_.last_latency_ms = ms_since(t0);
+    return out;
+  }
+
+  sched::Schedule next_order(const StepObservation& obs) override {
+    const auto t0 = Clock::now();
+    if (obs.events) observe(*obs.events);
+    sched::Schedule out = plan(obs.step + 1);
+    stats_.last_latency_ms = ms_since(t0);
+    return out;
+  }
+
+  const PpoStats& stats() const { return stats_; }
+
+ private:
+  void observe(const std::vector<trace::OpEvent>& events) {
+    const int p = base_.p, v = base_.v;
+    // sum[r][kind], count[r][kind] of chunk-op times (ms); kinds F, B, W, BW.
+    std::vector<std::array<double, 4>> sum(p, {0, 0, 0, 0}), sq(p, {0, 0, 0, 0});
+    std::vector<std::array<int, 4>> cnt(p, {0, 0, 0, 0});
+    double comm_sum = 0;
+    int comm_cnt = 0;
+    for (const auto& e : events) {
+      const double ms = static_cast<double>(e.end_ns - e.start_ns) * 1e-6;
+      if (e.kind == trace::EventKind::SEND) {
+        comm_sum += ms;
+        ++comm_cnt;
+        continue;
+      }
+      const int k = static_cast<int>(e.kind);
+      if (k < 0 || k > 3 || e.rank < 0 || e.rank >= p) continue;
+      sum[e.rank][k] += ms;
+      sq[e.rank][k] += ms * ms;
+      ++cnt[e.rank][k];
+    }
+    auto blend = [&](double& est, double observed) { est = (1.0 - ema_) * est + ema_ * observed; };
+    double rel_var = 0;
+    int rel_n = 0;
+    for (int r = 0; r < p; ++r) {
+      double* est[3] = {&estimate_.forward[r], &estimate_.backward_input[r], &estimate_.backward_weight[r]};
+      for (int k = 0; k < 3; ++k) {
+        if (cnt[r][k] > 0) blend(*est[k], sum[r][k] / cnt[r][k] * v);
+      }
+      if (cnt[r][3] > 0) {  // fused BW: keep the estimate's B:W split
+        const double b = *est[1], w = *est[2];
+        const double share = (b + w) > 0 ? b / (b + w) : 0.5;
+        const double bw = sum[r][3] / cnt[r][3] * v;
+        blend(*est[1], bw * share);
+        blend(*est[2], bw * (1.0 - share));
+      }
+      for (int k = 0; k < 4; ++k) {
+        if (cnt[r][k] < 2) continue;
+        const double mean = sum[r][k] / cnt[r][k];
+        if (mean <= 0) continue;
+        const double var = std::max(0.0, sq[r][k] / cnt[r][k] - mean * mean);
+        rel_var += var / (mean * mean) * cnt[r][k];
+        rel_n += cnt[r][k];
+      }
+    }
+    if (comm_cnt > 0) blend(estimate_.comm, comm_sum / comm_cnt);
+    if (rel_n > 0) {
+      const double level = std::sqrt(rel_var / rel_n);
+      stats_.estimated_level = observed_any_ ? (1.0 - ema_) * stats_.estimated_level + ema_ * level : level;
+      observed_any_ = true;
+    }
+  }
+
+  sched::Schedule plan(int step) {
+    const int v = base_.v;
+    const sched::CostModel& est = estimate_;
+    auto compute = [&](int r, const sched::Action& a) { return est.op_time(r, a.kind, v); };
+    auto comm = [&](const sched::Transfer&) { return est.comm_time(); };
+    sched::Schedule order;
+    greedy_makespan(policy_, base_, env_, est, compute, comm, &order);
+    order.name = "ppo:" + base_.name;
+    stats_.used_policy_order = true;
+    if (verify_ <= 0) return order;
+    // Check on noise draws of the estimate, executed as the runtime will execute it.
+    const int draws = stats_.estimated_level > 0 ? verify_ : 1;
+    double mine = 0, theirs = 0;
+    for (int k = 0; k < draws; ++k) {
+      EpisodeDraw d;
+      d.seed = sim::hash_words({seed_, 0x51ed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(k)});
+      d.level = stats_.estimated_level;
+      d.cost = est;
+      const auto c = draw_compute(d, v);
+      const auto m = draw_comm(d);
+      mine += sched::execute(order, exec_, c, m).makespan();
+      theirs += sched::execute(base_, exec_, c, m).makespan();
+    }
+    if (theirs < mine) {
+      stats_.used_policy_order = false;
+      return base_;
+    }
+    return order;
+  }
+
+  Policy policy_;
+  sched::Schedule base_;
+  sched::CostModel estimate_;
+  EnvOptions env_;
+  sched::ExecOptions exec_;
+  double ema_ = 0.5;
+  int verify_ = 0;
+  unsigned long long seed_ = 0;
+  bool observed_any_ = false;
+  PpoStats stats_;
+};
+
 }  // namespace
 
 std::unique_ptr<GlobalScheduler> make_global_scheduler(const config::Deck& deck, const sched::Schedule& generated) {
   if (deck.scheduler.kind == "static") return std::make_unique<StaticScheduler>(generated);
-  throw InputError("scheduler.kind = '" + deck.scheduler.kind + "' is not available (allowed: static)");
+  if (deck.scheduler.kind == "ppo") {
+    Policy policy = load_policy(resolve_policy_path(deck.policy.path));
+    return std::make_unique<PpoScheduler>(deck, generated, std::move(policy));
+  }
+  throw InputError("scheduler.kind = '" + deck.scheduler.kind + "' is not available (allowed: static, ppo)");
+}
+
+std::unique_ptr<GlobalScheduler> make_ppo_scheduler(const config::Deck& deck, const sched::Schedule& generated,
+                                                    const Policy& policy) {
+  return std::make_unique<PpoScheduler>(deck, generated, policy);
+}
+
+const PpoStats* ppo_stats(const GlobalScheduler& scheduler) {
+  const auto* ppo = dynamic_cast<const PpoScheduler*>(&scheduler);
+  return ppo ? &ppo->stats() : nullptr;
+}
+
+ScheduledRun simulate_with_scheduler(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
+                                     GlobalScheduler& scheduler,
+                                     const std::function<void(const sim::StepResult&, const sched::Schedule&)>& on_step) {
+  ScheduledRun out;
+  sim::SimOptions internal = options;
+  internal.record_events = true;
+  internal.comm_events = true;
+  auto t0 = Clock::now();
+  sched::Schedule order = scheduler.initial_order();
+  out.latency_ms.push_back(ms_since(t0));
+  double clock = 0.0;
+  int p = order.p;
+  for (int k = 0; k < steps; ++k) {
+    sim::StepResult r = sim::simulate_step(order, noise, internal, k, clock);
+    clock = r.start_ms + r.makespan_ms;
+    StepObservation obs;
+    obs.step = k;
+    obs.order = &order;
+    obs.events = &r.events;
+    sched::Schedule next;
+    if (k + 1 < steps) {
+      t0 = Clock::now();
+      next = scheduler.next_order(obs);
+      out.latency_ms.push_back(ms_since(t0));
+    }
+    if (!options.record_events) {
+      r.events.clear();
+    } else if (!options.comm_events) {
+      std::erase_if(r.events, [](const trace::OpEvent& e) {
+        return e.kind == trace::EventKind::SEND || e.kind == trace::EventKind::RECV;
+      });
+    }
+    if (on_step) on_step(r, order);
+    r.events.clear();
+    r.events.shrink_to_fit();
+    out.run.steps.push_back(std::move(r));
+    if (k + 1 < steps) order = std::move(next);
+  }
+  sim::finish_run(out.run, p);
+  return out;
 }
 
 }  // namespace conductor::policy

@@ -1,0 +1,48 @@
+#pragma once
+// The learned policy at inference: the actor's weights as plain float arrays, scored by hand (a LibTorch call
+// per decision costs tens of microseconds; a step of p=8, m=32 has ~800 decisions and a 2 ms budget). The
+// LibTorch module that trains these weights lives in src/policy/nets.hpp; to_policy() copies it here.
+//
+// Actor: score(x) = w3 . relu(W2 relu(W1 x + b1) + b2) + b3 + skip . x, softmax over a decision's candidates.
+// The linear skip term starts at -3 on the heuristic-rank feature, so an untrained policy IS the heuristic and
+// PPO learns corrections to it (heuristic-guided, as the Conductor paper does).
+//
+// File format (save_policy / load_policy): one text line
+//   conductor-policy feature_version=V features=F global=G hidden=H heuristic=bfw\n
+// followed by a LibTorch archive (torch::serialize) of the actor and critic tensors.
+#include <string>
+#include <vector>
+
+#include "conductor/policy/env.hpp"
+#include "conductor/sched/arbiter.hpp"
+
+namespace conductor::policy {
+
+struct Policy {
+  int hidden = 32;
+  sched::Hint heuristic = sched::Hint::BFW;
+  // Actor, row-major: w1 [hidden][kNumFeatures], w2 [hidden][hidden], w3 [hidden].
+  std::vector<float> w1, b1, w2, b2, w3, skip;
+  float b3 = 0.0f;
+  // Critic (training only; kept in the file so training can be inspected): [hidden][kNumGlobal], ...
+  std::vector<float> c1, cb1, c2, cb2, c3;
+  float cb3 = 0.0f;
+
+  // The untrained, heuristic-equivalent actor with the given hidden width (weights from the seed).
+  static Policy initial(int hidden, sched::Hint heuristic, unsigned long long seed);
+
+  float score(const float* x) const;             // one candidate's logit
+  void scores(const Decision& d, float* out) const;  // out[num_candidates]
+  int greedy(const Decision& d) const;           // argmax (first on ties)
+};
+
+void save_policy(const Policy& policy, const std::string& path);
+// Throws InputError naming the file when it is missing, not a policy file, corrupt, or written with another
+// feature version than kFeatureVersion.
+Policy load_policy(const std::string& path);
+
+// scheduler.policy = "" resolves to the shipped default: inputs/policies/default.pt under the current
+// directory, else under the directory above the binary's (build/..).
+std::string resolve_policy_path(const std::string& configured);
+
+}  // namespace conductor::policy

@@ -1,0 +1,271 @@
+#include "conductor/policy/policy.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "conductor/util/error.hpp"
+#include "nets.hpp"
+
+namespace conductor::policy {
+
+namespace detail {
+
+ActorImpl::ActorImpl(int hidden) {
+  l1 = register_module("l1", torch::nn::Linear(kNumFeatures, hidden));
+  l2 = register_module("l2", torch::nn::Linear(hidden, hidden));
+  l3 = register_module("l3", torch::nn::Linear(hidden, 1));
+  skip = register_module("skip", torch::nn::Linear(torch::nn::LinearOptions(kNumFeatures, 1).bias(false)));
+}
+
+torch::Tensor ActorImpl::forward(const torch::Tensor& x) {
+  auto h = torch::relu(l1(x));
+  h = torch::relu(l2(h));
+  return (l3(h) + skip(x)).squeeze(-1);
+}
+
+CriticImpl::CriticImpl(int hidden) {
+  l1 = register_module("l1", torch::nn::Linear(kNumGlobal, hidden));
+  l2 = register_module("l2", torch::nn::Linear(hidden, hidden));
+  l3 = register_module("l3", torch::nn::Linear(hidden, 1));
+}
+
+torch::Tensor CriticImpl::forward(const torch::Tensor& g) {
+  auto h = torch::relu(l1(g));
+  h = torch::relu(l2(h));
+  return l3(h).squeeze(-1);
+}
+
+void init_heuristic(Actor& actor) {
+  torch::NoGradGuard guard;
+  // The MLP starts almost silent; the skip term ranks candidates like the heuristic (feature 15 = its rank).
+  actor->l3->weight.mul_(0.01);
+  actor->l3->bias.zero_();
+  actor->skip->weight.zero_();
+  actor->skip->weight[0][15] = -3.0;
+}
+
+namespace {
+std::vector<float> flat(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kFloat32).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+}  // namespace
+
+Policy to_policy(Actor& actor, Critic& critic, sched::Hint heuristic) {
+  Policy p;
+  p.hidden = static_cast<int>(actor->l1->weight.size(0));
+  p.heuristic = heuristic;
+  p.w1 = flat(actor->l1->weight);
+  p.b1 = flat(actor->l1->bias);
+  p.w2 = flat(actor->l2->weight);
+  p.b2 = flat(actor->l2->bias);
+  p.w3 = flat(actor->l3->weight);
+  p.b3 = flat(actor->l3->bias)[0];
+  p.skip = flat(actor->skip->weight);
+  p.c1 = flat(critic->l1->weight);
+  p.cb1 = flat(critic->l1->bias);
+  p.c2 = flat(critic->l2->weight);
+  p.cb2 = flat(critic->l2->bias);
+  p.c3 = flat(critic->l3->weight);
+  p.cb3 = flat(critic->l3->bias)[0];
+  return p;
+}
+
+}  // namespace detail
+
+Policy Policy::initial(int hidden, sched::Hint heuristic, unsigned long long seed) {
+  torch::manual_seed(seed);
+  detail::Actor actor(hidden);
+  detail::Critic critic(hidden);
+  detail::init_heuristic(actor);
+  return detail::to_policy(actor, critic, heuristic);
+}
+
+float Policy::score(const float* x) const {
+  const int H = hidden;
+  // h1 [H], h2 [H]: small fixed-size work, written so the compiler vectorizes the inner loops.
+  float h1[256], h2[256];
+  for (int j = 0; j < H; ++j) {
+    const float* w = &w1[static_cast<std::size_t>(j) * kNumFeatures];
+    float acc = b1[j];
+    for (int k = 0; k < kNumFeatures; ++k) acc += w[k] * x[k];
+    h1[j] = acc > 0.0f ? acc : 0.0f;
+  }
+  for (int j = 0; j < H; ++j) {
+    const float* w = &w2[static_cast<std::size_t>(j) * H];
+    float acc = b2[j];
+    for (int k = 0; k < H; ++k) acc += w[k] * h1[k];
+    h2[j] = acc > 0.0f ? acc : 0.0f;
+  }
+  float out = b3;
+  for (int k = 0; k < H; ++k) out += w3[k] * h2[k];
+  for (int k = 0; k < kNumFeatures; ++k) out += skip[k] * x[k];
+  return out;
+}
+
+void Policy::scores(const Decision& d, float* out) const {
+  for (int c = 0; c < d.num_candidates; ++c) out[c] = score(&d.features[static_cast<std::size_t>(c) * kNumFeatures]);
+}
+
+int Policy::greedy(const Decision& d) const {
+  float s[kMaxCandidates];
+  scores(d, s);
+  return static_cast<int>(std::max_element(s, s + d.num_candidates) - s);
+}
+
+namespace {
+
+const char* kMagic = "conductor-policy";
+
+torch::Tensor tensor_of(const std::vector<float>& v, std::vector<std::int64_t> shape) {
+  return torch::from_blob(const_cast<float*>(v.data()), shape, torch::kFloat32).clone();
+}
+
+}  // namespace
+
+void save_policy(const Policy& p, const std::string& path) {
+  const int H = p.hidden;
+  torch::serialize::OutputArchive ar;
+  ar.write("actor.l1.weight", tensor_of(p.w1, {H, kNumFeatures}));
+  ar.write("actor.l1.bias", tensor_of(p.b1, {H}));
+  ar.write("actor.l2.weight", tensor_of(p.w2, {H, H}));
+  ar.write("actor.l2.bias", tensor_of(p.b2, {H}));
+  ar.write("actor.l3.weight", tensor_of(p.w3, {1, H}));
+  ar.write("actor.l3.bias", torch::full({1}, p.b3));
+  ar.write("actor.skip.weight", tensor_of(p.skip, {1, kNumFeatures}));
+  ar.write("critic.l1.weight", tensor_of(p.c1, {H, kNumGlobal}));
+  ar.write("critic.l1.bias", tensor_of(p.cb1, {H}));
+  ar.write("critic.l2.weight", tensor_of(p.c2, {H, H}));
+  ar.write("critic.l2.bias", tensor_of(p.cb2, {H}));
+  ar.write("critic.l3.weight", tensor_of(p.c3, {1, H}));
+  ar.write("critic.l3.bias", torch::full({1}, p.cb3));
+  std::ostringstream body;
+  ar.save_to(body);
+  // Write to a temporary name and rename, so a crash never leaves a half-written policy under the real name.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw Error("cannot write policy file '" + tmp + "'");
+    f << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
+      << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << "\n";
+    const std::string b = body.str();
+    f.write(b.data(), static_cast<std::streamsize>(b.size()));
+    if (!f) throw Error("cannot write policy file '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+Policy load_policy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    throw InputError("policy file '" + path + "' cannot be opened (" +
+                     (std::filesystem::exists(path) ? "not readable" : "no such file") +
+                     "); train one with `conductor train-policy DECK` or set scheduler.policy");
+  }
+  std::string header;
+  std::getline(f, header);
+  if (header.rfind(kMagic, 0) != 0) {
+    throw InputError("policy file '" + path + "' is not a conductor policy (its first line does not start with '" +
+                     kMagic + "')");
+  }
+  std::map<std::string, std::string> kv;
+  {
+    std::istringstream hs(header.substr(std::string(kMagic).size()));
+    std::string tok;
+    while (hs >> tok) {
+      const auto eq = tok.find('=');
+      if (eq != std::string::npos) kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+    }
+  }
+  auto get_int = [&](const char* key) {
+    auto it = kv.find(key);
+    try {
+      if (it != kv.end()) return std::stoi(it->second);
+    } catch (const std::exception&) {
+    }
+    throw InputError("policy file '" + path + "' is corrupt: header lacks a valid '" + key + "'");
+  };
+  const int version = get_int("feature_version");
+  if (version != kFeatureVersion) {
+    throw InputError("policy file '" + path + "' was written with feature version " + std::to_string(version) +
+                     ", this build uses feature version " + std::to_string(kFeatureVersion) +
+                     "; retrain it with `conductor train-policy DECK` (make policy for the shipped one)");
+  }
+  if (get_int("features") != kNumFeatures || get_int("global") != kNumGlobal) {
+    throw InputError("policy file '" + path + "' is corrupt: feature counts in its header do not match version " +
+                     std::to_string(version));
+  }
+  const int H = get_int("hidden");
+  if (H < 1 || H > 256) throw InputError("policy file '" + path + "' is corrupt: hidden=" + std::to_string(H));
+  Policy p;
+  p.hidden = H;
+  try {
+    p.heuristic = sched::parse_hint(kv.count("heuristic") ? kv["heuristic"] : "");
+  } catch (const InputError&) {
+    throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
+  }
+  std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  try {
+    std::istringstream bs(body);
+    torch::serialize::InputArchive ar;
+    ar.load_from(bs);
+    auto read = [&](const char* name, std::vector<std::int64_t> shape) {
+      torch::Tensor t;
+      ar.read(name, t);
+      if (t.sizes().vec() != shape) {
+        throw InputError("policy file '" + path + "' is corrupt: tensor '" + name + "' has the wrong shape");
+      }
+      return detail::flat(t);
+    };
+    p.w1 = read("actor.l1.weight", {H, kNumFeatures});
+    p.b1 = read("actor.l1.bias", {H});
+    p.w2 = read("actor.l2.weight", {H, H});
+    p.b2 = read("actor.l2.bias", {H});
+    p.w3 = read("actor.l3.weight", {1, H});
+    p.b3 = read("actor.l3.bias", {1})[0];
+    p.skip = read("actor.skip.weight", {1, kNumFeatures});
+    p.c1 = read("critic.l1.weight", {H, kNumGlobal});
+    p.cb1 = read("critic.l1.bias", {H});
+    p.c2 = read("critic.l2.weight", {H, H});
+    p.cb2 = read("critic.l2.bias", {H});
+    p.c3 = read("critic.l3.weight", {1, H});
+    p.cb3 = read("critic.l3.bias", {1})[0];
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    throw InputError("policy file '" + path + "' is corrupt: its tensor archive cannot be read (" + what + ")");
+  }
+  for (const auto* v : {&p.w1, &p.b1, &p.w2, &p.b2, &p.w3, &p.skip}) {
+    for (float x : *v) {
+      if (!std::isfinite(x)) throw InputError("policy file '" + path + "' is corrupt: non-finite weights");
+    }
+  }
+  return p;
+}
+
+std::string resolve_policy_path(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  const std::string rel = "inputs/policies/default.pt";
+  if (std::filesystem::exists(rel)) return rel;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+      const auto cand = dir / rel;
+      if (std::filesystem::exists(cand)) return cand.string();
+    }
+  }
+  return rel;  // missing: load_policy names it
+}
+
+}  // namespace conductor::policy

@@ -1,0 +1,243 @@
+#include "conductor/policy/ppo.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "conductor/sched/generators.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/util/error.hpp"
+#include "nets.hpp"
+
+namespace conductor::policy {
+
+TrainSetup setup_from_deck(const config::Deck& deck) {
+  TrainSetup su;
+  su.base = sched::make_schedule(deck);
+  su.cost = sched::from_deck(deck);
+  su.env.memory_limit = sched::memory_limit_for(deck, su.base);
+  su.env.memory_after_b = su.cost.memory_after_b;
+  su.env.heuristic = sched::parse_hint(deck.policy.heuristic);
+  su.ppo = deck.policy;
+  return su;
+}
+
+sched::ComputeTimeFn draw_compute(const EpisodeDraw& draw, int v) {
+  return [&draw, v](int rank, const sched::Action& a) {
+    const double base = draw.cost.op_time(rank, a.kind, v);
+    if (draw.level <= 0) return base;
+    const double z = sim::hash_normal(sim::hash_words({draw.seed, 1, static_cast<std::uint64_t>(rank),
+                                                       static_cast<std::uint64_t>(a.chunk),
+                                                       static_cast<std::uint64_t>(a.microbatch),
+                                                       static_cast<std::uint64_t>(a.kind)}));
+    return base * std::max(0.05, 1.0 + draw.level * z);
+  };
+}
+
+sched::CommTimeFn draw_comm(const EpisodeDraw& draw) {
+  return [&draw](const sched::Transfer& t) {
+    const double base = draw.cost.comm_time();
+    if (draw.level <= 0 || base <= 0) return base;
+    const double z = sim::hash_normal(sim::hash_words({draw.seed, 2, static_cast<std::uint64_t>(t.from_stage),
+                                                       static_cast<std::uint64_t>(t.to_stage),
+                                                       static_cast<std::uint64_t>(t.microbatch)}));
+    return base * std::max(0.05, 1.0 + draw.level * z);
+  };
+}
+
+double greedy_makespan(const Policy& policy, const sched::Schedule& base, const EnvOptions& env,
+                       const sched::CostModel& predicted, const sched::ComputeTimeFn& compute,
+                       const sched::CommTimeFn& comm, sched::Schedule* order) {
+  const Rollout ro = rollout(base, env, predicted, compute, comm, [&](const Decision& d) { return policy.greedy(d); });
+  if (order) {
+    *order = base;
+    for (int r = 0; r < base.p; ++r) {
+      order->ranks[r].clear();
+      for (int i : ro.order[r]) order->ranks[r].push_back(base.ranks[r][i]);
+    }
+  }
+  return ro.makespan();
+}
+
+namespace {
+
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+double normal(std::mt19937_64& rng) {
+  // Box-Muller on our own uniforms (std::normal_distribution differs between standard libraries).
+  const double u1 = std::max(uniform01(rng), 1e-300), u2 = uniform01(rng);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+EpisodeDraw make_draw(const TrainSetup& su, std::mt19937_64& rng) {
+  EpisodeDraw d;
+  d.seed = rng();
+  const auto& lv = su.ppo.noise_levels;
+  const double lo = lv.empty() ? 0.0 : lv[0], hi = lv.size() > 1 ? lv[1] : lo;
+  d.level = lo + (hi - lo) * uniform01(rng);
+  const int p = su.base.p, v = su.base.v;
+  d.cost = su.cost;
+  d.cost.forward.assign(p, 0);
+  d.cost.backward_input.assign(p, 0);
+  d.cost.backward_weight.assign(p, 0);
+  for (int r = 0; r < p; ++r) {
+    // op_time is per chunk (1/v of the rank's share); the cost model stores whole-rank times.
+    d.cost.forward[r] = su.cost.op_time(r, sched::OpKind::F, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
+    d.cost.backward_input[r] = su.cost.op_time(r, sched::OpKind::B, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
+    d.cost.backward_weight[r] = su.cost.op_time(r, sched::OpKind::W, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
+  }
+  return d;
+}
+
+}  // namespace
+
+TrainResult train_ppo(const TrainSetup& su, const std::function<void(const IterationStats&)>& on_iteration) {
+  const config::PolicyConfig& c = su.ppo;
+  const auto t0 = std::chrono::steady_clock::now();
+  torch::set_num_threads(1);
+  torch::manual_seed(c.seed);
+  std::mt19937_64 rng(c.seed * 0x9E3779B97F4A7C15ULL + 1);
+
+  detail::Actor actor(c.hidden);
+  detail::Critic critic(c.hidden);
+  detail::init_heuristic(actor);
+  std::vector<torch::Tensor> params = actor->parameters();
+  for (auto& t : critic->parameters()) params.push_back(t);
+  torch::optim::Adam opt(params, torch::optim::AdamOptions(c.learning_rate));
+
+  const int v = su.base.v;
+  const double work = time_unit(su.cost, v) * 3.0 * v * su.base.m;  // return scale: one rank's step of work
+
+  TrainResult result;
+  std::vector<Decision> dec;
+  std::vector<float> reward;
+  std::vector<int> episode_last;  // index of each episode's last decision
+  for (int it = 0; it < c.iterations; ++it) {
+    const Policy pol = detail::to_policy(actor, critic, su.env.heuristic);
+    dec.clear();
+    reward.clear();
+    episode_last.clear();
+    IterationStats stats;
+    stats.iteration = it;
+    for (int e = 0; e < c.episodes; ++e) {
+      const EpisodeDraw draw = make_draw(su, rng);
+      const auto compute = draw_compute(draw, v);
+      const auto comm = draw_comm(draw);
+      const std::size_t first = dec.size();
+      auto sample = [&](const Decision& d) {
+        float s[kMaxCandidates];
+        pol.scores(d, s);
+        const float mx = *std::max_element(s, s + d.num_candidates);
+        double z = 0;
+        for (int k = 0; k < d.num_candidates; ++k) z += std::exp(static_cast<double>(s[k] - mx));
+        double u = uniform01(rng) * z;
+        for (int k = 0; k < d.num_candidates; ++k) {
+          u -= std::exp(static_cast<double>(s[k] - mx));
+          if (u <= 0) return k;
+        }
+        return d.num_candidates - 1;
+      };
+      const Rollout ro = rollout(su.base, su.env, draw.cost, compute, comm, sample, &dec);
+      stats.sampled_makespan += ro.makespan() / c.episodes;
+      stats.heuristic_makespan +=
+          rollout(su.base, su.env, draw.cost, compute, comm, [](const Decision&) { return 0; }).makespan() / c.episodes;
+      stats.greedy_makespan += greedy_makespan(pol, su.base, su.env, draw.cost, compute, comm) / c.episodes;
+      if (dec.size() == first) continue;
+      double prev = 0.0;
+      for (std::size_t t = first; t < dec.size(); ++t) {
+        reward.push_back(static_cast<float>(-(dec[t].horizon - prev) / work));
+        prev = dec[t].horizon;
+      }
+      reward.back() += static_cast<float>(-(ro.end - prev) / work);
+      episode_last.push_back(static_cast<int>(dec.size()) - 1);
+    }
+    const int N = static_cast<int>(dec.size());
+    stats.decisions = N;
+    if (N > 0) {
+      auto X = torch::zeros({N, kMaxCandidates, kNumFeatures});
+      auto mask = torch::zeros({N, kMaxCandidates}, torch::kBool);
+      auto G = torch::empty({N, kNumGlobal});
+      auto act = torch::empty({N}, torch::kLong);
+      {
+        auto xa = X.accessor<float, 3>();
+        auto ma = mask.accessor<bool, 2>();
+        auto ga = G.accessor<float, 2>();
+        auto aa = act.accessor<std::int64_t, 1>();
+        for (int n = 0; n < N; ++n) {
+          const Decision& d = dec[n];
+          for (int k = 0; k < d.num_candidates; ++k) {
+            ma[n][k] = true;
+            for (int f = 0; f < kNumFeatures; ++f) xa[n][k][f] = d.features[static_cast<std::size_t>(k) * kNumFeatures + f];
+          }
+          for (int g = 0; g < kNumGlobal; ++g) ga[n][g] = d.global[g];
+          aa[n] = d.chosen;
+        }
+      }
+      torch::Tensor old_logp, values;
+      {
+        torch::NoGradGuard ng;
+        values = critic(G);
+        auto logits = actor(X).masked_fill(mask.logical_not(), -1e9);
+        old_logp = torch::log_softmax(logits, -1).gather(1, act.unsqueeze(1)).squeeze(1);
+      }
+      // GAE per episode, backwards from its last decision (terminal: next value 0).
+      std::vector<float> adv(N), ret(N);
+      {
+        auto va = values.accessor<float, 1>();
+        int start = 0;
+        for (int last : episode_last) {
+          double gae = 0.0, next_v = 0.0;
+          for (int t = last; t >= start; --t) {
+            const double delta = reward[t] + c.gamma * next_v - va[t];
+            gae = delta + c.gamma * c.lambda * gae;
+            adv[t] = static_cast<float>(gae);
+            ret[t] = static_cast<float>(gae + va[t]);
+            next_v = va[t];
+          }
+          start = last + 1;
+        }
+      }
+      auto A = torch::from_blob(adv.data(), {N}, torch::kFloat32).clone();
+      auto R = torch::from_blob(ret.data(), {N}, torch::kFloat32).clone();
+      A = (A - A.mean()) / (A.std(/*unbiased=*/false) + 1e-8);
+      int updates = 0;
+      for (int ep = 0; ep < c.epochs; ++ep) {
+        auto perm = torch::randperm(N, torch::kLong);
+        for (int s0 = 0; s0 < N; s0 += c.minibatch) {
+          auto idx = perm.slice(0, s0, std::min(N, s0 + c.minibatch));
+          auto mb_mask = mask.index_select(0, idx);
+          auto logits = actor(X.index_select(0, idx)).masked_fill(mb_mask.logical_not(), -1e9);
+          auto logp_all = torch::log_softmax(logits, -1);
+          auto logp = logp_all.gather(1, act.index_select(0, idx).unsqueeze(1)).squeeze(1);
+          auto ratio = torch::exp(logp - old_logp.index_select(0, idx));
+          auto a = A.index_select(0, idx);
+          auto surr = torch::min(ratio * a, torch::clamp(ratio, 1.0 - c.clip, 1.0 + c.clip) * a);
+          auto policy_loss = -surr.mean();
+          auto entropy = -(torch::softmax(logits, -1) * logp_all).masked_fill(mb_mask.logical_not(), 0).sum(-1).mean();
+          auto value_loss = torch::mse_loss(critic(G.index_select(0, idx)), R.index_select(0, idx));
+          auto loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy;
+          opt.zero_grad();
+          loss.backward();
+          torch::nn::utils::clip_grad_norm_(params, c.grad_clip);
+          opt.step();
+          stats.policy_loss += policy_loss.item<double>();
+          stats.value_loss += value_loss.item<double>();
+          stats.entropy += entropy.item<double>();
+          ++updates;
+        }
+      }
+      if (updates > 0) {
+        stats.policy_loss /= updates;
+        stats.value_loss /= updates;
+        stats.entropy /= updates;
+      }
+    }
+    stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.curve.push_back(stats);
+    if (on_iteration) on_iteration(stats);
+  }
+  result.policy = detail::to_policy(actor, critic, su.env.heuristic);
+  return result;
+}
+
+}  // namespace conductor::policy
