@@ -29,7 +29,7 @@ alive() {
 
 # Does process PID carry this cluster's marker (it was started by `start` for DIR, or by such a process)?
 ours() {
-  { tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null | grep -qxF "CONDUCTOR_MINICLUSTER=$dir"
+  grep -qzxF "CONDUCTOR_MINICLUSTER=$dir" "/proc/$1/environ" 2>/dev/null
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -212,11 +212,13 @@ stop() {
     [[ -n $pid ]] && stop_pid "$name" "$pid"
   done
   # Anything else carrying the marker (a slurmstepd that outlived slurmd) was started by us, too.
-  local p
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
+  local p f
+  # One grep over every environ (NUL-separated entries) instead of a process per pid: the machine may be busy.
+  for f in $(grep -lzxF "CONDUCTOR_MINICLUSTER=$dir" /proc/[0-9]*/environ 2>/dev/null); do
+    p=${f#/proc/}
+    p=${p%/environ}
     [[ $p == "$$" ]] && continue
-    if alive "$p" && ours "$p"; then
+    if alive "$p"; then
       log "warning: leftover process $p ($(cat "/proc/$p/comm" 2>/dev/null)); stopping it"
       stop_pid leftover "$p"
       status=1

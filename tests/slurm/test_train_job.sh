@@ -1,8 +1,9 @@
 #!/bin/bash
 # The real Slurm test: starts a one-node cluster (minicluster.sh), submits jobs/train-cpu.sbatch with a tiny
-# deck and 4 tasks, chains jobs/analyze.sbatch with --dependency=afterok, waits with a bound, and checks what
-# the jobs wrote (srun can exit 0 when nothing ran, so exit codes alone prove nothing). The cluster is stopped
-# on every way out (trap), leftover jobs first.
+# deck and 4 tasks, chains jobs/analyze.sbatch with --dependency=afterok, submits a 2-task sweep with
+# jobs/submit-sweep.sh (strict vs readiness, simulated), waits with a bound, and checks what the jobs wrote
+# (srun can exit 0 when nothing ran, so exit codes alone prove nothing): traces, summaries, the analysis
+# outputs and the sweep report's speedup. The cluster is stopped on every way out (trap), leftover jobs first.
 #
 #   test_train_job.sh [run|simulate]     what the job runs (`conductor run` under srun --mpi=pmix -n 4, or
 #                                        `conductor simulate` as one task)
@@ -89,22 +90,41 @@ analyze_id=$(env RUN_DIR="$out" sbatch --parsable --dependency="afterok:$train_i
 [[ $analyze_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the analysis: '$analyze_id'"
 say "submitted train job $train_id ($mode, $ntasks tasks) and analysis job $analyze_id (afterok)"
 
+# The sweep workflow: submit-sweep.sh sizes a 2-task array (strict vs readiness under 10% jitter, simulated,
+# one task each) and chains the comparison; its report must show the speedup over the strict run.
+sweep_dir=$work/sweep
+baseline=tiny-1f1b-strict-jitter10
+submit_out=$(env SWEEP_DECKS="$deck" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS="strict readiness:bfw"   SWEEP_NOISES=jitter10 SWEEP_DIR="$sweep_dir" COMMAND=simulate CONDUCTOR_BINARY="$bin" BASELINE=$baseline   "$src/jobs/submit-sweep.sh" --ntasks=1) || fail "submit-sweep.sh failed: $submit_out"
+sweep_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\1/p' <<<"$submit_out")
+sweep_analyze_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\2/p' <<<"$submit_out")
+[[ -n $sweep_id && -n $sweep_analyze_id ]] || fail "submit-sweep.sh printed no job ids: $submit_out"
+say "submitted sweep array $sweep_id (2 tasks, simulate) and its analysis $sweep_analyze_id (afterok)"
+
+jobs="$train_id,$analyze_id,$sweep_id,$sweep_analyze_id"
 deadline=$((SECONDS + ${JOB_TIMEOUT:-120}))
 while :; do
-  left=$(squeue -h -j "$train_id,$analyze_id" -o '%i %T' 2>/dev/null || true)
+  left=$(squeue -h -j "$jobs" -o '%i %T' 2>/dev/null || true)
   [[ -z $left ]] && break
-  [[ $SECONDS -lt $deadline ]] || fail "jobs still queued or running after ${JOB_TIMEOUT:-120} s: $left"
+  [[ $SECONDS -lt $deadline ]] || fail "jobs still queued or running after ${JOB_TIMEOUT:-120} s: $(echo $left)"
   sleep 1
 done
-say "both jobs left the queue"
+say "all jobs left the queue"
 
-job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
-for id in "$train_id" "$analyze_id"; do
-  state=$(job_field "$id" JobState)
-  code=$(job_field "$id" ExitCode)
-  say "job $id: $state, exit $code"
-  [[ $state == COMPLETED && $code == 0:0 ]] || fail "job $id ended $state with exit code $code"
+# Every record of every job (an array job has one per task) must be COMPLETED with exit code 0:0.
+records=0
+for id in ${jobs//,/ }; do
+  while read -r line; do
+    [[ -n $line ]] || continue
+    records=$((records + 1))
+    jid=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobId=//p')
+    task=$(tr ' ' '\n' <<<"$line" | sed -n 's/^ArrayTaskId=//p')
+    state=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p')
+    code=$(tr ' ' '\n' <<<"$line" | sed -n 's/^ExitCode=//p')
+    say "job $jid${task:+ (array task $task)}: $state, exit $code"
+    [[ $state == COMPLETED && $code == 0:0 ]] || fail "job $jid${task:+ task $task} ended $state with exit code $code"
+  done < <(scontrol -o show job "$id")
 done
+[[ $records -eq 5 ]] || fail "expected 5 job records (train, analysis, 2 sweep tasks, analysis), found $records"
 
 train_log=$work/train-$train_id.log
 grep -q "conductor-job: done: $out" "$train_log" || fail "the train job log lacks its done line"
@@ -161,4 +181,19 @@ print(f"slurm-test: trace has {len(ev)} events from {len(set(ev['rank'].tolist()
       f"analysis wrote bubbles.json, timeline.png, report.md")
 sys.exit(1 if problems else 0)
 EOF
+# The sweep: one folder per task with its combination and outputs; a report comparing both with the speedup.
+for t in 000-tiny-1f1b-strict-jitter10 001-tiny-1f1b-readiness-bfw-jitter10; do
+  d=$sweep_dir/$t
+  for f in combination.txt job.txt summary.json trace.h5 bubbles.json timeline.png; do
+    [[ -s $d/$f ]] || fail "sweep task folder $d lacks $f"
+  done
+done
+grep -qx "execution: readiness:bfw" "$sweep_dir/001-tiny-1f1b-readiness-bfw-jitter10/combination.txt" ||
+  fail "sweep task 1's combination.txt does not say readiness:bfw"
+[[ $(wc -l <"$sweep_dir/manifest.tsv") -eq 3 ]] || fail "manifest.tsv should list 2 tasks"
+report=$sweep_dir/report.md
+grep -q "speedup vs $baseline" "$report" || fail "the sweep report has no speedup column against $baseline"
+speedup=$(grep -F "| tiny-1f1b-readiness-bfw-jitter10 |" "$report" | awk -F'|' '{print $(NF-1)}' | tr -d ' x')
+[[ $speedup =~ ^[0-9]+\.[0-9]+$ ]] || fail "no speedup for the readiness run in $report"
+say "sweep report: readiness+bfw vs strict speedup ${speedup}x"
 say "PASSED"
