@@ -188,3 +188,9 @@ cj_launch() {
   fi
   cj_log "done: $output"
 }
+
+# cj_help FILE: prints the usage comment at the top of a script (its first comment block) and exits.
+cj_help() {
+  awk 'NR > 1 && /^#/ && !/^#SBATCH/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$1"
+  exit 0
+}

@@ -8,7 +8,7 @@ set -euo pipefail
 CONDUCTOR_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$CONDUCTOR_ROOT/jobs/common.sh"
 [[ $# -gt 0 && $1 != -h && $1 != --help ]] || {
-  sed -n '2,6s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
   [[ $# -gt 0 ]] && exit 0 || exit 2
 }
 for f in "$@"; do cj_flatten "$f"; done

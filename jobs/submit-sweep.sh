@@ -4,6 +4,7 @@
 # written once every task succeeded. Run it from the folder the outputs should go under (usually the repo root).
 #
 #   jobs/submit-sweep.sh [extra sbatch options for the array, e.g. --ntasks=8 -p gpu]
+#   (with COMMAND=simulate each array task asks for one task, --ntasks=1, unless the options say otherwise)
 #   SWEEP_SCHEDULES="1f1b zb-h1 zb-2p" SWEEP_NOISES="none straggler" COMMAND=simulate jobs/submit-sweep.sh
 #   BASELINE=quickstart-1f1b-strict-none jobs/submit-sweep.sh      (compare.py speedups against that task)
 #
@@ -15,7 +16,7 @@ CONDUCTOR_ROOT=${CONDUCTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 export CONDUCTOR_ROOT
 source "$CONDUCTOR_ROOT/jobs/common.sh"
 [[ ${1:-} == -h || ${1:-} == --help ]] && {
-  sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
   exit 0
 }
 command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
@@ -29,7 +30,10 @@ bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --list >"$SWEEP_DIR/manifest.tsv"
 cj_log "sweep of $n tasks into $SWEEP_DIR (manifest.tsv):"
 column -t -s $'\t' "$SWEEP_DIR/manifest.tsv" 2>/dev/null || cat "$SWEEP_DIR/manifest.tsv"
 
-sweep_cmd=(sbatch --parsable --array="0-$((n - 1))" --output="$SWEEP_DIR/logs/task-%a-%A.out" "$@"
+# A simulated task is one process: ask for one task per array element unless the options say otherwise.
+size=()
+[[ ${COMMAND:-run} != run ]] && size=(--ntasks=1)
+sweep_cmd=(sbatch --parsable --array="0-$((n - 1))" --output="$SWEEP_DIR/logs/task-%a-%A.out" "${size[@]}" "$@"
   "$CONDUCTOR_ROOT/jobs/sweep.sbatch")
 cj_log "submitting: $(cj_quote "${sweep_cmd[@]}")"
 sweep_id=$("${sweep_cmd[@]}")

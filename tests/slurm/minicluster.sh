@@ -229,7 +229,7 @@ stop() {
 }
 
 [[ $# -ge 2 ]] || {
-  sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+  awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
   exit 2
 }
 action=$1

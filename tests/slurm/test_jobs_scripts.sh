@@ -36,6 +36,11 @@ expect() {
 while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 export CONDUCTOR_ROOT=$src CONDUCTOR_BINARY=$bin DRY_RUN=1
 
+# --- usage at the top of each script, printed by --help
+for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-sweep.sh overrides.sh; do
+  expect 0 "OVERRIDES|override|RUN_DIR" -- bash "$src/jobs/$script" --help
+done
+
 # --- train-cpu.sbatch / train.sbatch
 expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1\$" -- \
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"

@@ -94,7 +94,7 @@ say "submitted train job $train_id ($mode, $ntasks tasks) and analysis job $anal
 # one task each) and chains the comparison; its report must show the speedup over the strict run.
 sweep_dir=$work/sweep
 baseline=tiny-1f1b-strict-jitter10
-submit_out=$(env SWEEP_DECKS="$deck" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS="strict readiness:bfw"   SWEEP_NOISES=jitter10 SWEEP_DIR="$sweep_dir" COMMAND=simulate CONDUCTOR_BINARY="$bin" BASELINE=$baseline   "$src/jobs/submit-sweep.sh" --ntasks=1) || fail "submit-sweep.sh failed: $submit_out"
+submit_out=$(env SWEEP_DECKS="$deck" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS="strict readiness:bfw"   SWEEP_NOISES=jitter10 SWEEP_DIR="$sweep_dir" COMMAND=simulate CONDUCTOR_BINARY="$bin" BASELINE=$baseline   "$src/jobs/submit-sweep.sh") || fail "submit-sweep.sh failed: $submit_out"
 sweep_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\1/p' <<<"$submit_out")
 sweep_analyze_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\2/p' <<<"$submit_out")
 [[ -n $sweep_id && -n $sweep_analyze_id ]] || fail "submit-sweep.sh printed no job ids: $submit_out"
