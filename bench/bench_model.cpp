@@ -1,0 +1,209 @@
+// Benchmark of the CPU trainer: step time (forward + backward + AdamW) of our kernels against the same model in
+// LibTorch at the same thread count, for two model sizes; GEMM GFLOP/s of our backend against raw cblas_sgemm
+// on the model's GEMM shapes. Threads: OMP_NUM_THREADS (both sides use omp_get_max_threads()).
+//   OMP_NUM_THREADS=1 build/bench/bench_model [steps]
+#include <cblas.h>
+#include <omp.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "conductor/model/stage.hpp"
+
+using namespace conductor;
+using namespace conductor::model;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Size {
+  const char* name;
+  int V, T, C, NH, L, B, M;
+};
+
+// The same GPT in LibTorch ops (weights copied from ours), as in tests/model/test_oracle.cpp.
+struct TorchGpt {
+  std::map<std::string, torch::Tensor> p;
+  std::vector<torch::Tensor> decay, no_decay;
+  Dims d;
+  int layers;
+  explicit TorchGpt(const StageModel& m, int L) : d(m.dims()), layers(L) {
+    const std::vector<float> host = m.read(0, Buffer::Params);
+    for (const auto& t : m.tensors(0)) {
+      std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
+      auto x = torch::from_blob(const_cast<float*>(host.data() + t.offset), shape, torch::kFloat32).clone();
+      x.set_requires_grad(true);
+      p[t.name] = x;
+      (t.decay ? decay : no_decay).push_back(x);
+    }
+  }
+  torch::Tensor loss(const torch::Tensor& tok, const torch::Tensor& tgt) {
+    const int64_t B = d.B, T = d.T, C = d.C, NH = d.NH, HS = d.HS, V = d.V;
+    auto x = p["wte"].index_select(0, tok).view({B, T, C}) + p["wpe"].unsqueeze(0);
+    auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+    for (int l = 0; l < layers; l++) {
+      const std::string n = "layer" + std::to_string(l) + ".";
+      auto ln1 = torch::layer_norm(x, {C}, p[n + "ln1_w"], p[n + "ln1_b"], 1e-5);
+      auto qkv = torch::linear(ln1, p[n + "qkv_w"].view({3 * C, C}), p[n + "qkv_b"].view({3 * C}))
+                     .view({B, T, NH, 3, HS});
+      auto q = qkv.select(3, 0).permute({0, 2, 1, 3});
+      auto k = qkv.select(3, 1).permute({0, 2, 1, 3});
+      auto v = qkv.select(3, 2).permute({0, 2, 1, 3});
+      auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(HS));
+      att = torch::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
+      auto y = torch::matmul(att, v).permute({0, 2, 1, 3}).reshape({B, T, C});
+      x = x + torch::matmul(y, p[n + "proj_w"]) + p[n + "proj_b"];
+      auto ln2 = torch::layer_norm(x, {C}, p[n + "ln2_w"], p[n + "ln2_b"], 1e-5);
+      auto h = torch::gelu(torch::linear(ln2, p[n + "fc_w"], p[n + "fc_b"]), "tanh");
+      x = x + torch::matmul(h, p[n + "fcproj_w"]) + p[n + "fcproj_b"];
+    }
+    auto lnf = torch::layer_norm(x, {C}, p["lnf_w"], p["lnf_b"], 1e-5);
+    return torch::nn::functional::cross_entropy(torch::linear(lnf, p["lm_head_w"]).view({B * T, V}), tgt);
+  }
+};
+
+config::Deck deck_for(const Size& s) {
+  config::Deck d;
+  d.model.vocab = s.V;
+  d.model.seq_len = s.T;
+  d.model.d_model = s.C;
+  d.model.n_heads = s.NH;
+  d.model.n_layers = s.L;
+  d.parallel.pipeline = 1;
+  d.parallel.microbatches = s.M;
+  d.parallel.microbatch_size = s.B;
+  d.run.steps = 1000;
+  return d;
+}
+
+double model_flops(const Size& s) {
+  // 6 x (matmul parameters) x tokens for the GEMMs + attention (QK^T and AV, forward 4*B*T*T*C/2 causal
+  // counted as full) x 3 for forward + backward.
+  const double tokens = static_cast<double>(s.B) * s.T * s.M;
+  const double params = s.L * 12.0 * s.C * s.C + static_cast<double>(s.V) * s.C;
+  const double attn = s.L * 4.0 * s.B * static_cast<double>(s.T) * s.T * s.C * s.M;
+  return 6.0 * params * tokens + 3.0 * attn;
+}
+
+void bench_step(const Size& s, int steps) {
+  const config::Deck deck = deck_for(s);
+  StageModel ours(deck, {0}, 1);
+  TorchGpt ref(ours, s.L);
+  // ours
+  std::vector<double> t_ours;
+  for (int i = 0; i < steps + 2; i++) {
+    const double t0 = now();
+    ours.begin_step(i);
+    for (int mb = 0; mb < s.M; mb++) {
+      ours.forward(0, mb, nullptr, nullptr);
+      ours.backward_full(0, mb, nullptr, nullptr);
+    }
+    ours.optimizer_step(std::sqrt(ours.local_grad_sq_norm()), i);
+    if (i >= 2) t_ours.push_back(now() - t0);
+  }
+  // LibTorch: same data, same loss definition, clipping and AdamW
+  auto mk = [&](double wd) {
+    auto o = std::make_unique<torch::optim::AdamWOptions>(deck.optim.lr);
+    o->betas({deck.optim.beta1, deck.optim.beta2}).eps(deck.optim.eps).weight_decay(wd);
+    return o;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(ref.decay, mk(deck.optim.weight_decay));
+  groups.emplace_back(ref.no_decay, mk(0.0));
+  torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(deck.optim.lr));
+  std::vector<torch::Tensor> all;
+  for (auto& [n, t] : ref.p) all.push_back(t);
+  std::vector<double> t_torch;
+  std::vector<int> in, tg;
+  for (int i = 0; i < steps + 2; i++) {
+    std::vector<torch::Tensor> toks, tgts;
+    for (int mb = 0; mb < s.M; mb++) {
+      ours.data().microbatch(i, mb, in, tg);
+      toks.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end())));
+      tgts.push_back(torch::tensor(std::vector<int64_t>(tg.begin(), tg.end())));
+    }
+    const double t0 = now();
+    opt.zero_grad();
+    for (int mb = 0; mb < s.M; mb++) (ref.loss(toks[mb], tgts[mb]) / s.M).backward();
+    torch::nn::utils::clip_grad_norm_(all, deck.optim.grad_clip);
+    opt.step();
+    if (i >= 2) t_torch.push_back(now() - t0);
+  }
+  const double a = median(t_ours), b = median(t_torch);
+  std::printf("%-8s V=%d T=%d C=%d NH=%d L=%d B=%d m=%d (%.2fM params): ours %8.2f ms/step (%6.2f GFLOP/s), "
+              "LibTorch %8.2f ms/step, ratio ours/LibTorch %.2f\n",
+              s.name, s.V, s.T, s.C, s.NH, s.L, s.B, s.M, ours.parameter_count(0) / 1e6, 1e3 * a,
+              model_flops(s) / a / 1e9, 1e3 * b, a / b);
+}
+
+void bench_gemm(const Size& s, int reps) {
+  Backend& be = cpu_backend();
+  const int N = s.B * s.T, C = s.C, F = 4 * s.C, V = s.V;
+  struct Shape {
+    const char* what;
+    int m, n, k;
+    bool ta, tb;
+  };
+  const Shape shapes[] = {
+      {"qkv fwd  ln@W^T", N, 3 * C, C, false, true}, {"fc fwd   ln@W^T", N, F, C, false, true},
+      {"fcproj fwd g@W", N, C, F, false, false},     {"fc dW    dh^T@ln", F, C, N, true, false},
+      {"fc dX    dh@W", N, C, F, false, false},      {"lm head  ln@W^T", N, V, C, false, true},
+  };
+  double ours_total = 0, raw_total = 0, flops_total = 0;
+  for (const auto& sh : shapes) {
+    std::vector<float> a(static_cast<std::size_t>(sh.m) * sh.k, 0.01f), b(static_cast<std::size_t>(sh.k) * sh.n, 0.02f),
+        c(static_cast<std::size_t>(sh.m) * sh.n, 0.0f);
+    auto time = [&](auto fn) {
+      fn();
+      std::vector<double> t;
+      for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        fn();
+        t.push_back(now() - t0);
+      }
+      return median(t);
+    };
+    const double t_ours = time([&] { be.gemm(c.data(), a.data(), b.data(), sh.m, sh.n, sh.k, sh.ta, sh.tb, 1.0f, 0.0f); });
+    const double t_raw = time([&] {
+      cblas_sgemm(CblasRowMajor, sh.ta ? CblasTrans : CblasNoTrans, sh.tb ? CblasTrans : CblasNoTrans, sh.m, sh.n,
+                  sh.k, 1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, 0.0f, c.data(), sh.n);
+    });
+    const double flops = 2.0 * sh.m * sh.n * sh.k;
+    ours_total += t_ours;
+    raw_total += t_raw;
+    flops_total += flops;
+    std::printf("  gemm %-17s m=%5d n=%5d k=%5d: ours %7.2f GFLOP/s, cblas_sgemm %7.2f GFLOP/s, ratio %.3f\n", sh.what,
+                sh.m, sh.n, sh.k, flops / t_ours / 1e9, flops / t_raw / 1e9, t_raw / t_ours);
+  }
+  std::printf("  gemm total (%s): ours %.2f GFLOP/s vs cblas_sgemm %.2f GFLOP/s (ratio %.3f)\n", s.name,
+              flops_total / ours_total / 1e9, flops_total / raw_total / 1e9, raw_total / ours_total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int threads = omp_get_max_threads();
+  torch::set_num_threads(threads);
+  std::printf("bench_model: %d thread(s) (OMP_NUM_THREADS), median of %d steps after 2 warm-up steps\n", threads, steps);
+  const Size sizes[] = {
+      {"small", 256, 64, 64, 4, 4, 4, 8},     // the quickstart model, 8 microbatches of 4 x 64 tokens
+      {"medium", 256, 128, 256, 8, 4, 8, 2},  // d 256, 4 layers, 2 microbatches of 8 x 128 tokens
+  };
+  for (const auto& s : sizes) bench_step(s, steps);
+  for (const auto& s : sizes) bench_gemm(s, std::max(5, steps));
+  return 0;
+}
