@@ -37,6 +37,7 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   void* get(std::size_t bytes, cudaStream_t stream);
+  void reset();  // frees the area, ordered after the work queued on its stream
 
  private:
   void* ptr_ = nullptr;

@@ -1,0 +1,149 @@
+#pragma once
+// Transports for tensors in GPU memory (CUDA builds only; include from code guarded by CONDUCTOR_HAVE_CUDA).
+//
+// NcclTransport: NCCL point-to-point, one two-rank communicator per directed pipeline edge (sender -> receiver).
+//   Why not one communicator for the whole pipeline: NCCL runs every operation of a communicator in issue order
+//   on each rank, and a send of more than NCCL's buffer waits for its receive. With receives posted ahead of
+//   need (the runtime's model) and traffic in both directions (activations down, gradients up), one shared
+//   communicator deadlocks as soon as two ranks queue their mutual operations in opposite orders. With one
+//   communicator and one stream per direction, each queue holds transfers of one sender in that sender's order.
+//   Matching by tag: NCCL has no tags, so the sender announces each send (tag, bytes) to the receiver over MPI;
+//   the receiver issues its ncclRecv for announcements in arrival order, once the runtime has posted a receive
+//   with that tag (receives may be posted in any order). Completion is a CUDA event per transfer, checked with
+//   cudaEventQuery: no call blocks the host on the GPU, except wait_some(), which exists to block.
+//   Buffers are device pointers of the backend whose stream is `compute_stream`: a send reads the data as of
+//   the work queued on that stream before post_send; a receive overwrites its buffer only after the work queued
+//   before post_recv (so the caller may post a receive into a buffer that is still being read).
+//
+// HostStagedTransport: device buffers over a host transport (MpiTransport): device -> pinned host copy, host
+//   transfer, host -> device copy, on a copy stream ordered after `compute_stream` as above. For ranks that
+//   share a GPU (NCCL needs one GPU per rank) and for MPI libraries that are not CUDA-aware.
+#ifndef CONDUCTOR_HAVE_CUDA
+#error "nccl_transport.hpp needs a CUDA build (include it under #ifdef CONDUCTOR_HAVE_CUDA)"
+#endif
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "conductor/runtime/transport.hpp"
+
+namespace conductor::runtime {
+
+// Recycled CUDA events (timing disabled) so a transfer does not create one.
+class EventPool {
+ public:
+  EventPool() = default;
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  cudaEvent_t take();
+  void give(cudaEvent_t e) { free_.push_back(e); }
+
+ private:
+  std::vector<cudaEvent_t> free_;
+  std::vector<cudaEvent_t> all_;
+};
+
+class NcclTransport final : public Transport {
+ public:
+  // Collective over comm (every rank of comm calls it). peers: the ranks of comm this rank exchanges tensors
+  // with, in both directions (must be symmetric: q lists p iff p lists q; checked). The current CUDA device
+  // (select_device()) is the one used. Ranks in comm are the peer numbers of post_send / post_recv.
+  NcclTransport(MPI_Comm comm, const std::vector<int>& peers, cudaStream_t compute_stream);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  TransferId post_send(int peer, int tag, const void* data, std::size_t bytes) override;
+  TransferId post_recv(int peer, int tag, void* data, std::size_t bytes) override;
+  bool test(TransferId id) override;
+  std::vector<TransferId> poll() override;
+  std::vector<TransferId> wait_some() override;
+  std::size_t pending() const override { return transfers_.size(); }
+
+ private:
+  struct Edge {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  struct Transfer {
+    bool send = false;
+    int peer = -1, tag = 0;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    cudaEvent_t ready = nullptr;  // compute stream position at post time
+    cudaEvent_t done = nullptr;   // recorded after the NCCL operation; null until issued
+  };
+  struct Announcement {
+    long long tag, bytes;
+  };
+  void progress();  // reads announcements, issues matched receives, retires control messages
+  void check_async_errors();
+  bool finished(TransferId id, Transfer& t);
+  void release(TransferId id);
+  Edge& out_edge(int peer, const char* op);
+  Edge& in_edge(int peer, const char* op);
+
+  MPI_Comm ctrl_ = MPI_COMM_NULL;  // a duplicate of comm for announcements
+  int rank_ = 0;
+  cudaStream_t compute_ = nullptr;
+  std::map<int, Edge> out_, in_;  // by peer
+  std::map<TransferId, Transfer> transfers_;
+  std::map<int, std::deque<Announcement>> announced_;                    // by sender, in send order
+  std::map<int, std::map<int, std::deque<TransferId>>> posted_recvs_;    // sender -> tag -> unissued receives
+  std::deque<std::pair<MPI_Request, std::unique_ptr<Announcement>>> ctrl_sends_;
+  EventPool events_;
+  TransferId next_ = 0;
+};
+
+class HostStagedTransport final : public Transport {
+ public:
+  HostStagedTransport(std::unique_ptr<Transport> host_transport, cudaStream_t compute_stream);
+  ~HostStagedTransport() override;
+  HostStagedTransport(const HostStagedTransport&) = delete;
+  HostStagedTransport& operator=(const HostStagedTransport&) = delete;
+
+  TransferId post_send(int peer, int tag, const void* data, std::size_t bytes) override;
+  TransferId post_recv(int peer, int tag, void* data, std::size_t bytes) override;
+  bool test(TransferId id) override;
+  std::vector<TransferId> poll() override;
+  std::vector<TransferId> wait_some() override;
+  std::size_t pending() const override { return transfers_.size() + completed_.size(); }
+
+ private:
+  enum class Phase { DeviceToHost, Host, HostToDevice };
+  struct Transfer {
+    bool send = false;
+    int peer = -1, tag = 0;
+    void* device = nullptr;
+    std::size_t bytes = 0;
+    void* host = nullptr;         // pinned staging buffer
+    std::size_t host_bytes = 0;   // its capacity
+    cudaEvent_t event = nullptr;  // the pending copy's completion
+    Phase phase = Phase::Host;
+    TransferId inner = -1;
+  };
+  void progress();
+  void* take_pinned(std::size_t bytes, std::size_t& capacity);
+  void give_pinned(void* p, std::size_t capacity);
+  void complete(TransferId id);
+
+  std::unique_ptr<Transport> host_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  std::map<TransferId, Transfer> transfers_;
+  std::map<TransferId, TransferId> by_inner_;
+  std::vector<TransferId> completed_;  // finished, not yet reported
+  std::multimap<std::size_t, void*> pinned_free_;
+  std::vector<void*> pinned_all_;
+  EventPool events_;
+  cudaEvent_t ready_ = nullptr;  // compute stream position, waited on by the copy stream right away
+  TransferId next_ = 0;
+};
+
+}  // namespace conductor::runtime
