@@ -102,19 +102,6 @@ void bench_step(const Size& s, int steps) {
   const config::Deck deck = deck_for(s);
   StageModel ours(deck, {0}, 1);
   TorchGpt ref(ours, s.L);
-  // ours
-  std::vector<double> t_ours;
-  for (int i = 0; i < steps + 2; i++) {
-    const double t0 = now();
-    ours.begin_step(i);
-    for (int mb = 0; mb < s.M; mb++) {
-      ours.forward(0, mb, nullptr, nullptr);
-      ours.backward_full(0, mb, nullptr, nullptr);
-    }
-    ours.optimizer_step(std::sqrt(ours.local_grad_sq_norm()), i);
-    if (i >= 2) t_ours.push_back(now() - t0);
-  }
-  // LibTorch: same data, same loss definition, clipping and AdamW
   auto mk = [&](double wd) {
     auto o = std::make_unique<torch::optim::AdamWOptions>(deck.optim.lr);
     o->betas({deck.optim.beta1, deck.optim.beta2}).eps(deck.optim.eps).weight_decay(wd);
@@ -126,27 +113,45 @@ void bench_step(const Size& s, int steps) {
   torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(deck.optim.lr));
   std::vector<torch::Tensor> all;
   for (auto& [n, t] : ref.p) all.push_back(t);
-  std::vector<double> t_torch;
+  // Steps alternate between the two implementations so a busy machine slows both alike.
+  std::vector<double> t_ours, t_torch;
   std::vector<int> in, tg;
+  double loss_ours = 0, loss_torch = 0;
   for (int i = 0; i < steps + 2; i++) {
+    double t0 = now();
+    ours.begin_step(i);
+    for (int mb = 0; mb < s.M; mb++) {
+      ours.forward(0, mb, nullptr, nullptr);
+      ours.backward_full(0, mb, nullptr, nullptr);
+    }
+    ours.optimizer_step(std::sqrt(ours.local_grad_sq_norm()), i);
+    if (i >= 2) t_ours.push_back(now() - t0);
+    loss_ours = ours.step_loss();
+
     std::vector<torch::Tensor> toks, tgts;
     for (int mb = 0; mb < s.M; mb++) {
       ours.data().microbatch(i, mb, in, tg);
       toks.push_back(torch::tensor(std::vector<int64_t>(in.begin(), in.end())));
       tgts.push_back(torch::tensor(std::vector<int64_t>(tg.begin(), tg.end())));
     }
-    const double t0 = now();
+    t0 = now();
     opt.zero_grad();
-    for (int mb = 0; mb < s.M; mb++) (ref.loss(toks[mb], tgts[mb]) / s.M).backward();
+    double total = 0;
+    for (int mb = 0; mb < s.M; mb++) {
+      auto loss = ref.loss(toks[mb], tgts[mb]) / s.M;
+      loss.backward();
+      total += loss.item<double>();
+    }
     torch::nn::utils::clip_grad_norm_(all, deck.optim.grad_clip);
     opt.step();
     if (i >= 2) t_torch.push_back(now() - t0);
+    loss_torch = total;
   }
   const double a = median(t_ours), b = median(t_torch);
-  std::printf("%-8s V=%d T=%d C=%d NH=%d L=%d B=%d m=%d (%.2fM params): ours %8.2f ms/step (%6.2f GFLOP/s), "
-              "LibTorch %8.2f ms/step, ratio ours/LibTorch %.2f\n",
+  std::printf("%-7s V=%d T=%d C=%d NH=%d L=%d B=%d m=%d (%.2fM params): ours %8.2f ms/step (%5.2f GFLOP/s), "
+              "LibTorch %8.2f ms/step; ours/LibTorch %.2f (last loss %.5f vs %.5f)\n",
               s.name, s.V, s.T, s.C, s.NH, s.L, s.B, s.M, ours.parameter_count(0) / 1e6, 1e3 * a,
-              model_flops(s) / a / 1e9, 1e3 * b, a / b);
+              model_flops(s) / a / 1e9, 1e3 * b, a / b, loss_ours, loss_torch);
 }
 
 void bench_gemm(const Size& s, int reps) {

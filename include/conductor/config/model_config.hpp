@@ -23,7 +23,7 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  double lr = 3e-3;             // peak learning rate
+  double lr = 6e-3;             // peak learning rate
   double lr_min_ratio = 0.1;    // cosine decay floor, as a fraction of lr
   int warmup_steps = 0;         // linear warm-up steps
   int decay_steps = 0;          // step at which cosine decay reaches the floor; 0 = run.steps
