@@ -1,11 +1,132 @@
+// `conductor simulate DECK [overrides] [--json]`: the deck's schedule, cost model and noise in virtual time.
+// Writes <run.output>/resolved.yaml, summary.json and, with trace.enabled, trace.h5 (the runtime's schema).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
 #include "conductor/cli/cli.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/sim/simulator.hpp"
+#include "conductor/trace/summary.hpp"
+#include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/version.hpp"
 
 namespace conductor::cli {
 
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw Error("cannot write '" + path.string() + "'");
+}
+
+// Up to this many ops per step the figures come from the recorded events through trace::summarize_step (the
+// definition the runtime uses); above it, without a trace, the simulator's own figures (same definition,
+// tested equal) spare the memory of the events.
+constexpr std::size_t kSummarizeFromEventsUpTo = 4'000'000;
+
+void print_human(const sim::RunResult& run, const config::Deck& d, const sched::Schedule& s, double limit,
+                 const std::filesystem::path& out) {
+  std::printf("schedule %s, execution %s, hint %s: p = %d, m = %d, v = %d, memory limit %.4g M_F\n",
+              d.schedule.kind.c_str(), d.schedule.execution.c_str(), d.schedule.hint.c_str(), s.p, s.m, s.v, limit);
+  std::string kinds;
+  for (const auto& k : d.noise.kind) kinds += (kinds.empty() ? "" : ",") + k;
+  std::printf("noise %s (level %.4g, seed %llu), %zu step%s\n\n", kinds.c_str(), d.noise.level, d.noise.seed,
+              run.steps.size(), run.steps.size() == 1 ? "" : "s");
+  std::printf("  makespan        %12.4f ms (mean over steps)\n", run.mean_makespan_ms);
+  std::printf("  lower bound     %12.4f ms (largest per-rank work)\n", run.mean_lower_bound_ms);
+  std::printf("  makespan / LB   %12.4f\n", run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
+  std::printf("  bubble ratio    %12.4f\n", run.mean_bubble_ratio);
+  std::printf("  throughput      %12.2f samples/s\n\n", run.mean_throughput);
+  const int shown = std::min(s.p, 16);
+  std::printf("  rank    busy ms    idle ms  peak M_F\n");
+  for (int r = 0; r < shown; ++r) {
+    std::printf("  %4d %10.3f %10.3f %9.3f\n", r, run.mean_busy_ms[r], run.mean_idle_ms[r], run.peak_memory[r]);
+  }
+  if (shown < s.p) std::printf("  ... %d more ranks in summary.json\n", s.p - shown);
+  const std::size_t steps_shown = std::min<std::size_t>(run.steps.size(), 10);
+  std::printf("\n  step  makespan ms  bubble\n");
+  for (std::size_t k = 0; k < steps_shown; ++k) {
+    std::printf("  %4d %12.4f %7.4f\n", run.steps[k].step, run.steps[k].makespan_ms, run.steps[k].bubble_ratio);
+  }
+  if (steps_shown < run.steps.size()) std::printf("  ... %zu more steps in summary.json\n", run.steps.size() - steps_shown);
+  std::printf("\nwrote %s\n", out.string().c_str());
+}
+
+}  // namespace
+
 int cmd_simulate(const Invocation& inv) {
-  (void)load_deck(inv, config::Command::Validate);
-  throw Error("'" + inv.command + "' is not available in this build yet");
+  const config::Deck deck = load_deck(inv, config::Command::Simulate);
+  sched::Schedule schedule;
+  sim::SimOptions options;
+  std::unique_ptr<sim::NoiseModel> noise;
+  try {
+    schedule = sched::make_schedule(deck);
+    options = sim::SimOptions::from_deck(deck, schedule);
+    noise = std::make_unique<sim::NoiseModel>(sim::NoiseModel::from_deck(deck, schedule));
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "conductor: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  const std::filesystem::path out_dir(deck.run.output);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw Error("cannot create run.output '" + out_dir.string() + "': " + ec.message());
+  const std::string resolved = config::to_yaml(deck);
+  write_file(out_dir / "resolved.yaml", resolved);
+
+  std::unique_ptr<trace::TraceWriter> writer;
+  if (deck.trace.enabled) {
+    trace::RunInfo info;
+    info.deck = resolved;
+    info.world_size = schedule.p;
+    info.schedule = deck.schedule.kind;
+    info.execution = deck.schedule.execution;
+    info.hint = deck.schedule.hint;
+    info.backend = "simulator";
+    info.source = "simulator";
+    info.hostnames.assign(schedule.p, "simulator");
+    info.git_revision = kGitRevision;
+    info.pipeline = schedule.p;
+    info.microbatches = schedule.m;
+    info.virtual_chunks = schedule.v;
+    writer = std::make_unique<trace::TraceWriter>((out_dir / "trace.h5").string(), info);
+  }
+  options.record_events = deck.trace.enabled || schedule.num_actions() <= kSummarizeFromEventsUpTo;
+  options.comm_events = deck.trace.enabled && deck.trace.comm_events;
+
+  sim::RunResult run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
+    if (r.events.empty()) return;
+    // The shared definition of the per-step figures (trace/summary.hpp).
+    const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
+    r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+    r.bubble_ratio = rec.bubble_ratio;
+    r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
+    r.throughput = rec.samples_per_s;
+    if (writer) {
+      writer->append_events(r.events);
+      writer->append_step(rec);
+      writer->flush();
+    }
+  });
+  if (writer) writer->close();
+  sim::finish_run(run, schedule.p);
+
+  const double limit = options.memory_limit;
+  const std::string json = sim::summary_json(run, deck, schedule, limit);
+  write_file(out_dir / "summary.json", json + "\n");
+  if (inv.has_flag("--json")) {
+    std::printf("%s\n", json.c_str());
+  } else {
+    print_human(run, deck, schedule, limit, out_dir);
+  }
+  return 0;
 }
 
 }  // namespace conductor::cli

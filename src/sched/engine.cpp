@@ -35,7 +35,10 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   const int p = s.p;
   std::vector<RankState> st;
   st.reserve(p);
-  for (int r = 0; r < p; ++r) st.emplace_back(s, r, opt.memory_limit, opt.memory_after_b);
+  for (int r = 0; r < p; ++r) {
+    const double limit = opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(r);
+    st.emplace_back(s, r, limit, opt.memory_after_b);
+  }
 
   ExecResult res;
   res.busy.assign(p, 0.0);

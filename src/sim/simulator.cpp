@@ -31,6 +31,7 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   eo.execution = options.execution;
   eo.hint = options.hint;
   eo.memory_limit = options.memory_limit;
+  eo.rank_memory_limit = options.rank_memory_limit;
   eo.memory_after_b = noise.cost().memory_after_b;
   eo.record_transfers = options.record_events && options.comm_events;
   const sched::ExecResult res = sched::execute(
@@ -100,6 +101,7 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
 
 void finish_run(RunResult& run, int p) {
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
+  run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
   run.peak_memory.assign(p, 0.0);

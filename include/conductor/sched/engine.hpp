@@ -15,6 +15,7 @@ struct ExecOptions {
   Execution execution = Execution::Strict;
   Hint hint = Hint::Schedule;
   double memory_limit = 0.0;    // M_F per rank; <= 0: unlimited
+  std::vector<double> rank_memory_limit;  // per rank, overrides memory_limit when not empty
   double memory_after_b = 0.0;
   bool record_transfers = false;
 };

@@ -20,6 +20,7 @@ struct SimOptions {
   sched::Execution execution = sched::Execution::Strict;
   sched::Hint hint = sched::Hint::Schedule;
   double memory_limit = 0;        // M_F per rank, <= 0 unlimited
+  std::vector<double> rank_memory_limit;  // per rank, overrides memory_limit when not empty
   bool record_events = false;     // fill StepResult::events
   bool comm_events = false;       // also SEND/RECV events
   double samples_per_step = 1.0;  // m x microbatch_size, for throughput

@@ -1,0 +1,125 @@
+// Noise models: deterministic per seed, independent of query order, with the documented statistics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "conductor/sched/generators.hpp"
+#include "conductor/sim/noise.hpp"
+
+using namespace conductor;
+using namespace conductor::sim;
+
+namespace {
+config::NoiseConfig noise_of(std::vector<std::string> kinds, double level, unsigned long long seed = 3) {
+  config::NoiseConfig n;
+  n.kind = std::move(kinds);
+  n.level = level;
+  n.seed = seed;
+  return n;
+}
+const sched::Schedule kSched = sched::one_f_one_b(4, 8);
+}  // namespace
+
+TEST(Noise, NoneIsTheCostModel) {
+  const NoiseModel n(kSched, sched::uniform_cost(1, 2, 3, 0.5), noise_of({"none"}, 0.3));
+  EXPECT_FALSE(n.any());
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(0, 1, 0, 2, sched::OpKind::B), 2.0);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(0, 1, 0, 2, sched::OpKind::BW), 5.0);
+  EXPECT_DOUBLE_EQ(n.comm_time_ms(0, 1, 2, 0, sched::Payload::Activation), 0.5);
+}
+
+TEST(Noise, IndependentOfQueryOrderAndReproducible) {
+  const auto cfg = noise_of({"lognormal", "congestion"}, 0.2);
+  const NoiseModel a(kSched, sched::uniform_cost(1, 1, 1, 0.1), cfg), b(kSched, sched::uniform_cost(1, 1, 1, 0.1), cfg);
+  std::vector<double> forward, backward;
+  for (int step = 0; step < 3; ++step) {
+    for (int mb = 0; mb < 8; ++mb) forward.push_back(a.compute_time_ms(step, 2, 0, mb, sched::OpKind::F));
+  }
+  for (int step = 2; step >= 0; --step) {
+    for (int mb = 7; mb >= 0; --mb) {
+      (void)b.comm_time_ms(step, 0, 1, mb, sched::Payload::Activation);  // interleave other draws
+      backward.push_back(b.compute_time_ms(step, 2, 0, mb, sched::OpKind::F));
+    }
+  }
+  std::reverse(backward.begin(), backward.end());
+  EXPECT_EQ(forward, backward);  // bit for bit
+  // Different seed, step or op: different draws.
+  const NoiseModel c(kSched, sched::uniform_cost(1, 1, 1, 0.1), noise_of({"lognormal"}, 0.2, 4));
+  EXPECT_NE(a.compute_time_ms(0, 2, 0, 0, sched::OpKind::F), c.compute_time_ms(0, 2, 0, 0, sched::OpKind::F));
+  EXPECT_NE(a.compute_time_ms(0, 2, 0, 0, sched::OpKind::F), a.compute_time_ms(1, 2, 0, 0, sched::OpKind::F));
+  EXPECT_NE(a.compute_time_ms(0, 2, 0, 0, sched::OpKind::F), a.compute_time_ms(0, 2, 0, 0, sched::OpKind::B));
+}
+
+TEST(Noise, JitterStatistics) {
+  for (const char* kind : {"gaussian", "lognormal"}) {
+    const NoiseModel n(kSched, sched::uniform_cost(1, 1, 1), noise_of({kind}, 0.1));
+    double sum = 0, sq = 0;
+    int count = 0;
+    for (int step = 0; step < 500; ++step) {
+      for (int rank = 0; rank < 4; ++rank) {
+        for (int mb = 0; mb < 8; ++mb) {
+          const double f = n.compute_factor(step, rank, 0, mb, sched::OpKind::F);
+          sum += f;
+          sq += f * f;
+          ++count;
+        }
+      }
+    }
+    const double mean = sum / count, sd = std::sqrt(sq / count - mean * mean);
+    EXPECT_NEAR(mean, 1.0, 0.01) << kind;
+    EXPECT_NEAR(sd, 0.1, 0.01) << kind;
+  }
+}
+
+TEST(Noise, StragglerWindowAndRank) {
+  config::NoiseConfig cfg = noise_of({"straggler"}, 0);
+  cfg.straggler_rank = 2;
+  cfg.straggler_factor = 3;
+  cfg.straggler_start = 1;
+  cfg.straggler_steps = 2;
+  const NoiseModel n(kSched, sched::uniform_cost(1, 1, 1), cfg);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(0, 2, 0, 0, sched::OpKind::F), 1.0);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(1, 2, 0, 0, sched::OpKind::F), 3.0);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(2, 2, 0, 5, sched::OpKind::W), 3.0);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(3, 2, 0, 0, sched::OpKind::F), 1.0);
+  EXPECT_DOUBLE_EQ(n.compute_time_ms(1, 1, 0, 0, sched::OpKind::F), 1.0);
+  cfg.straggler_rank = -1;  // drawn from the seed, stable
+  const NoiseModel d1(kSched, sched::uniform_cost(1, 1, 1), cfg), d2(kSched, sched::uniform_cost(1, 1, 1), cfg);
+  EXPECT_GE(d1.straggler_rank(), 0);
+  EXPECT_LT(d1.straggler_rank(), 4);
+  EXPECT_EQ(d1.straggler_rank(), d2.straggler_rank());
+}
+
+TEST(Noise, CongestionIsBurstyAndHitsTheConfiguredFraction) {
+  config::NoiseConfig cfg = noise_of({"congestion"}, 0);
+  cfg.congestion_prob = 0.25;
+  cfg.congestion_burst = 4;
+  cfg.congestion_delay = 2.0;
+  const sched::Schedule s = sched::one_f_one_b(2, 64);
+  const NoiseModel n(s, sched::uniform_cost(1, 1, 1, 0.1), cfg);
+  int on = 0, total = 0;
+  for (int step = 0; step < 200; ++step) {
+    for (int mb = 0; mb < 64; ++mb) {
+      const double t = n.comm_time_ms(step, 0, 1, mb, sched::Payload::Activation);
+      EXPECT_TRUE(t == 0.1 || t == 2.1);
+      on += t > 1;
+      ++total;
+      // Bursts: microbatches of one burst share the state.
+      EXPECT_EQ(t, n.comm_time_ms(step, 0, 1, (mb / 4) * 4, sched::Payload::Activation));
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(on) / total, 0.25, 0.03);
+  EXPECT_DOUBLE_EQ(n.comm_time_ms(0, 0, 0, 0, sched::Payload::Activation), 0.0);  // same stage, no transfer
+}
+
+TEST(Noise, HeterogeneityIsFixedPerRank) {
+  const NoiseModel n(kSched, sched::uniform_cost(1, 1, 1), noise_of({"heterogeneous"}, 0.3));
+  bool differs = false;
+  for (int rank = 0; rank < 4; ++rank) {
+    const double f = n.compute_factor(0, rank, 0, 0, sched::OpKind::F);
+    EXPECT_DOUBLE_EQ(f, n.compute_factor(7, rank, 0, 5, sched::OpKind::W));
+    differs = differs || std::abs(f - n.compute_factor(0, 0, 0, 0, sched::OpKind::F)) > 1e-6;
+  }
+  EXPECT_TRUE(differs);
+}
