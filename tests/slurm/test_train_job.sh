@@ -32,18 +32,34 @@ fail() {
 # A Slurm job environment around us (a developer testing inside an allocation) would confuse sbatch.
 while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 
+# A run of this test that was killed outright (SIGKILL: no trap) leaves its daemons behind; stop those whose
+# test driver is gone. Each cluster's processes carry its folder as a marker, so only they are signalled.
+for stale in /tmp/conductor-slurm-test.*/cluster; do
+  [[ -f $stale/pids ]] || continue
+  owner=$(cat "${stale%/cluster}/owner.pid" 2>/dev/null || true)
+  [[ -n $owner ]] && kill -0 "$owner" 2>/dev/null && continue # a live run of this test
+  echo "slurm-test: stopping a stale cluster left in $stale"
+  "$here/minicluster.sh" stop "$stale" || true
+done
+
 work=$(mktemp -d /tmp/conductor-slurm-test.XXXXXX)
 chmod 755 "$work" # munged wants its socket's folders traversable by all
+echo $$ >"$work/owner.pid"
 cluster=$work/cluster
 cleanup() {
   local rc=$?
-  trap - EXIT INT TERM
+  # Finish the cleanup whatever happens now: no second signal, broken output pipe or failing echo stops it.
+  trap - EXIT
+  trap '' INT TERM HUP PIPE
+  set +e
   if [[ -f $cluster/pids ]]; then
     say "stopping the cluster"
-    "$here/minicluster.sh" stop "$cluster" || {
+    # Into a file first: our output may be a closed pipe, and the stop must not die writing to it.
+    "$here/minicluster.sh" stop "$cluster" >"$work/stop.log" 2>&1 || {
       echo "slurm-test: the cluster did not stop cleanly" >&2
       [[ $rc -ne 0 ]] || rc=1
     }
+    cat "$work/stop.log"
   fi
   if [[ $rc -eq 0 ]]; then
     rm -rf "$work"
@@ -65,7 +81,8 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
+trap 'exit 141' PIPE # a closed output pipe must not skip the cleanup
 
 rc=0
 "$here/minicluster.sh" start "$cluster" --cpus "$ntasks" || rc=$?
