@@ -2,6 +2,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -23,8 +24,16 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   CpuBackend() {
-    // OpenBLAS keeps its own thread pool; size it like OpenMP's (OMP_NUM_THREADS) so the two never
-    // oversubscribe the cores between them.
+    // Threads: OMP_NUM_THREADS when set. Otherwise, under an MPI launcher, the cores are shared among the
+    // node's ranks: oversubscribed OpenMP/OpenBLAS threads spin against each other (on a loaded 2-core box,
+    // 2 threads per process made the quickstart step 17x slower than 1).
+    if (!std::getenv("OMP_NUM_THREADS")) {
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      if (!local) local = std::getenv("MPI_LOCALNRANKS");  // MPICH / Intel MPI
+      const int ranks = local ? std::atoi(local) : 0;
+      if (ranks > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks));
+    }
+    // OpenBLAS keeps its own thread pool; size it like OpenMP's so the two never oversubscribe the cores.
     openblas_set_num_threads(omp_get_max_threads());
   }
   std::string name() const override { return "cpu"; }
