@@ -159,6 +159,13 @@ NcclTransport::~NcclTransport() {
   // Nothing here may throw. With transfers still pending (error paths only) the peers may never match them,
   // so the communicators are aborted rather than destroyed (destroy would wait for the operations).
   const bool abort = !transfers_.empty();
+  for (auto& [peer, by_tag] : unexpected_) {
+    for (auto& [tag, queue] : by_tag) {
+      for (const Unexpected& u : queue) {
+        if (u.staging) cudaFreeAsync(u.staging, in_[peer].stream);
+      }
+    }
+  }
   for (auto* edges : {&out_, &in_}) {
     for (auto& [peer, e] : *edges) {
       if (e.comm) abort ? ncclCommAbort(e.comm) : ncclCommDestroy(e.comm);
@@ -225,7 +232,8 @@ TransferId NcclTransport::post_send(int peer, int tag, const void* data, std::si
 }
 
 TransferId NcclTransport::post_recv(int peer, int tag, void* data, std::size_t bytes) {
-  in_edge(peer, "post_recv");
+  Edge& e = in_edge(peer, "post_recv");
+  progress();  // an announcement already here may have been staged
   const TransferId id = next_++;
   Transfer t;
   t.peer = peer;
@@ -234,9 +242,30 @@ TransferId NcclTransport::post_recv(int peer, int tag, void* data, std::size_t b
   t.bytes = bytes;
   t.ready = events_.take();
   cudaCheck(cudaEventRecord(t.ready, compute_));
+  auto& staged = unexpected_[peer][tag];
+  if (!staged.empty()) {
+    // The data arrived (or is arriving) in a staging buffer: copy it out on the edge stream, which orders the
+    // copy after the staging ncclRecv, and after the compute work queued before this call.
+    const Unexpected u = staged.front();
+    staged.pop_front();
+    if (staged.empty()) unexpected_[peer].erase(tag);
+    if (u.bytes != bytes) {
+      throw Error("NCCL transport: rank " + std::to_string(rank_) + " posted a receive of " + std::to_string(bytes) +
+                  " bytes with tag " + std::to_string(tag) + " from rank " + std::to_string(peer) + ", which sent " +
+                  std::to_string(u.bytes) + " bytes with that tag");
+    }
+    cudaCheck(cudaStreamWaitEvent(e.stream, t.ready, 0));
+    if (bytes > 0) {
+      cudaCheck(cudaMemcpyAsync(data, u.staging, bytes, cudaMemcpyDeviceToDevice, e.stream));
+      cudaCheck(cudaFreeAsync(u.staging, e.stream));
+    }
+    t.done = events_.take();
+    cudaCheck(cudaEventRecord(t.done, e.stream));
+  } else {
+    unexpected_[peer].erase(tag);
+    posted_recvs_[peer][tag].push_back(id);
+  }
   transfers_.emplace(id, t);
-  posted_recvs_[peer][tag].push_back(id);
-  progress();
   return id;
 }
 
@@ -249,33 +278,39 @@ void NcclTransport::progress() {
   }
   for (auto& [peer, edge] : in_) {
     // MPI keeps messages of one sender on one communicator and tag in order: the announcements arrive in the
-    // order of the sender's ncclSend calls, which is the order its edge queue runs them.
+    // order of the sender's ncclSend calls, which is the order its edge queue runs them, and each is answered
+    // by one ncclRecv on our side of the edge right away, so both queues hold the same sequence.
     while (true) {
       int flag = 0;
       mpi_check(MPI_Iprobe(peer, kCtrlTag, ctrl_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
       if (!flag) break;
       Announcement a{};
       mpi_check(MPI_Recv(&a, 2, MPI_LONG_LONG, peer, kCtrlTag, ctrl_, MPI_STATUS_IGNORE), "MPI_Recv (announcement)");
-      announced_[peer].push_back(a);
-    }
-    auto& queue = announced_[peer];
-    auto& by_tag = posted_recvs_[peer];
-    while (!queue.empty()) {
-      auto it = by_tag.find(static_cast<int>(queue.front().tag));
-      if (it == by_tag.end()) break;  // not posted yet: later sends of this peer wait behind it (order)
+      const int tag = static_cast<int>(a.tag);
+      const auto bytes = static_cast<std::size_t>(a.bytes);
+      auto& by_tag = posted_recvs_[peer];
+      auto it = by_tag.find(tag);
+      if (it == by_tag.end()) {  // not posted yet: receive into a staging buffer
+        Unexpected u;
+        u.bytes = bytes;
+        if (bytes > 0) {
+          cudaCheck(cudaMallocAsync(&u.staging, bytes, edge.stream));
+          ncclCheck(ncclRecv(u.staging, bytes, ncclChar, 0, edge.comm, edge.stream));
+        }
+        unexpected_[peer][tag].push_back(u);
+        continue;
+      }
       const TransferId id = it->second.front();
       it->second.pop_front();
       if (it->second.empty()) by_tag.erase(it);
       Transfer& t = transfers_.at(id);
-      if (static_cast<long long>(t.bytes) != queue.front().bytes) {
+      if (t.bytes != bytes) {
         throw Error("NCCL transport: rank " + std::to_string(rank_) + " posted a receive of " +
-                    std::to_string(t.bytes) + " bytes with tag " + std::to_string(t.tag) + " from rank " +
-                    std::to_string(peer) + ", which sends " + std::to_string(queue.front().bytes) +
-                    " bytes with that tag");
+                    std::to_string(t.bytes) + " bytes with tag " + std::to_string(tag) + " from rank " +
+                    std::to_string(peer) + ", which sends " + std::to_string(bytes) + " bytes with that tag");
       }
-      queue.pop_front();
       cudaCheck(cudaStreamWaitEvent(edge.stream, t.ready, 0));
-      if (t.bytes > 0) ncclCheck(ncclRecv(t.data, t.bytes, ncclChar, 0, edge.comm, edge.stream));
+      if (bytes > 0) ncclCheck(ncclRecv(t.data, bytes, ncclChar, 0, edge.comm, edge.stream));
       t.done = events_.take();
       cudaCheck(cudaEventRecord(t.done, edge.stream));
     }

@@ -6,6 +6,7 @@
 // bf16 bounds are given at each test with their reason.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
+#include "conductor/model/cuda/gpu_clock.hpp"
 
 namespace {
 
@@ -297,6 +299,30 @@ TEST_F(CudaKernels, ReductionsAreBitwiseDeterministic) {
       EXPECT_EQ(all, first);
     }
   }
+}
+
+TEST_F(CudaKernels, GpuClockMapsMarksIntoHostTime) {
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const int n = 512;
+  const auto a = randn(static_cast<std::size_t>(n) * n, 121);
+  float *da = up(a), *dc = up(std::vector<float>(a.size()));
+  gpu.synchronize();
+  const std::int64_t t0 = now();
+  cu::GpuClock clock(gpu.stream());
+  cudaEvent_t before = clock.mark();
+  for (int i = 0; i < 20; i++) gpu.gemm(dc, da, da, n, n, n, false, false, 1.0f, 0.0f);
+  cudaEvent_t after = clock.mark();
+  gpu.synchronize();
+  const std::int64_t t1 = now();
+  ASSERT_TRUE(clock.query(before));
+  ASSERT_TRUE(clock.query(after));
+  const std::int64_t s0 = clock.steady_ns(before), s1 = clock.steady_ns(after);
+  EXPECT_LT(s0, s1);                 // 20 products of 512^3 take well over the ~1 us event resolution
+  EXPECT_GE(s0, t0 - 100'000);       // inside the host interval that contains both marks, give or take the
+  EXPECT_LE(s1, t1 + 100'000);       // anchor's error (a poll interval, microseconds)
 }
 
 // bf16 GEMM: both operands are rounded to bf16 (8-bit significand, unit roundoff u = 2^-9 = 1.95e-3) and the

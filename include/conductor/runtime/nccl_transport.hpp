@@ -7,10 +7,14 @@
 //   need (the runtime's model) and traffic in both directions (activations down, gradients up), one shared
 //   communicator deadlocks as soon as two ranks queue their mutual operations in opposite orders. With one
 //   communicator and one stream per direction, each queue holds transfers of one sender in that sender's order.
-//   Matching by tag: NCCL has no tags, so the sender announces each send (tag, bytes) to the receiver over MPI;
-//   the receiver issues its ncclRecv for announcements in arrival order, once the runtime has posted a receive
-//   with that tag (receives may be posted in any order). Completion is a CUDA event per transfer, checked with
-//   cudaEventQuery: no call blocks the host on the GPU, except wait_some(), which exists to block.
+//   Matching by tag: NCCL has no tags, so the sender announces each send (tag, bytes) to the receiver over MPI,
+//   and the receiver issues one ncclRecv per announcement, in arrival order (= the sender's order), as soon as
+//   it sees it: into the buffer of a posted receive with that tag (same-tag receives match in posting order,
+//   as in MPI), or, when none is posted yet, into a device staging buffer that the matching post_recv later
+//   copies from (MPI's "unexpected message" queue). So receives may be posted in any order and at any time,
+//   and a sender's edge never waits for the receiver's runtime to post. Completion is a CUDA event per
+//   transfer, checked with cudaEventQuery: no call blocks the host on the GPU, except wait_some(), which exists
+//   to block. Progress (reading announcements) happens inside every call of this interface.
 //   Buffers are device pointers of the backend whose stream is `compute_stream`: a send reads the data as of
 //   the work queued on that stream before post_send; a receive overwrites its buffer only after the work queued
 //   before post_recv (so the caller may post a receive into a buffer that is still being read).
@@ -94,8 +98,12 @@ class NcclTransport final : public Transport {
   cudaStream_t compute_ = nullptr;
   std::map<int, Edge> out_, in_;  // by peer
   std::map<TransferId, Transfer> transfers_;
-  std::map<int, std::deque<Announcement>> announced_;                    // by sender, in send order
-  std::map<int, std::map<int, std::deque<TransferId>>> posted_recvs_;    // sender -> tag -> unissued receives
+  struct Unexpected {
+    void* staging = nullptr;  // device memory from the stream-ordered allocator, freed on the edge stream
+    std::size_t bytes = 0;
+  };
+  std::map<int, std::map<int, std::deque<TransferId>>> posted_recvs_;  // sender -> tag -> unissued receives
+  std::map<int, std::map<int, std::deque<Unexpected>>> unexpected_;    // sender -> tag -> staged arrivals
   std::deque<std::pair<MPI_Request, std::unique_ptr<Announcement>>> ctrl_sends_;
   EventPool events_;
   TransferId next_ = 0;

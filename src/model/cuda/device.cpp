@@ -49,6 +49,10 @@ void node_local_rank(MPI_Comm world, int& local_rank, int& local_size) {
 }
 
 int select_device(MPI_Comm world, bool allow_sharing) {
+  // Before any CUDA call creates the context: the NCCL transport keeps several streams busy with kernels that
+  // wait for a peer, and with the default 8 hardware queues two such streams can share a queue, where a
+  // waiting kernel would hold back an unrelated one (a false dependency that can deadlock two ranks).
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // 0: a value the user set wins
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   int local_rank = 0, local_size = 1;

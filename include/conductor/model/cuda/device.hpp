@@ -13,7 +13,8 @@ const char* no_device_reason();
 // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Under srun, SLURM_LOCALID should agree; a disagreement is warned
 // about (the MPI answer wins: it is what actually shares the node). More local ranks than visible GPUs is an
 // Error on every rank unless allow_sharing, in which case ranks share GPUs round-robin (local_rank % gpus).
-// No visible GPU at all is always an Error. Returns the device ordinal.
+// No visible GPU at all is always an Error. Returns the device ordinal. Call it before any other CUDA call: it
+// also raises CUDA_DEVICE_MAX_CONNECTIONS to 32 (unless set), which the NCCL transport relies on.
 int select_device(MPI_Comm world, bool allow_sharing);
 
 // The node-local rank and the number of ranks on this node (collective over world).
