@@ -26,12 +26,32 @@ void add_model_fields(std::vector<Field>& f) {
                   .range(1, 64));
   f.push_back(field<unsigned long long>("model.init_seed", [](Deck& d) -> auto& { return d.model.init_seed; },
                                         "Seed of the weight initialisation."));
-  f.push_back(field<std::vector<int>>(
-                  "model.layers_per_stage", [](Deck& d) -> auto& { return d.model.layers_per_stage; },
-                  "Transformer layers held by each virtual stage, in virtual-stage order (parallel.pipeline x "
-                  "parallel.virtual entries summing to model.n_layers; 0 is allowed). Empty: as even as possible, "
-                  "earlier stages taking the remainder.")
-                  .range(0, 100000));
+  {
+    // `even` (the default) or an explicit list; a custom field because an empty list is not a deck value.
+    Field lps;
+    lps.path = "model.layers_per_stage";
+    lps.type_name = "`even` or list of integers";
+    lps.doc = "Transformer layers held by each virtual stage, in virtual-stage order: parallel.pipeline x "
+              "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
+              "earlier stages taking the remainder.";
+    lps.min = 0;
+    lps.max = 100000;
+    lps.get = [](const Deck& d) {
+      return d.model.layers_per_stage.empty() ? codec::emit(std::string("even")) : codec::emit(d.model.layers_per_stage);
+    };
+    lps.set = [](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
+      if (n.IsScalar() && n.Scalar() == "even") {
+        d.model.layers_per_stage.clear();
+        return {};
+      }
+      std::vector<int> value;
+      if (auto p = codec::parse(n, value); !p.empty()) return p + " (or `even`)";
+      if (auto p = codec::check(self, value); !p.empty()) return p;
+      d.model.layers_per_stage = std::move(value);
+      return {};
+    };
+    f.push_back(std::move(lps));
+  }
 
   f.push_back(field<std::string>("data.source", [](Deck& d) -> auto& { return d.data.source; },
                                  "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
