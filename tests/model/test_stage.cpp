@@ -96,7 +96,15 @@ TEST(Split, DeckKeysAreChecked) {
   }
   opt.overrides = {"parallel.pipeline=2", "model.layers_per_stage=[1,3]", "optim.warmup_steps=3",
                    "checkpoint.every=2", "data.source=synthetic"};
-  EXPECT_EQ(config::parse_deck("", opt).model.layers_per_stage, (std::vector<int>{1, 3}));
+  const config::Deck listed = config::parse_deck("", opt);
+  EXPECT_EQ(listed.model.layers_per_stage, (std::vector<int>{1, 3}));
+  EXPECT_EQ(config::parse_deck(config::to_yaml(listed), {}).model.layers_per_stage, (std::vector<int>{1, 3}));
+  opt.overrides = {"model.layers_per_stage=even"};
+  const config::Deck even = config::parse_deck("", opt);
+  EXPECT_TRUE(even.model.layers_per_stage.empty());
+  EXPECT_NE(config::to_yaml(even).find("layers_per_stage: even"), std::string::npos);
+  opt.overrides = {"model.layers_per_stage=uneven"};
+  EXPECT_THROW(config::parse_deck("", opt), DeckError);
 }
 
 TEST(Optim, WarmupThenCosineToFloor) {
