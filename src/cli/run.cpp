@@ -1,11 +1,15 @@
+#include <csignal>
+
 #include "conductor/cli/cli.hpp"
-#include "conductor/util/error.hpp"
+#include "conductor/runtime/training.hpp"
 
 namespace conductor::cli {
 
 int cmd_run(const Invocation& inv) {
-  (void)load_deck(inv, config::Command::Validate);
-  throw Error("'" + inv.command + "' is not available in this build yet");
+  const config::Deck deck = load_deck(inv, config::Command::Run);
+  const runtime::RunOutcome outcome = runtime::train(deck, MPI_COMM_WORLD);
+  // Stopped by SIGTERM/SIGINT after a completed step: everything is flushed, but the run did not finish.
+  return outcome.stop_signal ? 128 + outcome.stop_signal : 0;
 }
 
 }  // namespace conductor::cli

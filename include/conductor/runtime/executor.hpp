@@ -1,0 +1,58 @@
+#pragma once
+// One rank's readiness-driven execution of one training step. Receives for every cross-rank input of the
+// step are posted up front; an arrival makes its op ready; whenever the rank is free it asks the shared
+// arbiter (sched::RankState::pick, the same call the simulator makes) what to run. In strict mode the arbiter
+// returns the next op of the list or nothing; in readiness mode the best-ranked ready op within memory.
+//
+// Messages: [int64 ready_at_ns on the common clock][int64 reserved][payload floats]. The sender stamps
+// ready_at = its send time + the noise model's injected transfer delay; a receiver treats the input as
+// arrived at max(arrival, ready_at), which is how delayed sends (congestion; emulated comm time) are injected
+// without blocking the sender.
+#include <cstdint>
+#include <vector>
+
+#include <mpi.h>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/runtime/clock.hpp"
+#include "conductor/runtime/compute.hpp"
+#include "conductor/runtime/transport.hpp"
+#include "conductor/sched/arbiter.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/trace/event.hpp"
+
+namespace conductor::runtime {
+
+struct StepOutcome {
+  std::vector<trace::OpEvent> events;  // this rank's compute ops (and transfers when recorded), common clock
+  double peak_memory = 0.0;            // M_F
+};
+
+struct ExecutorOptions {
+  sched::Execution execution = sched::Execution::Strict;
+  sched::Hint hint = sched::Hint::Schedule;
+  double memory_limit = 0.0;
+  double memory_after_b = 0.0;
+  bool comm_events = false;
+  bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise
+};
+
+class Executor {
+ public:
+  Executor(int rank, Transport& transport, Compute& compute, const CommonClock& clock,
+           const sim::NoiseModel& noise, ExecutorOptions options);
+  StepOutcome run_step(int step, const sched::Schedule& order);
+
+ private:
+  int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  double injected_comm_ms(int step, const sched::Transfer& t) const;
+
+  int rank_;
+  Transport& transport_;
+  Compute& compute_;
+  const CommonClock& clock_;
+  const sim::NoiseModel& noise_;
+  ExecutorOptions options_;
+};
+
+}  // namespace conductor::runtime

@@ -1,0 +1,51 @@
+#pragma once
+// The data plane: asynchronous point-to-point tensor transfers with completion tests. The runtime posts
+// receives ahead of need and polls them; an arrival is what makes an op ready. MpiTransport implements it over
+// MPI (host memory); an NCCL implementation (device memory, CUDA events for completion) fits the same shape.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <mpi.h>
+
+namespace conductor::runtime {
+
+using TransferId = std::int64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Starts a transfer; the buffer must stay alive and untouched until the transfer completes.
+  virtual TransferId post_send(int peer, int tag, const void* data, std::size_t bytes) = 0;
+  virtual TransferId post_recv(int peer, int tag, void* data, std::size_t bytes) = 0;
+  // Non-blocking: true once the transfer has completed (then the id is released).
+  virtual bool test(TransferId id) = 0;
+  // Ids of pending transfers that completed, without blocking (each reported once).
+  virtual std::vector<TransferId> poll() = 0;
+  // Blocks until at least one pending transfer completes (or none is pending); returns those that completed.
+  virtual std::vector<TransferId> wait_some() = 0;
+  virtual std::size_t pending() const = 0;
+};
+
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm comm);
+  ~MpiTransport() override;
+  TransferId post_send(int peer, int tag, const void* data, std::size_t bytes) override;
+  TransferId post_recv(int peer, int tag, void* data, std::size_t bytes) override;
+  bool test(TransferId id) override;
+  std::vector<TransferId> poll() override;
+  std::vector<TransferId> wait_some() override;
+  std::size_t pending() const override { return ids_.size(); }
+
+ private:
+  std::vector<TransferId> collect(int completed, bool blocking);
+  MPI_Comm comm_;
+  std::vector<MPI_Request> requests_;  // parallel to ids_
+  std::vector<TransferId> ids_;
+  std::vector<int> indices_;
+  TransferId next_ = 0;
+};
+
+}  // namespace conductor::runtime

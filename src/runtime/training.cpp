@@ -1,0 +1,327 @@
+#include "conductor/runtime/training.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "conductor/model/stage.hpp"
+#include "conductor/policy/global_scheduler.hpp"
+#include "conductor/runtime/clock.hpp"
+#include "conductor/runtime/compute.hpp"
+#include "conductor/runtime/executor.hpp"
+#include "conductor/runtime/stop_signal.hpp"
+#include "conductor/runtime/transport.hpp"
+#include "conductor/sched/cost.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sched/validate.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/sim/simulator.hpp"
+#include "conductor/trace/summary.hpp"
+#include "conductor/trace/trace_writer.hpp"
+#include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
+#include "conductor/util/mpi.hpp"
+#include "conductor/version.hpp"
+
+namespace conductor::runtime {
+
+namespace {
+
+// Runs f on every rank; any rank's failure ends all ranks together with that rank's message.
+template <class F>
+void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
+  bool ok = true;
+  std::string message;
+  int code = kExitFailure;
+  try {
+    f();
+  } catch (const InputError& e) {
+    ok = false;
+    message = e.what();
+    code = exit_code_on_input_error;
+  } catch (const std::exception& e) {
+    ok = false;
+    message = e.what();
+  }
+  mpi::check_all(ok, message, code, comm);
+}
+
+// Rank 0's text broadcast to every rank.
+std::string broadcast_text(std::string text, MPI_Comm comm) {
+  long long n = static_cast<long long>(text.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  text.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return text;
+}
+
+// The order of a step travels from rank 0 as the schedule's text form: the one representation every layer
+// reads.
+sched::Schedule broadcast_order(const sched::Schedule* order, int rank, MPI_Comm comm) {
+  std::string text = broadcast_text(rank == 0 ? sched::to_text(*order) : std::string(), comm);
+  if (rank == 0) return *order;
+  sched::Schedule s = sched::parse_text(text, "order from rank 0");
+  s.name = order ? order->name : s.name;
+  return s;
+}
+
+std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size,
+                                          MPI_Comm comm) {
+  int bytes = static_cast<int>(mine.size() * sizeof(trace::OpEvent));
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  std::vector<trace::OpEvent> all;
+  if (rank == 0) {
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[static_cast<std::size_t>(r)] = total;
+      total += counts[static_cast<std::size_t>(r)];
+    }
+    all.resize(static_cast<std::size_t>(total) / sizeof(trace::OpEvent));
+  }
+  MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm);
+  return all;
+}
+
+std::vector<std::string> gather_hostnames(int rank, int size, MPI_Comm comm) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, comm);
+  std::vector<std::string> hosts;
+  if (rank == 0) {
+    for (int r = 0; r < size; ++r) hosts.emplace_back(&all[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  }
+  return hosts;
+}
+
+// The simulator's per-step record, from measured events, so the summary has the simulator's fields.
+sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trace::OpEvent>& events, int p,
+                            const std::vector<double>& peaks) {
+  sim::StepResult r;
+  r.step = rec.step;
+  r.start_ms = static_cast<double>(rec.start_ns) * 1e-6;
+  r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+  r.bubble_ratio = rec.bubble_ratio;
+  r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
+  r.throughput = rec.samples_per_s;
+  r.busy_ms.assign(static_cast<std::size_t>(p), 0.0);
+  for (const auto& e : events) {
+    if (trace::is_compute(e.kind)) r.busy_ms[static_cast<std::size_t>(e.rank)] += (e.end_ns - e.start_ns) * 1e-6;
+  }
+  r.idle_ms.resize(static_cast<std::size_t>(p));
+  for (int k = 0; k < p; ++k) r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
+  r.peak_memory = peaks;
+  r.num_ops = events.size();
+  return r;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw Error(path.string() + ": cannot write");
+}
+
+// Fault injection for the tests of the failure paths: CONDUCTOR_INJECT_FAILURE=RANK:STEP[:kill] makes that
+// rank throw (or die by SIGKILL) at the start of that step.
+void maybe_inject_failure(int rank, int step) {
+  const char* env = std::getenv("CONDUCTOR_INJECT_FAILURE");
+  if (!env) return;
+  int r = -1, s = -1;
+  char how[16] = {0};
+  if (std::sscanf(env, "%d:%d:%15s", &r, &s, how) < 2 || r != rank || s != step) return;
+  if (std::string(how) == "kill") std::raise(SIGKILL);
+  throw Error("injected failure on rank " + std::to_string(rank) + " at step " + std::to_string(step) +
+              " (CONDUCTOR_INJECT_FAILURE)");
+}
+
+}  // namespace
+
+RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  install_stop_handlers();
+
+  RunOutcome outcome;
+  outcome.output_dir = deck.run.output;
+  const std::filesystem::path out_dir(deck.run.output);
+
+  // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
+  std::optional<sched::Schedule> generated;
+  std::unique_ptr<policy::GlobalScheduler> scheduler;
+  sched::Schedule order0;
+  collectively(comm, kExitUsage, [&] {
+    if (rank != 0) return;
+    generated = sched::make_schedule(deck);
+    scheduler = policy::make_global_scheduler(deck, *generated);
+    order0 = scheduler->initial_order();
+    std::filesystem::create_directories(out_dir);
+    write_file(out_dir / "resolved.yaml", config::to_yaml(deck));
+  });
+  sched::Schedule order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
+
+  const double memory_limit = sched::memory_limit_for(deck, order);
+  const sched::CostModel cost = sched::from_deck(deck);
+  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, order);
+  const CommonClock clock(comm);
+  const std::vector<std::string> hosts = gather_hostnames(rank, size, comm);
+
+  std::unique_ptr<Compute> compute;
+  std::unique_ptr<trace::TraceWriter> writer;
+  int first_step = 0;
+  collectively(comm, kExitUsage, [&] {
+    compute = make_compute(deck, order, rank, noise);
+    if (!deck.checkpoint.resume.empty()) {
+      if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
+      first_step = compute->model()->load_checkpoint(deck.checkpoint.resume);
+    }
+    if (rank == 0 && deck.trace.enabled) {
+      trace::RunInfo info;
+      info.deck = config::to_yaml(deck);
+      info.world_size = size;
+      info.schedule = deck.schedule.kind;
+      info.execution = deck.schedule.execution;
+      info.hint = deck.schedule.hint;
+      info.backend = deck.backend;
+      info.source = "runtime";
+      info.hostnames = hosts;
+      info.git_revision = kGitRevision;
+      info.pipeline = order.p;
+      info.microbatches = order.m;
+      info.virtual_chunks = order.v;
+      writer = std::make_unique<trace::TraceWriter>((out_dir / "trace.h5").string(), info);
+    }
+  });
+  outcome.first_step = first_step;
+
+  ExecutorOptions eo;
+  eo.execution = sched::parse_execution(deck.schedule.execution);
+  eo.hint = sched::parse_hint(deck.schedule.hint);
+  eo.memory_limit = memory_limit;
+  eo.memory_after_b = cost.memory_after_b;
+  eo.comm_events = deck.trace.enabled && deck.trace.comm_events;
+  eo.inject_full_comm_time = deck.backend == "emulated";
+  MpiTransport transport(comm);
+  Executor executor(rank, transport, *compute, clock, noise, eo);
+
+  const double samples = static_cast<double>(deck.parallel.microbatches) * deck.parallel.microbatch_size;
+  sim::RunResult measured;
+  if (rank == 0) {
+    log::info("conductor run: " + deck.run.name + ", " + std::to_string(size) + " ranks, schedule " +
+              deck.schedule.kind + " (" + deck.schedule.execution +
+              (eo.execution == sched::Execution::Readiness ? ", hint " + deck.schedule.hint : "") + "), backend " +
+              deck.backend + ", " + std::to_string(order.m) + " microbatches, steps " + std::to_string(first_step) +
+              ".." + std::to_string(deck.run.steps - 1));
+  }
+
+  for (int step = first_step; step < deck.run.steps; ++step) {
+    maybe_inject_failure(rank, step);
+    StepOutcome so = executor.run_step(step, order);
+
+    // One reduction carries the gradient norm, the loss and whether anyone was asked to stop.
+    double local[3] = {compute->local_grad_sq_norm(), compute->has_loss() ? compute->step_loss() : 0.0,
+                       stop_requested() ? 1.0 : 0.0};
+    double global[3] = {0, 0, 0};
+    MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, comm);
+    compute->optimizer_step(std::sqrt(global[0]), step);
+    const bool has_math = compute->payload_floats() > 0;
+    const double loss = has_math ? global[1] : std::numeric_limits<double>::quiet_NaN();
+
+    std::vector<trace::OpEvent> all = gather_events(so.events, rank, size, comm);
+    double peak = so.peak_memory;
+    std::vector<double> peaks(static_cast<std::size_t>(size));
+    MPI_Gather(&peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm);
+
+    if (rank == 0) {
+      std::vector<trace::OpEvent> compute_events;
+      for (const auto& e : all) {
+        if (trace::is_compute(e.kind)) compute_events.push_back(e);
+      }
+      trace::StepRecord rec = trace::summarize_step(compute_events, size, step, samples);
+      rec.loss = loss;
+      if (writer) {
+        writer->append_events(all);
+        writer->append_step(rec);
+        writer->flush();
+      }
+      measured.steps.push_back(step_result(rec, compute_events, size, peaks));
+      outcome.losses.push_back(loss);
+      char line[256];
+      std::snprintf(line, sizeof line, "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f", step + 1,
+                    deck.run.steps, has_math ? json_number(loss).c_str() : "  -   ",
+                    static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
+      log::info(line);
+    }
+    outcome.steps_done = step + 1 - first_step;
+
+    const bool stopping = global[2] > 0;
+    const bool last = step + 1 == deck.run.steps;
+    if (compute->model() && !deck.checkpoint.path.empty()) {
+      const bool due = last || stopping || (deck.checkpoint.every > 0 && (step + 1) % deck.checkpoint.every == 0);
+      if (due) collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
+    }
+    // Hint order for the next step from the global tier (rank 0), broadcast as text.
+    if (!last && !stopping && rank == 0 && std::string(scheduler->name()) != "static") {
+      policy::StepObservation obs;
+      obs.step = step;
+      obs.order = &order;
+      obs.events = &all;
+      order0 = scheduler->next_order(obs);
+      sched::validate_or_throw(order0, memory_limit, cost.memory_after_b, "the global scheduler's order");
+    }
+    if (!last && !stopping && deck.scheduler.kind != "static") {
+      order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
+    }
+    if (stopping) {
+      outcome.stop_signal = stop_requested() ? stop_signal_number() : SIGTERM;
+      if (rank == 0) log::warn("stop requested (signal): stopped after step " + std::to_string(step + 1));
+      break;
+    }
+  }
+
+  if (rank == 0) {
+    if (writer) writer->close();
+    sim::finish_run(measured, size);
+    std::string json = sim::summary_json(measured, deck, order, memory_limit);
+    // The runtime's summary is the simulator's plus the training figures.
+    std::string losses = "[";
+    for (std::size_t i = 0; i < outcome.losses.size(); ++i) losses += (i ? ", " : "") + json_number(outcome.losses[i]);
+    losses += "]";
+    const double final_loss = outcome.losses.empty() ? std::numeric_limits<double>::quiet_NaN() : outcome.losses.back();
+    json.pop_back();  // the closing brace
+    json += ", \"backend\": \"" + deck.backend + "\", \"first_step\": " + std::to_string(first_step) +
+            ", \"losses\": " + losses + ", \"final_loss\": " + json_number(final_loss) + "}";
+    write_file(out_dir / "summary.json", json + "\n");
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
+                  outcome.steps_done, measured.mean_makespan_ms, measured.mean_bubble_ratio, measured.mean_throughput,
+                  measured.mean_lower_bound_ms > 0 ? measured.mean_makespan_ms / measured.mean_lower_bound_ms : 0.0,
+                  outcome.losses.empty() || !std::isfinite(final_loss) ? "" : ", final loss ",
+                  outcome.losses.empty() || !std::isfinite(final_loss) ? "" : json_number(final_loss).c_str());
+    log::info(line);
+    log::info("results: " + (out_dir / "summary.json").string() + ", " + (out_dir / "trace.h5").string() + ", " +
+              (out_dir / "resolved.yaml").string());
+  }
+  return outcome;
+}
+
+}  // namespace conductor::runtime
