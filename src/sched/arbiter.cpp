@@ -63,6 +63,14 @@ RankState::RankState(const Schedule& schedule, int rank, double memory_limit, do
     if (a.kind != OpKind::F) d += 1;  // B/BW after F, W after B (same stage)
     deps0_[i] = d;
   }
+  local_next_.assign(n, -1);
+  local_consumer_.assign(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Action& a = (*actions_)[i];
+    if (a.kind == OpKind::F) local_next_[i] = backward_index(a.chunk, a.microbatch);
+    if (a.kind == OpKind::B) local_next_[i] = index_of(OpKind::W, a.chunk, a.microbatch);
+    if (auto out = output_of(schedule, rank, a); out && out->local()) local_consumer_[i] = consumer_of(*out);
+  }
   reset();
 }
 
@@ -166,9 +174,8 @@ void RankState::complete(int index) {
   ++num_done_;
   const Action& a = (*actions_)[index];
   if (a.kind != OpKind::F) memory_ += delta_[static_cast<int>(a.kind)];
-  if (a.kind == OpKind::F) satisfy(backward_index(a.chunk, a.microbatch));
-  if (a.kind == OpKind::B) satisfy(index_of(OpKind::W, a.chunk, a.microbatch));
-  if (auto out = output_of(*schedule_, rank_, a); out && out->local()) satisfy(consumer_of(*out));
+  satisfy(local_next_[index]);
+  satisfy(local_consumer_[index]);
 }
 
 std::vector<int> RankState::take_newly_ready() {

@@ -46,12 +46,18 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   res.last_end.assign(p, 0.0);
   res.peak_memory.assign(p, 0.0);
   res.order.assign(p, {});
-  res.ops.reserve(s.num_actions());
+  if (opt.record_ops) res.ops.reserve(s.num_actions());
+  // Cross-rank consumer of each action's output (list index on the destination rank), or -1.
+  std::vector<std::vector<std::int32_t>> dest(p);
+  for (int r = 0; r < p; ++r) {
+    dest[r].assign(st[r].size(), -1);
+    for (int i = 0; i < st[r].size(); ++i) {
+      if (auto out = output_of(s, r, st[r].actions()[i]); out && !out->local()) dest[r][i] = st[out->to_rank].consumer_of(*out);
+    }
+  }
   std::vector<std::vector<double>> ready_at(p);
-  std::vector<std::vector<int>> op_slot(p);  // list index -> position in res.ops
   for (int r = 0; r < p; ++r) {
     ready_at[r].assign(st[r].size(), 0.0);
-    op_slot[r].assign(st[r].size(), -1);
     res.order[r].reserve(st[r].size());
   }
   std::vector<char> running(p, 0);
@@ -69,7 +75,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     }
   };
   auto stamp_ready = [&](int r, double t) {
-    for (int i : st[r].take_newly_ready()) ready_at[r][i] = t;
+    for (int i : st[r].newly_ready()) ready_at[r][i] = t;
+    st[r].clear_newly_ready();
   };
 
   double now = 0.0;
@@ -103,8 +110,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       }
       started_any[r] = 1;
       running[r] = 1;
-      op_slot[r][i] = static_cast<int>(res.ops.size());
-      res.ops.push_back(op);
+      if (opt.record_ops) res.ops.push_back(op);
       res.order[r].push_back(i);
       res.busy[r] += dur;
       queue.push(Event{op.end, seq++, EventType::Done, r, i, -1});
@@ -124,9 +130,9 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         res.last_end[e.rank] = now;
         res.end = std::max(res.end, now);
         const Action& a = rs.actions()[e.index];
-        if (auto out = output_of(s, e.rank, a); out && !out->local()) {
-          const int consumer = st[out->to_rank].consumer_of(*out);
-          if (consumer >= 0) {
+        if (const int consumer = dest[e.rank][e.index]; consumer >= 0) {
+          const auto out = output_of(s, e.rank, a);
+          {
             int tidx = -1;
             const double arrive = now + comm(*out);
             if (opt.record_transfers) {

@@ -34,6 +34,7 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   eo.rank_memory_limit = options.rank_memory_limit;
   eo.memory_after_b = noise.cost().memory_after_b;
   eo.record_transfers = options.record_events && options.comm_events;
+  eo.record_ops = options.record_events;
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) { return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind); },
@@ -43,7 +44,7 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   r.step = step;
   r.start_ms = start_ms;
   r.makespan_ms = res.makespan();
-  r.num_ops = res.ops.size();
+  r.num_ops = s.num_actions();
   r.busy_ms = res.busy;
   r.peak_memory = res.peak_memory;
   r.idle_ms.resize(s.p);

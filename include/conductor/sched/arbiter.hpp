@@ -66,6 +66,9 @@ class RankState {
 
   // Indices of actions that became ready since the last call (for ready timestamps); clears the list.
   std::vector<int> take_newly_ready();
+  // The same without allocating: read newly_ready(), then clear_newly_ready().
+  const std::vector<int>& newly_ready() const { return newly_ready_; }
+  void clear_newly_ready() { newly_ready_.clear(); }
 
   // Lookup: the list index of (kind, chunk, microbatch) on this rank, or -1. backward_index() finds the B or
   // the BW of (chunk, microbatch), whichever the list has.
@@ -104,6 +107,9 @@ class RankState {
   std::vector<int> heap_b_, heap_f_, heap_w_;  // min-heaps of ready, not started list positions
   std::vector<double> fenwick_;
   std::vector<int> f_index_, b_index_, w_index_;  // [chunk * m + microbatch] -> list index or -1
+  // Per action, precomputed so complete() touches one place: the same-stage dependent (B/BW of an F, W of a
+  // B) and the consumer of a same-rank output, or -1.
+  std::vector<std::int32_t> local_next_, local_consumer_;
   std::vector<int> newly_ready_;
   int cursor_ = 0;
   int num_done_ = 0;

@@ -18,6 +18,7 @@ struct ExecOptions {
   std::vector<double> rank_memory_limit;  // per rank, overrides memory_limit when not empty
   double memory_after_b = 0.0;
   bool record_transfers = false;
+  bool record_ops = true;         // fill ExecResult::ops (per-op timings); off saves memory on huge runs
 };
 
 struct OpTiming {
@@ -36,7 +37,7 @@ struct TransferTiming {
 };
 
 struct ExecResult {
-  std::vector<OpTiming> ops;                 // in start order
+  std::vector<OpTiming> ops;                 // in start order (when record_ops)
   std::vector<TransferTiming> transfers;     // cross-rank only, when record_transfers
   std::vector<std::vector<int>> order;       // realized order per rank (list indices)
   std::vector<double> busy;                  // per rank, ms of compute
