@@ -145,6 +145,7 @@ done
 
 train_log=$work/train-$train_id.log
 grep -q "conductor-job: done: $out" "$train_log" || fail "the train job log lacks its done line"
+grep -E '^conductor-job: running:|^summary:' "$train_log" | sed 's/^/  | /'
 if [[ $mode == run ]]; then
   grep -qF "srun --mpi=pmix --ntasks=$ntasks" "$out/job.txt" || fail "job.txt does not show srun --mpi=pmix -n $ntasks"
 fi
