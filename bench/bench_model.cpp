@@ -171,21 +171,23 @@ void bench_gemm(const Size& s, int reps) {
   for (const auto& sh : shapes) {
     std::vector<float> a(static_cast<std::size_t>(sh.m) * sh.k, 0.01f), b(static_cast<std::size_t>(sh.k) * sh.n, 0.02f),
         c(static_cast<std::size_t>(sh.m) * sh.n, 0.0f);
-    auto time = [&](auto fn) {
-      fn();
-      std::vector<double> t;
-      for (int r = 0; r < reps; r++) {
-        const double t0 = now();
-        fn();
-        t.push_back(now() - t0);
-      }
-      return median(t);
-    };
-    const double t_ours = time([&] { be.gemm(c.data(), a.data(), b.data(), sh.m, sh.n, sh.k, sh.ta, sh.tb, 1.0f, 0.0f); });
-    const double t_raw = time([&] {
+    auto ours = [&] { be.gemm(c.data(), a.data(), b.data(), sh.m, sh.n, sh.k, sh.ta, sh.tb, 1.0f, 0.0f); };
+    auto raw = [&] {
       cblas_sgemm(CblasRowMajor, sh.ta ? CblasTrans : CblasNoTrans, sh.tb ? CblasTrans : CblasNoTrans, sh.m, sh.n,
                   sh.k, 1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, 0.0f, c.data(), sh.n);
-    });
+    };
+    ours();
+    raw();
+    std::vector<double> to, tr;  // alternating, so machine load hits both alike
+    for (int r = 0; r < reps; r++) {
+      double t0 = now();
+      ours();
+      to.push_back(now() - t0);
+      t0 = now();
+      raw();
+      tr.push_back(now() - t0);
+    }
+    const double t_ours = median(to), t_raw = median(tr);
     const double flops = 2.0 * sh.m * sh.n * sh.k;
     ours_total += t_ours;
     raw_total += t_raw;
@@ -209,6 +211,6 @@ int main(int argc, char** argv) {
       {"medium", 256, 128, 256, 8, 4, 8, 2},  // d 256, 4 layers, 2 microbatches of 8 x 128 tokens
   };
   for (const auto& s : sizes) bench_step(s, steps);
-  for (const auto& s : sizes) bench_gemm(s, std::max(5, steps));
+  for (const auto& s : sizes) bench_gemm(s, std::max(21, 3 * steps));
   return 0;
 }
