@@ -34,6 +34,11 @@ test: deps build
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|slurm'
 
+# Regenerates the shipped PPO policy (minutes on 2 cores) from its deck.
+policy: build
+	$(BUILD)/conductor train-policy inputs/policies/default.yaml run.output=$(BUILD)/policy-default
+	cp $(BUILD)/policy-default/policy.pt inputs/policies/default.pt
+
 bench: deps build
 	bench/run.sh $(BUILD)
 

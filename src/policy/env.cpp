@@ -22,6 +22,12 @@ double time_unit(const sched::CostModel& cost, int v) {
   return unit > 0 ? unit : 1.0;
 }
 
+double Rollout::idle() const {
+  double work = 0.0;
+  for (double b : busy) work += b;
+  return static_cast<double>(busy.size()) * makespan() - work;
+}
+
 namespace {
 
 enum class EventType : std::uint8_t { Done = 0, Arrive = 1 };
@@ -101,7 +107,7 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       ready[r].push_back(i);
     }
   };
-  double now = 0.0, horizon = 0.0;
+  double now = 0.0, horizon = 0.0, idle_acc = 0.0;
   auto idle_signal = [&](int q) -> float {
     if (q < 0) return 0.0f;
     const double x = running[q] ? -(busy_until[q] - now) / unit : (now - free_since[q]) / unit;
@@ -117,6 +123,7 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
   }
   bool first = true;
   std::vector<std::pair<long long, int>> cand;  // (ranking key, list position)
+  std::vector<int> head(static_cast<std::size_t>(s.v) * 4);
   Decision d;
   for (;;) {
     std::sort(touched.begin(), touched.end());
@@ -124,11 +131,20 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       is_touched[r] = 0;
       if (running[r]) continue;
       sched::RankState& rs = st[r];
-      cand.clear();
+      // Candidates: per (kind, chunk), the earliest-listed feasible op (a later microbatch of the same kind
+      // and chunk is the same decision made worse: it only delays the earlier one).
+      std::fill(head.begin(), head.end(), -1);
       for (int i : ready[r]) {
         if (!rs.fits(i)) continue;
-        const long long key = static_cast<long long>(hint_class(opt.heuristic, rs.actions()[i].kind)) << 32 | i;
-        cand.emplace_back(key, i);
+        const sched::Action& a = rs.actions()[i];
+        int& h = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
+        if (h < 0 || i < h) h = i;
+      }
+      cand.clear();
+      for (int h : head) {
+        if (h < 0) continue;
+        const long long key = static_cast<long long>(hint_class(opt.heuristic, rs.actions()[h].kind)) << 32 | h;
+        cand.emplace_back(key, h);
       }
       if (cand.empty()) continue;
       std::sort(cand.begin(), cand.end());
@@ -207,12 +223,19 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       out.busy[r] += dur;
       queue.push(Event{now + dur, seq++, EventType::Done, r, pick});
       if (n >= 2 && record) {
-        d.horizon = horizon;
+        d.idle = idle_acc;
         record->push_back(d);
       }
     }
     touched.clear();
     if (queue.empty()) break;
+    {
+      // Idle rank-time over [now, next event): ranks not running (from the first op on, as the bubble counts).
+      const double next = queue.top().time;
+      int idle_ranks = 0;
+      for (int q = 0; q < p; ++q) idle_ranks += running[q] ? 0 : 1;
+      if (!first) idle_acc += idle_ranks * (next - now);
+    }
     now = queue.top().time;
     while (!queue.empty() && queue.top().time == now) {
       const Event e = queue.top();

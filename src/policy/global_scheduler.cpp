@@ -75,7 +75,10 @@ class PpoScheduler final : public GlobalScheduler {
     return out;
   }
 
-  const PpoStats& stats() const { return stats_; }
+  const PpoStats& stats() const {
+    stats_.estimate = estimate_;
+    return stats_;
+  }
 
  private:
   void observe(const std::vector<trace::OpEvent>& events) {
@@ -169,7 +172,7 @@ class PpoScheduler final : public GlobalScheduler {
   int verify_ = 0;
   unsigned long long seed_ = 0;
   bool observed_any_ = false;
-  PpoStats stats_;
+  mutable PpoStats stats_;
 };
 
 }  // namespace

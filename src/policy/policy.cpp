@@ -47,7 +47,7 @@ void init_heuristic(Actor& actor) {
   actor->l3->weight.mul_(0.01);
   actor->l3->bias.zero_();
   actor->skip->weight.zero_();
-  actor->skip->weight[0][15] = -3.0;
+  actor->skip->weight[0][15] = -1.0;
 }
 
 namespace {
@@ -74,6 +74,7 @@ Policy to_policy(Actor& actor, Critic& critic, sched::Hint heuristic) {
   p.cb2 = flat(critic->l2->bias);
   p.c3 = flat(critic->l3->weight);
   p.cb3 = flat(critic->l3->bias)[0];
+  p.prepare();
   return p;
 }
 
@@ -87,24 +88,34 @@ Policy Policy::initial(int hidden, sched::Hint heuristic, unsigned long long see
   return detail::to_policy(actor, critic, heuristic);
 }
 
+void Policy::prepare() {
+  const int H = hidden;
+  w1t.assign(static_cast<std::size_t>(kNumFeatures) * H, 0.0f);
+  w2t.assign(static_cast<std::size_t>(H) * H, 0.0f);
+  for (int j = 0; j < H; ++j) {
+    for (int k = 0; k < kNumFeatures; ++k) w1t[static_cast<std::size_t>(k) * H + j] = w1[static_cast<std::size_t>(j) * kNumFeatures + k];
+    for (int k = 0; k < H; ++k) w2t[static_cast<std::size_t>(k) * H + j] = w2[static_cast<std::size_t>(j) * H + k];
+  }
+}
+
 float Policy::score(const float* x) const {
   const int H = hidden;
-  // h1 [H], h2 [H]: small fixed-size work, written so the compiler vectorizes the inner loops.
+  // h1 [H], h2 [H]; inner loops run over the contiguous output index, so they vectorize.
   float h1[256], h2[256];
-  for (int j = 0; j < H; ++j) {
-    const float* w = &w1[static_cast<std::size_t>(j) * kNumFeatures];
-    float acc = b1[j];
-    for (int k = 0; k < kNumFeatures; ++k) acc += w[k] * x[k];
-    h1[j] = acc > 0.0f ? acc : 0.0f;
+  for (int j = 0; j < H; ++j) h1[j] = b1[j];
+  for (int k = 0; k < kNumFeatures; ++k) {
+    const float xk = x[k];
+    const float* w = &w1t[static_cast<std::size_t>(k) * H];
+    for (int j = 0; j < H; ++j) h1[j] += w[j] * xk;
   }
-  for (int j = 0; j < H; ++j) {
-    const float* w = &w2[static_cast<std::size_t>(j) * H];
-    float acc = b2[j];
-    for (int k = 0; k < H; ++k) acc += w[k] * h1[k];
-    h2[j] = acc > 0.0f ? acc : 0.0f;
+  for (int j = 0; j < H; ++j) h2[j] = b2[j];
+  for (int k = 0; k < H; ++k) {
+    const float hk = h1[k] > 0.0f ? h1[k] : 0.0f;
+    const float* w = &w2t[static_cast<std::size_t>(k) * H];
+    for (int j = 0; j < H; ++j) h2[j] += w[j] * hk;
   }
   float out = b3;
-  for (int k = 0; k < H; ++k) out += w3[k] * h2[k];
+  for (int k = 0; k < H; ++k) out += w3[k] * (h2[k] > 0.0f ? h2[k] : 0.0f);
   for (int k = 0; k < kNumFeatures; ++k) out += skip[k] * x[k];
   return out;
 }
@@ -250,6 +261,7 @@ Policy load_policy(const std::string& path) {
       if (!std::isfinite(x)) throw InputError("policy file '" + path + "' is corrupt: non-finite weights");
     }
   }
+  p.prepare();
   return p;
 }
 

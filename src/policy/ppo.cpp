@@ -143,12 +143,12 @@ TrainResult train_ppo(const TrainSetup& su, const std::function<void(const Itera
           rollout(su.base, su.env, draw.cost, compute, comm, [](const Decision&) { return 0; }).makespan() / c.episodes;
       stats.greedy_makespan += greedy_makespan(pol, su.base, su.env, draw.cost, compute, comm) / c.episodes;
       if (dec.size() == first) continue;
-      double prev = 0.0;
+      // Reward of decision t: minus the idle rank-time from it to the next decision (to the end for the last),
+      // so an episode's return is minus its bubble (p x makespan - work) in units of one rank's step work.
       for (std::size_t t = first; t < dec.size(); ++t) {
-        reward.push_back(static_cast<float>(-(dec[t].horizon - prev) / work));
-        prev = dec[t].horizon;
+        const double next = t + 1 < dec.size() ? dec[t + 1].idle : ro.idle();
+        reward.push_back(static_cast<float>(-(next - dec[t].idle) / work));
       }
-      reward.back() += static_cast<float>(-(ro.end - prev) / work);
       episode_last.push_back(static_cast<int>(dec.size()) - 1);
     }
     const int N = static_cast<int>(dec.size());

@@ -10,7 +10,7 @@ struct PolicyConfig {
   // scheduler.* (kind: ppo)
   std::string path;                  // scheduler.policy; "" = the shipped inputs/policies/default.pt
   double ema = 0.5;                  // scheduler.ema: weight of the last step in the online cost estimate
-  int verify_samples = 4;            // scheduler.verify_samples: noise draws to check the order (0 = off)
+  int verify_samples = 2;            // scheduler.verify_samples: noise draws to check the order (0 = off)
   // ppo.* (train-policy)
   int iterations = 60;
   int episodes = 16;                 // episodes (simulated steps) per iteration

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/sched/cost.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/trace/event.hpp"
 
@@ -45,6 +46,7 @@ struct PpoStats {
   double last_latency_ms = 0;   // wall time of the last initial_order / next_order
   double estimated_level = 0;   // estimated relative noise level
   bool used_policy_order = true;  // the last order came from the policy (false: the generator's won the check)
+  sched::CostModel estimate;      // the online cost estimate (per rank, ms per microbatch of the whole rank)
 };
 const PpoStats* ppo_stats(const GlobalScheduler& scheduler);  // nullptr unless a ppo scheduler
 

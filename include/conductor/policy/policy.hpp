@@ -28,6 +28,11 @@ struct Policy {
   std::vector<float> c1, cb1, c2, cb2, c3;
   float cb3 = 0.0f;
 
+  // Transposed copies of w1 and w2 ([in][out], so the per-candidate loops vectorize); prepare() builds them
+  // (to_policy and load_policy call it).
+  std::vector<float> w1t, w2t;
+  void prepare();
+
   // The untrained, heuristic-equivalent actor with the given hidden width (weights from the seed).
   static Policy initial(int hidden, sched::Hint heuristic, unsigned long long seed);
 

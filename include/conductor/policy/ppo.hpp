@@ -4,8 +4,9 @@
 // Episode: one step of `base` (its lists give the memory reservations and the hint order) under a random draw:
 // a gaussian noise level from [lo, hi], per-rank F/B/W cost factors exp(spread * z), and per-op noise from a
 // counter-based hash of (episode seed, rank, chunk, microbatch, kind). The policy samples among the feasible ops
-// at every decision point. Reward of a decision: minus the growth of the committed horizon (latest op end)
-// until the next decision, in units of one rank's work per step, so an episode's return is -makespan / work.
+// at every decision point. Reward of a decision: minus the idle rank-time (ranks not computing) from it to the
+// next decision, in units of one rank's work per step, so an episode's return is minus its bubble
+// (p x makespan - work; the work is fixed by the draw, so this is the makespan objective with denser credit).
 // Update: GAE(gamma, lambda) on a critic of the global features, normalised advantages, clipped surrogate,
 // entropy bonus, value loss, `epochs` passes in shuffled minibatches, global gradient-norm clipping, Adam.
 // Deterministic per seed: torch::manual_seed, our own RNG and one torch thread.

@@ -1,0 +1,315 @@
+// Policy layer: the environment reproduces the engine, PPO learns where the heuristic is wrong, policy files
+// round-trip, training is deterministic per seed, bad files are clear errors, the shipped policy loads and
+// carries over from p=4 to p=8, and the ppo scheduler replans from measured times.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/policy/env.hpp"
+#include "conductor/policy/global_scheduler.hpp"
+#include "conductor/policy/policy.hpp"
+#include "conductor/policy/ppo.hpp"
+#include "conductor/policy/simulate.hpp"
+#include "conductor/sched/engine.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sched/validate.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/util/error.hpp"
+
+using namespace conductor;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("conductor_policy_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// A list that runs each microbatch's F, B, W back to back: read as a readiness hint ("schedule" ranking) it
+// makes a rank run a heavy W before the F the next stage is waiting for. B first, then F, W filling idle time
+// (bfw) is the known better order here.
+sched::Schedule eager_w_list(int p, int m) {
+  sched::Schedule s;
+  s.p = p;
+  s.m = m;
+  s.v = 1;
+  s.name = "eager-w";
+  s.ranks.assign(p, {});
+  for (int r = 0; r < p; ++r) {
+    for (int b = 0; b < m; ++b) {
+      s.ranks[r].push_back({sched::OpKind::F, b, 0});
+      s.ranks[r].push_back({sched::OpKind::B, b, 0});
+      s.ranks[r].push_back({sched::OpKind::W, b, 0});
+    }
+  }
+  return s;
+}
+
+policy::TrainSetup toy_setup(unsigned long long seed, int iterations) {
+  policy::TrainSetup su;
+  su.base = eager_w_list(3, 6);
+  su.cost = sched::uniform_cost(1.0, 1.0, 2.0, 0.0, 0.5);
+  su.env.heuristic = sched::Hint::Schedule;
+  su.env.memory_limit = 3;
+  su.env.memory_after_b = 0.5;
+  su.ppo.iterations = iterations;
+  su.ppo.episodes = 8;
+  su.ppo.noise_levels = {0.0, 0.05};
+  su.ppo.cost_spread = 0.0;
+  su.ppo.learning_rate = 1e-2;
+  su.ppo.entropy_coef = 0.01;
+  su.ppo.minibatch = 64;
+  su.ppo.hidden = 16;
+  su.ppo.seed = seed;
+  return su;
+}
+
+double noise_free(const policy::Policy& pol, const policy::TrainSetup& su, sched::Schedule* order = nullptr) {
+  auto compute = [&](int r, const sched::Action& a) { return su.cost.op_time(r, a.kind, su.base.v); };
+  auto comm = [&](const sched::Transfer&) { return su.cost.comm_time(); };
+  return policy::greedy_makespan(pol, su.base, su.env, su.cost, compute, comm, order);
+}
+
+double heuristic_makespan(const policy::TrainSetup& su, sched::Hint hint) {
+  sched::ExecOptions eo;
+  eo.execution = sched::Execution::Readiness;
+  eo.hint = hint;
+  eo.memory_limit = su.env.memory_limit;
+  eo.memory_after_b = su.env.memory_after_b;
+  return sched::execute(
+             su.base, eo, [&](int r, const sched::Action& a) { return su.cost.op_time(r, a.kind, su.base.v); },
+             [&](const sched::Transfer&) { return su.cost.comm_time(); })
+      .makespan();
+}
+
+// One trained toy policy shared by the tests that need a non-trivial policy (training is the slow part).
+const policy::TrainResult& toy_trained() {
+  static const policy::TrainResult result = policy::train_ppo(toy_setup(11, 40));
+  return result;
+}
+
+config::Deck deck_of(std::vector<std::string> overrides) {
+  config::LoadOptions lo;
+  lo.source_name = "test";
+  lo.command = config::Command::Simulate;
+  lo.overrides = std::move(overrides);
+  return config::parse_deck("", lo);
+}
+
+}  // namespace
+
+// With the heuristic's choice at every decision, the environment is readiness execution: same realized order
+// and makespan as sched::execute for every hint, under noise, with and without transfer times.
+TEST(PolicyEnv, HeuristicChoiceReproducesTheEngine) {
+  for (const char* hint : {"schedule", "bf", "bfw"}) {
+    for (int v : {1, 2}) {
+      const sched::Schedule s = v == 1 ? sched::generate("zb-2p", 4, 10, 1, sched::uniform_cost(1, 1, 1, 0.1, 0.3))
+                                       : sched::generate("zb-v", 4, 10, 2, sched::uniform_cost(1, 1, 1, 0.1, 0.3));
+      const sched::CostModel cost = sched::uniform_cost(1.0, 1.1, 0.9, 0.1, 0.3);
+      policy::EpisodeDraw draw;
+      draw.seed = 99;
+      draw.level = 0.2;
+      draw.cost = cost;
+      const auto compute = policy::draw_compute(draw, v);
+      const auto comm = policy::draw_comm(draw);
+      policy::EnvOptions env;
+      env.heuristic = sched::parse_hint(hint);
+      env.memory_limit = v == 1 ? 8 : 4;
+      env.memory_after_b = 0.3;
+      std::vector<policy::Decision> rec;
+      const auto ro = policy::rollout(s, env, cost, compute, comm, [](const policy::Decision&) { return 0; }, &rec);
+      sched::ExecOptions eo;
+      eo.execution = sched::Execution::Readiness;
+      eo.hint = env.heuristic;
+      eo.memory_limit = env.memory_limit;
+      eo.memory_after_b = env.memory_after_b;
+      const auto ex = sched::execute(s, eo, compute, comm);
+      EXPECT_EQ(ro.order, ex.order) << hint << " v=" << v;
+      EXPECT_DOUBLE_EQ(ro.makespan(), ex.makespan()) << hint << " v=" << v;
+      EXPECT_FALSE(rec.empty());
+      for (const auto& d : rec) {
+        ASSERT_GE(d.num_candidates, 2);
+        ASSERT_LE(d.num_candidates, 3 * v);
+        EXPECT_EQ(d.features[15], 0.0f);  // candidate 0 is the heuristic's choice
+        EXPECT_EQ(d.features[16], 1.0f);
+      }
+    }
+  }
+}
+
+// An untrained policy is the heuristic (the skip term on the heuristic rank dominates).
+TEST(PolicyEnv, UntrainedPolicyFollowsTheHeuristic) {
+  const auto su = toy_setup(1, 0);
+  const policy::Policy pol = policy::Policy::initial(16, sched::Hint::Schedule, 3);
+  EXPECT_DOUBLE_EQ(noise_free(pol, su), heuristic_makespan(su, sched::Hint::Schedule));
+}
+
+// The toy where the heuristic is wrong: PPO must learn to beat it, and reach the known better order.
+TEST(PolicyPPO, LearnsToBeatAWrongHeuristic) {
+  const auto su = toy_setup(11, 40);
+  const double wrong = heuristic_makespan(su, sched::Hint::Schedule);
+  const double known = heuristic_makespan(su, sched::Hint::BFW);
+  ASSERT_LT(known, wrong * 0.95) << "the toy must have a clearly better order";
+  const auto& res = toy_trained();
+  sched::Schedule order;
+  const double learned = noise_free(res.policy, su, &order);
+  EXPECT_LT(learned, wrong * 0.97) << "heuristic " << wrong << ", bfw " << known;
+  EXPECT_LE(learned, known * 1.02) << "heuristic " << wrong << ", bfw " << known;
+  EXPECT_EQ(sched::validate(order, su.env.memory_limit, su.env.memory_after_b).ok, true);
+  // The training curve shows the improvement on the sampled episodes too.
+  const auto& c = res.curve;
+  EXPECT_LT(c.back().greedy_makespan, c.front().heuristic_makespan);
+}
+
+TEST(PolicyPPO, DeterministicPerSeed) {
+  const auto a = policy::train_ppo(toy_setup(5, 3));
+  const auto b = policy::train_ppo(toy_setup(5, 3));
+  const auto c = policy::train_ppo(toy_setup(6, 3));
+  EXPECT_EQ(a.policy.w1, b.policy.w1);
+  EXPECT_EQ(a.policy.skip, b.policy.skip);
+  EXPECT_EQ(a.policy.c1, b.policy.c1);
+  ASSERT_EQ(a.curve.size(), b.curve.size());
+  for (std::size_t i = 0; i < a.curve.size(); ++i) {
+    EXPECT_EQ(a.curve[i].sampled_makespan, b.curve[i].sampled_makespan);
+    EXPECT_EQ(a.curve[i].policy_loss, b.curve[i].policy_loss);
+  }
+  EXPECT_NE(a.policy.w1, c.policy.w1);
+}
+
+TEST(PolicyFile, RoundTripGivesIdenticalDecisions) {
+  const auto& pol = toy_trained().policy;
+  const std::string path = temp_path("roundtrip.pt");
+  policy::save_policy(pol, path);
+  const policy::Policy back = policy::load_policy(path);
+  EXPECT_EQ(back.hidden, pol.hidden);
+  EXPECT_EQ(back.heuristic, pol.heuristic);
+  EXPECT_EQ(back.w1, pol.w1);
+  EXPECT_EQ(back.w2, pol.w2);
+  EXPECT_EQ(back.skip, pol.skip);
+  // Same decisions on a noisy episode of another size.
+  const sched::Schedule s = sched::generate("zb-2p", 4, 12, 1, sched::uniform_cost(1, 1, 1));
+  policy::EpisodeDraw draw;
+  draw.seed = 5;
+  draw.level = 0.15;
+  draw.cost = sched::uniform_cost(1, 1, 1, 0.05, 0.5);
+  policy::EnvOptions env;
+  env.heuristic = pol.heuristic;
+  env.memory_limit = 8;
+  env.memory_after_b = 0.5;
+  std::vector<int> ca, cb;
+  const auto ra = policy::rollout(s, env, draw.cost, policy::draw_compute(draw, 1), policy::draw_comm(draw),
+                                  [&](const policy::Decision& d) { ca.push_back(pol.greedy(d)); return ca.back(); });
+  const auto rb = policy::rollout(s, env, draw.cost, policy::draw_compute(draw, 1), policy::draw_comm(draw),
+                                  [&](const policy::Decision& d) { cb.push_back(back.greedy(d)); return cb.back(); });
+  EXPECT_EQ(ca, cb);
+  EXPECT_EQ(ra.order, rb.order);
+}
+
+TEST(PolicyFile, BadFilesAreClearInputErrors) {
+  auto expect_error = [](const std::string& path, const std::string& what) {
+    try {
+      policy::load_policy(path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    }
+  };
+  expect_error(temp_path("does-not-exist.pt"), "no such file");
+
+  const std::string text = temp_path("text.pt");
+  std::ofstream(text) << "pipeline 4\nmicrobatches 8\n";
+  expect_error(text, "not a conductor policy");
+
+  // A valid file, then damaged: its archive truncated, or its header claiming another feature version.
+  const std::string good = temp_path("good.pt");
+  policy::save_policy(policy::Policy::initial(8, sched::Hint::BFW, 1), good);
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t eol = bytes.find('\n');
+  const std::string truncated = temp_path("truncated.pt");
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, eol + 1 + (bytes.size() - eol) / 2);
+  expect_error(truncated, "corrupt");
+  const std::string garbage = temp_path("garbage.pt");
+  std::ofstream(garbage, std::ios::binary) << bytes.substr(0, eol + 1) << "this is not a torch archive";
+  expect_error(garbage, "corrupt");
+
+  std::string old = bytes;
+  const std::string key = "feature_version=" + std::to_string(policy::kFeatureVersion);
+  old.replace(old.find(key), key.size(), "feature_version=" + std::to_string(policy::kFeatureVersion + 41));
+  const std::string other = temp_path("other-version.pt");
+  std::ofstream(other, std::ios::binary) << old;
+  expect_error(other, "feature version " + std::to_string(policy::kFeatureVersion + 41));
+
+  // The scheduler factory reports the same error.
+  config::Deck deck = deck_of({"scheduler.kind=ppo", "scheduler.policy=" + other});
+  EXPECT_THROW(policy::make_global_scheduler(deck, sched::make_schedule(deck)), InputError);
+}
+
+// The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid
+// order no worse than its heuristic by more than a few percent, noise-free.
+TEST(PolicyShipped, LoadsAndCarriesOverToP8) {
+  const std::string path = std::string(CONDUCTOR_SOURCE_DIR) + "/inputs/policies/default.pt";
+  const policy::Policy pol = policy::load_policy(path);
+  for (int m : {24, 64}) {
+    const sched::CostModel cost = sched::uniform_cost(1, 1, 1, 0.05, 0.5);
+    const sched::Schedule s = sched::generate("zb-2p", 8, m, 1, cost);
+    policy::EnvOptions env;
+    env.heuristic = pol.heuristic;
+    env.memory_limit = 16;
+    env.memory_after_b = 0.5;
+    auto compute = [&](int r, const sched::Action& a) { return cost.op_time(r, a.kind, 1); };
+    auto comm = [&](const sched::Transfer&) { return cost.comm_time(); };
+    sched::Schedule order;
+    const double learned = policy::greedy_makespan(pol, s, env, cost, compute, comm, &order);
+    const double heuristic =
+        policy::rollout(s, env, cost, compute, comm, [](const policy::Decision&) { return 0; }).makespan();
+    EXPECT_TRUE(sched::validate(order, 16, 0.5).ok) << "m=" << m;
+    EXPECT_LE(learned, heuristic * 1.03) << "m=" << m;
+  }
+}
+
+// The ppo scheduler: orders keep p, m, v and validate; the online estimate learns a persistent straggler and the
+// noise level from the measured times; its orders never do worse than the static generator order (the
+// straggler is the bottleneck here, so no order does much better: the gain is the migration tier's job).
+TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
+  const policy::Policy pol = policy::Policy::initial(16, sched::Hint::BFW, 2);
+  for (const char* exec : {"strict", "readiness"}) {
+    config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=12", "schedule.kind=zb-2p",
+                                 std::string("schedule.execution=") + exec, "schedule.hint=bfw", "cost.comm=0.05",
+                                 "noise.kind=[gaussian, straggler]", "noise.level=0.05", "noise.straggler_rank=1",
+                                 "noise.straggler_factor=1.6", "trace.enabled=false", "scheduler.kind=ppo"});
+    const sched::Schedule gen = sched::make_schedule(deck);
+    const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
+    const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+    auto ppo = policy::make_ppo_scheduler(deck, gen, pol);
+    int checked = 0;
+    const auto with_ppo = policy::simulate_with_scheduler(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
+      EXPECT_EQ(s.p, gen.p);
+      EXPECT_EQ(s.m, gen.m);
+      EXPECT_TRUE(sched::validate(s, sched::memory_limit_for(deck, gen), deck.cost.memory_after_b).ok);
+      EXPECT_TRUE(r.events.empty());  // trace.enabled=false: the caller asked for none
+      ++checked;
+    });
+    EXPECT_EQ(checked, 12);
+    EXPECT_EQ(with_ppo.latency_ms.size(), 12u);
+    const policy::PpoStats* st = policy::ppo_stats(*ppo);
+    ASSERT_NE(st, nullptr);
+    EXPECT_NEAR(st->estimated_level, 0.05, 0.03);
+    ASSERT_EQ(st->estimate.forward.size(), 4u);
+    EXPECT_NEAR(st->estimate.forward[1] / st->estimate.forward[0], 1.6, 0.15);
+    EXPECT_NEAR(st->estimate.backward_weight[1] / st->estimate.backward_weight[2], 1.6, 0.15);
+    EXPECT_NEAR(st->estimate.comm, 0.05, 0.01);
+    deck.scheduler.kind = "static";
+    auto fixed_gs = policy::make_global_scheduler(deck, gen);
+    EXPECT_EQ(policy::ppo_stats(*fixed_gs), nullptr);
+    const auto fixed = policy::simulate_with_scheduler(noise, opt, 12, *fixed_gs);
+    EXPECT_LE(with_ppo.run.mean_makespan_ms, fixed.run.mean_makespan_ms * 1.005) << exec;
+  }
+}
