@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   const policy::Policy pol = policy::load_policy(path);
   std::printf("policy %s, deck %s, %d simulated steps per method\n\n", path.c_str(), deck_path.c_str(), steps);
   latency(pol, 0);
+  latency(pol, 2);  // the default scheduler.verify_samples
   latency(pol, 4);
 
   struct Case {

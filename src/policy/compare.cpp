@@ -22,6 +22,7 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
       {base + " strict", "strict", "schedule", false},      {base + " readiness bf", "readiness", "bf", false},
       {base + " readiness bfw", "readiness", "bfw", false}, {"ppo strict", "strict", "schedule", true},
       {"ppo readiness bf", "readiness", "bf", true},        {"ppo readiness bfw", "readiness", "bfw", true},
+      {"ppo readiness schedule", "readiness", "schedule", true},  // the policy's order as the ranking itself
   };
   std::vector<MethodResult> out;
   for (const Row& row : rows) {

@@ -1,7 +1,7 @@
 #pragma once
 // The global tier against its baselines on one deck, in the simulator (the Conductor paper's ablation rows):
 // the deck's generated schedule run strict, and readiness with bf and bfw hints (scheduler static), and the ppo
-// scheduler's orders run strict and readiness (bf, bfw). Same noise model and steps for every method.
+// scheduler's orders run strict and readiness (bf, bfw, and schedule: its order as the ranking). Same noise model and steps for every method.
 #include <string>
 #include <vector>
 
