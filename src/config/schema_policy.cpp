@@ -75,8 +75,10 @@ void add_policy_fields(std::vector<Field>& f) {
 void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
   const auto& lv = deck.policy.noise_levels;
   if (lv.size() != 2 || lv[0] > lv[1]) {
-    problems.push_back(options.source_name + ": ppo.noise_levels must be two values [lo, hi] with lo <= hi (got " +
-                       std::to_string(lv.size()) + " values)");
+    std::string got;
+    for (double x : lv) got += (got.empty() ? "" : ", ") + std::to_string(x);
+    problems.push_back(options.source_name + ": ppo.noise_levels must be two values [lo, hi] with lo <= hi (got [" +
+                       got + "])");
   }
 }
 
