@@ -78,8 +78,9 @@ void add_sched_fields(std::vector<Field>& f) {
                             "Extra ms of a congested transfer; negative = noise.level x the mean forward time.")
                   .range(-1, 1e9));
   f.push_back(field<std::string>("scheduler.kind", [](Deck& d) -> auto& { return d.scheduler.kind; },
-                                 "Global tier: `static` keeps the generator's order.")
-                  .one_of({"static"}));
+                                 "Global tier: `static` keeps the generator's order; `ppo` replans every step with the "
+                                 "learned policy (scheduler.policy) from the op times just measured.")
+                  .one_of({"static", "ppo"}));
 }
 
 void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
