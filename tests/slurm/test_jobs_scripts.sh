@@ -35,6 +35,7 @@ expect() {
 # Never let a developer's Slurm allocation leak into the fake jobs below.
 while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 export CONDUCTOR_ROOT=$src CONDUCTOR_BINARY=$bin DRY_RUN=1
+unset MPIEXEC # add_script_test sets it; the launcher outside Slurm is then plain mpirun (checked with it below)
 
 # --- usage at the top of each script, printed by --help
 for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-sweep.sh overrides.sh; do
@@ -45,6 +46,8 @@ done
 expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1\$" -- \
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
 grep -q "^command: mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
+expect 0 "running: /opt/mpi/mpiexec -np 4 .*conductor run " -- env MPIEXEC=/opt/mpi/mpiexec OUTPUT=out1 \
+  bash "$src/jobs/train-cpu.sbatch"
 grep -q "^  pipeline: 4$" out1/deck.resolved.yaml && ok || bad "out1/deck.resolved.yaml lacks pipeline: 4"
 for script in train.sbatch train-cpu.sbatch; do
   expect 0 "running: srun --mpi=pmix --ntasks=4 --kill-on-bad-exit=1 .*conductor run " -- \
