@@ -61,9 +61,9 @@ cleanup() {
     }
     cat "$work/stop.log"
   fi
-  if [[ $rc -eq 0 ]]; then
+  if [[ $rc -eq 0 || $rc -eq 77 ]]; then
     rm -rf "$work"
-  elif [[ $rc -ne 77 ]]; then
+  else
     local f
     for f in "$work"/*.log; do # the job logs, whole unless long
       [[ -f $f ]] || continue
