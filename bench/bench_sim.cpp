@@ -1,9 +1,10 @@
 // Simulator benchmark: (1) speed in events (ops) per second at p=64, m=512 and p=1024, m=4096;
 // (2) the table: every schedule x noise level (0, 5%, 10%, 20% lognormal jitter) x {strict, readiness
 // with each hint} at p=8, m=24 and m=64: bubble ratio and makespan / lower bound, averaged over seeds x steps.
-// Usage: bench_sim [--quick]   (--quick skips p=1024)
-#include <chrono>
+// Usage: bench_sim [--quick | --speed]   (--quick skips p=1024; --speed runs only part 1)
+// Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,9 +17,7 @@ using namespace conductor;
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+double cpu_seconds_since(std::clock_t t0) { return static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC; }
 
 config::NoiseConfig lognormal(double level, unsigned long long seed) {
   config::NoiseConfig n;
@@ -30,17 +29,17 @@ config::NoiseConfig lognormal(double level, unsigned long long seed) {
 
 void speed(const std::string& kind, int p, int m, sched::Execution ex, sched::Hint hint, int steps) {
   const sched::CostModel cost = sched::uniform_cost(1.0, 1.0, 1.0, 0.05, 0.5);
-  auto t0 = std::chrono::steady_clock::now();
+  std::clock_t t0 = std::clock();
   const sched::Schedule s = sched::generate(kind, p, m, kind == "zb-v" ? 2 : 1, cost);
-  const double gen = seconds_since(t0);
+  const double gen = cpu_seconds_since(t0);
   const sim::NoiseModel noise(s, cost, lognormal(0.1, 1));
   sim::SimOptions o;
   o.execution = ex;
   o.hint = hint;
   o.memory_limit = sched::default_memory_limit(kind, p, m, s.v);
-  t0 = std::chrono::steady_clock::now();
+  t0 = std::clock();
   const sim::RunResult r = sim::simulate_run(s, noise, o, steps);
-  const double t = seconds_since(t0);
+  const double t = cpu_seconds_since(t0);
   const double ops = static_cast<double>(s.num_actions()) * steps;
   std::printf("%-7s p=%-5d m=%-5d %-9s %-8s  generate %7.3f s  simulate %7.3f s/step  %8.2f M events/s  "
               "(%zu ops/step, bubble %.4f)\n",
@@ -100,7 +99,8 @@ void table(int p, int m, int seeds, int steps) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  std::printf("## speed (lognormal 10%% noise)\n\n");
+  const bool speed_only = argc > 1 && std::strcmp(argv[1], "--speed") == 0;
+  std::printf("## speed (lognormal 10%% noise; CPU seconds)\n\n");
   for (const char* kind : {"1f1b", "zb-h1", "zb-2p", "zb-v"}) {
     speed(kind, 64, 512, sched::Execution::Strict, sched::Hint::Schedule, 5);
     speed(kind, 64, 512, sched::Execution::Readiness, sched::Hint::BFW, 5);
@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
     speed("1f1b", 1024, 4096, sched::Execution::Strict, sched::Hint::Schedule, 1);
     speed("zb-h1", 1024, 4096, sched::Execution::Readiness, sched::Hint::BFW, 1);
   }
+  if (speed_only) return 0;
   table(8, 24, 5, 4);
   table(8, 64, 5, 4);
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "conductor/sched/engine.hpp"
@@ -24,6 +25,12 @@ double default_memory_limit(const std::string& kind, int p, int m, int v) {
 }
 
 namespace {
+
+std::string fmt(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
 
 Schedule empty_schedule(int p, int m, int v, Placement placement, const std::string& name) {
   Schedule s;
@@ -316,7 +323,7 @@ Schedule zb_h2(int p, int m) {
 Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::string& name) {
   check_shape(name, p, m, 1);
   if (limit < 1.0 - 1e-9) {
-    throw InputError(name + ": memory limit " + std::to_string(limit) + " M_F is below one microbatch's activations");
+    throw InputError(name + ": memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   Best best;
   ZbGreedy greedy(p, m, cost, limit);
@@ -344,7 +351,7 @@ Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::s
   }
   if (!best.found) {
     throw InputError(name + ": no schedule for p = " + std::to_string(p) + ", m = " + std::to_string(m) +
-                     " fits the memory limit of " + std::to_string(limit) + " M_F per rank");
+                     " fits the memory limit of " + fmt(limit) + " M_F per rank");
   }
   return best.schedule;
 }
@@ -352,7 +359,7 @@ Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::s
 Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
   check_shape("zb-v", p, m, 2);
   if (limit < 1.0 - 1e-9) {
-    throw InputError("zb-v: memory limit " + std::to_string(limit) + " M_F is below one microbatch's activations");
+    throw InputError("zb-v: memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   // Base list per rank, microbatch-major along the V: down (chunk 0), up (chunk 1), back down the V. Its
   // order is the reservation order of the arbiter's memory rule, so chunk-0 forwards running ahead never
@@ -384,7 +391,7 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   }
   if (kind == "1f1b-interleaved") {
     Schedule s = interleaved_1f1b(p, m, v);
-    validate_or_throw(s, limit, cost.memory_after_b, kind + " (memory limit " + std::to_string(limit) + ")");
+    validate_or_throw(s, limit, cost.memory_after_b, kind + " with memory limit " + fmt(limit) + " M_F");
     return s;
   }
   if (v != 1) {
@@ -398,7 +405,7 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   else if (kind == "zb-h2") s = zb_h2(p, m);
   else if (kind == "zb-1p" || kind == "zb-2p") return zb_auto(p, m, cost, limit, kind);
   else throw InputError("unknown schedule kind '" + kind + "' (gpipe, 1f1b, 1f1b-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, file:PATH)");
-  validate_or_throw(s, limit, cost.memory_after_b, kind + " (memory limit " + std::to_string(limit) + ")");
+  validate_or_throw(s, limit, cost.memory_after_b, kind + " with memory limit " + fmt(limit) + " M_F");
   return s;
 }
 
