@@ -8,6 +8,7 @@
 #                      overrides of a YAML fragment (e.g. OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5").
 #                      Values cannot contain spaces: write lists in flow form without spaces, `[1.0,2.0]`.
 #   DRY_RUN=1          print the launch command instead of running it (no Slurm needed)
+#   SRUN_MPI           srun's --mpi plugin (default pmix: Debian's Open MPI 4.1 starts under pmix, not pmi2)
 # shellcheck shell=bash
 
 cj_log() { echo "conductor-job: $*"; }
@@ -154,7 +155,7 @@ cj_launch() {
           "--ntasks=$pipeline (or N nodes x G tasks per node = $pipeline), or override parallel.pipeline=$ntasks"
       # --kill-on-bad-exit: one failing rank ends the step instead of leaving the others blocked in MPI.
       # No --gpu-bind: every task sees all GPUs of its node and conductor picks SLURM_LOCALID's.
-      launch=(srun --mpi=pmix --ntasks="$ntasks" --kill-on-bad-exit=1)
+      launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks="$ntasks" --kill-on-bad-exit=1)
     else
       launch=(${MPIEXEC:-mpirun} -np "$pipeline")
     fi
