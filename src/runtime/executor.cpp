@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <queue>
 #include <thread>
 #include <unordered_map>
@@ -129,6 +132,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     drain(transport_.poll());
     const int i = state.pick(options_.execution, options_.hint);
     if (i < 0) {
+      if (std::getenv("CONDUCTOR_DEBUG_IDLE") && clock_.now_ns() - last_end > 3'000'000'000LL) {
+        std::string st;
+        for (int k = 0; k < n; ++k) {
+          st += sched::to_string(actions[static_cast<std::size_t>(k)]) + (state.is_done(k) ? "d" : state.is_ready(k) ? "r" : state.is_started(k) ? "s" : "-") + " ";
+        }
+        std::fprintf(stderr, "[rank %d] idle: next %d mem %.3f/%.3f pending %zu: %s\n", rank_, state.next_in_list(), state.memory_in_use(), state.memory_limit(), transport_.pending(), st.c_str());
+        last_end = clock_.now_ns();
+      }
       // Idle: nothing ready (or strict's next op not ready). Sleep briefly between polls so that
       // oversubscribed ranks leave the cores to those that compute.
       std::int64_t wake = clock_.now_ns() + 50'000;
@@ -204,7 +215,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     note_newly_ready(end);
   }
   // Sends must complete before their buffers go away; receives are all done (every op ran).
+  const std::int64_t drain_begin = clock_.now_ns();
   while (transport_.pending() > 0) {
+    if (std::getenv("CONDUCTOR_DEBUG_IDLE") && clock_.now_ns() - drain_begin > 3'000'000'000LL) {
+      std::fprintf(stderr, "[rank %d] draining: pending %zu recvs %zu sends %zu\n", rank_, transport_.pending(), recv_of.size(), send_events.size());
+    }
     drain(transport_.poll());
     if (transport_.pending() > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

@@ -1,7 +1,6 @@
 // Deck loading: strictness, locations, suggestions, overrides, round trip.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -175,8 +174,7 @@ TEST(Deck, DuplicateKeyIsAnError) {
 
 // docs/deck.md documents every key of the schema.
 TEST(DeckDocs, EveryKeyIsDocumented) {
-  const char* src = std::getenv("CONDUCTOR_SOURCE_DIR");
-  ASSERT_NE(src, nullptr) << "CONDUCTOR_SOURCE_DIR not set (run through ctest)";
+  const char* src = CONDUCTOR_TEST_SOURCE_DIR;
   std::ifstream in(std::string(src) + "/docs/deck.md");
   ASSERT_TRUE(in) << "docs/deck.md is missing";
   std::stringstream ss;

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""`conductor run` end to end under mpiexec: outputs, wrong rank count, failures on one rank, a killed run's
+trace, SIGTERM, and the emulated backend against the simulator's prediction for the same deck and seed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import h5py
+
+BIN = os.environ["CONDUCTOR_BINARY"]
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
+
+TINY = """\
+run: {name: tiny, steps: %(steps)d, output: %(out)s}
+parallel: {pipeline: 4, microbatches: 8, microbatch_size: 2}
+model: {n_layers: 4, d_model: 32, n_heads: 2, seq_len: 16}
+schedule: {kind: zb-h1, execution: readiness}
+"""
+
+
+def mpirun(np, *args, env=None, timeout=120):
+    cmd = [MPIEXEC, "-n", str(np), "--oversubscribe", BIN, *args]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return proc, time.monotonic() - start
+
+
+def open_trace(path):
+    try:
+        return h5py.File(path, "r")
+    except OSError:
+        return h5py.File(path, "r", swmr=True)  # a writer killed mid-run leaves the SWMR flag set
+
+
+class RuntimeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.out = os.path.join(self.tmp.name, "out")
+
+    def deck(self, steps=3, text=None):
+        path = os.path.join(self.tmp.name, "deck.yaml")
+        with open(path, "w") as f:
+            f.write(text if text is not None else TINY % {"steps": steps, "out": self.out})
+        return path
+
+    def test_run_writes_outputs(self):
+        proc, _ = mpirun(4, "run", self.deck(steps=3))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout.count("step "), 3, proc.stdout)
+        self.assertIn("summary:", proc.stdout)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(len(summary["losses"]), 3)
+        self.assertEqual(summary["final_loss"], summary["losses"][-1])
+        self.assertEqual(len(summary["steps"]), 3)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "resolved.yaml")))
+        with open_trace(os.path.join(self.out, "trace.h5")) as t:
+            ev = t["events"][:]
+            steps = t["steps"][:]
+            self.assertEqual(t.attrs["world_size"], 4)
+            self.assertEqual(t.attrs["execution"], b"readiness" if isinstance(t.attrs["execution"], bytes)
+                             else "readiness")
+        compute = ev[ev["kind"] <= 3]
+        # Every op of every rank at every step: zb-h1 has F, B, W per (stage, microbatch).
+        self.assertEqual(len(compute), 3 * 4 * 8 * 3)
+        self.assertEqual(sorted(set(compute["rank"].tolist())), [0, 1, 2, 3])
+        self.assertTrue((compute["start_ns"] >= compute["ready_ns"]).all())
+        self.assertTrue((compute["end_ns"] >= compute["start_ns"]).all())
+        self.assertEqual(steps["step"].tolist(), [0, 1, 2])
+        for k in range(3):
+            self.assertAlmostEqual(float(steps["loss"][k]), summary["losses"][k], places=5)
+
+    def test_wrong_rank_count(self):
+        proc, elapsed = mpirun(3, "run", self.deck())
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stderr.count("parallel.pipeline = 4 but the job has 3 MPI ranks"), 1, proc.stderr)
+        self.assertLess(elapsed, 30)
+
+    def test_error_on_one_rank_ends_all(self):
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="2:1")
+        cmd = [MPIEXEC, "-n", "4", "--oversubscribe", "-x", "CONDUCTOR_INJECT_FAILURE", BIN, "run",
+               self.deck(steps=5)]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        elapsed = time.monotonic() - start
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("[rank 2] error: injected failure on rank 2 at step 1", proc.stderr)
+        self.assertLess(elapsed, 60)
+
+    def test_killed_rank_leaves_readable_trace(self):
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="0:3:kill")
+        cmd = [MPIEXEC, "-n", "4", "--oversubscribe", "-x", "CONDUCTOR_INJECT_FAILURE", BIN, "run",
+               self.deck(steps=8)]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(time.monotonic() - start, 60)
+        with open_trace(os.path.join(self.out, "trace.h5")) as t:
+            steps = t["steps"][:]
+            ev = t["events"][:]
+        done = [int(s) for s in steps["step"] if s >= 0]
+        self.assertEqual(done, [0, 1, 2])  # every completed step, nothing of the step that died
+        ev = ev[ev["step"] >= 0]
+        self.assertEqual(sorted(set(ev["step"].tolist())), [0, 1, 2])
+
+    def test_sigterm_stops_after_current_step(self):
+        cmd = [MPIEXEC, "-n", "4", "--oversubscribe", BIN, "run", self.deck(steps=100000)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Wait until a few steps ran.
+        lines = []
+        while len([l for l in lines if l.startswith("step ")]) < 2:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        self.assertNotEqual(proc.returncode, 0, err)
+        self.assertIn("stop requested", err)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            summary = json.load(f)
+        with open_trace(os.path.join(self.out, "trace.h5")) as t:
+            steps = t["steps"][:]
+        self.assertGreaterEqual(len(summary["losses"]), 2)
+        self.assertEqual(len(steps), len(summary["losses"]))
+
+
+class EmulatedAgreementTest(unittest.TestCase):
+    """The emulated backend runs the runtime's real logic with ops that take their cost-model time; its
+    makespan must agree with the simulator's prediction for the same deck and seed within 5%."""
+
+    def test_emulated_matches_simulator(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            deck = os.path.join(tmp, "emu.yaml")
+            with open(deck, "w") as f:
+                f.write("""\
+backend: emulated
+run: {name: emu, steps: 3, output: %s}
+parallel: {pipeline: 8, microbatches: 16}
+schedule: {kind: 1f1b, execution: readiness}
+cost: {forward: 4.0, backward_input: 4.0, backward_weight: 4.0, comm: 0.5}
+noise: {kind: gaussian, level: 0.1, seed: 5}
+trace: {enabled: false}
+""" % os.path.join(tmp, "run"))
+            proc = subprocess.run([MPIEXEC, "-n", "8", "--oversubscribe", BIN, "run", deck],
+                                  capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            sim = subprocess.run([BIN, "simulate", deck, "run.output=" + os.path.join(tmp, "sim"), "--json"],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(sim.returncode, 0, sim.stderr)
+            predicted = json.loads(sim.stdout)
+            with open(os.path.join(tmp, "run", "summary.json")) as f:
+                measured = json.load(f)
+            for p, m in zip(predicted["steps"], measured["steps"]):
+                ratio = m["makespan_ms"] / p["makespan_ms"]
+                print("step %d: simulator %.2f ms, runtime %.2f ms, ratio %.4f" %
+                      (p["step"], p["makespan_ms"], m["makespan_ms"], ratio))
+                self.assertLess(abs(ratio - 1.0), 0.05)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
