@@ -7,6 +7,8 @@
 #include <string>
 
 #include "conductor/cli/cli.hpp"
+#include "conductor/policy/global_scheduler.hpp"
+#include "conductor/policy/simulate.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
@@ -101,20 +103,48 @@ int cmd_simulate(const Invocation& inv) {
   options.record_events = deck.trace.enabled || schedule.num_actions() <= kSummarizeFromEventsUpTo;
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
-  sim::RunResult run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
-    if (r.events.empty()) return;
-    // The shared definition of the per-step figures (trace/summary.hpp).
-    const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-    r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
-    r.bubble_ratio = rec.bubble_ratio;
-    r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
-    r.throughput = rec.samples_per_s;
-    if (writer) {
-      writer->append_events(r.events);
-      writer->append_step(rec);
-      writer->flush();
+  sim::RunResult run;
+  if (deck.scheduler.kind == "static") {
+    run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
+      if (r.events.empty()) return;
+      // The shared definition of the per-step figures (trace/summary.hpp).
+      const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
+      r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+      r.bubble_ratio = rec.bubble_ratio;
+      r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
+      r.throughput = rec.samples_per_s;
+      if (writer) {
+        writer->append_events(r.events);
+        writer->append_step(rec);
+        writer->flush();
+      }
+    });
+  } else {
+    // The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler
+    // sees that step's timings and produces the next step's order.
+    std::unique_ptr<policy::GlobalScheduler> scheduler;
+    try {
+      scheduler = policy::make_global_scheduler(deck, schedule);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "conductor: %s\n", e.what());
+      return kExitUsage;
     }
-  });
+    const policy::ScheduledRun scheduled = policy::simulate_with_scheduler(
+        *noise, options, deck.run.steps, *scheduler, [&](const sim::StepResult& r, const sched::Schedule&) {
+          if (!writer || r.events.empty()) return;
+          trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
+          writer->append_events(r.events);
+          writer->append_step(rec);
+          writer->flush();
+        });
+    run = scheduled.run;
+    double total_latency = 0.0;
+    for (double l : scheduled.latency_ms) total_latency += l;
+    if (!scheduled.latency_ms.empty()) {
+      std::fprintf(stderr, "global scheduler %s: mean latency %.3f ms per order\n", scheduler->name(),
+                   total_latency / static_cast<double>(scheduled.latency_ms.size()));
+    }
+  }
   if (writer) writer->close();
   sim::finish_run(run, schedule.p);
 
