@@ -128,6 +128,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   };
 
   note_newly_ready(step_begin);
+  std::int64_t idle_sleep_ns = 5'000;
   while (!state.finished()) {
     drain(transport_.poll());
     const int i = state.pick(options_.execution, options_.hint);
@@ -140,13 +141,15 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         std::fprintf(stderr, "[rank %d] idle: next %d mem %.3f/%.3f pending %zu: %s\n", rank_, state.next_in_list(), state.memory_in_use(), state.memory_limit(), transport_.pending(), st.c_str());
         last_end = clock_.now_ns();
       }
-      // Idle: nothing ready (or strict's next op not ready). Sleep briefly between polls so that
-      // oversubscribed ranks leave the cores to those that compute.
-      std::int64_t wake = clock_.now_ns() + 50'000;
+      // Idle: nothing ready (or strict's next op not ready). Sleep between polls, backing off from 10 us to
+      // 400 us, so that idle ranks (many per core when oversubscribed) leave the cores to those that compute.
+      idle_sleep_ns = std::min<std::int64_t>(400'000, idle_sleep_ns * 2);
+      std::int64_t wake = clock_.now_ns() + idle_sleep_ns;
       if (!delayed.empty()) wake = std::min(wake, delayed.top().first);
       std::this_thread::sleep_for(std::chrono::nanoseconds(std::max<std::int64_t>(0, wake - clock_.now_ns())));
       continue;
     }
+    idle_sleep_ns = 5'000;
     const auto& a = actions[static_cast<std::size_t>(i)];
     const int stage = order.stage_of(rank_, a.chunk);
     const auto in = sched::input_of(order, rank_, a);
