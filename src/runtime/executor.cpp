@@ -143,6 +143,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       }
       // Idle: nothing ready (or strict's next op not ready). Sleep between polls, backing off from 10 us to
       // 400 us, so that idle ranks (many per core when oversubscribed) leave the cores to those that compute.
+      if (!options_.oversubscribed) {
+        // A core of its own: poll without sleeping, so an arrival is seen within microseconds.
+        std::this_thread::yield();
+        continue;
+      }
       idle_sleep_ns = std::min<std::int64_t>(400'000, idle_sleep_ns * 2);
       std::int64_t wake = clock_.now_ns() + idle_sleep_ns;
       if (!delayed.empty()) wake = std::min(wake, delayed.top().first);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "conductor/model/stage.hpp"
 #include "conductor/policy/global_scheduler.hpp"
@@ -219,6 +221,15 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
   eo.memory_after_b = cost.memory_after_b;
   eo.comm_events = deck.trace.enabled && deck.trace.comm_events;
   eo.inject_full_comm_time = deck.backend == "emulated";
+  {
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int local_ranks = 1;
+    MPI_Comm_size(node, &local_ranks);
+    MPI_Comm_free(&node);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    eo.oversubscribed = static_cast<unsigned>(local_ranks) > cores;
+  }
   MpiTransport transport(comm);
   Executor executor(rank, transport, *compute, clock, noise, eo);
 

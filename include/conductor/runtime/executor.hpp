@@ -35,6 +35,7 @@ struct ExecutorOptions {
   double memory_after_b = 0.0;
   bool comm_events = false;
   bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise
+  bool oversubscribed = false;         // more ranks than cores on this node: idle ranks sleep between polls
 };
 
 class Executor {

@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Runtime benchmark on the emulated backend (the runtime's real MPI, arbitration and trace; ops sleep their
+cost-model time), all figures as ratios measured side by side in this one run:
+  - dispatch + arbitration overhead per op, with zero-cost ops;
+  - readiness over strict speedup at p=4 and p=8 under 0, 10, 20% jitter and one straggler;
+  - runtime makespan over the simulator's prediction for the same deck and seed;
+  - trace overhead (trace on vs off).
+Usage: bench/bench_runtime.py [BUILD_DIR]   (make bench runs it)"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+BIN = os.path.join(BUILD, "conductor")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
+
+DECK = """\
+backend: emulated
+run: {name: bench, steps: %(steps)d, output: %(out)s}
+parallel: {pipeline: %(p)d, microbatches: %(m)d}
+schedule: {kind: %(kind)s, execution: %(execution)s, hint: %(hint)s}
+cost: {forward: %(f)g, backward_input: %(f)g, backward_weight: %(f)g, comm: %(comm)g}
+noise: {kind: %(noise)s, level: %(level)g, seed: 11, straggler_rank: %(srank)d, straggler_factor: 1.5, straggler_start: 0, straggler_steps: 1000}
+trace: {enabled: %(trace)s}
+"""
+
+
+def run(tmp, name, simulate=False, **kw):
+    params = dict(steps=4, p=4, m=16, kind="1f1b", execution="strict", hint="schedule", f=5.0, comm=0.5,
+                  noise="none", level=0.0, trace="true", srank=0)
+    params.update(kw)
+    out = os.path.join(tmp, name + ("-sim" if simulate else ""))
+    params["out"] = out
+    deck = os.path.join(tmp, name + ".yaml")
+    with open(deck, "w") as f:
+        f.write(DECK % params)
+    if simulate:
+        cmd = [BIN, "simulate", deck, "--json"]
+    else:
+        cmd = ["mpiexec", "-n", str(params["p"]), "--oversubscribe", BIN, "run", deck]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    if proc.returncode != 0:
+        sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        print("== dispatch + arbitration overhead (zero-cost ops, m=256, zb-2p readiness bfw, trace on)")
+        s = run(tmp, "zero1", p=1, m=256, f=0.0, comm=0.0, kind="zb-2p", execution="readiness", hint="bfw", steps=5)
+        ops = 256 * 3  # F, B, W per microbatch
+        print("   p=1 (no messages): %.3f ms per step for %d ops: %.2f us per op" %
+              (s["makespan_ms"], ops, 1000.0 * s["makespan_ms"] / ops))
+        s = run(tmp, "zero4", p=4, m=64, f=0.0, comm=0.0, kind="zb-2p", execution="readiness", hint="bfw", steps=5)
+        hops = 2 * (64 + 3)  # the critical path's cross-rank hops, roughly
+        print("   p=4 (4 ranks on this machine's cores): %.3f ms per step, about %.1f us per cross-rank hop" %
+              (s["makespan_ms"], 1000.0 * s["makespan_ms"] / hops))
+
+        print("\n== readiness (bfw) over strict, zb-2p (emulated, F=B=W=5 ms, comm 0.5 ms, m=2p)")
+        print("   %-3s %-22s %12s %12s %10s" % ("p", "noise", "strict ms", "ready ms", "speedup"))
+        for p in (4, 8):
+            for noise, level in (("none", 0.0), ("gaussian", 0.1), ("gaussian", 0.2), ("straggler", 0.0)):
+                label = noise if noise != "gaussian" else "gaussian %d%%" % round(level * 100)
+                a = run(tmp, "s%d%s%g" % (p, noise, level), srank=1, p=p, m=2 * p, kind="zb-2p", noise=noise, level=level,
+                        trace="false")
+                b = run(tmp, "r%d%s%g" % (p, noise, level), srank=1, p=p, m=2 * p, kind="zb-2p", noise=noise, level=level,
+                        execution="readiness", hint="bfw", trace="false")
+                print("   %-3d %-22s %12.2f %12.2f %9.3fx" % (p, label, a["makespan_ms"], b["makespan_ms"],
+                                                            a["makespan_ms"] / b["makespan_ms"]))
+
+        print("\n== runtime / simulator makespan (same deck and seed)")
+        for p in (4, 8):
+            kw = dict(p=p, m=16, f=10.0, comm=1.0, execution="readiness", noise="gaussian", level=0.1, trace="false")
+            rt = run(tmp, "agree%d" % p, **kw)
+            sim = run(tmp, "agree%d" % p, simulate=True, **kw)
+            print("   p=%d: runtime %.2f ms, simulator %.2f ms, ratio %.4f" %
+                  (p, rt["makespan_ms"], sim["makespan_ms"], rt["makespan_ms"] / sim["makespan_ms"]))
+
+        print("\n== trace overhead (p=4, m=16, 1f1b readiness, F=B=W=1 ms)")
+        kw = dict(p=4, m=16, f=1.0, comm=0.1, execution="readiness", steps=10)
+        on = run(tmp, "trace-on", trace="true", **kw)
+        off = run(tmp, "trace-off", trace="false", **kw)
+        print("   step with trace %.3f ms, without %.3f ms: overhead %+.2f%%" %
+              (on["makespan_ms"], off["makespan_ms"], 100.0 * (on["makespan_ms"] / off["makespan_ms"] - 1)))
+
+
+if __name__ == "__main__":
+    main()
