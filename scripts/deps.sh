@@ -22,7 +22,7 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   echo "deps: all ${#packages[@]} Debian packages are installed"
   exit 0
 fi
-cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ${missing[*]}"
 if [[ "${1:-}" == "--check" ]]; then
   echo "deps: missing: ${missing[*]}"
   exit 1
@@ -34,4 +34,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "deps: installing ${missing[*]}"
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
