@@ -28,6 +28,25 @@ std::int64_t read_stamp(const std::vector<float>& buf) {
 
 void write_stamp(std::vector<float>& buf, std::int64_t v) { std::memcpy(buf.data(), &v, sizeof v); }
 
+// A SEND (on the producing rank) or RECV (on the consuming rank) event of one transfer.
+trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const sched::Transfer& t, std::int64_t start,
+                              std::int64_t end, std::int64_t bytes) {
+  const bool recv = kind == trace::EventKind::RECV;
+  trace::OpEvent e;
+  e.step = step;
+  e.rank = rank;
+  e.stage = recv ? t.to_stage : t.from_stage;
+  e.chunk = recv ? t.to_chunk : t.from_chunk;
+  e.microbatch = t.microbatch;
+  e.kind = kind;
+  e.ready_ns = start;
+  e.start_ns = start;
+  e.end_ns = end;
+  e.bytes = bytes;
+  e.peer = recv ? t.from_rank : t.to_rank;
+  return e;
+}
+
 }  // namespace
 
 Executor::Executor(int rank, Transport& transport, Compute& compute, const CommonClock& clock,
@@ -84,28 +103,21 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   auto note_newly_ready = [&](std::int64_t now) {
     for (int i : state.take_newly_ready()) ready_ns[static_cast<std::size_t>(i)] = now;
   };
+  // Input i is usable from `at` on (its arrival, or the injected ready time stamped by the sender).
+  auto accept = [&](int i, std::int64_t at) {
+    state.input_arrived(i);
+    if (options_.comm_events) {
+      const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
+      outcome.events.push_back(transfer_event(step, rank_, trace::EventKind::RECV, *in,
+                                              recv_posted_ns[static_cast<std::size_t>(i)], at, bytes));
+    }
+  };
   auto arrived = [&](int i, std::int64_t now) {
     const std::int64_t ready_at = read_stamp(in_buf[static_cast<std::size_t>(i)]);
     if (ready_at > now) {
       delayed.emplace(ready_at, i);
-      return;
-    }
-    state.input_arrived(i);
-    if (options_.comm_events) {
-      const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
-      trace::OpEvent e;
-      e.step = step;
-      e.rank = rank_;
-      e.stage = in->to_stage;
-      e.chunk = in->to_chunk;
-      e.microbatch = in->microbatch;
-      e.kind = trace::EventKind::RECV;
-      e.ready_ns = recv_posted_ns[static_cast<std::size_t>(i)];
-      e.start_ns = recv_posted_ns[static_cast<std::size_t>(i)];
-      e.end_ns = std::max(now, ready_at);
-      e.bytes = bytes;
-      e.peer = in->from_rank;
-      outcome.events.push_back(e);
+    } else {
+      accept(i, now);
     }
   };
   auto drain = [&](const std::vector<TransferId>& done) {
@@ -121,7 +133,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       }
     }
     while (!delayed.empty() && delayed.top().first <= now) {
-      state.input_arrived(delayed.top().second);
+      accept(delayed.top().second, delayed.top().first);
       delayed.pop();
     }
     note_newly_ready(now);
@@ -206,19 +218,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       auto& buf = out_buf[static_cast<std::size_t>(i)];
       write_stamp(buf, end + ms_to_ns(injected_comm_ms(step, *out)));
       const TransferId id = transport_.post_send(out->to_rank, tag_of(order, *out), buf.data(), buf.size() * sizeof(float));
-      trace::OpEvent s;
-      s.step = step;
-      s.rank = rank_;
-      s.stage = out->from_stage;
-      s.chunk = out->from_chunk;
-      s.microbatch = out->microbatch;
-      s.kind = trace::EventKind::SEND;
-      s.ready_ns = end;
-      s.start_ns = end;
-      s.end_ns = end;
-      s.bytes = bytes;
-      s.peer = out->to_rank;
-      send_events[id] = s;
+      send_events[id] = transfer_event(step, rank_, trace::EventKind::SEND, *out, end, end, bytes);
     }
     note_newly_ready(end);
   }

@@ -157,6 +157,11 @@ noise: {kind: straggler, straggler_rank: 2, straggler_factor: 1.5}
                 ev = t["events"][:]
             compute = ev[ev["kind"] <= 3]
             self.assertEqual(len(compute), 4 * 4 * 8 * 3)  # every F, B, W of every step ran
+            # One SEND and one RECV per cross-rank transfer: 3 boundaries x 8 microbatches x 2 directions x 4 steps.
+            self.assertEqual(int((ev["kind"] == 4).sum()), 3 * 8 * 2 * 4)
+            self.assertEqual(int((ev["kind"] == 5).sum()), 3 * 8 * 2 * 4)
+            recv = ev[ev["kind"] == 5]
+            self.assertTrue((recv["end_ns"] >= recv["start_ns"]).all())
 
     def test_missing_policy_file_is_an_error_on_every_rank(self):
         with tempfile.TemporaryDirectory() as tmp:
