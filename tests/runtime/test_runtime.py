@@ -131,6 +131,43 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(len(steps), len(summary["losses"]))
 
 
+class AnalysisOfRealRunsTest(unittest.TestCase):
+    """analysis/ on traces of 4-rank CPU runs: strict vs readiness of the same deck, compared."""
+
+    def test_compare_strict_and_readiness(self):
+        src = os.environ["CONDUCTOR_SOURCE_DIR"]
+        with tempfile.TemporaryDirectory() as tmp:
+            deck = os.path.join(tmp, "deck.yaml")
+            with open(deck, "w") as f:
+                f.write(TINY % {"steps": 3, "out": os.path.join(tmp, "unused")})
+            traces = {}
+            for mode in ("strict", "readiness"):
+                out = os.path.join(tmp, mode)
+                proc, _ = mpirun(4, "run", deck, "schedule.execution=" + mode, "run.output=" + out)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                traces[mode] = os.path.join(out, "trace.h5")
+            report = os.path.join(tmp, "report.md")
+            proc = subprocess.run(["/usr/bin/python3", os.path.join(src, "analysis", "compare.py"),
+                                   traces["strict"], traces["readiness"], "-o", report, "--baseline", "strict"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(report) as f:
+                text = f.read()
+            self.assertIn("speedup vs strict", text)
+            self.assertRegex(text, r"\| readiness \|.*\| [0-9.]+x \|")
+            self.assertTrue(os.path.getsize(report[:-3] + ".png") > 0)
+            proc = subprocess.run(["/usr/bin/python3", os.path.join(src, "analysis", "bubbles.py"), "--json",
+                                   traces["readiness"]], capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("bubble", proc.stdout)
+            png = os.path.join(tmp, "timeline.png")
+            proc = subprocess.run(["/usr/bin/python3", os.path.join(src, "analysis", "timeline.py"),
+                                   traces["readiness"], "-o", png, "--step", "1"],
+                                  capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertTrue(os.path.getsize(png) > 0)
+
+
 class GlobalTierTest(unittest.TestCase):
     """scheduler.kind: ppo at run time: rank 0 computes each next order from the measured step and broadcasts it."""
 
