@@ -76,6 +76,21 @@ class RuntimeTest(unittest.TestCase):
         for k in range(3):
             self.assertAlmostEqual(float(steps["loss"][k]), summary["losses"][k], places=5)
 
+    def test_checkpoint_restart_is_bit_identical(self):
+        # The learning-rate schedule is pinned to 4 steps, so the 2-step run trains exactly as the first half.
+        deck = self.deck(text=TINY % {"steps": 4, "out": self.out} + "optim: {decay_steps: 4}\n")
+        ck = os.path.join(self.tmp.name, "ck")
+        straight, _ = mpirun(4, "run", deck, "run.output=" + os.path.join(self.tmp.name, "a"))
+        first, _ = mpirun(4, "run", deck, "run.steps=2", "checkpoint.path=" + ck,
+                          "run.output=" + os.path.join(self.tmp.name, "b"))
+        second, _ = mpirun(4, "run", deck, "checkpoint.resume=" + ck, "run.output=" + os.path.join(self.tmp.name, "c"))
+        for proc in (straight, first, second):
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        load = lambda d: json.load(open(os.path.join(self.tmp.name, d, "summary.json")))
+        a, b, c = load("a"), load("b"), load("c")
+        self.assertEqual(c["first_step"], 2)
+        self.assertEqual(b["losses"] + c["losses"], a["losses"])  # bit for bit, as printed with 9 digits
+
     def test_wrong_rank_count(self):
         proc, elapsed = mpirun(3, "run", self.deck())
         self.assertEqual(proc.returncode, 2, proc.stderr)
