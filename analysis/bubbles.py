@@ -27,7 +27,7 @@ def analyze(trace, step_for_path=None):
         fig = ct.step_figures(trace, step)
         split = ct.idle_split(trace, step, fig)
         stored = float(row["bubble_ratio"])
-        agrees = (abs(stored - fig["bubble_ratio"]) <= TOLERANCE and int(row["makespan_ns"]) == fig["makespan_ns"])
+        agrees = bool(abs(stored - fig["bubble_ratio"]) <= TOLERANCE and int(row["makespan_ns"]) == fig["makespan_ns"])
         if not agrees:
             mismatches.append(step)
         s = {"step": step, "makespan_ns": fig["makespan_ns"], "bubble_ratio": fig["bubble_ratio"],
@@ -131,6 +131,8 @@ def _json_default(x):
         return int(x)
     if isinstance(x, np.floating):
         return float(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(type(x).__name__)

@@ -130,6 +130,11 @@ class AgreesWithStoredFigures(TempDirCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("differ from /steps at steps [0]", r.stderr)
         self.assertIn("MISMATCH", r.stdout)
+        r = run("bubbles.py", "--json", p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)["traces"][0]
+        self.assertEqual(out["stored_mismatch_steps"], [0])
+        self.assertIs(out["per_step"][0]["agrees"], False)
 
     def test_compare_uses_stored_figures(self):
         # run "fast": every time scaled by 2/3 -> makespan 400 (stored), speedup 600/400 = 1.5
