@@ -5,9 +5,10 @@ namespace conductor::config {
 
 void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>("backend", [](Deck& d) -> auto& { return d.backend; },
-                                 "Where the math runs: `cpu` (our OpenBLAS/OpenMP trainer) or `emulated` (no math; "
-                                 "each op takes its cost-model time).")
-                  .one_of({"cpu", "emulated"}));
+                                 "Where the math runs: `cpu` (our OpenBLAS/OpenMP trainer), `cuda` (one GPU per rank, "
+                                 "chosen by the node-local rank; needs a build with CUDA) or `emulated` (no math; each "
+                                 "op takes its cost-model time).")
+                  .one_of({"cpu", "cuda", "emulated"}));
   f.push_back(field<std::string>("run.name", [](Deck& d) -> auto& { return d.run.name; },
                                  "Name of the run; the default output folder is `runs/<name>`."));
   f.push_back(field<int>("run.steps", [](Deck& d) -> auto& { return d.run.steps; },
@@ -32,11 +33,27 @@ void add_core_fields(std::vector<Field>& f) {
                   .range(1, 1 << 20));
   f.push_back(field<bool>("trace.enabled", [](Deck& d) -> auto& { return d.trace.enabled; },
                           "Write `<run.output>/trace.h5` with every op of every rank at every step."));
+  f.push_back(field<bool>("cuda.tf32", [](Deck& d) -> auto& { return d.cuda.tf32; },
+                          "backend cuda: fp32 GEMMs on TF32 tensor cores."));
+  f.push_back(field<bool>("cuda.allow_gpu_sharing", [](Deck& d) -> auto& { return d.cuda.allow_gpu_sharing; },
+                          "backend cuda: allow more ranks than GPUs on a node (they share GPUs round-robin); "
+                          "otherwise that is an error on every rank."));
   f.push_back(field<bool>("trace.comm_events", [](Deck& d) -> auto& { return d.trace.comm_events; },
                           "Also record send/receive events in the trace."));
 }
 
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
+#ifndef CONDUCTOR_HAVE_CUDA
+  if (deck.backend == "cuda") {
+    problems.push_back(options.source_name + ": backend = 'cuda' but this conductor was built without CUDA "
+                       "(configure with -DCONDUCTOR_CUDA=ON where the CUDA toolkit, cuBLAS and NCCL are installed; "
+                       "allowed here: cpu, emulated)");
+  }
+#endif
+  if (deck.model.precision == "bf16" && deck.backend != "cuda") {
+    problems.push_back(options.source_name + ": model.precision = 'bf16' needs backend: cuda (backend is '" +
+                       deck.backend + "'; the cpu backend computes in fp32)");
+  }
   if (deck.run.output.empty()) deck.run.output = "runs/" + deck.run.name;
   if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +

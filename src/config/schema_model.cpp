@@ -24,6 +24,10 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(field<int>("model.mlp_ratio", [](Deck& d) -> auto& { return d.model.mlp_ratio; },
                          "MLP hidden width as a multiple of model.d_model.")
                   .range(1, 64));
+  f.push_back(field<std::string>("model.precision", [](Deck& d) -> auto& { return d.model.precision; },
+                                 "GEMM precision: fp32, or bf16 (bf16 operands, fp32 accumulation and master "
+                                 "weights; backend cuda only).")
+                  .one_of({"fp32", "bf16"}));
   f.push_back(field<unsigned long long>("model.init_seed", [](Deck& d) -> auto& { return d.model.init_seed; },
                                         "Seed of the weight initialisation."));
   {

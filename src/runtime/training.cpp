@@ -46,6 +46,8 @@ void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
   int code = kExitFailure;
   try {
     f();
+  } catch (const CollectiveExit&) {
+    throw;  // already agreed on and reported by every rank
   } catch (const InputError& e) {
     ok = false;
     message = e.what();
@@ -190,7 +192,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
   std::unique_ptr<trace::TraceWriter> writer;
   int first_step = 0;
   collectively(comm, kExitUsage, [&] {
-    compute = make_compute(deck, order, rank, noise);
+    compute = make_compute(deck, order, rank, noise, comm);
     if (!deck.checkpoint.resume.empty()) {
       if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
       first_step = compute->model()->load_checkpoint(deck.checkpoint.resume);

@@ -91,6 +91,15 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(c["first_step"], 2)
         self.assertEqual(b["losses"] + c["losses"], a["losses"])  # bit for bit, as printed with 9 digits
 
+    def test_cuda_backend_without_a_gpu_fails_on_every_rank(self):
+        # This machine has no GPU: a CUDA build fails GPU selection collectively (exit 1), a CPU-only build
+        # rejects the deck (exit 2); either way every rank ends promptly with one clear message.
+        proc, elapsed = mpirun(4, "run", self.deck(), "backend=cuda")
+        self.assertIn(proc.returncode, (1, 2), proc.stderr)
+        self.assertLess(elapsed, 60)
+        self.assertRegex(proc.stderr, r"sees no CUDA device|built without CUDA")
+        self.assertNotIn("step ", proc.stdout)
+
     def test_wrong_rank_count(self):
         proc, elapsed = mpirun(3, "run", self.deck())
         self.assertEqual(proc.returncode, 2, proc.stderr)

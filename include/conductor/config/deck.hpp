@@ -29,6 +29,11 @@ struct TraceConfig {
   bool comm_events = true;  // record send/recv events besides compute ops
 };
 
+struct CudaConfig {
+  bool tf32 = false;                // fp32 GEMMs on TF32 tensor cores
+  bool allow_gpu_sharing = false;   // more ranks than GPUs on a node share them round-robin
+};
+
 struct Deck {
   std::string backend = "cpu";
   RunConfig run;
@@ -43,6 +48,7 @@ struct Deck {
   SchedulerConfig scheduler;
   PolicyConfig policy;  // keys under scheduler.* and ppo.* (schema_policy.cpp)
   TraceConfig trace;
+  CudaConfig cuda;
 };
 
 // What the deck is loaded for; cross-field checks depend on it (`run` needs pipeline == MPI world size).

@@ -6,6 +6,7 @@
 namespace conductor::config {
 
 struct ModelConfig {
+  std::string precision = "fp32";  // fp32 | bf16 (bf16 GEMM operands, fp32 master weights; cuda backend only)
   int vocab = 256;
   int seq_len = 64;
   int d_model = 64;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include <mpi.h>
+
 #include "conductor/config/deck.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/noise.hpp"
@@ -36,8 +38,9 @@ class Compute {
 };
 
 // The deck's backend for `rank` of schedule `s`; noise is the deck's noise model (applied as real delays).
+// Collective over comm for backend cuda (GPU selection by the node-local rank).
 std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Schedule& s, int rank,
-                                      const sim::NoiseModel& noise);
+                                      const sim::NoiseModel& noise, MPI_Comm comm);
 
 // Sleeps until `deadline_ns` on the steady clock (sleep, not spin: oversubscribed ranks share cores).
 void sleep_until_ns(std::int64_t deadline_ns);
