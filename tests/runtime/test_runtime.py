@@ -251,7 +251,7 @@ backend: emulated
 run: {name: emu, steps: 3, output: %s}
 parallel: {pipeline: 8, microbatches: 16}
 schedule: {kind: 1f1b, execution: readiness}
-cost: {forward: 10.0, backward_input: 10.0, backward_weight: 10.0, comm: 1.0}
+cost: {forward: 20.0, backward_input: 20.0, backward_weight: 20.0, comm: 2.0}
 noise: {kind: gaussian, level: 0.1, seed: 5}
 trace: {enabled: false}
 """ % os.path.join(tmp, "run"))
