@@ -81,6 +81,8 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::unordered_map<TransferId, trace::OpEvent> send_events;
 
   StepOutcome outcome;
+  // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
+  const bool debug_idle = std::getenv("CONDUCTOR_DEBUG_IDLE") != nullptr;
   const std::int64_t step_begin = clock_.now_ns();
 
   // Post every receive of the step now: arrival, not the list, decides when an op can run.
@@ -145,7 +147,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     drain(transport_.poll());
     const int i = state.pick(options_.execution, options_.hint);
     if (i < 0) {
-      if (std::getenv("CONDUCTOR_DEBUG_IDLE") && clock_.now_ns() - last_end > 3'000'000'000LL) {
+      if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
         std::string st;
         for (int k = 0; k < n; ++k) {
           st += sched::to_string(actions[static_cast<std::size_t>(k)]) + (state.is_done(k) ? "d" : state.is_ready(k) ? "r" : state.is_started(k) ? "s" : "-") + " ";
@@ -225,7 +227,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // Sends must complete before their buffers go away; receives are all done (every op ran).
   const std::int64_t drain_begin = clock_.now_ns();
   while (transport_.pending() > 0) {
-    if (std::getenv("CONDUCTOR_DEBUG_IDLE") && clock_.now_ns() - drain_begin > 3'000'000'000LL) {
+    if (debug_idle && clock_.now_ns() - drain_begin > 3'000'000'000LL) {
       std::fprintf(stderr, "[rank %d] draining: pending %zu recvs %zu sends %zu\n", rank_, transport_.pending(), recv_of.size(), send_events.size());
     }
     drain(transport_.poll());
