@@ -1,9 +1,12 @@
 #include "conductor/policy/global_scheduler.hpp"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -70,7 +73,7 @@ class PpoScheduler final : public GlobalScheduler {
   sched::Schedule next_order(const StepObservation& obs) override {
     const auto t0 = Clock::now();
     if (obs.events) observe(*obs.events);
-    sched::Schedule out = plan(obs.step + 1);
+    sched::Schedule out = plan(obs.step + 2);
     stats_.last_latency_ms = ms_since(t0);
     return out;
   }
@@ -180,6 +183,9 @@ class PpoScheduler final : public GlobalScheduler {
 std::unique_ptr<GlobalScheduler> make_global_scheduler(const config::Deck& deck, const sched::Schedule& generated) {
   if (deck.scheduler.kind == "static") return std::make_unique<StaticScheduler>(generated);
   if (deck.scheduler.kind == "ppo") {
+    // Inference on a few hundred candidates: one thread is fastest, and the planner shares rank 0's cores with
+    // the stage it trains.
+    torch::set_num_threads(1);
     Policy policy = load_policy(resolve_policy_path(deck.policy.path));
     return std::make_unique<PpoScheduler>(deck, generated, std::move(policy));
   }
@@ -208,15 +214,18 @@ ScheduledRun simulate_with_scheduler(const sim::NoiseModel& noise, const sim::Si
   out.latency_ms.push_back(ms_since(t0));
   double clock = 0.0;
   int p = order.p;
+  // As at run time, the order planned from step k's timings is computed while step k+1 runs and is used by
+  // step k+2 (std::optional: nothing planned yet).
+  std::optional<sched::Schedule> planned;
   for (int k = 0; k < steps; ++k) {
     sim::StepResult r = sim::simulate_step(order, noise, internal, k, clock);
     clock = r.start_ms + r.makespan_ms;
-    StepObservation obs;
-    obs.step = k;
-    obs.order = &order;
-    obs.events = &r.events;
-    sched::Schedule next;
-    if (k + 1 < steps) {
+    std::optional<sched::Schedule> next;
+    if (k + 2 < steps) {
+      StepObservation obs;
+      obs.step = k;
+      obs.order = &order;
+      obs.events = &r.events;
       t0 = Clock::now();
       next = scheduler.next_order(obs);
       out.latency_ms.push_back(ms_since(t0));
@@ -232,7 +241,8 @@ ScheduledRun simulate_with_scheduler(const sim::NoiseModel& noise, const sim::Si
     r.events.clear();
     r.events.shrink_to_fit();
     out.run.steps.push_back(std::move(r));
-    if (k + 1 < steps) order = std::move(next);
+    if (planned) order = std::move(*planned);
+    planned = std::move(next);
   }
   sim::finish_run(out.run, p);
   return out;

@@ -9,6 +9,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <chrono>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -172,6 +174,10 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
   std::optional<sched::Schedule> generated;
   std::unique_ptr<policy::GlobalScheduler> scheduler;
   sched::Schedule order0;
+  const bool replanning = deck.scheduler.kind != "static";
+  std::vector<double> scheduler_latency_ms;  // rank 0: wall time of each next_order (on the planner thread)
+  int orders_from_policy = 0;                // steps that ran an order the global tier computed
+  std::future<sched::Schedule> planning;     // rank 0: the order being computed while the ranks train
   collectively(comm, kExitUsage, [&] {
     if (rank != 0) return;
     generated = sched::make_schedule(deck);
@@ -291,16 +297,30 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
       const bool due = last || stopping || (deck.checkpoint.every > 0 && (step + 1) % deck.checkpoint.every == 0);
       if (due) collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
     }
-    // Hint order for the next step from the global tier (rank 0), broadcast as text.
-    if (!last && !stopping && rank == 0 && std::string(scheduler->name()) != "static") {
-      policy::StepObservation obs;
-      obs.step = step;
-      obs.order = &order;
-      obs.events = &all;
-      order0 = scheduler->next_order(obs);
-      sched::validate_or_throw(order0, memory_limit, cost.memory_after_b, "the global scheduler's order");
-    }
-    if (!last && !stopping && deck.scheduler.kind != "static") {
+    // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
+    // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
+    if (!last && !stopping && replanning) {
+      collectively(comm, kExitFailure, [&] {
+        if (rank != 0) return;
+        if (planning.valid()) {
+          order0 = planning.get();  // rethrows the planner's error
+          sched::validate_or_throw(order0, memory_limit, cost.memory_after_b, "the global scheduler's order");
+          ++orders_from_policy;
+        }
+        if (step + 2 >= deck.run.steps) return;  // its order would run after the last step
+        planning = std::async(std::launch::async, [&scheduler, &scheduler_latency_ms, obs_order = order,
+                                                   obs_events = std::move(all), step] {
+          policy::StepObservation obs;
+          obs.step = step;
+          obs.order = &obs_order;
+          obs.events = &obs_events;
+          const auto t0 = std::chrono::steady_clock::now();
+          sched::Schedule next = scheduler->next_order(obs);
+          scheduler_latency_ms.push_back(
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          return next;
+        });
+      });
       order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
     }
     if (stopping) {
@@ -312,6 +332,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
 
   if (rank == 0) {
     if (writer) writer->close();
+    if (planning.valid()) planning.wait();  // stopped early: let the planner finish before reading its figures
     sim::finish_run(measured, size);
     std::string json = sim::summary_json(measured, deck, order, memory_limit);
     // The runtime's summary is the simulator's plus the training figures.
@@ -320,6 +341,21 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     losses += "]";
     const double final_loss = outcome.losses.empty() ? std::numeric_limits<double>::quiet_NaN() : outcome.losses.back();
     json.pop_back();  // the closing brace
+    std::string latencies = "[";
+    double latency_sum = 0;
+    for (std::size_t i = 0; i < scheduler_latency_ms.size(); ++i) {
+      latencies += (i ? ", " : "") + json_number(scheduler_latency_ms[i]);
+      latency_sum += scheduler_latency_ms[i];
+    }
+    latencies += "]";
+    json += ", \"scheduler\": {\"kind\": \"" + deck.scheduler.kind + "\", \"orders_from_policy\": " +
+            std::to_string(orders_from_policy) + ", \"latency_ms\": " + latencies + "}";
+    if (!scheduler_latency_ms.empty()) {
+      char line[160];
+      std::snprintf(line, sizeof line, "global tier: %d steps ran its orders, planning latency mean %.3f ms (overlapped with training)",
+                    orders_from_policy, latency_sum / static_cast<double>(scheduler_latency_ms.size()));
+      log::info(line);
+    }
     json += ", \"backend\": \"" + deck.backend + "\", \"first_step\": " + std::to_string(first_step) +
             ", \"losses\": " + losses + ", \"final_loss\": " + json_number(final_loss) + "}";
     write_file(out_dir / "summary.json", json + "\n");

@@ -298,7 +298,7 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
       ++checked;
     });
     EXPECT_EQ(checked, 12);
-    EXPECT_EQ(with_ppo.latency_ms.size(), 12u);
+    EXPECT_EQ(with_ppo.latency_ms.size(), 11u);  // initial_order + orders for steps 2..11
     const policy::PpoStats* st = policy::ppo_stats(*ppo);
     ASSERT_NE(st, nullptr);
     EXPECT_NEAR(st->estimated_level, 0.05, 0.03);
@@ -312,4 +312,41 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
     const auto fixed = policy::simulate_with_scheduler(noise, opt, 12, *fixed_gs);
     EXPECT_LE(with_ppo.run.mean_makespan_ms, fixed.run.mean_makespan_ms * 1.005) << exec;
   }
+}
+
+// The control loop's one-step lag, as at run time: the order planned from step k's events runs at step k+2
+// (steps 0 and 1 run the initial order), and every order is planned from the events of the step it names.
+TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
+  config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-h1",
+                               "trace.enabled=false"});
+  const sched::Schedule gen = sched::make_schedule(deck);
+  struct Recorder final : policy::GlobalScheduler {
+    sched::Schedule base;
+    std::vector<int> observed_steps;
+    std::vector<std::size_t> observed_events;
+    const char* name() const override { return "recorder"; }
+    sched::Schedule initial_order() override {
+      sched::Schedule s = base;
+      s.name = "initial";
+      return s;
+    }
+    sched::Schedule next_order(const policy::StepObservation& obs) override {
+      observed_steps.push_back(obs.step);
+      observed_events.push_back(obs.events ? obs.events->size() : 0);
+      sched::Schedule s = base;
+      s.name = "from-" + std::to_string(obs.step);
+      return s;
+    }
+  } rec;
+  rec.base = gen;
+  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
+  const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+  std::vector<std::string> ran;
+  const auto run = policy::simulate_with_scheduler(noise, opt, 6, rec, [&](const sim::StepResult&, const sched::Schedule& s) {
+    ran.push_back(s.name);
+  });
+  EXPECT_EQ(ran, (std::vector<std::string>{"initial", "initial", "from-0", "from-1", "from-2", "from-3"}));
+  EXPECT_EQ(rec.observed_steps, (std::vector<int>{0, 1, 2, 3}));
+  for (std::size_t n : rec.observed_events) EXPECT_GE(n, static_cast<std::size_t>(4 * 8 * 3));  // every compute op
+  EXPECT_EQ(run.latency_ms.size(), 5u);
 }

@@ -26,7 +26,8 @@ int world_rank() {
   return r;
 }
 
-config::Deck tiny_deck(const std::string& kind, const std::string& execution, const std::string& hint = "schedule") {
+config::Deck tiny_deck(const std::string& kind, const std::string& execution, const std::string& hint = "schedule",
+                       const std::vector<std::string>& extra = {}) {
   const int p = world_size();
   const int v = (kind == "1f1b-interleaved" || kind == "zb-v") ? 2 : 1;
   config::LoadOptions o;
@@ -48,6 +49,7 @@ config::Deck tiny_deck(const std::string& kind, const std::string& execution, co
                  "schedule.kind=" + kind,
                  "schedule.execution=" + execution,
                  "schedule.hint=" + hint};
+  o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
   return config::parse_deck("", o);
 }
 
@@ -84,5 +86,24 @@ INSTANTIATE_TEST_SUITE_P(ReadinessHints, LossEquality,
                          ::testing::Combine(::testing::Values("zb-2p"), ::testing::Values("readiness"),
                                             ::testing::Values("bf", "bfw")),
                          [](const auto& info) { return "zb_2p_" + std::get<2>(info.param); });
+
+// The global tier changes the order between steps (planned on rank 0's planner thread, one step ahead), never
+// the math: with scheduler.kind ppo (the shipped policy) and a straggler that makes it replan, losses still equal
+// single-rank training.
+TEST(LossEqualityGlobalTier, PpoOrdersMatchSingleRank) {
+  for (const char* execution : {"strict", "readiness"}) {
+    const config::Deck deck = tiny_deck("zb-2p", execution, "schedule",
+                                        {"run.steps=5", "scheduler.kind=ppo", "noise.kind=straggler",
+                                         "noise.straggler_rank=0", "noise.straggler_factor=1.5"});
+    const runtime::RunOutcome outcome = runtime::train(deck, MPI_COMM_WORLD);
+    if (world_rank() != 0) continue;
+    const std::vector<double> reference = model::train_reference(deck);
+    ASSERT_EQ(outcome.losses.size(), reference.size());
+    for (std::size_t k = 0; k < reference.size(); ++k) {
+      EXPECT_NEAR(outcome.losses[k], reference[k], 1e-5 * std::max(1.0, std::abs(reference[k])))
+          << "ppo " << execution << " step " << k;
+    }
+  }
+}
 
 }  // namespace

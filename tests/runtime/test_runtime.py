@@ -214,6 +214,13 @@ noise: {kind: straggler, straggler_rank: 2, straggler_factor: 1.5}
             with open(os.path.join(tmp, "run", "summary.json")) as f:
                 summary = json.load(f)
             self.assertEqual(len(summary["steps"]), 4)
+            # Planned one step ahead on rank 0's planner thread: steps 2 and 3 ran orders the policy computed
+            # from the timings of steps 0 and 1; the latency of each plan is recorded.
+            self.assertEqual(summary["scheduler"]["kind"], "ppo")
+            self.assertEqual(summary["scheduler"]["orders_from_policy"], 2)
+            self.assertEqual(len(summary["scheduler"]["latency_ms"]), 2)
+            self.assertTrue(all(0 < x < 1000 for x in summary["scheduler"]["latency_ms"]))
+            self.assertIn("global tier: 2 steps ran its orders", proc.stderr + proc.stdout)
             with open_trace(os.path.join(tmp, "run", "trace.h5")) as t:
                 ev = t["events"][:]
             compute = ev[ev["kind"] <= 3]

@@ -1,7 +1,8 @@
 #pragma once
-// The global tier: after each step, the scheduler sees what the step measured and returns the hint order of
-// the next step. Rank 0 of the runtime calls it between steps and broadcasts the order; `conductor simulate`
-// calls it the same way between simulated steps, so the simulator models the whole control loop.
+// The global tier: after each step, the scheduler sees what the step measured and returns a hint order. Rank 0
+// of the runtime calls it on a planner thread while the next step trains (the order planned from step k runs
+// at step k+2, so planning never stalls the pipeline) and broadcasts it; `conductor simulate` models the same
+// loop with the same one-step lag (policy::simulate_with_scheduler).
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,7 @@ class GlobalScheduler {
   virtual const char* name() const = 0;
   // The order of step 0.
   virtual sched::Schedule initial_order() = 0;
-  // The order of step obs.step + 1. Must keep p, m, v and the placement; the runtime validates it.
+  // The order of a later step (obs.step + 2 in the control loop). Must keep p, m, v and the placement; the runtime validates it.
   virtual sched::Schedule next_order(const StepObservation& obs) = 0;
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 // The whole global-tier control loop in the simulator: step k runs the scheduler's current order
 // (sim::simulate_step, so the same engine, arbiter and noise model as `conductor simulate`), the scheduler sees
-// the step's events and returns step k+1's order, as rank 0 does at run time.
+// the step's events and returns step k+2's order, as rank 0's planner thread does at run time (it plans while
+// step k+1 trains).
 #include <functional>
 #include <vector>
 
