@@ -38,6 +38,12 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<bool>("cuda.allow_gpu_sharing", [](Deck& d) -> auto& { return d.cuda.allow_gpu_sharing; },
                           "backend cuda: allow more ranks than GPUs on a node (they share GPUs round-robin); "
                           "otherwise that is an error on every rank."));
+  f.push_back(field<std::string>("cuda.transport", [](Deck& d) -> auto& { return d.cuda.transport; },
+                                 "backend cuda: how tensors travel between stages. nccl: NCCL point-to-point "
+                                 "between GPU buffers (one GPU per rank); mpi: device->host->MPI->host->device "
+                                 "copies (ranks that share a GPU, or no NCCL network); auto: nccl unless ranks of a "
+                                 "node share a GPU.")
+                  .one_of({"auto", "nccl", "mpi"}));
   f.push_back(field<bool>("trace.comm_events", [](Deck& d) -> auto& { return d.trace.comm_events; },
                           "Also record send/receive events in the trace."));
 }
@@ -50,6 +56,10 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
                        "allowed here: cpu, emulated)");
   }
 #endif
+  if (deck.cuda.transport == "nccl" && deck.backend != "cuda") {
+    problems.push_back(options.source_name + ": cuda.transport = 'nccl' needs backend: cuda (backend is '" +
+                       deck.backend + "'; allowed with it: auto, mpi)");
+  }
   if (deck.model.precision == "bf16" && deck.backend != "cuda") {
     problems.push_back(options.source_name + ": model.precision = 'bf16' needs backend: cuda (backend is '" +
                        deck.backend + "'; the cpu backend computes in fp32)");

@@ -127,6 +127,10 @@ StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages
   if (held_.empty()) throw InputError("model: a stage model must hold at least one virtual stage");
   const std::vector<int> split = split_layers(deck, num_vs_);
   losses_.assign(microbatches_, std::numeric_limits<double>::quiet_NaN());
+  loss_pending_.assign(microbatches_, 0);
+  if (std::find(held_.begin(), held_.end(), num_vs_ - 1) != held_.end()) {
+    step_token_losses_ = DeviceBuffer(*backend_, static_cast<std::size_t>(microbatches_) * dims_.BT() * sizeof(float));
+  }
   const Dims& d = dims_;
   const int C = d.C, F = d.F, V = d.V;
   const float proj_std = 0.02f / std::sqrt(2.0f * m.n_layers);
@@ -379,6 +383,7 @@ void StageModel::begin_step(int step) {
   }
   step_ = step;
   std::fill(losses_.begin(), losses_.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(loss_pending_.begin(), loss_pending_.end(), 0);
 }
 
 void StageModel::forward(int vs, int mb, const float* in, float* out) {
@@ -409,11 +414,10 @@ void StageModel::forward(int vs, int mb, const float* in, float* out) {
     backend_->gemm(m.logits, m.lnf, p + s.offset("lm_head_w"), static_cast<int>(d.BT()), d.V, d.C, false, true, 1.0f,
                    0.0f);
     backend_->crossentropy_forward(m.losses, m.probs, m.logits, m.targets, d.B, d.T, d.V);
-    std::vector<float> host(d.BT());
-    backend_->download(host.data(), m.losses, host.size() * sizeof(float));
-    double sum = 0.0;
-    for (float v : host) sum += v;
-    losses_[mb] = sum / static_cast<double>(host.size());
+    // The token losses stay on the backend until someone asks (loss(), step_loss()): reading them here would
+    // block the host on the device after every last-stage forward.
+    backend_->copy(step_token_losses_.f() + static_cast<std::size_t>(mb) * d.BT(), m.losses, d.BT() * sizeof(float));
+    loss_pending_[mb] = 1;
   } else {
     backend_->copy(out, x, btc_bytes);
   }
@@ -481,7 +485,22 @@ void StageModel::backward_full(int vs, int mb, const float* grad_out, float* gra
 double StageModel::loss(int mb) const {
   if (!holds(num_vs_ - 1)) throw Error("model: loss() is only known on the rank holding the last virtual stage");
   if (mb < 0 || mb >= microbatches_) throw Error("model: loss of microbatch " + std::to_string(mb) + " out of range");
+  fetch_losses();
   return losses_[mb];
+}
+
+void StageModel::fetch_losses() const {
+  if (std::find(loss_pending_.begin(), loss_pending_.end(), 1) == loss_pending_.end()) return;
+  const std::size_t bt = dims_.BT();
+  std::vector<float> host(static_cast<std::size_t>(microbatches_) * bt);
+  backend_->download(host.data(), step_token_losses_.get(), host.size() * sizeof(float));
+  for (int mb = 0; mb < microbatches_; mb++) {
+    if (!loss_pending_[mb]) continue;
+    double sum = 0.0;
+    for (std::size_t i = 0; i < bt; i++) sum += host[static_cast<std::size_t>(mb) * bt + i];
+    losses_[mb] = sum / static_cast<double>(bt);
+    loss_pending_[mb] = 0;
+  }
 }
 
 double StageModel::step_loss() const {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "conductor/model/backend.hpp"
@@ -9,6 +10,7 @@
 #ifdef CONDUCTOR_HAVE_CUDA
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/cuda/device.hpp"
+#include "conductor/model/cuda/gpu_clock.hpp"
 #endif
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sched/cost.hpp"
@@ -35,59 +37,75 @@ namespace {
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
-// Real math on this rank's virtual stages; the noise model adds its perturbation on top of the cost model's
-// nominal time as a real delay after the op, so a straggler window or jitter slows the real run as modelled.
-// With a device backend (cuda) the messages stay in host memory and each op stages its input and output
-// through device buffers (the host-staged transport); the op is synchronised so its host timing is its time.
-class ModelCompute final : public Compute {
+// Payload buffers in a backend's memory, recycled across ops and steps (the executor takes one per received
+// input and per produced output, and gives it back once consumed or sent).
+class BufferPool {
  public:
-  ModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
-               std::unique_ptr<model::Backend> device_backend)
-      : schedule_(s), rank_(rank), noise_(noise), backend_(std::move(device_backend)) {
+  BufferPool(model::Backend& backend, std::size_t floats) : backend_(backend), floats_(floats) {}
+  float* take() {
+    if (floats_ == 0) return nullptr;
+    if (free_.empty()) {
+      all_.emplace_back(backend_, floats_ * sizeof(float));
+      return all_.back().f();
+    }
+    float* b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+  void give(float* b) {
+    if (b) free_.push_back(b);
+  }
+  void clear() {
+    free_.clear();
+    all_.clear();
+  }
+
+ private:
+  model::Backend& backend_;
+  std::size_t floats_;
+  std::vector<model::DeviceBuffer> all_;
+  std::vector<float*> free_;
+};
+
+// Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds
+// its perturbation on top of the cost model's nominal time as a real delay after the op, so a straggler window
+// or jitter slows the real run as modelled.
+class HostModelCompute final : public Compute {
+ public:
+  HostModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+      : schedule_(s), rank_(rank), noise_(noise) {
     std::vector<int> held;
     for (int c = 0; c < s.v; ++c) held.push_back(s.stage_of(rank, c));
-    model_ = std::make_unique<model::StageModel>(deck, held, s.num_stages(), backend_.get());
+    model_ = std::make_unique<model::StageModel>(deck, held, s.num_stages(), nullptr);
     holds_last_ = model_->holds(s.num_stages() - 1);
-    if (backend_) {
-      const std::size_t bytes = model_->activation_elements() * sizeof(float);
-      d_in_ = model::DeviceBuffer(*backend_, bytes);
-      d_out_ = model::DeviceBuffer(*backend_, bytes);
-    }
-  }
-  ~ModelCompute() override {
-    model_.reset();  // before the backend that owns its memory
-    d_in_.reset();
-    d_out_.reset();
+    pool_ = std::make_unique<BufferPool>(model::cpu_backend(), model_->activation_elements());
   }
   std::size_t payload_floats() const override { return model_->activation_elements(); }
   std::int64_t tensor_bytes() const override {
     return static_cast<std::int64_t>(model_->activation_elements() * sizeof(float));
   }
+  float* take_buffer() override { return pool_->take(); }
+  void give_buffer(float* b) override { pool_->give(b); }
   void begin_step(int step) override { model_->begin_step(step); }
-  void run(int step, const sched::Action& a, int stage, const float* in, float* out) override {
-    const std::size_t bytes = static_cast<std::size_t>(tensor_bytes());
-    const float* op_in = in;
-    float* op_out = out;
-    if (backend_) {
-      if (in) backend_->upload(d_in_.get(), in, bytes);
-      op_in = in ? static_cast<const float*>(d_in_.get()) : nullptr;
-      op_out = out ? static_cast<float*>(d_out_.get()) : nullptr;
-    }
+  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
+    last_.start_ns = steady_now_ns();
     switch (a.kind) {
-      case sched::OpKind::F: model_->forward(stage, a.microbatch, op_in, op_out); break;
-      case sched::OpKind::B: model_->backward_input(stage, a.microbatch, op_in, op_out); break;
+      case sched::OpKind::F: model_->forward(stage, a.microbatch, in, out); break;
+      case sched::OpKind::B: model_->backward_input(stage, a.microbatch, in, out); break;
       case sched::OpKind::W: model_->backward_weight(stage, a.microbatch); break;
-      case sched::OpKind::BW: model_->backward_full(stage, a.microbatch, op_in, op_out); break;
-    }
-    if (backend_) {
-      if (out) backend_->download(out, d_out_.get(), bytes);
-      backend_->synchronize();
+      case sched::OpKind::BW: model_->backward_full(stage, a.microbatch, in, out); break;
     }
     if (noise_.any()) {
       const double nominal = noise_.cost().op_time(rank_, a.kind, schedule_.v);
       const double noisy = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
       if (noisy > nominal) sleep_until_ns(steady_now_ns() + ms_to_ns(noisy - nominal));
     }
+    last_.end_ns = steady_now_ns();
+    return ++tickets_;
+  }
+  bool finished(OpTicket, OpSpan& span) override {
+    span = last_;
+    return true;
   }
   double step_loss() const override {
     return holds_last_ ? model_->step_loss() : std::numeric_limits<double>::quiet_NaN();
@@ -101,11 +119,104 @@ class ModelCompute final : public Compute {
   const sched::Schedule& schedule_;
   int rank_;
   const sim::NoiseModel& noise_;
-  std::unique_ptr<model::Backend> backend_;  // null: the deck's cpu backend, owned by the model
-  model::DeviceBuffer d_in_, d_out_;         // [B,T,C] staging buffers on the device
   std::unique_ptr<model::StageModel> model_;
+  std::unique_ptr<BufferPool> pool_;
   bool holds_last_ = false;
+  OpSpan last_;
+  OpTicket tickets_ = 0;
 };
+
+#ifdef CONDUCTOR_HAVE_CUDA
+// Real math on this rank's GPU: launch() queues the op's kernels on the backend's stream between two GPU clock
+// marks and returns; finished() asks the marks (cudaEventQuery), so the host never blocks on the GPU during a
+// step and the trace times each op on the GPU's own clock. The noise model's extra time is a GPU-side delay
+// kernel inside the op, so a modelled straggler slows the device, not the host. Payload buffers are device
+// memory: the data transport moves them (NCCL, or host-staged MPI for ranks that share a GPU).
+class DeviceModelCompute final : public Compute {
+ public:
+  DeviceModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
+                     std::unique_ptr<model::cuda::CudaBackend> backend)
+      : schedule_(s), rank_(rank), noise_(noise), backend_(std::move(backend)) {
+    std::vector<int> held;
+    for (int c = 0; c < s.v; ++c) held.push_back(s.stage_of(rank, c));
+    model_ = std::make_unique<model::StageModel>(deck, held, s.num_stages(), backend_.get());
+    holds_last_ = model_->holds(s.num_stages() - 1);
+    pool_ = std::make_unique<BufferPool>(*backend_, model_->activation_elements());
+    clock_ = std::make_unique<model::cuda::GpuClock>(backend_->stream());
+  }
+  ~DeviceModelCompute() override {
+    // Everything that owns device memory or events goes before the backend (its stream and context).
+    if (backend_) backend_->synchronize();
+    pool_.reset();
+    model_.reset();
+    clock_.reset();
+  }
+  std::size_t payload_floats() const override { return model_->activation_elements(); }
+  std::int64_t tensor_bytes() const override {
+    return static_cast<std::int64_t>(model_->activation_elements() * sizeof(float));
+  }
+  float* take_buffer() override { return pool_->take(); }
+  void give_buffer(float* b) override { pool_->give(b); }
+  void begin_step(int step) override {
+    clock_->reanchor();  // the stream is idle between steps: re-anchor GPU time to host time once per step
+    model_->begin_step(step);
+  }
+  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
+    Marks marks;
+    marks.start = clock_->mark();
+    switch (a.kind) {
+      case sched::OpKind::F: model_->forward(stage, a.microbatch, in, out); break;
+      case sched::OpKind::B: model_->backward_input(stage, a.microbatch, in, out); break;
+      case sched::OpKind::W: model_->backward_weight(stage, a.microbatch); break;
+      case sched::OpKind::BW: model_->backward_full(stage, a.microbatch, in, out); break;
+    }
+    if (noise_.any()) {
+      const double nominal = noise_.cost().op_time(rank_, a.kind, schedule_.v);
+      const double noisy = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
+      if (noisy > nominal) backend_->delay(ms_to_ns(noisy - nominal));
+    }
+    marks.end = clock_->mark();
+    const OpTicket t = ++tickets_;
+    in_flight_.emplace(t, marks);
+    return t;
+  }
+  bool finished(OpTicket t, OpSpan& span) override {
+    auto it = in_flight_.find(t);
+    if (it == in_flight_.end()) throw Error("cuda compute: unknown op ticket " + std::to_string(t));
+    if (!clock_->query(it->second.end)) return false;
+    span.start_ns = clock_->steady_ns(it->second.start);
+    span.end_ns = clock_->steady_ns(it->second.end);
+    clock_->recycle(it->second.start);
+    clock_->recycle(it->second.end);
+    in_flight_.erase(it);
+    return true;
+  }
+  int queue_depth() const override { return 2; }
+  double step_loss() const override {
+    return holds_last_ ? model_->step_loss() : std::numeric_limits<double>::quiet_NaN();
+  }
+  bool has_loss() const override { return holds_last_; }
+  double local_grad_sq_norm() const override { return model_->local_grad_sq_norm(); }
+  void optimizer_step(double norm, int step) override { model_->optimizer_step(norm, step); }
+  model::StageModel* model() override { return model_.get(); }
+  void* device_stream() const override { return backend_->stream(); }
+
+ private:
+  struct Marks {
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  const sched::Schedule& schedule_;
+  int rank_;
+  const sim::NoiseModel& noise_;
+  std::unique_ptr<model::cuda::CudaBackend> backend_;
+  std::unique_ptr<model::StageModel> model_;
+  std::unique_ptr<BufferPool> pool_;
+  std::unique_ptr<model::cuda::GpuClock> clock_;
+  std::map<OpTicket, Marks> in_flight_;
+  bool holds_last_ = false;
+  OpTicket tickets_ = 0;
+};
+#endif
 
 // No math: each op sleeps for its (noisy) cost-model time.
 class EmulatedCompute final : public Compute {
@@ -114,10 +225,19 @@ class EmulatedCompute final : public Compute {
       : rank_(rank), noise_(noise), bytes_(static_cast<std::int64_t>(sched::activation_bytes(deck))) {}
   std::size_t payload_floats() const override { return 0; }
   std::int64_t tensor_bytes() const override { return bytes_; }
+  float* take_buffer() override { return nullptr; }
+  void give_buffer(float*) override {}
   void begin_step(int) override {}
-  void run(int step, const sched::Action& a, int, const float*, float*) override {
+  OpTicket launch(int step, const sched::Action& a, int, const float*, float*) override {
+    last_.start_ns = steady_now_ns();
     const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
-    sleep_until_ns(steady_now_ns() + ms_to_ns(ms));
+    sleep_until_ns(last_.start_ns + ms_to_ns(ms));
+    last_.end_ns = steady_now_ns();
+    return ++tickets_;
+  }
+  bool finished(OpTicket, OpSpan& span) override {
+    span = last_;
+    return true;
   }
   double step_loss() const override { return std::numeric_limits<double>::quiet_NaN(); }
   bool has_loss() const override { return false; }
@@ -128,6 +248,8 @@ class EmulatedCompute final : public Compute {
   int rank_;
   const sim::NoiseModel& noise_;
   std::int64_t bytes_;
+  OpSpan last_;
+  OpTicket tickets_ = 0;
 };
 
 }  // namespace
@@ -135,7 +257,7 @@ class EmulatedCompute final : public Compute {
 std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Schedule& s, int rank,
                                       const sim::NoiseModel& noise, MPI_Comm comm) {
   if (deck.backend == "emulated") return std::make_unique<EmulatedCompute>(deck, rank, noise);
-  if (deck.backend == "cpu") return std::make_unique<ModelCompute>(deck, s, rank, noise, nullptr);
+  if (deck.backend == "cpu") return std::make_unique<HostModelCompute>(deck, s, rank, noise);
 #ifdef CONDUCTOR_HAVE_CUDA
   if (deck.backend == "cuda") {
     // Collective: every rank fails together when a rank has no GPU (or too few GPUs without sharing).
@@ -143,7 +265,8 @@ std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Sch
     options.device = model::cuda::select_device(comm, deck.cuda.allow_gpu_sharing);
     options.precision = model::cuda::parse_precision(deck.model.precision);
     options.tf32 = deck.cuda.tf32;
-    return std::make_unique<ModelCompute>(deck, s, rank, noise, model::cuda::make_cuda_backend(options));
+    return std::make_unique<DeviceModelCompute>(deck, s, rank, noise,
+                                                std::make_unique<model::cuda::CudaBackend>(options));
   }
 #endif
   (void)comm;

@@ -16,17 +16,13 @@ namespace conductor::runtime {
 
 namespace {
 
-constexpr std::size_t kHeaderFloats = 4;  // 16 bytes: int64 ready_at_ns, int64 reserved
+// The control plane's per-transfer message (see executor.hpp).
+struct Header {
+  std::int64_t ready_at_ns = 0;
+  std::int64_t reserved = 0;
+};
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
-
-std::int64_t read_stamp(const std::vector<float>& buf) {
-  std::int64_t v = 0;
-  std::memcpy(&v, buf.data(), sizeof v);
-  return v;
-}
-
-void write_stamp(std::vector<float>& buf, std::int64_t v) { std::memcpy(buf.data(), &v, sizeof v); }
 
 // A SEND (on the producing rank) or RECV (on the consuming rank) event of one transfer.
 trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const sched::Transfer& t, std::int64_t start,
@@ -49,9 +45,9 @@ trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const s
 
 }  // namespace
 
-Executor::Executor(int rank, Transport& transport, Compute& compute, const CommonClock& clock,
+Executor::Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
                    const sim::NoiseModel& noise, ExecutorOptions options)
-    : rank_(rank), transport_(transport), compute_(compute), clock_(clock), noise_(noise), options_(options) {}
+    : rank_(rank), control_(control), data_(data), compute_(compute), clock_(clock), noise_(noise), options_(options) {}
 
 int Executor::tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
   // Unique per (direction, receiving stage, microbatch) within a step; steps never overlap because every
@@ -69,16 +65,32 @@ double Executor::injected_comm_ms(int step, const sched::Transfer& t) const {
 StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   const auto& actions = order.ranks[static_cast<std::size_t>(rank_)];
   const int n = static_cast<int>(actions.size());
+  const auto at = [](int i) { return static_cast<std::size_t>(i); };
   sched::RankState state(order, rank_, options_.memory_limit, options_.memory_after_b);
   compute_.begin_step(step);
 
-  const std::size_t msg_floats = kHeaderFloats + compute_.payload_floats();
-  // in_buf[i]: the received input of action i; out_buf[i]: the output it produces (kept until sent).
-  std::vector<std::vector<float>> in_buf(static_cast<std::size_t>(n)), out_buf(static_cast<std::size_t>(n));
-  std::vector<std::int64_t> ready_ns(static_cast<std::size_t>(n), -1);
-  std::vector<std::int64_t> recv_posted_ns(static_cast<std::size_t>(n), 0);
-  std::unordered_map<TransferId, int> recv_of;  // transfer -> consumer action index
-  std::unordered_map<TransferId, trace::OpEvent> send_events;
+  const bool has_payload = compute_.payload_floats() > 0;
+  const std::size_t payload_bytes = compute_.payload_floats() * sizeof(float);
+  const bool early_sends = data_.orders_after_compute();
+  const int depth = std::max(1, compute_.queue_depth());
+  const std::int64_t bytes = compute_.tensor_bytes();
+
+  // Per action i: the header and tensor of its remote input, the buffers of its input and output, whether
+  // each half of the input is in, when it became ready, its ticket while launched.
+  std::vector<Header> in_header(at(n)), out_header(at(n));
+  std::vector<float*> in_buf(at(n), nullptr), out_buf(at(n), nullptr);
+  std::vector<char> header_in(at(n), 0), tensor_in(at(n), 0);
+  std::vector<std::int64_t> ready_ns(at(n), -1);
+  std::vector<OpTicket> ticket(at(n), -1);
+  std::vector<int> in_flight;  // launched, unfinished, in launch order
+  enum class Role { Header, Tensor };
+  struct Pending {
+    Role role;
+    int action;
+    bool send;
+  };
+  std::unordered_map<TransferId, Pending> control_ids, data_ids;  // each transport numbers its own transfers
+  std::unordered_map<int, trace::OpEvent> send_events;              // by producing action
 
   StepOutcome outcome;
   // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
@@ -87,51 +99,81 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
 
   // Post every receive of the step now: arrival, not the list, decides when an op can run.
   for (int i = 0; i < n; ++i) {
-    const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
+    const auto in = sched::input_of(order, rank_, actions[at(i)]);
     if (!in || in->local()) continue;
-    in_buf[static_cast<std::size_t>(i)].assign(msg_floats, 0.0f);
-    const TransferId id = transport_.post_recv(in->from_rank, tag_of(order, *in), in_buf[static_cast<std::size_t>(i)].data(),
-                                               msg_floats * sizeof(float));
-    recv_of[id] = i;
-    recv_posted_ns[static_cast<std::size_t>(i)] = step_begin;
+    const int tag = tag_of(order, *in);
+    control_ids[control_.post_recv(in->from_rank, tag, &in_header[at(i)], sizeof(Header))] = {Role::Header, i, false};
+    if (has_payload) {
+      in_buf[at(i)] = compute_.take_buffer();
+      data_ids[data_.post_recv(in->from_rank, tag, in_buf[at(i)], payload_bytes)] = {Role::Tensor, i, false};
+    } else {
+      tensor_in[at(i)] = 1;  // stand-ins: the header is the whole message
+    }
   }
 
   // Inputs that arrived before their injected ready time wait here: (ready_at, action index).
   using Delayed = std::pair<std::int64_t, int>;
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
   std::int64_t last_end = step_begin;
-  const std::int64_t bytes = compute_.tensor_bytes();
 
   auto note_newly_ready = [&](std::int64_t now) {
-    for (int i : state.take_newly_ready()) ready_ns[static_cast<std::size_t>(i)] = now;
+    for (int i : state.take_newly_ready()) ready_ns[at(i)] = now;
   };
-  // Input i is usable from `at` on (its arrival, or the injected ready time stamped by the sender).
-  auto accept = [&](int i, std::int64_t at) {
+  // Input i is usable from `when` on (its arrival, or the injected ready time stamped by the sender).
+  auto accept = [&](int i, std::int64_t when) {
     state.input_arrived(i);
     if (options_.comm_events) {
-      const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
-      outcome.events.push_back(transfer_event(step, rank_, trace::EventKind::RECV, *in,
-                                              recv_posted_ns[static_cast<std::size_t>(i)], at, bytes));
+      const auto in = sched::input_of(order, rank_, actions[at(i)]);
+      outcome.events.push_back(transfer_event(step, rank_, trace::EventKind::RECV, *in, step_begin, when, bytes));
     }
   };
-  auto arrived = [&](int i, std::int64_t now) {
-    const std::int64_t ready_at = read_stamp(in_buf[static_cast<std::size_t>(i)]);
+  auto half_arrived = [&](int i, Role role, std::int64_t now) {
+    (role == Role::Header ? header_in : tensor_in)[at(i)] = 1;
+    if (!header_in[at(i)] || !tensor_in[at(i)]) return;
+    const std::int64_t ready_at = in_header[at(i)].ready_at_ns;
     if (ready_at > now) {
       delayed.emplace(ready_at, i);
     } else {
       accept(i, now);
     }
   };
-  auto drain = [&](const std::vector<TransferId>& done) {
+  std::vector<std::int64_t> early_send_done(at(n), -1);  // a queued-early send seen complete before its producer
+  auto send_finished = [&](int i, std::int64_t now) {
+    auto it = send_events.find(i);
+    if (it == send_events.end()) {
+      early_send_done[at(i)] = now;
+      return;
+    }
+    it->second.end_ns = now;
+    if (options_.comm_events) outcome.events.push_back(it->second);
+    send_events.erase(it);
+  };
+  auto drain = [&] {
+    const std::vector<TransferId> control_done = control_.poll();
+    const std::vector<TransferId> data_done = data_.poll();
     const std::int64_t now = clock_.now_ns();
-    for (TransferId id : done) {
-      if (auto it = recv_of.find(id); it != recv_of.end()) {
-        arrived(it->second, now);
-        recv_of.erase(it);
-      } else if (auto s = send_events.find(id); s != send_events.end()) {
-        s->second.end_ns = now;
-        if (options_.comm_events) outcome.events.push_back(s->second);
-        send_events.erase(s);
+    for (TransferId id : control_done) {
+      const auto it = control_ids.find(id);
+      if (it == control_ids.end()) continue;
+      const Pending p = it->second;
+      control_ids.erase(it);
+      if (!p.send) {
+        half_arrived(p.action, Role::Header, now);
+      } else if (!has_payload) {
+        send_finished(p.action, now);  // the header is the whole message
+      }
+    }
+    for (TransferId id : data_done) {
+      const auto it = data_ids.find(id);
+      if (it == data_ids.end()) continue;
+      const Pending p = it->second;
+      data_ids.erase(it);
+      if (!p.send) {
+        half_arrived(p.action, Role::Tensor, now);
+      } else {
+        send_finished(p.action, now);
+        compute_.give_buffer(out_buf[at(p.action)]);  // its producer finished before the send could complete
+        out_buf[at(p.action)] = nullptr;
       }
     }
     while (!delayed.empty() && delayed.top().first <= now) {
@@ -140,98 +182,141 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     }
     note_newly_ready(now);
   };
+  auto post_tensor_send = [&](int i, const sched::Transfer& out) {
+    data_ids[data_.post_send(out.to_rank, tag_of(order, out), out_buf[at(i)], payload_bytes)] = {Role::Tensor, i, true};
+  };
 
-  note_newly_ready(step_begin);
-  std::int64_t idle_sleep_ns = 5'000;
-  while (!state.finished()) {
-    drain(transport_.poll());
-    const int i = state.pick(options_.execution, options_.hint);
-    if (i < 0) {
-      if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
-        std::string st;
-        for (int k = 0; k < n; ++k) {
-          st += sched::to_string(actions[static_cast<std::size_t>(k)]) + (state.is_done(k) ? "d" : state.is_ready(k) ? "r" : state.is_started(k) ? "s" : "-") + " ";
-        }
-        std::fprintf(stderr, "[rank %d] idle: next %d mem %.3f/%.3f pending %zu: %s\n", rank_, state.next_in_list(), state.memory_in_use(), state.memory_limit(), transport_.pending(), st.c_str());
-        last_end = clock_.now_ns();
-      }
-      // Idle: nothing ready (or strict's next op not ready). Sleep between polls, backing off from 10 us to
-      // 400 us, so that idle ranks (many per core when oversubscribed) leave the cores to those that compute.
-      if (!options_.oversubscribed) {
-        // A core of its own: poll without sleeping, so an arrival is seen within microseconds.
-        std::this_thread::yield();
-        continue;
-      }
-      idle_sleep_ns = std::min<std::int64_t>(400'000, idle_sleep_ns * 2);
-      std::int64_t wake = clock_.now_ns() + idle_sleep_ns;
-      if (!delayed.empty()) wake = std::min(wake, delayed.top().first);
-      std::this_thread::sleep_for(std::chrono::nanoseconds(std::max<std::int64_t>(0, wake - clock_.now_ns())));
-      continue;
-    }
-    idle_sleep_ns = 5'000;
-    const auto& a = actions[static_cast<std::size_t>(i)];
+  auto launch = [&](int i) {
+    const auto& a = actions[at(i)];
     const int stage = order.stage_of(rank_, a.chunk);
     const auto in = sched::input_of(order, rank_, a);
     const auto out = sched::output_of(order, rank_, a);
     const float* in_ptr = nullptr;
-    if (in) {
+    if (in && has_payload) {
       if (in->local()) {
         // The producer ran on this rank: its output buffer is this op's input.
         const int producer = in->payload == sched::Payload::Activation
                                  ? state.index_of(sched::OpKind::F, in->from_chunk, in->microbatch)
                                  : state.backward_index(in->from_chunk, in->microbatch);
-        in_ptr = out_buf[static_cast<std::size_t>(producer)].data() + kHeaderFloats;
+        in_ptr = out_buf[at(producer)];
       } else {
-        in_ptr = in_buf[static_cast<std::size_t>(i)].data() + kHeaderFloats;
+        in_ptr = in_buf[at(i)];
       }
     }
-    float* out_ptr = nullptr;
-    if (out) {
-      out_buf[static_cast<std::size_t>(i)].assign(msg_floats, 0.0f);
-      out_ptr = out_buf[static_cast<std::size_t>(i)].data() + kHeaderFloats;
-    }
-    if (compute_.payload_floats() == 0) {
-      in_ptr = nullptr;  // emulated: stand-ins carry no tensor
-      out_ptr = nullptr;
-    }
-
+    if (out && has_payload) out_buf[at(i)] = compute_.take_buffer();
     state.start(i);
-    const std::int64_t start = clock_.now_ns();
-    compute_.run(step, a, stage, in_ptr, out_ptr);
-    const std::int64_t end = clock_.now_ns();
-    state.complete(i);
+    ticket[at(i)] = compute_.launch(step, a, stage, in_ptr, out_buf[at(i)]);
+    in_flight.push_back(i);
+    // A device transport queues the send behind the producer now; the GPU sends as soon as the op is done.
+    if (out && !out->local() && has_payload && early_sends) post_tensor_send(i, *out);
+  };
 
-    trace::OpEvent e;
-    e.step = step;
-    e.rank = rank_;
-    e.stage = stage;
-    e.chunk = a.chunk;
-    e.microbatch = a.microbatch;
-    e.kind = static_cast<trace::EventKind>(a.kind);
-    e.ready_ns = ready_ns[static_cast<std::size_t>(i)] >= 0 ? ready_ns[static_cast<std::size_t>(i)] : start;
-    e.start_ns = start;
-    e.end_ns = end;
-    e.bytes = bytes;
-    e.wait_ns = start - last_end;
-    outcome.events.push_back(e);
-    last_end = end;
+  // Ops finish in launch order on one stream, but check each: host backends finish inside launch().
+  auto retire = [&] {
+    for (std::size_t k = 0; k < in_flight.size();) {
+      const int i = in_flight[k];
+      OpSpan span;
+      if (!compute_.finished(ticket[at(i)], span)) {
+        ++k;
+        continue;
+      }
+      in_flight.erase(in_flight.begin() + static_cast<long>(k));
+      const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
+      state.complete(i);
+      const auto& a = actions[at(i)];
+      trace::OpEvent e;
+      e.step = step;
+      e.rank = rank_;
+      e.stage = order.stage_of(rank_, a.chunk);
+      e.chunk = a.chunk;
+      e.microbatch = a.microbatch;
+      e.kind = static_cast<trace::EventKind>(a.kind);
+      e.ready_ns = ready_ns[at(i)] >= 0 ? std::min(ready_ns[at(i)], start) : start;
+      e.start_ns = start;
+      e.end_ns = end;
+      e.bytes = bytes;
+      e.wait_ns = std::max<std::int64_t>(0, start - last_end);
+      outcome.events.push_back(e);
+      last_end = std::max(last_end, end);
 
-    if (out && !out->local()) {
-      auto& buf = out_buf[static_cast<std::size_t>(i)];
-      write_stamp(buf, end + ms_to_ns(injected_comm_ms(step, *out)));
-      const TransferId id = transport_.post_send(out->to_rank, tag_of(order, *out), buf.data(), buf.size() * sizeof(float));
-      send_events[id] = transfer_event(step, rank_, trace::EventKind::SEND, *out, end, end, bytes);
+      // Inputs are consumed: a received buffer, or the local producer's output buffer, goes back.
+      const auto in = sched::input_of(order, rank_, a);
+      if (in && has_payload) {
+        if (in->local()) {
+          const int producer = in->payload == sched::Payload::Activation
+                                   ? state.index_of(sched::OpKind::F, in->from_chunk, in->microbatch)
+                                   : state.backward_index(in->from_chunk, in->microbatch);
+          compute_.give_buffer(out_buf[at(producer)]);
+          out_buf[at(producer)] = nullptr;
+        } else {
+          compute_.give_buffer(in_buf[at(i)]);
+          in_buf[at(i)] = nullptr;
+        }
+      }
+      const auto out = sched::output_of(order, rank_, a);
+      if (out && !out->local()) {
+        send_events[i] = transfer_event(step, rank_, trace::EventKind::SEND, *out, end, end, bytes);
+        if (early_send_done[at(i)] >= 0) send_finished(i, std::max(end, early_send_done[at(i)]));
+        out_header[at(i)].ready_at_ns = end + ms_to_ns(injected_comm_ms(step, *out));
+        control_ids[control_.post_send(out->to_rank, tag_of(order, *out), &out_header[at(i)], sizeof(Header))] = {
+            Role::Header, i, true};
+        if (has_payload && !early_sends) post_tensor_send(i, *out);
+      }
+      note_newly_ready(end);
     }
-    note_newly_ready(end);
+  };
+
+  note_newly_ready(step_begin);
+  std::int64_t idle_sleep_ns = 5'000;
+  while (!state.finished()) {
+    drain();
+    retire();
+    if (static_cast<int>(in_flight.size()) < depth) {
+      const int i = state.pick(options_.execution, options_.hint);
+      if (i >= 0) {
+        idle_sleep_ns = 5'000;
+        launch(i);
+        continue;
+      }
+    }
+    if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
+      std::string st;
+      for (int k = 0; k < n; ++k) {
+        st += sched::to_string(actions[at(k)]) +
+              (state.is_done(k) ? "d" : state.is_ready(k) ? "r" : state.is_started(k) ? "s" : "-") + " ";
+      }
+      std::fprintf(stderr, "[rank %d] idle: next %d mem %.3f/%.3f pending %zu+%zu in flight %zu: %s\n", rank_,
+                   state.next_in_list(), state.memory_in_use(), state.memory_limit(), control_.pending(),
+                   data_.pending(), in_flight.size(), st.c_str());
+      last_end = clock_.now_ns();
+    }
+    // Idle: nothing ready (or strict's next op not ready), or the device queue is full.
+    if (!options_.oversubscribed || !in_flight.empty()) {
+      // A core of its own (or a GPU op about to finish): poll without sleeping, so an arrival is seen within
+      // microseconds.
+      std::this_thread::yield();
+      continue;
+    }
+    // Many ranks per core: sleep between polls, backing off from 10 us to 400 us, so that idle ranks leave the
+    // cores to those that compute.
+    idle_sleep_ns = std::min<std::int64_t>(400'000, idle_sleep_ns * 2);
+    std::int64_t wake = clock_.now_ns() + idle_sleep_ns;
+    if (!delayed.empty()) wake = std::min(wake, delayed.top().first);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::max<std::int64_t>(0, wake - clock_.now_ns())));
   }
-  // Sends must complete before their buffers go away; receives are all done (every op ran).
+  // Sends must complete before their buffers are reused; receives are all done (every op ran).
   const std::int64_t drain_begin = clock_.now_ns();
-  while (transport_.pending() > 0) {
+  while (control_.pending() > 0 || data_.pending() > 0) {
     if (debug_idle && clock_.now_ns() - drain_begin > 3'000'000'000LL) {
-      std::fprintf(stderr, "[rank %d] draining: pending %zu recvs %zu sends %zu\n", rank_, transport_.pending(), recv_of.size(), send_events.size());
+      std::fprintf(stderr, "[rank %d] draining: pending %zu+%zu sends %zu\n", rank_, control_.pending(),
+                   data_.pending(), send_events.size());
     }
-    drain(transport_.poll());
-    if (transport_.pending() > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    drain();
+    if (control_.pending() > 0 || data_.pending() > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  for (float*& b : out_buf) {
+    if (b) compute_.give_buffer(b);  // outputs without a consumer on this rank (none in valid schedules)
+    b = nullptr;
   }
   outcome.peak_memory = state.peak_memory();
   return outcome;

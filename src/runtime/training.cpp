@@ -238,8 +238,16 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     eo.oversubscribed = static_cast<unsigned>(local_ranks) > cores;
   }
-  MpiTransport transport(comm);
-  Executor executor(rank, transport, *compute, clock, noise, eo);
+  // Two planes on communicators of their own: readiness headers (host MPI) and tensors (MPI, NCCL or
+  // host-staged device copies), so neither ever matches the other's messages nor the run's collectives.
+  mpi::DupComm control_comm(comm), data_comm(comm);
+  MpiTransport control(control_comm.get());
+  std::unique_ptr<Transport> data;
+  std::string data_transport;
+  collectively(comm, kExitFailure, [&] {
+    data = make_data_transport(deck, order, rank, *compute, data_comm.get(), data_transport);
+  });
+  Executor executor(rank, control, *data, *compute, clock, noise, eo);
 
   const double samples = static_cast<double>(deck.parallel.microbatches) * deck.parallel.microbatch_size;
   sim::RunResult measured;
@@ -247,7 +255,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     log::info("conductor run: " + deck.run.name + ", " + std::to_string(size) + " ranks, schedule " +
               deck.schedule.kind + " (" + deck.schedule.execution +
               (eo.execution == sched::Execution::Readiness ? ", hint " + deck.schedule.hint : "") + "), backend " +
-              deck.backend + ", " + std::to_string(order.m) + " microbatches, steps " + std::to_string(first_step) +
+              deck.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) + " microbatches, steps " + std::to_string(first_step) +
               ".." + std::to_string(deck.run.steps - 1));
   }
 

@@ -131,7 +131,10 @@ class StageModel {
   Dims dims_;
   DataSource data_;
   int step_ = 0;
-  std::vector<double> losses_;  // per microbatch, NaN until its forward on the last stage
+  void fetch_losses() const;  // reads the pending microbatch losses from the backend (host-blocking)
+  mutable std::vector<double> losses_;     // per microbatch, NaN until its forward on the last stage
+  mutable std::vector<char> loss_pending_;  // forward done, loss not yet read from the backend
+  DeviceBuffer step_token_losses_;          // [M, B*T] token losses of the step (last stage only)
   std::vector<std::unique_ptr<VStage>> stages_;
   std::map<int, int> index_;    // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_datt_;

@@ -18,6 +18,15 @@ class StageModel;
 
 namespace conductor::runtime {
 
+// An op's start and end on the host steady clock (steady_now_ns()); device backends measure them with GPU
+// events mapped to that clock.
+struct OpSpan {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+using OpTicket = std::int64_t;
+
 class Compute {
  public:
   virtual ~Compute() = default;
@@ -25,16 +34,29 @@ class Compute {
   virtual std::size_t payload_floats() const = 0;
   // Bytes the real tensor would have (recorded in the trace even when only a stand-in travels).
   virtual std::int64_t tensor_bytes() const = 0;
+  // Payload buffers of payload_floats() floats in the memory this backend computes on (host for cpu, device
+  // for cuda): what the data transport moves. Recycled: give back what you take. nullptr when no payload.
+  virtual float* take_buffer() = 0;
+  virtual void give_buffer(float* buffer) = 0;
   virtual void begin_step(int step) = 0;
-  // Runs one action of virtual stage `stage`. in: the received activation (F) or gradient (B, BW), or nullptr
-  // where the stage has none; out: where F's activation or B/BW's input gradient goes, or nullptr.
-  virtual void run(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
+  // Queues one action of virtual stage `stage`. in: the received activation (F) or gradient (B, BW), or
+  // nullptr where the stage has none; out: where F's activation or B/BW's input gradient goes, or nullptr.
+  // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
+  // Both buffers must stay untouched until finished() says the op is done.
+  virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
+  // Non-blocking: true once the op finished, with its span (then the ticket is released).
+  virtual bool finished(OpTicket ticket, OpSpan& span) = 0;
+  // Launched, unfinished ops the executor may keep queued: 1 for host backends; 2 for a GPU, so the next op
+  // is queued while one runs and the GPU never waits for the host to pick.
+  virtual int queue_depth() const { return 1; }
   // Loss of the step (meaningful on the rank holding the last virtual stage; NaN without math).
   virtual double step_loss() const = 0;
   virtual bool has_loss() const = 0;
   virtual double local_grad_sq_norm() const = 0;
   virtual void optimizer_step(double global_grad_norm, int step) = 0;
   virtual model::StageModel* model() { return nullptr; }
+  // The backend's stream for device backends (a cudaStream_t), which device transports order after.
+  virtual void* device_stream() const { return nullptr; }
 };
 
 // The deck's backend for `rank` of schedule `s`; noise is the deck's noise model (applied as real delays).

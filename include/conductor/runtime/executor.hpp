@@ -1,13 +1,17 @@
 #pragma once
 // One rank's readiness-driven execution of one training step. Receives for every cross-rank input of the
-// step are posted up front; an arrival makes its op ready; whenever the rank is free it asks the shared
-// arbiter (sched::RankState::pick, the same call the simulator makes) what to run. In strict mode the arbiter
-// returns the next op of the list or nothing; in readiness mode the best-ranked ready op within memory.
+// step are posted up front; an arrival makes its op ready; whenever the rank can queue an op (fewer than
+// Compute::queue_depth() launched and unfinished) it asks the shared arbiter (sched::RankState::pick, the same
+// call the simulator makes) what to run. In strict mode the arbiter returns the next op of the list or
+// nothing; in readiness mode the best-ranked ready op within memory.
 //
-// Messages: [int64 ready_at_ns on the common clock][int64 reserved][payload floats]. The sender stamps
-// ready_at = its send time + the noise model's injected transfer delay; a receiver treats the input as
-// arrived at max(arrival, ready_at), which is how delayed sends (congestion; emulated comm time) are injected
-// without blocking the sender.
+// Two planes. The data transport carries the tensors (MPI on host memory; NCCL or host-staged copies on GPU
+// memory). The control transport (MPI, host) carries one 16-byte header per transfer:
+// [int64 ready_at_ns on the common clock][int64 reserved], sent when the producing op has finished. The
+// sender stamps ready_at = the op's end + the noise model's injected transfer delay; a receiver treats the
+// input as arrived once both header and tensor are in, at max(arrival, ready_at), which is how delayed sends
+// (congestion; emulated comm time) are injected without blocking the sender. Device transports let the
+// tensor's send be queued behind its producer before the producer finishes; the host never waits on the GPU.
 #include <cstdint>
 #include <vector>
 
@@ -40,7 +44,9 @@ struct ExecutorOptions {
 
 class Executor {
  public:
-  Executor(int rank, Transport& transport, Compute& compute, const CommonClock& clock,
+  // control: a host MPI transport on its own communicator; data: the tensor transport (may be the same kind,
+  // but not the same communicator, so headers and tensors never match each other).
+  Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
            const sim::NoiseModel& noise, ExecutorOptions options);
   StepOutcome run_step(int step, const sched::Schedule& order);
 
@@ -49,7 +55,8 @@ class Executor {
   double injected_comm_ms(int step, const sched::Transfer& t) const;
 
   int rank_;
-  Transport& transport_;
+  Transport& control_;
+  Transport& data_;
   Compute& compute_;
   const CommonClock& clock_;
   const sim::NoiseModel& noise_;

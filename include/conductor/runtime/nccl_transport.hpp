@@ -69,6 +69,7 @@ class NcclTransport final : public Transport {
   std::vector<TransferId> poll() override;
   std::vector<TransferId> wait_some() override;
   std::size_t pending() const override { return transfers_.size(); }
+  bool orders_after_compute() const override { return true; }
 
  private:
   struct Edge {
@@ -122,6 +123,7 @@ class HostStagedTransport final : public Transport {
   std::vector<TransferId> poll() override;
   std::vector<TransferId> wait_some() override;
   std::size_t pending() const override { return transfers_.size() + completed_.size(); }
+  bool orders_after_compute() const override { return true; }
 
  private:
   enum class Phase { DeviceToHost, Host, HostToDevice };

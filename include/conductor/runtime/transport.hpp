@@ -5,9 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/sched/schedule.hpp"
 
 namespace conductor::runtime {
 
@@ -26,6 +30,10 @@ class Transport {
   // Blocks until at least one pending transfer completes (or none is pending); returns those that completed.
   virtual std::vector<TransferId> wait_some() = 0;
   virtual std::size_t pending() const = 0;
+  // True when a send may be posted before the op producing its buffer has finished, because the transport
+  // orders itself after the work already queued on the compute stream (NCCL, host-staged device transfers).
+  // False for host transports: the executor posts a send once its producer finished.
+  virtual bool orders_after_compute() const { return false; }
 };
 
 class MpiTransport final : public Transport {
@@ -47,5 +55,14 @@ class MpiTransport final : public Transport {
   std::vector<int> indices_;
   TransferId next_ = 0;
 };
+
+class Compute;
+
+// The tensor (data-plane) transport for the deck's backend, over `data_comm` (a communicator of its own):
+// MpiTransport on host memory for cpu and emulated; for cuda, per cuda.transport: NcclTransport (auto when
+// every rank of a node has its own GPU) or the host-staged MPI transport (auto when ranks share a GPU).
+// Collective over data_comm; `chosen` receives the transport's name ("mpi", "nccl", "mpi-host-staged").
+std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const sched::Schedule& order, int rank,
+                                               Compute& compute, MPI_Comm data_comm, std::string& chosen);
 
 }  // namespace conductor::runtime

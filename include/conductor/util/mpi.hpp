@@ -24,6 +24,22 @@ class Session {
   int size_ = 1;
 };
 
+// RAII owner of a duplicate of a communicator (collective to create and to free): its own matching space,
+// so messages of different planes never match each other.
+class DupComm {
+ public:
+  explicit DupComm(MPI_Comm parent) { MPI_Comm_dup(parent, &comm_); }
+  ~DupComm() {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  DupComm(const DupComm&) = delete;
+  DupComm& operator=(const DupComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
 bool initialized();
 int world_rank();  // 0 when MPI is not initialised
 int world_size();  // 1 when MPI is not initialised

@@ -267,6 +267,8 @@ void CudaBackend::gelu_forward(float* out, const float* inp, std::size_t N) {
 void CudaBackend::gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N) {
   kernels::gelu_backward(dinp, dout, inp, N, stream_);
 }
+void CudaBackend::delay(long long ns) { kernels::delay(ns, stream_); }
+
 void CudaBackend::residual_forward(float* out, const float* a, const float* b, std::size_t N) {
   kernels::residual_forward(out, a, b, N, stream_);
 }

@@ -298,6 +298,16 @@ __global__ void residual_forward_kernel(float* out, const float* a, const float*
   GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
+// ------------------------------------------------------------------------------------------------ delay
+__global__ void delay_kernel(long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (static_cast<long long>(now - start) < ns);
+}
+
 // ------------------------------------------------------------------------------------------------ loss
 // One block per row of V logits: softmax and the token loss, fused.
 __global__ void crossentropy_forward_kernel(float* losses, float* probs, const float* logits, const int* targets,
@@ -473,6 +483,12 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t
 void residual_forward(float* out, const float* a, const float* b, std::size_t N, cudaStream_t s) {
   if (N == 0) return;
   residual_forward_kernel<<<grid_for(N), kThreads, 0, s>>>(out, a, b, N);
+  cudaCheckLaunch();
+}
+
+void delay(long long ns, cudaStream_t s) {
+  if (ns <= 0) return;
+  delay_kernel<<<1, 1, 0, s>>>(ns);
   cudaCheckLaunch();
 }
 

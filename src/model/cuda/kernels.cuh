@@ -53,6 +53,10 @@ int sum_squares_blocks(std::size_t N);  // partial sums needed (a function of N 
 // *result = sum x^2 in double; partial: sum_squares_blocks(N) doubles
 void sum_squares(double* result, double* partial, const float* x, std::size_t N, cudaStream_t s);
 
+// Occupies the stream for `ns` nanoseconds of GPU time (one thread polling %globaltimer): the noise model's
+// injected delay, on the device so it delays exactly the ops queued behind it.
+void delay(long long ns, cudaStream_t s);
+
 // out (bf16) [N] = round-to-nearest-even(in [N])
 void to_bf16(void* out, const float* in, std::size_t N, cudaStream_t s);
 

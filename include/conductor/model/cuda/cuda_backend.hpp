@@ -57,6 +57,8 @@ class CudaBackend final : public Backend {
   // The stream every kernel of this backend runs on; transports order their copies after it with events.
   cudaStream_t stream() const { return stream_; }
   const CudaOptions& options() const { return options_; }
+  // Queues `ns` nanoseconds of GPU-side delay on the stream (the runtime's injected noise).
+  void delay(long long ns);
 
   void* alloc(std::size_t bytes) override;
   void release(void* ptr) override;
