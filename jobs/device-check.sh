@@ -64,7 +64,7 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 [[ -f $BUILD/CMakeCache.txt ]] && GEN=()  # keep the generator of an existing build folder
 
-TARGETS=(cuda_kernel_tests cuda_stage_tests cuda_pipeline_test cuda_device_test bench_cuda)
+TARGETS=(cuda_kernel_tests cuda_stage_tests cuda_pipeline_test cuda_device_test cuda_runtime_test bench_cuda)
 if phase configure 150 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" &&
   phase build 300 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
