@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <queue>
 #include <string>
 
 #include "conductor/util/error.hpp"
@@ -29,17 +27,6 @@ double Rollout::idle() const {
 }
 
 namespace {
-
-enum class EventType : std::uint8_t { Done = 0, Arrive = 1 };
-
-struct Event {
-  double time;
-  std::uint64_t seq;
-  EventType type;
-  int rank;
-  int index;
-  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
 
 // The arbiter's ranking classes (arbiter.hpp): smaller is better; ties broken by list position.
 int hint_class(sched::Hint hint, sched::OpKind kind) {
@@ -71,202 +58,125 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
                 std::vector<Decision>* record) {
   const int p = s.p;
   const int S = s.num_stages();
-  std::vector<sched::RankState> st;
-  st.reserve(p);
-  for (int r = 0; r < p; ++r) st.emplace_back(s, r, opt.memory_limit, opt.memory_after_b);
   const double unit = time_unit(predicted, s.v);
   const double mem_scale = (opt.memory_limit > 0 && std::isfinite(opt.memory_limit)) ? opt.memory_limit : 2.0 * p;
   double mem_delta[4];
   for (int k = 0; k < 4; ++k) mem_delta[k] = sched::memory_delta(static_cast<sched::OpKind>(k), s.v, opt.memory_after_b);
-  double pred[4];  // filled per rank below
 
-  Rollout out;
-  out.order.assign(p, {});
-  out.busy.assign(p, 0.0);
-  std::vector<std::vector<double>> ready_at(p);
-  std::vector<std::vector<int>> ready(p);  // ready, not started list positions (unsorted)
-  for (int r = 0; r < p; ++r) {
-    ready_at[r].assign(st[r].size(), 0.0);
-    out.order[r].reserve(st[r].size());
-  }
-  std::vector<char> running(p, 0);
-  std::vector<double> free_since(p, 0.0), busy_until(p, 0.0);
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
-  std::uint64_t seq = 0;
-  std::vector<int> touched;
-  std::vector<char> is_touched(p, 0);
-  auto touch = [&](int r) {
-    if (!is_touched[r]) {
-      is_touched[r] = 1;
-      touched.push_back(r);
-    }
-  };
-  auto stamp_ready = [&](int r, double t) {
-    for (int i : st[r].take_newly_ready()) {
-      ready_at[r][i] = t;
-      ready[r].push_back(i);
-    }
-  };
-  double now = 0.0, horizon = 0.0, idle_acc = 0.0;
-  auto idle_signal = [&](int q) -> float {
-    if (q < 0) return 0.0f;
-    const double x = running[q] ? -(busy_until[q] - now) / unit : (now - free_since[q]) / unit;
-    return clampf(x / 4.0, -2.0, 2.0);
-  };
-  int total_actions = 0;
-  for (int r = 0; r < p; ++r) total_actions += st[r].size();
-  int total_done = 0;
-
-  for (int r = 0; r < p; ++r) {
-    stamp_ready(r, 0.0);
-    touch(r);
-  }
-  bool first = true;
   std::vector<std::pair<long long, int>> cand;  // (ranking key, list position)
   std::vector<int> head(static_cast<std::size_t>(s.v) * 4);
   Decision d;
-  for (;;) {
-    std::sort(touched.begin(), touched.end());
-    for (int r : touched) {
-      is_touched[r] = 0;
-      if (running[r]) continue;
-      sched::RankState& rs = st[r];
-      // Candidates: per (kind, chunk), the earliest-listed feasible op (a later microbatch of the same kind
-      // and chunk is the same decision made worse: it only delays the earlier one).
-      std::fill(head.begin(), head.end(), -1);
-      for (int i : ready[r]) {
-        if (!rs.fits(i)) continue;
-        const sched::Action& a = rs.actions()[i];
-        int& h = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
-        if (h < 0 || i < h) h = i;
-      }
-      cand.clear();
-      for (int h : head) {
-        if (h < 0) continue;
-        const long long key = static_cast<long long>(hint_class(opt.heuristic, rs.actions()[h].kind)) << 32 | h;
-        cand.emplace_back(key, h);
-      }
-      if (cand.empty()) continue;
-      std::sort(cand.begin(), cand.end());
-      const int n = std::min<int>(static_cast<int>(cand.size()), kMaxCandidates);
-      int pick = cand[0].second;
-      if (n >= 2) {
-        d.rank = r;
-        d.time = now;
-        d.num_candidates = n;
-        const float progress = static_cast<float>(rs.num_done()) / static_cast<float>(std::max(1, rs.size()));
-        for (int k = 0; k < 4; ++k) pred[k] = predicted.op_time(r, static_cast<sched::OpKind>(k), s.v);
-        for (int c = 0; c < n; ++c) {
-          const int i = cand[c].second;
-          d.index[c] = i;
-          const sched::Action& a = rs.actions()[i];
-          const int stage = s.stage_of(r, a.chunk);
-          const int next_rank = stage + 1 < S ? s.rank_of(stage + 1) : -1;
-          const int prev_rank = stage > 0 ? s.rank_of(stage - 1) : -1;
-          const bool fwd = a.kind == sched::OpKind::F;
-          const bool bwd = a.kind == sched::OpKind::B || a.kind == sched::OpKind::BW;
-          int consumer = fwd ? next_rank : bwd ? prev_rank : -1;
-          if (consumer == r) consumer = -1;  // same-rank delivery: nobody waits on a message
-          float* x = &d.features[static_cast<std::size_t>(c) * kNumFeatures];
-          x[0] = fwd ? 1.0f : 0.0f;
-          x[1] = bwd ? 1.0f : 0.0f;
-          x[2] = a.kind == sched::OpKind::W ? 1.0f : 0.0f;
-          x[3] = S > 1 ? static_cast<float>(stage) / static_cast<float>(S - 1) : 0.0f;
-          x[4] = s.v > 1 ? static_cast<float>(a.chunk) / static_cast<float>(s.v - 1) : 0.0f;
-          x[5] = static_cast<float>(a.microbatch) / static_cast<float>(s.m);
-          x[6] = progress;
-          x[7] = clampf((now - ready_at[r][i]) / unit, 0.0, 8.0);
-          x[8] = clampf(pred[static_cast<int>(a.kind)] / unit, 0.0, 8.0);
-          x[9] = next_rank == r ? 0.0f : idle_signal(next_rank);
-          x[10] = prev_rank == r ? 0.0f : idle_signal(prev_rank);
-          x[11] = idle_signal(consumer);
-          x[12] = consumer >= 0 ? static_cast<float>(std::min<std::size_t>(ready[consumer].size(), 4)) / 4.0f : 0.0f;
-          x[13] = static_cast<float>(rs.memory_in_use() / mem_scale);
-          x[14] = static_cast<float>(mem_delta[static_cast<int>(a.kind)] / mem_scale);
-          x[15] = static_cast<float>(c);
-          x[16] = c == 0 ? 1.0f : 0.0f;
-          x[17] = static_cast<float>(n) / static_cast<float>(kMaxCandidates);
-          x[18] = clampf(static_cast<double>(i - rs.next_in_list()) / (3.0 * s.v), 0.0, 8.0);
-        }
-        int idle = 0;
-        for (int q = 0; q < p; ++q) idle += running[q] ? 0 : 1;
-        const double work = unit * 3.0 * s.v * s.m;  // one rank's work per step, roughly
-        d.global[0] = static_cast<float>(now / work);
-        d.global[1] = static_cast<float>(total_done) / static_cast<float>(total_actions);
-        d.global[2] = progress;
-        d.global[3] = static_cast<float>(idle) / static_cast<float>(p);
-        d.global[4] = static_cast<float>(rs.memory_in_use() / mem_scale);
-        d.global[5] = static_cast<float>(n) / static_cast<float>(kMaxCandidates);
-        d.global[6] = static_cast<float>((horizon - now) / work);
-        int min_done = rs.size();
-        for (int q = 0; q < p; ++q) min_done = std::min(min_done, st[q].num_done());
-        d.global[7] = 1.0f - static_cast<float>(min_done) / static_cast<float>(std::max(1, rs.size()));
-        const int c = choose(d);
-        if (c < 0 || c >= n) {
-          throw Error("policy chose candidate " + std::to_string(c) + " of " + std::to_string(n) + " on rank " +
-                      std::to_string(r));
-        }
-        d.chosen = c;
-        pick = d.index[c];
-      }
-      rs.start(pick);
-      ready[r].erase(std::find(ready[r].begin(), ready[r].end(), pick));
-      const double dur = compute(r, rs.actions()[pick]);
-      if (first) {
-        out.start = now;
-        first = false;
-      }
-      running[r] = 1;
-      busy_until[r] = now + dur;
-      horizon = std::max(horizon, now + dur);
-      out.order[r].push_back(pick);
-      out.busy[r] += dur;
-      queue.push(Event{now + dur, seq++, EventType::Done, r, pick});
-      if (n >= 2 && record) {
-        d.idle = idle_acc;
-        record->push_back(d);
-      }
+  // The engine (sched::execute) runs the step; at each free rank this picker offers the candidates to the
+  // chooser and records the decision.
+  auto picker = [&](int r, const sched::EngineView& view) -> int {
+    const sched::RankState& rs = (*view.ranks)[static_cast<std::size_t>(r)];
+    const auto& running = *view.running;
+    const auto& ready = *view.ready;
+    const double now = view.now;
+    auto idle_signal = [&](int q) -> float {
+      if (q < 0) return 0.0f;
+      const double x = running[q] ? -((*view.busy_until)[q] - now) / unit : (now - (*view.free_since)[q]) / unit;
+      return clampf(x / 4.0, -2.0, 2.0);
+    };
+    // Candidates: per (kind, chunk), the earliest-listed feasible op (a later microbatch of the same kind
+    // and chunk is the same decision made worse: it only delays the earlier one).
+    std::fill(head.begin(), head.end(), -1);
+    for (int i : ready[r]) {
+      if (!rs.fits(i)) continue;
+      const sched::Action& a = rs.actions()[i];
+      int& h = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
+      if (h < 0 || i < h) h = i;
     }
-    touched.clear();
-    if (queue.empty()) break;
-    {
-      // Idle rank-time over [now, next event): ranks not running (from the first op on, as the bubble counts).
-      const double next = queue.top().time;
-      int idle_ranks = 0;
-      for (int q = 0; q < p; ++q) idle_ranks += running[q] ? 0 : 1;
-      if (!first) idle_acc += idle_ranks * (next - now);
+    cand.clear();
+    for (int h : head) {
+      if (h < 0) continue;
+      const long long key = static_cast<long long>(hint_class(opt.heuristic, rs.actions()[h].kind)) << 32 | h;
+      cand.emplace_back(key, h);
     }
-    now = queue.top().time;
-    while (!queue.empty() && queue.top().time == now) {
-      const Event e = queue.top();
-      queue.pop();
-      if (e.type == EventType::Done) {
-        sched::RankState& rs = st[e.rank];
-        rs.complete(e.index);
-        ++total_done;
-        running[e.rank] = 0;
-        free_since[e.rank] = now;
-        out.end = std::max(out.end, now);
-        const sched::Action& a = rs.actions()[e.index];
-        if (auto o = sched::output_of(s, e.rank, a); o && !o->local()) {
-          const int consumer = st[o->to_rank].consumer_of(*o);
-          if (consumer >= 0) queue.push(Event{now + comm(*o), seq++, EventType::Arrive, o->to_rank, consumer});
-        }
-      } else {
-        st[e.rank].input_arrived(e.index);
-      }
-      stamp_ready(e.rank, now);
-      touch(e.rank);
+    if (cand.empty()) return -1;
+    std::sort(cand.begin(), cand.end());
+    const int n = std::min<int>(static_cast<int>(cand.size()), kMaxCandidates);
+    if (n < 2) return cand[0].second;
+    d.rank = r;
+    d.time = now;
+    d.num_candidates = n;
+    double pred[4];
+    const float progress = static_cast<float>(rs.num_done()) / static_cast<float>(std::max(1, rs.size()));
+    for (int k = 0; k < 4; ++k) pred[k] = predicted.op_time(r, static_cast<sched::OpKind>(k), s.v);
+    for (int c = 0; c < n; ++c) {
+      const int i = cand[c].second;
+      d.index[c] = i;
+      const sched::Action& a = rs.actions()[i];
+      const int stage = s.stage_of(r, a.chunk);
+      const int next_rank = stage + 1 < S ? s.rank_of(stage + 1) : -1;
+      const int prev_rank = stage > 0 ? s.rank_of(stage - 1) : -1;
+      const bool fwd = a.kind == sched::OpKind::F;
+      const bool bwd = a.kind == sched::OpKind::B || a.kind == sched::OpKind::BW;
+      int consumer = fwd ? next_rank : bwd ? prev_rank : -1;
+      if (consumer == r) consumer = -1;  // same-rank delivery: nobody waits on a message
+      float* x = &d.features[static_cast<std::size_t>(c) * kNumFeatures];
+      x[0] = fwd ? 1.0f : 0.0f;
+      x[1] = bwd ? 1.0f : 0.0f;
+      x[2] = a.kind == sched::OpKind::W ? 1.0f : 0.0f;
+      x[3] = S > 1 ? static_cast<float>(stage) / static_cast<float>(S - 1) : 0.0f;
+      x[4] = s.v > 1 ? static_cast<float>(a.chunk) / static_cast<float>(s.v - 1) : 0.0f;
+      x[5] = static_cast<float>(a.microbatch) / static_cast<float>(s.m);
+      x[6] = progress;
+      x[7] = clampf((now - (*view.ready_at)[r][i]) / unit, 0.0, 8.0);
+      x[8] = clampf(pred[static_cast<int>(a.kind)] / unit, 0.0, 8.0);
+      x[9] = next_rank == r ? 0.0f : idle_signal(next_rank);
+      x[10] = prev_rank == r ? 0.0f : idle_signal(prev_rank);
+      x[11] = idle_signal(consumer);
+      x[12] = consumer >= 0 ? static_cast<float>(std::min<std::size_t>(ready[consumer].size(), 4)) / 4.0f : 0.0f;
+      x[13] = static_cast<float>(rs.memory_in_use() / mem_scale);
+      x[14] = static_cast<float>(mem_delta[static_cast<int>(a.kind)] / mem_scale);
+      x[15] = static_cast<float>(c);
+      x[16] = c == 0 ? 1.0f : 0.0f;
+      x[17] = static_cast<float>(n) / static_cast<float>(kMaxCandidates);
+      x[18] = clampf(static_cast<double>(i - rs.next_in_list()) / (3.0 * s.v), 0.0, 8.0);
     }
+    int idle = 0;
+    for (int q = 0; q < p; ++q) idle += running[q] ? 0 : 1;
+    const double work = unit * 3.0 * s.v * s.m;  // one rank's work per step, roughly
+    d.global[0] = static_cast<float>(now / work);
+    d.global[1] = static_cast<float>(view.done) / static_cast<float>(view.total);
+    d.global[2] = progress;
+    d.global[3] = static_cast<float>(idle) / static_cast<float>(p);
+    d.global[4] = static_cast<float>(rs.memory_in_use() / mem_scale);
+    d.global[5] = static_cast<float>(n) / static_cast<float>(kMaxCandidates);
+    d.global[6] = static_cast<float>((view.horizon - now) / work);
+    int min_done = rs.size();
+    for (int q = 0; q < p; ++q) min_done = std::min(min_done, (*view.ranks)[static_cast<std::size_t>(q)].num_done());
+    d.global[7] = 1.0f - static_cast<float>(min_done) / static_cast<float>(std::max(1, rs.size()));
+    const int c = choose(d);
+    if (c < 0 || c >= n) {
+      throw Error("policy chose candidate " + std::to_string(c) + " of " + std::to_string(n) + " on rank " +
+                  std::to_string(r));
+    }
+    d.chosen = c;
+    d.idle = view.idle;
+    if (record) record->push_back(d);
+    return d.index[c];
+  };
+
+  sched::ExecOptions eo;
+  eo.execution = sched::Execution::Readiness;
+  eo.hint = opt.heuristic;
+  eo.memory_limit = opt.memory_limit;
+  eo.memory_after_b = opt.memory_after_b;
+  eo.record_ops = false;
+  eo.picker = picker;
+  sched::ExecResult res;
+  try {
+    res = sched::execute(s, eo, compute, comm);
+  } catch (const Error& e) {
+    throw Error(std::string("policy rollout: ") + e.what());
   }
-  std::string stuck;
-  for (int r = 0; r < p; ++r) {
-    if (!st[r].finished()) {
-      stuck += " rank " + std::to_string(r) + " (" + std::to_string(st[r].num_done()) + "/" +
-               std::to_string(st[r].size()) + " done);";
-    }
-  }
-  if (!stuck.empty()) throw Error("policy rollout of schedule '" + s.name + "' deadlocked:" + stuck);
+  Rollout out;
+  out.order = std::move(res.order);
+  out.start = res.start;
+  out.end = res.end;
+  out.busy = std::move(res.busy);
   return out;
 }
 

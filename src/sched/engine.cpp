@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <string>
 
 #include "conductor/util/error.hpp"
 
@@ -63,6 +64,20 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   std::vector<char> running(p, 0);
   std::vector<double> free_since(p, 0.0);
   std::vector<char> started_any(p, 0);
+  // Kept only for a custom picker (the policy environment): ready lists, busy horizons, idle time.
+  const bool custom = static_cast<bool>(opt.picker);
+  std::vector<std::vector<int>> ready(custom ? p : 0);
+  std::vector<double> busy_until(custom ? p : 0, 0.0);
+  EngineView view;
+  if (custom) {
+    view.ranks = &st;
+    view.running = &running;
+    view.free_since = &free_since;
+    view.busy_until = &busy_until;
+    view.ready_at = &ready_at;
+    view.ready = &ready;
+    for (int r = 0; r < p; ++r) view.total += st[r].size();
+  }
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
   std::uint64_t seq = 0;
@@ -75,7 +90,10 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     }
   };
   auto stamp_ready = [&](int r, double t) {
-    for (int i : st[r].newly_ready()) ready_at[r][i] = t;
+    for (int i : st[r].newly_ready()) {
+      ready_at[r][i] = t;
+      if (custom) ready[r].push_back(i);
+    }
     st[r].clear_newly_ready();
   };
 
@@ -91,7 +109,21 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     for (int r : touched) {
       is_touched[r] = 0;
       if (running[r]) continue;
-      const int i = st[r].pick(opt.execution, opt.hint);
+      int i = -1;
+      if (custom) {
+        view.now = now;
+        i = opt.picker(r, view);
+        if (i >= 0) {
+          const auto it = std::find(ready[r].begin(), ready[r].end(), i);
+          if (it == ready[r].end() || !st[r].fits(i)) {
+            throw Error("engine: the picker chose list position " + std::to_string(i) + " on rank " +
+                        std::to_string(r) + ", which is not ready or does not fit in memory");
+          }
+          ready[r].erase(it);
+        }
+      } else {
+        i = st[r].pick(opt.execution, opt.hint);
+      }
       if (i < 0) continue;
       st[r].start(i);
       const Action& a = st[r].actions()[i];
@@ -113,10 +145,19 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       if (opt.record_ops) res.ops.push_back(op);
       res.order[r].push_back(i);
       res.busy[r] += dur;
+      if (custom) {
+        busy_until[r] = op.end;
+        view.horizon = std::max(view.horizon, op.end);
+      }
       queue.push(Event{op.end, seq++, EventType::Done, r, i, -1});
     }
     touched.clear();
     if (queue.empty()) break;
+    if (custom && !first) {
+      int idle_ranks = 0;
+      for (int q = 0; q < p; ++q) idle_ranks += running[q] ? 0 : 1;
+      view.idle += idle_ranks * (queue.top().time - now);
+    }
     now = queue.top().time;
     // Apply every event at this time before anyone picks.
     while (!queue.empty() && queue.top().time == now) {
@@ -125,6 +166,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       if (e.type == EventType::Done) {
         RankState& rs = st[e.rank];
         rs.complete(e.index);
+        ++view.done;
         running[e.rank] = 0;
         free_since[e.rank] = now;
         res.last_end[e.rank] = now;

@@ -1,7 +1,8 @@
 #pragma once
-// The PPO environment: one training step of a schedule in virtual time, run with the SAME event semantics as
-// sched::execute (engine.hpp) and the SAME per-rank state (sched::RankState, the arbiter's), except that at
-// each decision point the caller's chooser picks among the feasible ops instead of the hint ranking.
+// The PPO environment: one training step of a schedule in virtual time, run BY sched::execute (engine.hpp,
+// the simulator's engine, with the same per-rank arbiter state sched::RankState), with a picker
+// (ExecOptions::picker) through which, at each decision point, the caller's chooser picks among the feasible
+// ops instead of the hint ranking.
 //
 // Decision point: a rank is free and its feasible set (the ready actions that fit the memory rule, i.e.
 // exactly what RankState::pick(readiness, .) chooses from) is not empty. The candidates offered are, per

@@ -11,6 +11,27 @@
 
 namespace conductor::sched {
 
+struct ExecOptions;
+
+// What a custom picker (ExecOptions::picker) sees when a free rank picks: the engine's state at `now`.
+struct EngineView {
+  double now = 0;
+  const std::vector<RankState>* ranks = nullptr;
+  const std::vector<char>* running = nullptr;            // per rank: an op is running
+  const std::vector<double>* free_since = nullptr;       // per rank: end of its last op
+  const std::vector<double>* busy_until = nullptr;       // per rank: end of its running (or last) op
+  const std::vector<std::vector<double>>* ready_at = nullptr;  // per rank and list position
+  const std::vector<std::vector<int>>* ready = nullptr;  // per rank: ready, not started list positions
+  double horizon = 0;  // latest end of any started op
+  double idle = 0;     // rank-time spent idle so far (ranks not running, from the first start on), ms x ranks
+  int done = 0;        // ops finished, all ranks
+  int total = 0;       // ops of the step, all ranks
+};
+
+// Chooses the list position a free rank starts now, or -1 to leave it idle until the next event. It may pick
+// any ready op that fits the memory rule (RankState::fits); the arbiter (RankState::pick) is the default.
+using Picker = std::function<int(int rank, const EngineView& view)>;
+
 struct ExecOptions {
   Execution execution = Execution::Strict;
   Hint hint = Hint::Schedule;
@@ -19,6 +40,7 @@ struct ExecOptions {
   double memory_after_b = 0.0;
   bool record_transfers = false;
   bool record_ops = true;         // fill ExecResult::ops (per-op timings); off saves memory on huge runs
+  Picker picker;                  // empty: the arbiter picks (execution, hint); set: the policy environment's
 };
 
 struct OpTiming {
