@@ -375,8 +375,8 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
                   outcome.losses.empty() || !std::isfinite(final_loss) ? "" : ", final loss ",
                   outcome.losses.empty() || !std::isfinite(final_loss) ? "" : json_number(final_loss).c_str());
     log::info(line);
-    log::info("results: " + (out_dir / "summary.json").string() + ", " + (out_dir / "trace.h5").string() + ", " +
-              (out_dir / "resolved.yaml").string());
+    log::info("results: " + (out_dir / "summary.json").string() + ", " +
+              (writer ? (out_dir / "trace.h5").string() + ", " : std::string()) + (out_dir / "resolved.yaml").string());
   }
   return outcome;
 }
