@@ -1,5 +1,6 @@
 #include "conductor/runtime/compute.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -37,6 +38,23 @@ namespace {
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
+// One action of a virtual stage on the stage model (host or device backend alike).
+void run_stage_op(model::StageModel& model, const sched::Action& a, int stage, const float* in, float* out) {
+  switch (a.kind) {
+    case sched::OpKind::F: model.forward(stage, a.microbatch, in, out); break;
+    case sched::OpKind::B: model.backward_input(stage, a.microbatch, in, out); break;
+    case sched::OpKind::W: model.backward_weight(stage, a.microbatch); break;
+    case sched::OpKind::BW: model.backward_full(stage, a.microbatch, in, out); break;
+  }
+}
+
+// What the noise model adds to an op of real math: its noisy time beyond the cost model's nominal one (ms).
+double injected_extra_ms(const sim::NoiseModel& noise, int step, int rank, const sched::Action& a, int v) {
+  if (!noise.any()) return 0.0;
+  const double nominal = noise.cost().op_time(rank, a.kind, v);
+  return std::max(0.0, noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind) - nominal);
+}
+
 // Payload buffers in a backend's memory, recycled across ops and steps (the executor takes one per received
 // input and per produced output, and gives it back once consumed or sent).
 class BufferPool {
@@ -67,46 +85,16 @@ class BufferPool {
   std::vector<float*> free_;
 };
 
-// Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds
-// its perturbation on top of the cost model's nominal time as a real delay after the op, so a straggler window
-// or jitter slows the real run as modelled.
-class HostModelCompute final : public Compute {
+// What the real-math backends share: the stage model of this rank's virtual stages, payload buffers from a
+// pool in the backend's memory, and the step-level calls.
+class StageCompute : public Compute {
  public:
-  HostModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
-      : schedule_(s), rank_(rank), noise_(noise) {
-    std::vector<int> held;
-    for (int c = 0; c < s.v; ++c) held.push_back(s.stage_of(rank, c));
-    model_ = std::make_unique<model::StageModel>(deck, held, s.num_stages(), nullptr);
-    holds_last_ = model_->holds(s.num_stages() - 1);
-    pool_ = std::make_unique<BufferPool>(model::cpu_backend(), model_->activation_elements());
-  }
   std::size_t payload_floats() const override { return model_->activation_elements(); }
   std::int64_t tensor_bytes() const override {
     return static_cast<std::int64_t>(model_->activation_elements() * sizeof(float));
   }
   float* take_buffer() override { return pool_->take(); }
   void give_buffer(float* b) override { pool_->give(b); }
-  void begin_step(int step) override { model_->begin_step(step); }
-  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
-    last_.start_ns = steady_now_ns();
-    switch (a.kind) {
-      case sched::OpKind::F: model_->forward(stage, a.microbatch, in, out); break;
-      case sched::OpKind::B: model_->backward_input(stage, a.microbatch, in, out); break;
-      case sched::OpKind::W: model_->backward_weight(stage, a.microbatch); break;
-      case sched::OpKind::BW: model_->backward_full(stage, a.microbatch, in, out); break;
-    }
-    if (noise_.any()) {
-      const double nominal = noise_.cost().op_time(rank_, a.kind, schedule_.v);
-      const double noisy = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
-      if (noisy > nominal) sleep_until_ns(steady_now_ns() + ms_to_ns(noisy - nominal));
-    }
-    last_.end_ns = steady_now_ns();
-    return ++tickets_;
-  }
-  bool finished(OpTicket, OpSpan& span) override {
-    span = last_;
-    return true;
-  }
   double step_loss() const override {
     return holds_last_ ? model_->step_loss() : std::numeric_limits<double>::quiet_NaN();
   }
@@ -115,13 +103,51 @@ class HostModelCompute final : public Compute {
   void optimizer_step(double norm, int step) override { model_->optimizer_step(norm, step); }
   model::StageModel* model() override { return model_.get(); }
 
- private:
+ protected:
+  StageCompute(const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+      : schedule_(s), rank_(rank), noise_(noise) {}
+  // backend: the device backend the model runs on, or nullptr for the deck's cpu backend (owned by the model).
+  void build(const config::Deck& deck, model::Backend* backend) {
+    std::vector<int> held;
+    for (int c = 0; c < schedule_.v; ++c) held.push_back(schedule_.stage_of(rank_, c));
+    model_ = std::make_unique<model::StageModel>(deck, held, schedule_.num_stages(), backend);
+    holds_last_ = model_->holds(schedule_.num_stages() - 1);
+    pool_ = std::make_unique<BufferPool>(backend ? *backend : model::cpu_backend(), model_->activation_elements());
+  }
+
   const sched::Schedule& schedule_;
   int rank_;
   const sim::NoiseModel& noise_;
   std::unique_ptr<model::StageModel> model_;
   std::unique_ptr<BufferPool> pool_;
   bool holds_last_ = false;
+};
+
+// Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds
+// its perturbation on top of the cost model's nominal time as a real delay after the op, so a straggler window
+// or jitter slows the real run as modelled.
+class HostModelCompute final : public StageCompute {
+ public:
+  HostModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+      : StageCompute(s, rank, noise) {
+    build(deck, nullptr);
+  }
+  void begin_step(int step) override { model_->begin_step(step); }
+  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
+    last_.start_ns = steady_now_ns();
+    run_stage_op(*model_, a, stage, in, out);
+    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v); extra > 0) {
+      sleep_until_ns(steady_now_ns() + ms_to_ns(extra));
+    }
+    last_.end_ns = steady_now_ns();
+    return ++tickets_;
+  }
+  bool finished(OpTicket, OpSpan& span) override {
+    span = last_;
+    return true;
+  }
+
+ private:
   OpSpan last_;
   OpTicket tickets_ = 0;
 };
@@ -132,16 +158,12 @@ class HostModelCompute final : public Compute {
 // step and the trace times each op on the GPU's own clock. The noise model's extra time is a GPU-side delay
 // kernel inside the op, so a modelled straggler slows the device, not the host. Payload buffers are device
 // memory: the data transport moves them (NCCL, or host-staged MPI for ranks that share a GPU).
-class DeviceModelCompute final : public Compute {
+class DeviceModelCompute final : public StageCompute {
  public:
   DeviceModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
                      std::unique_ptr<model::cuda::CudaBackend> backend)
-      : schedule_(s), rank_(rank), noise_(noise), backend_(std::move(backend)) {
-    std::vector<int> held;
-    for (int c = 0; c < s.v; ++c) held.push_back(s.stage_of(rank, c));
-    model_ = std::make_unique<model::StageModel>(deck, held, s.num_stages(), backend_.get());
-    holds_last_ = model_->holds(s.num_stages() - 1);
-    pool_ = std::make_unique<BufferPool>(*backend_, model_->activation_elements());
+      : StageCompute(s, rank, noise), backend_(std::move(backend)) {
+    build(deck, backend_.get());
     clock_ = std::make_unique<model::cuda::GpuClock>(backend_->stream());
   }
   ~DeviceModelCompute() override {
@@ -151,12 +173,6 @@ class DeviceModelCompute final : public Compute {
     model_.reset();
     clock_.reset();
   }
-  std::size_t payload_floats() const override { return model_->activation_elements(); }
-  std::int64_t tensor_bytes() const override {
-    return static_cast<std::int64_t>(model_->activation_elements() * sizeof(float));
-  }
-  float* take_buffer() override { return pool_->take(); }
-  void give_buffer(float* b) override { pool_->give(b); }
   void begin_step(int step) override {
     clock_->reanchor();  // the stream is idle between steps: re-anchor GPU time to host time once per step
     model_->begin_step(step);
@@ -164,16 +180,9 @@ class DeviceModelCompute final : public Compute {
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
     Marks marks;
     marks.start = clock_->mark();
-    switch (a.kind) {
-      case sched::OpKind::F: model_->forward(stage, a.microbatch, in, out); break;
-      case sched::OpKind::B: model_->backward_input(stage, a.microbatch, in, out); break;
-      case sched::OpKind::W: model_->backward_weight(stage, a.microbatch); break;
-      case sched::OpKind::BW: model_->backward_full(stage, a.microbatch, in, out); break;
-    }
-    if (noise_.any()) {
-      const double nominal = noise_.cost().op_time(rank_, a.kind, schedule_.v);
-      const double noisy = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
-      if (noisy > nominal) backend_->delay(ms_to_ns(noisy - nominal));
+    run_stage_op(*model_, a, stage, in, out);
+    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v); extra > 0) {
+      backend_->delay(ms_to_ns(extra));  // on the GPU: it delays exactly the ops queued behind it
     }
     marks.end = clock_->mark();
     const OpTicket t = ++tickets_;
@@ -192,28 +201,15 @@ class DeviceModelCompute final : public Compute {
     return true;
   }
   int queue_depth() const override { return 2; }
-  double step_loss() const override {
-    return holds_last_ ? model_->step_loss() : std::numeric_limits<double>::quiet_NaN();
-  }
-  bool has_loss() const override { return holds_last_; }
-  double local_grad_sq_norm() const override { return model_->local_grad_sq_norm(); }
-  void optimizer_step(double norm, int step) override { model_->optimizer_step(norm, step); }
-  model::StageModel* model() override { return model_.get(); }
   void* device_stream() const override { return backend_->stream(); }
 
  private:
   struct Marks {
     cudaEvent_t start = nullptr, end = nullptr;
   };
-  const sched::Schedule& schedule_;
-  int rank_;
-  const sim::NoiseModel& noise_;
   std::unique_ptr<model::cuda::CudaBackend> backend_;
-  std::unique_ptr<model::StageModel> model_;
-  std::unique_ptr<BufferPool> pool_;
   std::unique_ptr<model::cuda::GpuClock> clock_;
   std::map<OpTicket, Marks> in_flight_;
-  bool holds_last_ = false;
   OpTicket tickets_ = 0;
 };
 #endif

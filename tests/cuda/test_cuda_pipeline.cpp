@@ -7,6 +7,8 @@
 // `--probe MODE` (run without mpiexec by ctest first) exits 77 with the reason when the GPUs are missing.
 #include <mpi.h>
 
+#include "cuda_probe.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -137,22 +139,8 @@ std::vector<double> run_pipeline(const std::string& mode, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool probe = argc > 1 && std::string(argv[1]) == "--probe";
-  const std::string mode = argc > (probe ? 2 : 1) ? argv[probe ? 2 : 1] : "";
-  if (mode != "mpi" && mode != "nccl") {
-    std::fprintf(stderr, "usage: %s [--probe] mpi|nccl\n", argv[0]);
-    return 2;
-  }
-  if (probe) {
-    const int need = mode == "nccl" ? 2 : 1;
-    const int have = cu::device_count();
-    if (have < need) {
-      std::printf("SKIPPED: the %s transport test needs %d CUDA device(s), found %d (%s)\n", mode.c_str(), need, have,
-                  have == 0 ? cu::no_device_reason() : "too few devices");
-      return 77;
-    }
-    return 0;
-  }
+  std::string mode;
+  if (const int code = conductor::test::cuda_probe(argc, argv, "transport", mode); code >= 0) return code;
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

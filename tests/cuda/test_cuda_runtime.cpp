@@ -6,6 +6,8 @@
 // `--probe MODE` (run without mpiexec by ctest first) exits 77 with the reason when the GPUs are missing.
 #include <mpi.h>
 
+#include "cuda_probe.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -69,22 +71,8 @@ int run_checks(const std::string& transport, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool probe = argc > 1 && std::string(argv[1]) == "--probe";
-  const std::string mode = argc > (probe ? 2 : 1) ? argv[probe ? 2 : 1] : "";
-  if (mode != "mpi" && mode != "nccl") {
-    std::fprintf(stderr, "usage: %s [--probe] mpi|nccl\n", argv[0]);
-    return 2;
-  }
-  if (probe) {
-    const int need = mode == "nccl" ? 2 : 1;
-    const int have = model::cuda::device_count();
-    if (have < need) {
-      std::printf("SKIPPED: the %s runtime test needs %d CUDA device(s), found %d (%s)\n", mode.c_str(), need, have,
-                  have == 0 ? model::cuda::no_device_reason() : "too few devices");
-      return 77;
-    }
-    return 0;
-  }
+  std::string mode;
+  if (const int code = conductor::test::cuda_probe(argc, argv, "runtime", mode); code >= 0) return code;
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
