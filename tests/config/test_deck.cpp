@@ -111,6 +111,18 @@ TEST(Deck, ChoiceErrorListsAllowedAndSuggests) {
   EXPECT_TRUE(contains(p[0], "did you mean 'zb-2p'")) << p[0];
 }
 
+TEST(Deck, CudaTransportChoicesAndNcclNeedsCuda) {
+  auto bad = problems_of("cuda: {transport: gloo}\n");
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_TRUE(contains(bad[0], "cuda.transport")) << bad[0];
+  EXPECT_TRUE(contains(bad[0], "allowed: auto, nccl, mpi")) << bad[0];
+  auto nccl_on_cpu = problems_of("backend: cpu\ncuda: {transport: nccl}\n");
+  ASSERT_EQ(nccl_on_cpu.size(), 1u);
+  EXPECT_TRUE(contains(nccl_on_cpu[0], "cuda.transport = 'nccl' needs backend: cuda")) << nccl_on_cpu[0];
+  EXPECT_EQ(parse("").cuda.transport, "auto");
+  EXPECT_TRUE(problems_of("backend: emulated\ncuda: {transport: mpi}\n").empty());
+}
+
 TEST(Deck, OverrideTypeErrorNamesKey) {
   auto p = problems_of("", {"parallel.pipeline=abc"});
   ASSERT_EQ(p.size(), 1u);
