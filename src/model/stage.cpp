@@ -128,6 +128,12 @@ StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages
   const std::vector<int> split = split_layers(deck, num_vs_);
   losses_.assign(microbatches_, std::numeric_limits<double>::quiet_NaN());
   loss_pending_.assign(microbatches_, 0);
+  const bool embeds = std::find(held_.begin(), held_.end(), 0) != held_.end();
+  if (embeds || std::find(held_.begin(), held_.end(), num_vs_ - 1) != held_.end()) {
+    const std::size_t ids = static_cast<std::size_t>(microbatches_) * dims_.BT() * sizeof(int);
+    step_tokens_ = DeviceBuffer(*backend_, ids);
+    step_targets_ = DeviceBuffer(*backend_, ids);
+  }
   if (std::find(held_.begin(), held_.end(), num_vs_ - 1) != held_.end()) {
     step_token_losses_ = DeviceBuffer(*backend_, static_cast<std::size_t>(microbatches_) * dims_.BT() * sizeof(float));
   }
@@ -384,6 +390,23 @@ void StageModel::begin_step(int step) {
   step_ = step;
   std::fill(losses_.begin(), losses_.end(), std::numeric_limits<double>::quiet_NaN());
   std::fill(loss_pending_.begin(), loss_pending_.end(), 0);
+  upload_step_tokens();
+}
+
+void StageModel::upload_step_tokens() {
+  // All microbatches of the step in one upload each, at the step boundary: a per-forward upload from pageable
+  // host memory may synchronise the device stream (CUDA), stalling the ops queued behind it.
+  if (!step_tokens_.get() || tokens_step_ == step_) return;
+  const std::size_t bt = dims_.BT();
+  std::vector<int> inputs(static_cast<std::size_t>(microbatches_) * bt), targets(inputs.size());
+  for (int mb = 0; mb < microbatches_; mb++) {
+    data_.microbatch(step_, mb, host_inputs_, host_targets_);
+    std::copy(host_inputs_.begin(), host_inputs_.end(), inputs.begin() + static_cast<std::ptrdiff_t>(mb * bt));
+    std::copy(host_targets_.begin(), host_targets_.end(), targets.begin() + static_cast<std::ptrdiff_t>(mb * bt));
+  }
+  backend_->upload(step_tokens_.get(), inputs.data(), inputs.size() * sizeof(int));
+  backend_->upload(step_targets_.get(), targets.data(), targets.size() * sizeof(int));
+  tokens_step_ = step_;
 }
 
 void StageModel::forward(int vs, int mb, const float* in, float* out) {
@@ -395,9 +418,9 @@ void StageModel::forward(int vs, int mb, const float* in, float* out) {
   Micro& m = micro(s, vs, mb, 0, "forward");
   const Dims& d = dims_;
   const std::size_t btc_bytes = activation_elements() * sizeof(float);
-  if (s.embedding || s.head) data_.microbatch(step_, mb, host_inputs_, host_targets_);
+  if (s.embedding || s.head) upload_step_tokens();
   if (s.embedding) {
-    backend_->upload(m.tokens, host_inputs_.data(), host_inputs_.size() * sizeof(int));
+    m.tokens = step_tokens_.i() + static_cast<std::size_t>(mb) * d.BT();
     const float* wte = s.params.f() + s.offset("wte");
     const float* wpe = s.params.f() + s.offset("wpe");
     backend_->encoder_forward(m.res[0], m.tokens, wte, wpe, d.B, d.T, d.C);
@@ -407,7 +430,7 @@ void StageModel::forward(int vs, int mb, const float* in, float* out) {
   for (int l = 0; l < s.n_layers; l++) layer_forward(*backend_, m.layers[l], s.w[l], d);
   float* x = m.res[s.n_layers];
   if (s.head) {
-    backend_->upload(m.targets, host_targets_.data(), host_targets_.size() * sizeof(int));
+    m.targets = step_targets_.i() + static_cast<std::size_t>(mb) * d.BT();
     const float* p = s.params.f();
     backend_->layernorm_forward(m.lnf, m.meanf, m.rstdf, x, p + s.offset("lnf_w"), p + s.offset("lnf_b"), d.B, d.T,
                                 d.C);

@@ -135,6 +135,9 @@ class StageModel {
   mutable std::vector<double> losses_;     // per microbatch, NaN until its forward on the last stage
   mutable std::vector<char> loss_pending_;  // forward done, loss not yet read from the backend
   DeviceBuffer step_token_losses_;          // [M, B*T] token losses of the step (last stage only)
+  void upload_step_tokens();                // the step's token ids, once per step (embedding / head stages)
+  DeviceBuffer step_tokens_, step_targets_;  // [M,B,T] int token ids and next-token targets of the step
+  int tokens_step_ = -1;                    // the step step_tokens_ holds
   std::vector<std::unique_ptr<VStage>> stages_;
   std::map<int, int> index_;    // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_datt_;
