@@ -9,6 +9,9 @@
 
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <stdexcept>
+#include <tuple>
 #include <map>
 #include <set>
 #include <string>
@@ -75,6 +78,8 @@ class QueuedCompute final : public runtime::Compute {
     return false;
   }
   int queue_depth() const override { return 2; }
+  runtime::OpTicket launched() const { return tickets_; }
+  runtime::OpTicket retired() const { return retired_; }
   double step_loss() const override { return 0; }
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0; }
@@ -124,10 +129,71 @@ class QueuedCompute final : public runtime::Compute {
   runtime::OpTicket tickets_ = 0, retired_ = 0;
 };
 
-class ExecutorQueue : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+// A data transport with a device transport's ordering (NCCL, host-staged): a send may be posted before its
+// producer has run, and reads its buffer only once every op launched before the post has run. Sends wait
+// here until then and go out over MPI; receives go out at once (the executor posts them into fresh buffers).
+class StreamOrderedTransport final : public runtime::Transport {
+ public:
+  StreamOrderedTransport(MPI_Comm comm, const QueuedCompute& compute) : inner_(comm), compute_(compute) {}
+  runtime::TransferId post_send(int peer, int tag, const void* data, std::size_t bytes) override {
+    const runtime::TransferId id = next_++;
+    waiting_.push_back({id, peer, tag, data, bytes, compute_.launched()});
+    ++early_posts;
+    release();
+    return id;
+  }
+  runtime::TransferId post_recv(int peer, int tag, void* data, std::size_t bytes) override {
+    const runtime::TransferId id = next_++;
+    outer_of_[inner_.post_recv(peer, tag, data, bytes)] = id;
+    return id;
+  }
+  bool test(runtime::TransferId) override { throw std::logic_error("not used by the executor"); }
+  std::vector<runtime::TransferId> poll() override {
+    release();
+    std::vector<runtime::TransferId> done;
+    for (runtime::TransferId inner : inner_.poll()) {
+      done.push_back(outer_of_.at(inner));
+      outer_of_.erase(inner);
+    }
+    return done;
+  }
+  std::vector<runtime::TransferId> wait_some() override { throw std::logic_error("not used by the executor"); }
+  std::size_t pending() const override { return waiting_.size() + outer_of_.size(); }
+  bool orders_after_compute() const override { return true; }
+
+  int early_posts = 0;
+
+ private:
+  struct Waiting {
+    runtime::TransferId id;
+    int peer, tag;
+    const void* data;
+    std::size_t bytes;
+    runtime::OpTicket after;  // every op launched before the post must have run
+  };
+  void release() {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (compute_.retired() < it->after) {
+        ++it;
+        continue;
+      }
+      outer_of_[inner_.post_send(it->peer, it->tag, it->data, it->bytes)] = it->id;
+      it = waiting_.erase(it);
+    }
+  }
+  runtime::MpiTransport inner_;
+  const QueuedCompute& compute_;
+  std::vector<Waiting> waiting_;
+  std::map<runtime::TransferId, runtime::TransferId> outer_of_;
+  runtime::TransferId next_ = 0;
+};
+
+// (schedule kind, virtual chunks, data transport ordered after compute)
+class ExecutorQueue : public ::testing::TestWithParam<std::tuple<std::tuple<std::string, int>, bool>> {};
 
 TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
-  const auto& [kind, v] = GetParam();
+  const auto& [schedule, stream_ordered] = GetParam();
+  const auto& [kind, v] = schedule;
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -150,9 +216,18 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
   eo.memory_after_b = sched::from_deck(deck).memory_after_b;
   eo.comm_events = true;
   mpi::DupComm control_comm(MPI_COMM_WORLD), data_comm(MPI_COMM_WORLD);
-  runtime::MpiTransport control(control_comm.get()), data(data_comm.get());
   QueuedCompute compute(order.num_stages());
-  runtime::Executor executor(rank, control, data, compute, clock, noise, eo);
+  runtime::MpiTransport control(control_comm.get());
+  std::unique_ptr<runtime::Transport> data;
+  StreamOrderedTransport* ordered = nullptr;
+  if (stream_ordered) {
+    auto t = std::make_unique<StreamOrderedTransport>(data_comm.get(), compute);
+    ordered = t.get();
+    data = std::move(t);
+  } else {
+    data = std::make_unique<runtime::MpiTransport>(data_comm.get());
+  }
+  runtime::Executor executor(rank, control, *data, compute, clock, noise, eo);
   for (int step = 0; step < 2; ++step) {
     const runtime::StepOutcome out = executor.run_step(step, order);
     std::multiset<std::string> ran;
@@ -189,19 +264,29 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
     EXPECT_EQ(compute.outstanding, 0) << "every payload buffer went back to the pool";
   }
   EXPECT_EQ(compute.max_queued, 2) << "the executor keeps two ops queued";
+  if (ordered) {
+    int remote_outputs = 0;
+    for (const auto& a : order.ranks[static_cast<std::size_t>(rank)]) {
+      const auto out = sched::output_of(order, rank, a);
+      if (out && !out->local()) ++remote_outputs;
+    }
+    EXPECT_EQ(ordered->early_posts, 2 * remote_outputs) << "every send was posted at launch, before its producer ran";
+  }
   for (const auto& p : compute.problems) ADD_FAILURE() << kind << " rank " << rank << ": " << p;
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ExecutorQueue,
-                         ::testing::Values(std::make_pair(std::string("zb-2p"), 1), std::make_pair(std::string("1f1b"), 1),
-                                           std::make_pair(std::string("1f1b-interleaved"), 2),
-                                           std::make_pair(std::string("zb-v"), 2)),
+                         ::testing::Combine(::testing::Values(std::make_tuple(std::string("zb-2p"), 1),
+                                                              std::make_tuple(std::string("1f1b"), 1),
+                                                              std::make_tuple(std::string("1f1b-interleaved"), 2),
+                                                              std::make_tuple(std::string("zb-v"), 2)),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string n = info.param.first;
+                           std::string n = std::get<0>(std::get<0>(info.param));
                            for (auto& c : n) {
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            }
-                           return n;
+                           return n + (std::get<1>(info.param) ? "_stream_ordered" : "_host");
                          });
 
 }  // namespace
