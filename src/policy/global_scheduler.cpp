@@ -35,6 +35,18 @@ class StaticScheduler final : public GlobalScheduler {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+// Inference on a few hundred candidates is fastest on one thread, and at run time the planner thread shares
+// rank 0's cores with the stage it trains. Set once per calling thread: LibTorch's setting reaches OpenMP
+// through the caller's own thread state, so setting it on rank 0's main thread would also shrink the CPU
+// trainer's OpenMP and OpenBLAS threads there.
+void single_threaded_inference() {
+  thread_local bool done = false;
+  if (!done) {
+    torch::set_num_threads(1);
+    done = true;
+  }
+}
+
 class PpoScheduler final : public GlobalScheduler {
  public:
   PpoScheduler(const config::Deck& deck, sched::Schedule generated, Policy policy)
@@ -71,6 +83,7 @@ class PpoScheduler final : public GlobalScheduler {
   }
 
   sched::Schedule next_order(const StepObservation& obs) override {
+    single_threaded_inference();
     const auto t0 = Clock::now();
     if (obs.events) observe(*obs.events);
     sched::Schedule out = plan(obs.step + 2);
@@ -183,9 +196,6 @@ class PpoScheduler final : public GlobalScheduler {
 std::unique_ptr<GlobalScheduler> make_global_scheduler(const config::Deck& deck, const sched::Schedule& generated) {
   if (deck.scheduler.kind == "static") return std::make_unique<StaticScheduler>(generated);
   if (deck.scheduler.kind == "ppo") {
-    // Inference on a few hundred candidates: one thread is fastest, and the planner shares rank 0's cores with
-    // the stage it trains.
-    torch::set_num_threads(1);
     Policy policy = load_policy(resolve_policy_path(deck.policy.path));
     return std::make_unique<PpoScheduler>(deck, generated, std::move(policy));
   }

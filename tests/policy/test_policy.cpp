@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <omp.h>
 
 #include "conductor/config/deck.hpp"
 #include "conductor/policy/env.hpp"
@@ -349,4 +352,33 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
   EXPECT_EQ(rec.observed_steps, (std::vector<int>{0, 1, 2, 3}));
   for (std::size_t n : rec.observed_events) EXPECT_GE(n, static_cast<std::size_t>(4 * 8 * 3));  // every compute op
   EXPECT_EQ(run.latency_ms.size(), 5u);
+}
+
+// The planner runs on its own thread at run time and limits LibTorch to one thread there only: rank 0's main
+// thread keeps its OpenMP threads for the CPU trainer (a scheduler that set them globally made rank 0's stage
+// single-threaded).
+TEST(PolicyScheduler, PlanningLeavesTheCallersThreadsAlone) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-2p",
+                               "scheduler.kind=ppo", "trace.enabled=false"});
+  const sched::Schedule gen = sched::make_schedule(deck);
+  auto gs = policy::make_global_scheduler(deck, gen);  // loads the shipped policy
+  sched::Schedule first = gs->initial_order();
+  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
+  sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+  opt.record_events = true;
+  double clock = 0;
+  const sim::StepResult r = sim::simulate_step(first, noise, opt, 0, clock);
+  std::thread planner([&] {
+    policy::StepObservation obs;
+    obs.step = 0;
+    obs.order = &first;
+    obs.events = &r.events;
+    const sched::Schedule next = gs->next_order(obs);
+    EXPECT_EQ(next.m, gen.m);
+  });
+  planner.join();
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(before);
 }
