@@ -533,10 +533,18 @@ double StageModel::step_loss() const {
 }
 
 double StageModel::local_grad_sq_norm() const {
-  double total = 0.0;
+  std::vector<const float*> xs;
+  std::vector<std::size_t> ns;
   for (const auto& s : stages_) {
-    for (const auto& t : s->tensors) total += backend_->sum_squares(s->grads.f() + t.offset, t.numel);
+    for (const auto& t : s->tensors) {
+      xs.push_back(s->grads.f() + t.offset);
+      ns.push_back(t.numel);
+    }
   }
+  std::vector<double> each(xs.size(), 0.0);
+  backend_->sum_squares_each(each.data(), xs.data(), ns.data(), static_cast<int>(xs.size()));
+  double total = 0.0;
+  for (double v : each) total += v;  // the tensors' order: the same sum on every backend and rank count
   return total;
 }
 

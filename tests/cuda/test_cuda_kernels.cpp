@@ -274,6 +274,26 @@ TEST_F(CudaKernels, SumSquaresMatchesAndIsDeterministic) {
   }
 }
 
+TEST_F(CudaKernels, SumSquaresEachEqualsOneByOne) {
+  // Several tensors (one empty) in one round trip: each result equals the single-tensor call bit for bit.
+  const std::vector<std::size_t> sizes = {7, 0, 100003, 64, 2000001};
+  std::vector<std::vector<float>> host;
+  std::vector<const float*> xs;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    host.push_back(randn(sizes[i], 100 + static_cast<unsigned>(i)));
+    xs.push_back(sizes[i] ? up(host.back()) : nullptr);
+  }
+  std::vector<double> each(sizes.size(), -1.0);
+  gpu.sum_squares_each(each.data(), xs.data(), sizes.data(), static_cast<int>(sizes.size()));
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const double one = sizes[i] ? gpu.sum_squares(xs[i], sizes[i]) : 0.0;
+    EXPECT_EQ(each[i], one) << "tensor " << i;
+    if (sizes[i]) {
+      EXPECT_LE(std::abs(each[i] - cpu.sum_squares(host[i].data(), sizes[i])) / one, 1e-12);
+    }
+  }
+}
+
 TEST_F(CudaKernels, ReductionsAreBitwiseDeterministic) {
   const int B = 4, T = 300, C = 48, V = 7, N = B * T;
   const std::size_t n = static_cast<std::size_t>(N) * C;

@@ -84,6 +84,11 @@ class Backend {
                             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) = 0;
   // sum of x^2 in double, deterministic for a given N (independent of thread timing)
   virtual double sum_squares(const float* x, std::size_t N) = 0;
+  // out[i] = sum_squares(xs[i], ns[i]) for `count` tensors; device backends read all results back in one
+  // host round trip (the gradient norm at the end of a step covers every parameter tensor).
+  virtual void sum_squares_each(double* out, const float* const* xs, const std::size_t* ns, int count) {
+    for (int i = 0; i < count; ++i) out[i] = sum_squares(xs[i], ns[i]);
+  }
 };
 
 // "cpu" (OpenBLAS + OpenMP). Throws InputError naming the backend for anything not built into this binary.

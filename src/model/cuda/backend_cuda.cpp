@@ -304,6 +304,27 @@ double CudaBackend::sum_squares(const float* x, std::size_t N) {
   return *host_result_;
 }
 
+void CudaBackend::sum_squares_each(double* out, const float* const* xs, const std::size_t* ns, int count) {
+  if (count <= 0) return;
+  // Layout in the scratch: count results, then each tensor's partial sums.
+  std::size_t slots = static_cast<std::size_t>(count);
+  for (int i = 0; i < count; ++i) {
+    if (ns[i] > 0) slots += static_cast<std::size_t>(kernels::sum_squares_blocks(ns[i]));
+  }
+  auto* dev = static_cast<double*>(reduce_.get(slots * sizeof(double), stream_));
+  cudaCheck(cudaMemsetAsync(dev, 0, static_cast<std::size_t>(count) * sizeof(double), stream_));  // empty tensors
+  std::size_t partial = static_cast<std::size_t>(count);
+  for (int i = 0; i < count; ++i) {
+    if (ns[i] == 0) continue;
+    kernels::sum_squares(dev + i, dev + partial, xs[i], ns[i], stream_);
+    partial += static_cast<std::size_t>(kernels::sum_squares_blocks(ns[i]));
+  }
+  // To pageable memory: returns once the copy is done (the one host round trip of the whole norm).
+  cudaCheck(cudaMemcpyAsync(out, dev, static_cast<std::size_t>(count) * sizeof(double), cudaMemcpyDeviceToHost,
+                            stream_));
+  cudaCheck(cudaStreamSynchronize(stream_));
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   return std::make_unique<CudaBackend>(options);
 }

@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
   void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr, float beta1,
                     float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   double sum_squares(const float* x, std::size_t N) override;
+  void sum_squares_each(double* out, const float* const* xs, const std::size_t* ns, int count) override;
 
  private:
   // Row-major C[m,n] = alpha op(A) op(B) + beta C with explicit leading dimensions and a batch of `batch`
