@@ -44,6 +44,11 @@ void add_core_fields(std::vector<Field>& f) {
                                  "copies (ranks that share a GPU, or no NCCL network); auto: nccl unless ranks of a "
                                  "node share a GPU.")
                   .one_of({"auto", "nccl", "mpi"}));
+  f.push_back(field<int>("cuda.queue_depth", [](Deck& d) -> auto& { return d.cuda.queue_depth; },
+                         "backend cuda: ops a rank keeps queued on its GPU. 2 keeps the GPU busy while the host "
+                         "picks the next op (which it then picks one op early); 1 picks exactly when the GPU is "
+                         "free, as the simulator's arbiter does, at the cost of a host round trip between ops.")
+                  .range(1, 8));
   f.push_back(field<bool>("trace.comm_events", [](Deck& d) -> auto& { return d.trace.comm_events; },
                           "Also record send/receive events in the trace."));
 }

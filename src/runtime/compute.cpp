@@ -162,7 +162,7 @@ class DeviceModelCompute final : public StageCompute {
  public:
   DeviceModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
                      std::unique_ptr<model::cuda::CudaBackend> backend)
-      : StageCompute(s, rank, noise), backend_(std::move(backend)) {
+      : StageCompute(s, rank, noise), backend_(std::move(backend)), depth_(deck.cuda.queue_depth) {
     build(deck, backend_.get());
     clock_ = std::make_unique<model::cuda::GpuClock>(backend_->stream());
   }
@@ -200,7 +200,7 @@ class DeviceModelCompute final : public StageCompute {
     in_flight_.erase(it);
     return true;
   }
-  int queue_depth() const override { return 2; }
+  int queue_depth() const override { return depth_; }
   void* device_stream() const override { return backend_->stream(); }
 
  private:
@@ -208,6 +208,7 @@ class DeviceModelCompute final : public StageCompute {
     cudaEvent_t start = nullptr, end = nullptr;
   };
   std::unique_ptr<model::cuda::CudaBackend> backend_;
+  int depth_ = 2;  // cuda.queue_depth
   std::unique_ptr<model::cuda::GpuClock> clock_;
   std::map<OpTicket, Marks> in_flight_;
   OpTicket tickets_ = 0;

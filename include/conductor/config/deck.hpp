@@ -33,6 +33,7 @@ struct CudaConfig {
   bool tf32 = false;                // fp32 GEMMs on TF32 tensor cores
   bool allow_gpu_sharing = false;   // more ranks than GPUs on a node share them round-robin
   std::string transport = "auto";   // tensors between stages: auto | nccl | mpi (host-staged)
+  int queue_depth = 2;              // ops kept queued on the GPU per rank
 };
 
 struct Deck {

@@ -46,8 +46,8 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Non-blocking: true once the op finished, with its span (then the ticket is released).
   virtual bool finished(OpTicket ticket, OpSpan& span) = 0;
-  // Launched, unfinished ops the executor may keep queued: 1 for host backends; 2 for a GPU, so the next op
-  // is queued while one runs and the GPU never waits for the host to pick.
+  // Launched, unfinished ops the executor may keep queued: 1 for host backends; cuda.queue_depth (2 by
+  // default) for a GPU, so the next op is queued while one runs and the GPU never waits for the host to pick.
   virtual int queue_depth() const { return 1; }
   // Loss of the step (meaningful on the rank holding the last virtual stage; NaN without math).
   virtual double step_loss() const = 0;
