@@ -211,16 +211,15 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (out && !out->local() && has_payload && early_sends) post_tensor_send(i, *out);
   };
 
-  // Ops finish in launch order on one stream, but check each: host backends finish inside launch().
+  // Ops finish in launch order (one stream; host backends inside launch()), so they are retired in that order
+  // and the first unfinished one ends the pass: a later op seen finished first (its event completed between
+  // two queries) waits one pass, and trace events and wait times stay in device order.
   auto retire = [&] {
-    for (std::size_t k = 0; k < in_flight.size();) {
-      const int i = in_flight[k];
+    while (!in_flight.empty()) {
+      const int i = in_flight.front();
       OpSpan span;
-      if (!compute_.finished(ticket[at(i)], span)) {
-        ++k;
-        continue;
-      }
-      in_flight.erase(in_flight.begin() + static_cast<long>(k));
+      if (!compute_.finished(ticket[at(i)], span)) break;
+      in_flight.erase(in_flight.begin());
       const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
       state.complete(i);
       const auto& a = actions[at(i)];

@@ -63,22 +63,23 @@ RankState::RankState(const Schedule& schedule, int rank, double memory_limit, do
     if (a.kind != OpKind::F) d += 1;  // B/BW after F, W after B (same stage)
     deps0_[i] = d;
   }
-  local_next_.assign(n, -1);
-  local_consumer_.assign(n, -1);
+  slot_.assign(n, Slot{});
   for (int i = 0; i < n; ++i) {
     const Action& a = (*actions_)[i];
-    if (a.kind == OpKind::F) local_next_[i] = backward_index(a.chunk, a.microbatch);
-    if (a.kind == OpKind::B) local_next_[i] = index_of(OpKind::W, a.chunk, a.microbatch);
-    if (auto out = output_of(schedule, rank, a); out && out->local()) local_consumer_[i] = consumer_of(*out);
+    if (a.kind == OpKind::F) slot_[i].local_next = backward_index(a.chunk, a.microbatch);
+    if (a.kind == OpKind::B) slot_[i].local_next = index_of(OpKind::W, a.chunk, a.microbatch);
+    if (auto out = output_of(schedule, rank, a); out && out->local()) slot_[i].local_consumer = consumer_of(*out);
   }
   reset();
 }
 
 void RankState::reset() {
   const int n = size();
-  deps_ = deps0_;
-  started_.assign(n, 0);
-  done_.assign(n, 0);
+  for (int i = 0; i < n; ++i) {
+    slot_[i].deps = deps0_[i];
+    slot_[i].started = 0;
+    slot_[i].done = 0;
+  }
   heap_b_.clear();
   heap_f_.clear();
   heap_w_.clear();
@@ -91,8 +92,8 @@ void RankState::reset() {
   num_done_ = 0;
   memory_ = peak_ = 0.0;
   for (int i = 0; i < n; ++i) {
-    if (deps_[i] == 0) {
-      deps_[i] = 1;
+    if (slot_[i].deps == 0) {
+      slot_[i].deps = 1;
       satisfy(i);
     }
   }
@@ -109,9 +110,9 @@ double RankState::reserved_through(int index) const {
 }
 
 void RankState::satisfy(int index) {
-  if (index < 0 || deps_[index] <= 0) return;
-  if (--deps_[index] != 0) return;
-  if (started_[index]) return;
+  if (index < 0) return;
+  Slot& sl = slot_[index];
+  if (sl.deps <= 0 || --sl.deps != 0 || sl.started) return;
   newly_ready_.push_back(index);
   switch ((*actions_)[index].kind) {
     case OpKind::F: heap_push(heap_f_, index); break;
@@ -130,7 +131,7 @@ bool RankState::fits(int index) const {
 int RankState::pick(Execution mode, Hint hint) const {
   if (mode == Execution::Strict) {
     if (cursor_ >= size()) return -1;
-    return (deps_[cursor_] == 0 && fits(cursor_)) ? cursor_ : -1;
+    return (slot_[cursor_].deps == 0 && fits(cursor_)) ? cursor_ : -1;
   }
   const int b = heap_b_.empty() ? kNone : heap_b_.front();
   const int w = heap_w_.empty() ? kNone : heap_w_.front();
@@ -147,15 +148,15 @@ int RankState::pick(Execution mode, Hint hint) const {
 
 void RankState::clean_heaps() {
   for (auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
-    while (!h->empty() && started_[h->front()]) heap_pop(*h);
+    while (!h->empty() && slot_[h->front()].started) heap_pop(*h);
   }
 }
 
 void RankState::start(int index) {
-  if (index < 0 || index >= size() || started_[index]) {
+  if (index < 0 || index >= size() || slot_[index].started) {
     throw Error("arbiter: rank " + std::to_string(rank_) + " cannot start action " + std::to_string(index));
   }
-  started_[index] = 1;
+  slot_[index].started = 1;
   const OpKind k = (*actions_)[index].kind;
   if (k == OpKind::F) {
     memory_ += delta_[0];
@@ -163,19 +164,19 @@ void RankState::start(int index) {
     peak_ = std::max(peak_, memory_);
   }
   clean_heaps();
-  while (cursor_ < size() && started_[cursor_]) ++cursor_;
+  while (cursor_ < size() && slot_[cursor_].started) ++cursor_;
 }
 
 void RankState::complete(int index) {
-  if (index < 0 || index >= size() || !started_[index] || done_[index]) {
+  if (index < 0 || index >= size() || !slot_[index].started || slot_[index].done) {
     throw Error("arbiter: rank " + std::to_string(rank_) + " cannot complete action " + std::to_string(index));
   }
-  done_[index] = 1;
+  slot_[index].done = 1;
   ++num_done_;
   const Action& a = (*actions_)[index];
   if (a.kind != OpKind::F) memory_ += delta_[static_cast<int>(a.kind)];
-  satisfy(local_next_[index]);
-  satisfy(local_consumer_[index]);
+  satisfy(slot_[index].local_next);
+  satisfy(slot_[index].local_consumer);
 }
 
 std::vector<int> RankState::take_newly_ready() {

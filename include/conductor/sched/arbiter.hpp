@@ -80,9 +80,9 @@ class RankState {
   int rank() const { return rank_; }
   const std::vector<Action>& actions() const { return *actions_; }
   int size() const { return static_cast<int>(actions_->size()); }
-  bool is_ready(int index) const { return deps_[index] == 0 && !started_[index]; }
-  bool is_started(int index) const { return started_[index] != 0; }
-  bool is_done(int index) const { return done_[index] != 0; }
+  bool is_ready(int index) const { return slot_[index].deps == 0 && !slot_[index].started; }
+  bool is_started(int index) const { return slot_[index].started != 0; }
+  bool is_done(int index) const { return slot_[index].done != 0; }
   bool finished() const { return num_done_ == size(); }
   int num_done() const { return num_done_; }
   int next_in_list() const { return cursor_; }  // first action not started (strict's next op)
@@ -102,14 +102,22 @@ class RankState {
   int rank_;
   double limit_;
   double delta_[4];  // memory change per OpKind
-  std::vector<std::int32_t> deps0_, deps_;
-  std::vector<std::uint8_t> started_, done_;
+  // Per action, what an event touches, in one 16-byte record (one cache line for a few actions): at p=1024 the
+  // ranks' state is hundreds of MB and every event lands on a cold rank, so separate arrays cost a miss each.
+  // local_next: the same-stage dependent (B/BW of an F, W of a B); local_consumer: the consumer of a same-rank
+  // output; -1 for none.
+  struct Slot {
+    std::int32_t deps = 0;
+    std::int32_t local_next = -1;
+    std::int32_t local_consumer = -1;
+    std::uint8_t started = 0;
+    std::uint8_t done = 0;
+  };
+  std::vector<std::int32_t> deps0_;
+  std::vector<Slot> slot_;
   std::vector<int> heap_b_, heap_f_, heap_w_;  // min-heaps of ready, not started list positions
   std::vector<double> fenwick_;
   std::vector<int> f_index_, b_index_, w_index_;  // [chunk * m + microbatch] -> list index or -1
-  // Per action, precomputed so complete() touches one place: the same-stage dependent (B/BW of an F, W of a
-  // B) and the consumer of a same-rank output, or -1.
-  std::vector<std::int32_t> local_next_, local_consumer_;
   std::vector<int> newly_ready_;
   int cursor_ = 0;
   int num_done_ = 0;
