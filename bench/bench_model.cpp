@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "conductor/model/stage.hpp"
+#include "torch_gpt.hpp"
 
 using namespace conductor;
 using namespace conductor::model;
@@ -34,46 +35,7 @@ struct Size {
   int V, T, C, NH, L, B, M;
 };
 
-// The same GPT in LibTorch ops (weights copied from ours), as in tests/model/test_oracle.cpp.
-struct TorchGpt {
-  std::map<std::string, torch::Tensor> p;
-  std::vector<torch::Tensor> decay, no_decay;
-  Dims d;
-  int layers;
-  explicit TorchGpt(const StageModel& m, int L) : d(m.dims()), layers(L) {
-    const std::vector<float> host = m.read(0, Buffer::Params);
-    for (const auto& t : m.tensors(0)) {
-      std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
-      auto x = torch::from_blob(const_cast<float*>(host.data() + t.offset), shape, torch::kFloat32).clone();
-      x.set_requires_grad(true);
-      p[t.name] = x;
-      (t.decay ? decay : no_decay).push_back(x);
-    }
-  }
-  torch::Tensor loss(const torch::Tensor& tok, const torch::Tensor& tgt) {
-    const int64_t B = d.B, T = d.T, C = d.C, NH = d.NH, HS = d.HS, V = d.V;
-    auto x = p["wte"].index_select(0, tok).view({B, T, C}) + p["wpe"].unsqueeze(0);
-    auto mask = torch::ones({T, T}, torch::kBool).triu(1);
-    for (int l = 0; l < layers; l++) {
-      const std::string n = "layer" + std::to_string(l) + ".";
-      auto ln1 = torch::layer_norm(x, {C}, p[n + "ln1_w"], p[n + "ln1_b"], 1e-5);
-      auto qkv = torch::linear(ln1, p[n + "qkv_w"].view({3 * C, C}), p[n + "qkv_b"].view({3 * C}))
-                     .view({B, T, NH, 3, HS});
-      auto q = qkv.select(3, 0).permute({0, 2, 1, 3});
-      auto k = qkv.select(3, 1).permute({0, 2, 1, 3});
-      auto v = qkv.select(3, 2).permute({0, 2, 1, 3});
-      auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(HS));
-      att = torch::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
-      auto y = torch::matmul(att, v).permute({0, 2, 1, 3}).reshape({B, T, C});
-      x = x + torch::matmul(y, p[n + "proj_w"]) + p[n + "proj_b"];
-      auto ln2 = torch::layer_norm(x, {C}, p[n + "ln2_w"], p[n + "ln2_b"], 1e-5);
-      auto h = torch::gelu(torch::linear(ln2, p[n + "fc_w"], p[n + "fc_b"]), "tanh");
-      x = x + torch::matmul(h, p[n + "fcproj_w"]) + p[n + "fcproj_b"];
-    }
-    auto lnf = torch::layer_norm(x, {C}, p["lnf_w"], p["lnf_b"], 1e-5);
-    return torch::nn::functional::cross_entropy(torch::linear(lnf, p["lm_head_w"]).view({B * T, V}), tgt);
-  }
-};
+using test::TorchGpt;  // the same GPT in LibTorch ops, weights copied from ours
 
 config::Deck deck_for(const Size& s) {
   config::Deck d;
@@ -101,7 +63,7 @@ double model_flops(const Size& s) {
 void bench_step(const Size& s, int steps) {
   const config::Deck deck = deck_for(s);
   StageModel ours(deck, {0}, 1);
-  TorchGpt ref(ours, s.L);
+  TorchGpt ref(ours);
   auto mk = [&](double wd) {
     auto o = std::make_unique<torch::optim::AdamWOptions>(deck.optim.lr);
     o->betas({deck.optim.beta1, deck.optim.beta2}).eps(deck.optim.eps).weight_decay(wd);
@@ -138,7 +100,7 @@ void bench_step(const Size& s, int steps) {
     opt.zero_grad();
     double total = 0;
     for (int mb = 0; mb < s.M; mb++) {
-      auto loss = ref.loss(toks[mb], tgts[mb]) / s.M;
+      auto loss = ref.forward(toks[mb], tgts[mb], s.L).second / s.M;
       loss.backward();
       total += loss.item<double>();
     }

@@ -15,6 +15,7 @@
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/cuda/gpu_clock.hpp"
+#include "../model/model_test_util.hpp"
 
 namespace {
 
@@ -40,14 +41,7 @@ std::vector<int> randint(std::size_t n, int hi, unsigned seed) {
   return v;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); i++) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using model_test::rel_err;
 
 class CudaKernels : public ::testing::Test {
  protected:

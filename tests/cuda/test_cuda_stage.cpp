@@ -10,6 +10,7 @@
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/stage.hpp"
+#include "../model/model_test_util.hpp"
 
 namespace {
 
@@ -35,14 +36,7 @@ conductor::config::Deck small_deck() {
   return d;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); i++) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using model_test::rel_err;
 
 // F then full backward per microbatch through all virtual stages; the tensors between stages live in the
 // model's backend memory (device memory for CUDA).
