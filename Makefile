@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build run test test-fast bench policy clean
+.PHONY: all deps configure build run test test-fast bench policy format format-check clean
 
 all: build
 
@@ -41,6 +41,13 @@ policy: build
 
 bench: deps build
 	bench/run.sh $(BUILD)
+
+# clang-format over the tree (.clang-format); format-check lists files that differ and fails.
+format:
+	scripts/format.sh
+
+format-check:
+	scripts/format.sh --check
 
 clean:
 	rm -rf $(BUILD)

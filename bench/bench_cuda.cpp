@@ -71,14 +71,22 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--layers") a.layers = std::stoi(value());
-    else if (k == "--batch") a.batch = std::stoi(value());
-    else if (k == "--microbatches") a.microbatches = std::stoi(value());
-    else if (k == "--steps") a.steps = std::stoi(value());
-    else if (k == "--precision") a.precision = value();
-    else if (k == "--tf32") a.tf32 = true;
-    else if (k == "--peak-tflops") a.peak_tflops = std::stod(value());
-    else if (k == "--quickstart") a.quickstart = value();
+    if (k == "--layers")
+      a.layers = std::stoi(value());
+    else if (k == "--batch")
+      a.batch = std::stoi(value());
+    else if (k == "--microbatches")
+      a.microbatches = std::stoi(value());
+    else if (k == "--steps")
+      a.steps = std::stoi(value());
+    else if (k == "--precision")
+      a.precision = value();
+    else if (k == "--tf32")
+      a.tf32 = true;
+    else if (k == "--peak-tflops")
+      a.peak_tflops = std::stod(value());
+    else if (k == "--quickstart")
+      a.quickstart = value();
     else {
       std::fprintf(stderr, "bench_cuda: unknown option %s\n", k.c_str());
       std::exit(2);

@@ -110,10 +110,11 @@ void bench_step(const Size& s, int steps) {
     loss_torch = total;
   }
   const double a = median(t_ours), b = median(t_torch);
-  std::printf("%-7s V=%d T=%d C=%d NH=%d L=%d B=%d m=%d (%.2fM params): ours %8.2f ms/step (%5.2f GFLOP/s), "
-              "LibTorch %8.2f ms/step; ours/LibTorch %.2f (last loss %.5f vs %.5f)\n",
-              s.name, s.V, s.T, s.C, s.NH, s.L, s.B, s.M, ours.parameter_count(0) / 1e6, 1e3 * a,
-              model_flops(s) / a / 1e9, 1e3 * b, a / b, loss_ours, loss_torch);
+  std::printf(
+      "%-7s V=%d T=%d C=%d NH=%d L=%d B=%d m=%d (%.2fM params): ours %8.2f ms/step (%5.2f GFLOP/s), "
+      "LibTorch %8.2f ms/step; ours/LibTorch %.2f (last loss %.5f vs %.5f)\n",
+      s.name, s.V, s.T, s.C, s.NH, s.L, s.B, s.M, ours.parameter_count(0) / 1e6, 1e3 * a, model_flops(s) / a / 1e9,
+      1e3 * b, a / b, loss_ours, loss_torch);
 }
 
 void bench_gemm(const Size& s, int reps) {
@@ -135,8 +136,8 @@ void bench_gemm(const Size& s, int reps) {
         c(static_cast<std::size_t>(sh.m) * sh.n, 0.0f);
     auto ours = [&] { be.gemm(c.data(), a.data(), b.data(), sh.m, sh.n, sh.k, sh.ta, sh.tb, 1.0f, 0.0f); };
     auto raw = [&] {
-      cblas_sgemm(CblasRowMajor, sh.ta ? CblasTrans : CblasNoTrans, sh.tb ? CblasTrans : CblasNoTrans, sh.m, sh.n,
-                  sh.k, 1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, 0.0f, c.data(), sh.n);
+      cblas_sgemm(CblasRowMajor, sh.ta ? CblasTrans : CblasNoTrans, sh.tb ? CblasTrans : CblasNoTrans, sh.m, sh.n, sh.k,
+                  1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, 0.0f, c.data(), sh.n);
     };
     ours();
     raw();
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int threads = omp_get_max_threads();
   torch::set_num_threads(threads);
-  std::printf("bench_model: %d thread(s) (OMP_NUM_THREADS), median of %d steps after 2 warm-up steps\n", threads, steps);
+  std::printf("bench_model: %d thread(s) (OMP_NUM_THREADS), median of %d steps after 2 warm-up steps\n", threads,
+              steps);
   const Size sizes[] = {
       {"small", 256, 64, 64, 4, 4, 4, 8},     // the quickstart model, 8 microbatches of 4 x 64 tokens
       {"medium", 256, 128, 256, 8, 4, 8, 2},  // d 256, 4 layers, 2 microbatches of 8 x 128 tokens

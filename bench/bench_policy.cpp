@@ -50,9 +50,10 @@ void latency(const policy::Policy& pol, int verify) {
   std::sort(lat.begin(), lat.end());
   double mean = 0;
   for (double x : lat) mean += x / static_cast<double>(lat.size());
-  std::printf("latency p=8 m=32 verify_samples=%d: next_order mean %.3f ms, median %.3f ms, p90 %.3f ms (%zu calls, 1 "
-              "thread)\n",
-              verify, mean, lat[lat.size() / 2], lat[lat.size() * 9 / 10], lat.size());
+  std::printf(
+      "latency p=8 m=32 verify_samples=%d: next_order mean %.3f ms, median %.3f ms, p90 %.3f ms (%zu calls, 1 "
+      "thread)\n",
+      verify, mean, lat[lat.size() / 2], lat[lat.size() * 9 / 10], lat.size());
 }
 
 }  // namespace
@@ -83,8 +84,10 @@ int main(int argc, char** argv) {
     std::vector<std::string> overrides;
   };
   const std::vector<Case> cases = {
-      {"10% jitter, p=8, m=24", {"parallel.microbatches=24", "noise.kind=gaussian", "noise.level=0.1", "noise.seed=10"}},
-      {"10% jitter, p=8, m=64", {"parallel.microbatches=64", "noise.kind=gaussian", "noise.level=0.1", "noise.seed=10"}},
+      {"10% jitter, p=8, m=24",
+       {"parallel.microbatches=24", "noise.kind=gaussian", "noise.level=0.1", "noise.seed=10"}},
+      {"10% jitter, p=8, m=64",
+       {"parallel.microbatches=64", "noise.kind=gaussian", "noise.level=0.1", "noise.seed=10"}},
       {"straggler (rank 3 x1.5 from step 0) + 5% jitter, p=8, m=24",
        {"parallel.microbatches=24", "noise.kind=[gaussian, straggler]", "noise.level=0.05", "noise.seed=20",
         "noise.straggler_rank=3", "noise.straggler_factor=1.5"}},

@@ -4,8 +4,8 @@
 // Usage: bench_sim [--quick | --speed]   (--quick skips p=1024; --speed runs only part 1)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <cstdio>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -41,10 +41,11 @@ void speed(const std::string& kind, int p, int m, sched::Execution ex, sched::Hi
   const sim::RunResult r = sim::simulate_run(s, noise, o, steps);
   const double t = cpu_seconds_since(t0);
   const double ops = static_cast<double>(s.num_actions()) * steps;
-  std::printf("%-7s p=%-5d m=%-5d %-9s %-8s  generate %7.3f s  simulate %7.3f s/step  %8.2f M events/s  "
-              "(%zu ops/step, bubble %.4f)\n",
-              kind.c_str(), p, m, sched::to_string(ex), sched::to_string(hint), gen, t / steps, ops / t / 1e6,
-              s.num_actions(), r.mean_bubble_ratio);
+  std::printf(
+      "%-7s p=%-5d m=%-5d %-9s %-8s  generate %7.3f s  simulate %7.3f s/step  %8.2f M events/s  "
+      "(%zu ops/step, bubble %.4f)\n",
+      kind.c_str(), p, m, sched::to_string(ex), sched::to_string(hint), gen, t / steps, ops / t / 1e6, s.num_actions(),
+      r.mean_bubble_ratio);
 }
 
 struct Cell {
@@ -73,11 +74,13 @@ Cell measure(const sched::Schedule& s, const sched::CostModel& cost, double leve
 
 void table(int p, int m, int seeds, int steps) {
   const sched::CostModel cost = sched::uniform_cost(1.0, 1.0, 1.0, 0.05, 0.5);
-  std::printf("\n### p = %d, m = %d (F = B = W = 1 ms, comm 0.05 ms, memory_after_b 0.5, lognormal jitter; "
-              "mean over %d seeds x %d steps; cells: bubble ratio / makespan:LB)\n\n",
-              p, m, seeds, steps);
+  std::printf(
+      "\n### p = %d, m = %d (F = B = W = 1 ms, comm 0.05 ms, memory_after_b 0.5, lognormal jitter; "
+      "mean over %d seeds x %d steps; cells: bubble ratio / makespan:LB)\n\n",
+      p, m, seeds, steps);
   std::printf("| schedule | noise | strict | ready schedule | ready bf | ready bfw |\n|---|---|---|---|---|---|\n");
-  const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"};
+  const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p",
+                                          "zb-2p", "zb-v"};
   for (const auto& kind : kinds) {
     const int v = kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1;
     const sched::Schedule s = sched::generate(kind, p, m, v, cost);

@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
   }
 
   // 2. Writing, for several pipeline sizes; N ops of 1 ms per rank per step.
-  std::printf("\n%5s %5s %7s %9s %9s %9s %11s %8s %9s %9s\n", "ranks", "N", "events", "wall ms", "cpu ms",
-              "ns/event", "events/s", "step ms", "wall %", "cpu %");
+  std::printf("\n%5s %5s %7s %9s %9s %9s %11s %8s %9s %9s\n", "ranks", "N", "events", "wall ms", "cpu ms", "ns/event",
+              "events/s", "step ms", "wall %", "cpu %");
   struct Case {
     int ranks, ops;
   };
@@ -127,15 +127,16 @@ int main(int argc, char** argv) {
     double median_cpu = per_step_cpu[per_step_cpu.size() / 2];
     double ns_event = median_cpu * 1e6 / static_cast<double>(events_per_step);
     double step_ms = c.ops * 1.0;  // each rank runs N ops of 1 ms
-    std::printf("%5d %5d %7zu %9.3f %9.3f %9.1f %11.3g %8.1f %9.3f %9.3f\n", c.ranks, c.ops, events_per_step,
-                median_ms, median_cpu, ns_event, 1e9 / ns_event, step_ms, 100.0 * median_ms / step_ms,
+    std::printf("%5d %5d %7zu %9.3f %9.3f %9.1f %11.3g %8.1f %9.3f %9.3f\n", c.ranks, c.ops, events_per_step, median_ms,
+                median_cpu, ns_event, 1e9 / ns_event, step_ms, 100.0 * median_ms / step_ms,
                 100.0 * median_cpu / step_ms);
     std::printf("      file: %.1f bytes per event on disk\n",
                 static_cast<double>(std::filesystem::file_size(path)) / (static_cast<double>(events_per_step) * steps));
     std::filesystem::remove(path);
   }
-  std::printf("\nper step on the writing rank: summarize_step + append_events + append_step + flush (median;\n"
-              "wall and this thread's CPU time); ns/event and events/s from CPU time; %% = of a step whose\n"
-              "ranks each run N ops of 1 ms. Recording adds N x the record cost per rank (~0.01%% at 1 ms).\n");
+  std::printf(
+      "\nper step on the writing rank: summarize_step + append_events + append_step + flush (median;\n"
+      "wall and this thread's CPU time); ns/event and events/s from CPU time; %% = of a step whose\n"
+      "ranks each run N ops of 1 ms. Recording adds N x the record cost per rank (~0.01%% at 1 ms).\n");
   return 0;
 }

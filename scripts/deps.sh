@@ -3,13 +3,14 @@
 # the exact command to run. Usage: scripts/deps.sh [--check]
 set -euo pipefail
 packages=(
-  cmake make g++ git pkg-config
+  cmake make g++ git pkg-config clang-format
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools
   libyaml-cpp-dev
   libtorch-dev
   libgtest-dev
   libopenblas-dev
+  nlohmann-json3-dev libcli11-dev
   python3 python3-h5py python3-numpy python3-matplotlib
   munge slurmctld slurmd slurm-client  # the real Slurm test (ctest -L slurm)
 )

@@ -13,24 +13,38 @@ namespace conductor::cli {
 
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> specs = {
-      {"run", "train under MPI, one rank per pipeline stage", "DECK [key.path=value ...]",
+      {"run",
+       "train under MPI, one rank per pipeline stage",
+       "DECK [key.path=value ...]",
        "Launch with `mpirun -np P conductor run DECK` where P = parallel.pipeline. Writes resolved.yaml, "
        "trace.h5 and summary.json to run.output.",
-       {}, true, &cmd_run},
-      {"simulate", "simulate the deck's schedule in virtual time", "DECK [key.path=value ...] [--json]",
+       {},
+       true,
+       &cmd_run},
+      {"simulate",
+       "simulate the deck's schedule in virtual time",
+       "DECK [key.path=value ...] [--json]",
        "Discrete-event simulation of the deck's schedule, cost model and noise. Writes summary.json (and "
        "trace.h5 when trace.enabled) to run.output.",
-       {{"--json", false, "print the summary as one JSON object instead of the human summary"}}, false,
+       {{"--json", false, "print the summary as one JSON object instead of the human summary"}},
+       false,
        &cmd_simulate},
-      {"validate", "check a deck and print it fully resolved", "DECK [key.path=value ...]",
+      {"validate",
+       "check a deck and print it fully resolved",
+       "DECK [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems.",
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"}},
-       false, &cmd_validate},
-      {"train-policy", "train the PPO scheduling policy in the simulator", "DECK [key.path=value ...]",
+       false,
+       &cmd_validate},
+      {"train-policy",
+       "train the PPO scheduling policy in the simulator",
+       "DECK [key.path=value ...]",
        "Trains the global-tier policy on the deck's cost model and noise; writes the policy file, a training "
        "curve and a summary to run.output.",
-       {}, false, &cmd_train_policy},
+       {},
+       false,
+       &cmd_train_policy},
   };
   return specs;
 }

@@ -42,7 +42,8 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
               run.steps.size(), run.steps.size() == 1 ? "" : "s");
   std::printf("  makespan        %12.4f ms (mean over steps)\n", run.mean_makespan_ms);
   std::printf("  lower bound     %12.4f ms (largest per-rank work)\n", run.mean_lower_bound_ms);
-  std::printf("  makespan / LB   %12.4f\n", run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
+  std::printf("  makespan / LB   %12.4f\n",
+              run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
   std::printf("  bubble ratio    %12.4f\n", run.mean_bubble_ratio);
   std::printf("  throughput      %12.2f samples/s\n\n", run.mean_throughput);
   const int shown = std::min(s.p, 16);
@@ -56,7 +57,8 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   for (std::size_t k = 0; k < steps_shown; ++k) {
     std::printf("  %4d %12.4f %7.4f\n", run.steps[k].step, run.steps[k].makespan_ms, run.steps[k].bubble_ratio);
   }
-  if (steps_shown < run.steps.size()) std::printf("  ... %zu more steps in summary.json\n", run.steps.size() - steps_shown);
+  if (steps_shown < run.steps.size())
+    std::printf("  ... %zu more steps in summary.json\n", run.steps.size() - steps_shown);
   std::printf("\nwrote %s\n", out.string().c_str());
 }
 

@@ -76,15 +76,42 @@ YAML::Node emit_list(const std::vector<T>& v) {
 }
 }  // namespace
 
-template <> const char* type_name<int>() { return "integer"; }
-template <> const char* type_name<long long>() { return "integer"; }
-template <> const char* type_name<unsigned long long>() { return "non-negative integer"; }
-template <> const char* type_name<double>() { return "number"; }
-template <> const char* type_name<bool>() { return "boolean"; }
-template <> const char* type_name<std::string>() { return "string"; }
-template <> const char* type_name<std::vector<double>>() { return "number or list of numbers"; }
-template <> const char* type_name<std::vector<int>>() { return "integer or list of integers"; }
-template <> const char* type_name<std::vector<std::string>>() { return "string or list of strings"; }
+template <>
+const char* type_name<int>() {
+  return "integer";
+}
+template <>
+const char* type_name<long long>() {
+  return "integer";
+}
+template <>
+const char* type_name<unsigned long long>() {
+  return "non-negative integer";
+}
+template <>
+const char* type_name<double>() {
+  return "number";
+}
+template <>
+const char* type_name<bool>() {
+  return "boolean";
+}
+template <>
+const char* type_name<std::string>() {
+  return "string";
+}
+template <>
+const char* type_name<std::vector<double>>() {
+  return "number or list of numbers";
+}
+template <>
+const char* type_name<std::vector<int>>() {
+  return "integer or list of integers";
+}
+template <>
+const char* type_name<std::vector<std::string>>() {
+  return "string or list of strings";
+}
 
 std::string parse(const YAML::Node& n, int& out) { return parse_integer(n, out, "an integer"); }
 std::string parse(const YAML::Node& n, long long& out) { return parse_integer(n, out, "an integer"); }

@@ -4,59 +4,74 @@
 namespace conductor::config {
 
 void add_core_fields(std::vector<Field>& f) {
-  f.push_back(field<std::string>("backend", [](Deck& d) -> auto& { return d.backend; },
-                                 "Where the math runs: `cpu` (our OpenBLAS/OpenMP trainer), `cuda` (one GPU per rank, "
-                                 "chosen by the node-local rank; needs a build with CUDA) or `emulated` (no math; each "
-                                 "op takes its cost-model time).")
+  f.push_back(field<std::string>(
+                  "backend", [](Deck & d) -> auto& { return d.backend; },
+                  "Where the math runs: `cpu` (our OpenBLAS/OpenMP trainer), `cuda` (one GPU per rank, "
+                  "chosen by the node-local rank; needs a build with CUDA) or `emulated` (no math; each "
+                  "op takes its cost-model time).")
                   .one_of({"cpu", "cuda", "emulated"}));
-  f.push_back(field<std::string>("run.name", [](Deck& d) -> auto& { return d.run.name; },
-                                 "Name of the run; the default output folder is `runs/<name>`."));
-  f.push_back(field<int>("run.steps", [](Deck& d) -> auto& { return d.run.steps; },
-                         "Training steps (or simulated steps) to run.")
-                  .range(1, 1e9));
-  f.push_back(field<unsigned long long>("run.seed", [](Deck& d) -> auto& { return d.run.seed; },
-                                        "Master seed: data order and every derived random stream."));
-  f.push_back(field<std::string>("run.output", [](Deck& d) -> auto& { return d.run.output; },
-                                 "Output folder for resolved.yaml, trace.h5 and summary.json; empty means "
-                                 "`runs/<run.name>`."));
-  f.push_back(field<int>("parallel.pipeline", [](Deck& d) -> auto& { return d.parallel.pipeline; },
-                         "Pipeline stages p. For `conductor run` this must equal the number of MPI ranks.")
+  f.push_back(field<std::string>(
+      "run.name", [](Deck & d) -> auto& { return d.run.name; },
+      "Name of the run; the default output folder is `runs/<name>`."));
+  f.push_back(
+      field<int>(
+          "run.steps", [](Deck & d) -> auto& { return d.run.steps; }, "Training steps (or simulated steps) to run.")
+          .range(1, 1e9));
+  f.push_back(field<unsigned long long>(
+      "run.seed", [](Deck & d) -> auto& { return d.run.seed; },
+      "Master seed: data order and every derived random stream."));
+  f.push_back(field<std::string>(
+      "run.output", [](Deck & d) -> auto& { return d.run.output; },
+      "Output folder for resolved.yaml, trace.h5 and summary.json; empty means "
+      "`runs/<run.name>`."));
+  f.push_back(field<int>(
+                  "parallel.pipeline", [](Deck & d) -> auto& { return d.parallel.pipeline; },
+                  "Pipeline stages p. For `conductor run` this must equal the number of MPI ranks.")
                   .range(1, 65536));
-  f.push_back(field<int>("parallel.virtual", [](Deck& d) -> auto& { return d.parallel.virtual_chunks; },
-                         "Virtual chunks v per rank (interleaved schedules use v >= 2; zb-v uses 2).")
+  f.push_back(field<int>(
+                  "parallel.virtual", [](Deck & d) -> auto& { return d.parallel.virtual_chunks; },
+                  "Virtual chunks v per rank (interleaved schedules use v >= 2; zb-v uses 2).")
                   .range(1, 64));
-  f.push_back(field<int>("parallel.microbatches", [](Deck& d) -> auto& { return d.parallel.microbatches; },
-                         "Microbatches m per training step.")
+  f.push_back(field<int>(
+                  "parallel.microbatches", [](Deck & d) -> auto& { return d.parallel.microbatches; },
+                  "Microbatches m per training step.")
                   .range(1, 1 << 20));
-  f.push_back(field<int>("parallel.microbatch_size", [](Deck& d) -> auto& { return d.parallel.microbatch_size; },
-                         "Sequences per microbatch.")
+  f.push_back(field<int>(
+                  "parallel.microbatch_size", [](Deck & d) -> auto& { return d.parallel.microbatch_size; },
+                  "Sequences per microbatch.")
                   .range(1, 1 << 20));
-  f.push_back(field<bool>("trace.enabled", [](Deck& d) -> auto& { return d.trace.enabled; },
-                          "Write `<run.output>/trace.h5` with every op of every rank at every step."));
-  f.push_back(field<bool>("cuda.tf32", [](Deck& d) -> auto& { return d.cuda.tf32; },
-                          "backend cuda: fp32 GEMMs on TF32 tensor cores."));
-  f.push_back(field<bool>("cuda.allow_gpu_sharing", [](Deck& d) -> auto& { return d.cuda.allow_gpu_sharing; },
-                          "backend cuda: allow more ranks than GPUs on a node (they share GPUs round-robin); "
-                          "otherwise that is an error on every rank."));
-  f.push_back(field<std::string>("cuda.transport", [](Deck& d) -> auto& { return d.cuda.transport; },
-                                 "backend cuda: how tensors travel between stages. nccl: NCCL point-to-point "
-                                 "between GPU buffers (one GPU per rank); mpi: device->host->MPI->host->device "
-                                 "copies (ranks that share a GPU, or no NCCL network); auto: nccl unless ranks of a "
-                                 "node share a GPU.")
+  f.push_back(field<bool>(
+      "trace.enabled", [](Deck & d) -> auto& { return d.trace.enabled; },
+      "Write `<run.output>/trace.h5` with every op of every rank at every step."));
+  f.push_back(field<bool>(
+      "cuda.tf32", [](Deck & d) -> auto& { return d.cuda.tf32; }, "backend cuda: fp32 GEMMs on TF32 tensor cores."));
+  f.push_back(field<bool>(
+      "cuda.allow_gpu_sharing", [](Deck & d) -> auto& { return d.cuda.allow_gpu_sharing; },
+      "backend cuda: allow more ranks than GPUs on a node (they share GPUs round-robin); "
+      "otherwise that is an error on every rank."));
+  f.push_back(field<std::string>(
+                  "cuda.transport", [](Deck & d) -> auto& { return d.cuda.transport; },
+                  "backend cuda: how tensors travel between stages. nccl: NCCL point-to-point "
+                  "between GPU buffers (one GPU per rank); mpi: device->host->MPI->host->device "
+                  "copies (ranks that share a GPU, or no NCCL network); auto: nccl unless ranks of a "
+                  "node share a GPU.")
                   .one_of({"auto", "nccl", "mpi"}));
-  f.push_back(field<int>("cuda.queue_depth", [](Deck& d) -> auto& { return d.cuda.queue_depth; },
-                         "backend cuda: ops a rank keeps queued on its GPU. 2 keeps the GPU busy while the host "
-                         "picks the next op (which it then picks one op early); 1 picks exactly when the GPU is "
-                         "free, as the simulator's arbiter does, at the cost of a host round trip between ops.")
+  f.push_back(field<int>(
+                  "cuda.queue_depth", [](Deck & d) -> auto& { return d.cuda.queue_depth; },
+                  "backend cuda: ops a rank keeps queued on its GPU. 2 keeps the GPU busy while the host "
+                  "picks the next op (which it then picks one op early); 1 picks exactly when the GPU is "
+                  "free, as the simulator's arbiter does, at the cost of a host round trip between ops.")
                   .range(1, 8));
-  f.push_back(field<bool>("trace.comm_events", [](Deck& d) -> auto& { return d.trace.comm_events; },
-                          "Also record send/receive events in the trace."));
+  f.push_back(field<bool>(
+      "trace.comm_events", [](Deck & d) -> auto& { return d.trace.comm_events; },
+      "Also record send/receive events in the trace."));
 }
 
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
 #ifndef CONDUCTOR_HAVE_CUDA
   if (deck.backend == "cuda") {
-    problems.push_back(options.source_name + ": backend = 'cuda' but this conductor was built without CUDA "
+    problems.push_back(options.source_name +
+                       ": backend = 'cuda' but this conductor was built without CUDA "
                        "(configure with -DCONDUCTOR_CUDA=ON where the CUDA toolkit, cuBLAS and NCCL are installed; "
                        "allowed here: cpu, emulated)");
   }
@@ -74,8 +89,8 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
                        " but the job has " + std::to_string(options.world_size) +
                        " MPI ranks; `conductor run` needs one rank per pipeline stage (launch with mpirun -np " +
-                       std::to_string(deck.parallel.pipeline) + ", or set parallel.pipeline=" +
-                       std::to_string(options.world_size) + ")");
+                       std::to_string(deck.parallel.pipeline) +
+                       ", or set parallel.pipeline=" + std::to_string(options.world_size) + ")");
   }
 }
 

@@ -7,41 +7,49 @@
 namespace conductor::config {
 
 void add_model_fields(std::vector<Field>& f) {
-  f.push_back(field<int>("model.vocab", [](Deck& d) -> auto& { return d.model.vocab; },
-                         "Vocabulary size (byte-level data uses 256).")
-                  .range(2, 1 << 24));
-  f.push_back(field<int>("model.seq_len", [](Deck& d) -> auto& { return d.model.seq_len; },
-                         "Sequence length T.")
+  f.push_back(
+      field<int>(
+          "model.vocab", [](Deck & d) -> auto& { return d.model.vocab; }, "Vocabulary size (byte-level data uses 256).")
+          .range(2, 1 << 24));
+  f.push_back(field<int>(
+                  "model.seq_len", [](Deck & d) -> auto& { return d.model.seq_len; }, "Sequence length T.")
                   .range(1, 1 << 20));
-  f.push_back(field<int>("model.d_model", [](Deck& d) -> auto& { return d.model.d_model; }, "Model width C.")
+  f.push_back(field<int>(
+                  "model.d_model", [](Deck & d) -> auto& { return d.model.d_model; }, "Model width C.")
                   .range(1, 1 << 20));
-  f.push_back(field<int>("model.n_heads", [](Deck& d) -> auto& { return d.model.n_heads; },
-                         "Attention heads; must divide model.d_model.")
+  f.push_back(field<int>(
+                  "model.n_heads", [](Deck & d) -> auto& { return d.model.n_heads; },
+                  "Attention heads; must divide model.d_model.")
                   .range(1, 4096));
-  f.push_back(field<int>("model.n_layers", [](Deck& d) -> auto& { return d.model.n_layers; },
-                         "Transformer layers, split over pipeline stages and virtual chunks.")
+  f.push_back(field<int>(
+                  "model.n_layers", [](Deck & d) -> auto& { return d.model.n_layers; },
+                  "Transformer layers, split over pipeline stages and virtual chunks.")
                   .range(1, 100000));
-  f.push_back(field<int>("model.mlp_ratio", [](Deck& d) -> auto& { return d.model.mlp_ratio; },
-                         "MLP hidden width as a multiple of model.d_model.")
+  f.push_back(field<int>(
+                  "model.mlp_ratio", [](Deck & d) -> auto& { return d.model.mlp_ratio; },
+                  "MLP hidden width as a multiple of model.d_model.")
                   .range(1, 64));
-  f.push_back(field<std::string>("model.precision", [](Deck& d) -> auto& { return d.model.precision; },
-                                 "GEMM precision: fp32, or bf16 (bf16 operands, fp32 accumulation and master "
-                                 "weights; backend cuda only).")
+  f.push_back(field<std::string>(
+                  "model.precision", [](Deck & d) -> auto& { return d.model.precision; },
+                  "GEMM precision: fp32, or bf16 (bf16 operands, fp32 accumulation and master "
+                  "weights; backend cuda only).")
                   .one_of({"fp32", "bf16"}));
-  f.push_back(field<unsigned long long>("model.init_seed", [](Deck& d) -> auto& { return d.model.init_seed; },
-                                        "Seed of the weight initialisation."));
+  f.push_back(field<unsigned long long>(
+      "model.init_seed", [](Deck & d) -> auto& { return d.model.init_seed; }, "Seed of the weight initialisation."));
   {
     // `even` (the default) or an explicit list; a custom field because an empty list is not a deck value.
     Field lps;
     lps.path = "model.layers_per_stage";
     lps.type_name = "`even` or list of integers";
-    lps.doc = "Transformer layers held by each virtual stage, in virtual-stage order: parallel.pipeline x "
-              "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
-              "earlier stages taking the remainder.";
+    lps.doc =
+        "Transformer layers held by each virtual stage, in virtual-stage order: parallel.pipeline x "
+        "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
+        "earlier stages taking the remainder.";
     lps.min = 0;
     lps.max = 100000;
     lps.get = [](const Deck& d) {
-      return d.model.layers_per_stage.empty() ? codec::emit(std::string("even")) : codec::emit(d.model.layers_per_stage);
+      return d.model.layers_per_stage.empty() ? codec::emit(std::string("even"))
+                                              : codec::emit(d.model.layers_per_stage);
     };
     lps.set = [](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
       if (n.IsScalar() && n.Scalar() == "even") {
@@ -57,55 +65,68 @@ void add_model_fields(std::vector<Field>& f) {
     f.push_back(std::move(lps));
   }
 
-  f.push_back(field<std::string>("data.source", [](Deck& d) -> auto& { return d.data.source; },
-                                 "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
-                                 "structure, seeded by run.seed) or `file` (byte-level windows of data.path).")
+  f.push_back(field<std::string>(
+                  "data.source", [](Deck & d) -> auto& { return d.data.source; },
+                  "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
+                  "structure, seeded by run.seed) or `file` (byte-level windows of data.path).")
                   .one_of({"synthetic", "file"}));
-  f.push_back(field<std::string>("data.path", [](Deck& d) -> auto& { return d.data.path; },
-                                 "Text file read as bytes when data.source is `file` (needs model.vocab >= 256)."));
+  f.push_back(field<std::string>(
+      "data.path", [](Deck & d) -> auto& { return d.data.path; },
+      "Text file read as bytes when data.source is `file` (needs model.vocab >= 256)."));
 
-  f.push_back(field<double>("optim.lr", [](Deck& d) -> auto& { return d.optim.lr; },
-                            "Peak learning rate of AdamW.")
+  f.push_back(field<double>(
+                  "optim.lr", [](Deck & d) -> auto& { return d.optim.lr; }, "Peak learning rate of AdamW.")
                   .range(0, 10));
-  f.push_back(field<double>("optim.lr_min_ratio", [](Deck& d) -> auto& { return d.optim.lr_min_ratio; },
-                            "Floor of the cosine decay as a fraction of optim.lr (1 = constant rate).")
+  f.push_back(field<double>(
+                  "optim.lr_min_ratio", [](Deck & d) -> auto& { return d.optim.lr_min_ratio; },
+                  "Floor of the cosine decay as a fraction of optim.lr (1 = constant rate).")
                   .range(0, 1));
-  f.push_back(field<int>("optim.warmup_steps", [](Deck& d) -> auto& { return d.optim.warmup_steps; },
-                         "Linear learning-rate warm-up steps.")
+  f.push_back(field<int>(
+                  "optim.warmup_steps", [](Deck & d) -> auto& { return d.optim.warmup_steps; },
+                  "Linear learning-rate warm-up steps.")
                   .range(0, 1e9));
-  f.push_back(field<int>("optim.decay_steps", [](Deck& d) -> auto& { return d.optim.decay_steps; },
-                         "Step at which the cosine decay reaches its floor; 0 means run.steps.")
+  f.push_back(field<int>(
+                  "optim.decay_steps", [](Deck & d) -> auto& { return d.optim.decay_steps; },
+                  "Step at which the cosine decay reaches its floor; 0 means run.steps.")
                   .range(0, 1e9));
-  f.push_back(field<double>("optim.beta1", [](Deck& d) -> auto& { return d.optim.beta1; }, "AdamW beta1.")
+  f.push_back(field<double>(
+                  "optim.beta1", [](Deck & d) -> auto& { return d.optim.beta1; }, "AdamW beta1.")
                   .range(0, 0.999999));
-  f.push_back(field<double>("optim.beta2", [](Deck& d) -> auto& { return d.optim.beta2; }, "AdamW beta2.")
+  f.push_back(field<double>(
+                  "optim.beta2", [](Deck & d) -> auto& { return d.optim.beta2; }, "AdamW beta2.")
                   .range(0, 0.999999));
-  f.push_back(field<double>("optim.eps", [](Deck& d) -> auto& { return d.optim.eps; }, "AdamW epsilon.")
+  f.push_back(field<double>(
+                  "optim.eps", [](Deck & d) -> auto& { return d.optim.eps; }, "AdamW epsilon.")
                   .range(0, 1));
-  f.push_back(field<double>("optim.weight_decay", [](Deck& d) -> auto& { return d.optim.weight_decay; },
-                            "Decoupled weight decay, applied to weight matrices and embeddings (not to biases "
-                            "or LayerNorm parameters).")
+  f.push_back(field<double>(
+                  "optim.weight_decay", [](Deck & d) -> auto& { return d.optim.weight_decay; },
+                  "Decoupled weight decay, applied to weight matrices and embeddings (not to biases "
+                  "or LayerNorm parameters).")
                   .range(0, 10));
-  f.push_back(field<double>("optim.grad_clip", [](Deck& d) -> auto& { return d.optim.grad_clip; },
-                            "Clip gradients to this global norm (over all stages); 0 disables clipping.")
+  f.push_back(field<double>(
+                  "optim.grad_clip", [](Deck & d) -> auto& { return d.optim.grad_clip; },
+                  "Clip gradients to this global norm (over all stages); 0 disables clipping.")
                   .range(0, 1e12));
 
-  f.push_back(field<std::string>("checkpoint.path", [](Deck& d) -> auto& { return d.checkpoint.path; },
-                                 "Folder for HDF5 checkpoints (one file per virtual stage); empty: none written."));
-  f.push_back(field<int>("checkpoint.every", [](Deck& d) -> auto& { return d.checkpoint.every; },
-                         "Write a checkpoint every N steps; 0: only after the last step.")
+  f.push_back(field<std::string>(
+      "checkpoint.path", [](Deck & d) -> auto& { return d.checkpoint.path; },
+      "Folder for HDF5 checkpoints (one file per virtual stage); empty: none written."));
+  f.push_back(field<int>(
+                  "checkpoint.every", [](Deck & d) -> auto& { return d.checkpoint.every; },
+                  "Write a checkpoint every N steps; 0: only after the last step.")
                   .range(0, 1e9));
-  f.push_back(field<std::string>("checkpoint.resume", [](Deck& d) -> auto& { return d.checkpoint.resume; },
-                                 "Checkpoint folder to resume from (weights, optimizer state, step); empty: "
-                                 "start from the initialisation."));
+  f.push_back(field<std::string>(
+      "checkpoint.resume", [](Deck & d) -> auto& { return d.checkpoint.resume; },
+      "Checkpoint folder to resume from (weights, optimizer state, step); empty: "
+      "start from the initialisation."));
 }
 
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
   const auto& m = deck.model;
   const std::string& src = options.source_name;
   if (m.d_model % m.n_heads != 0) {
-    problems.push_back(src + ": model.n_heads = " + std::to_string(m.n_heads) + " does not divide model.d_model = " +
-                       std::to_string(m.d_model));
+    problems.push_back(src + ": model.n_heads = " + std::to_string(m.n_heads) +
+                       " does not divide model.d_model = " + std::to_string(m.d_model));
   }
   const int stages = deck.parallel.pipeline * deck.parallel.virtual_chunks;
   if (!m.layers_per_stage.empty()) {

@@ -5,70 +5,86 @@
 namespace conductor::config {
 
 void add_policy_fields(std::vector<Field>& f) {
-  f.push_back(field<std::string>("scheduler.policy", [](Deck& d) -> auto& { return d.policy.path; },
-                                 "Policy file of `scheduler.kind: ppo` (written by `conductor train-policy`); empty = "
-                                 "the shipped inputs/policies/default.pt."));
-  f.push_back(field<double>("scheduler.ema", [](Deck& d) -> auto& { return d.policy.ema; },
-                            "ppo scheduler: weight of the last step's measured op times in the online cost "
-                            "estimate (1 = only the last step).")
+  f.push_back(field<std::string>(
+      "scheduler.policy", [](Deck & d) -> auto& { return d.policy.path; },
+      "Policy file of `scheduler.kind: ppo` (written by `conductor train-policy`); empty = "
+      "the shipped inputs/policies/default.pt."));
+  f.push_back(field<double>(
+                  "scheduler.ema", [](Deck & d) -> auto& { return d.policy.ema; },
+                  "ppo scheduler: weight of the last step's measured op times in the online cost "
+                  "estimate (1 = only the last step).")
                   .range(0.01, 1));
-  f.push_back(field<int>("scheduler.verify_samples", [](Deck& d) -> auto& { return d.policy.verify_samples; },
-                         "ppo scheduler: noise draws of the estimated cost model on which the policy's order is "
-                         "checked against the generator's order (the better one is used); 0 = always the "
-                         "policy's order.")
+  f.push_back(field<int>(
+                  "scheduler.verify_samples", [](Deck & d) -> auto& { return d.policy.verify_samples; },
+                  "ppo scheduler: noise draws of the estimated cost model on which the policy's order is "
+                  "checked against the generator's order (the better one is used); 0 = always the "
+                  "policy's order.")
                   .range(0, 64));
-  f.push_back(field<int>("ppo.iterations", [](Deck& d) -> auto& { return d.policy.iterations; },
-                         "PPO iterations (collect episodes, then update).")
+  f.push_back(field<int>(
+                  "ppo.iterations", [](Deck & d) -> auto& { return d.policy.iterations; },
+                  "PPO iterations (collect episodes, then update).")
                   .range(0, 1e6));
-  f.push_back(field<int>("ppo.episodes", [](Deck& d) -> auto& { return d.policy.episodes; },
-                         "Episodes per iteration; an episode is one simulated step under a random noise draw.")
+  f.push_back(field<int>(
+                  "ppo.episodes", [](Deck & d) -> auto& { return d.policy.episodes; },
+                  "Episodes per iteration; an episode is one simulated step under a random noise draw.")
                   .range(1, 1e6));
-  f.push_back(field<double>("ppo.learning_rate", [](Deck& d) -> auto& { return d.policy.learning_rate; },
-                            "Adam learning rate.")
+  f.push_back(field<double>(
+                  "ppo.learning_rate", [](Deck & d) -> auto& { return d.policy.learning_rate; }, "Adam learning rate.")
                   .range(1e-7, 1));
-  f.push_back(field<double>("ppo.clip", [](Deck& d) -> auto& { return d.policy.clip; },
-                            "PPO clip range of the probability ratio.")
-                  .range(0.01, 1));
-  f.push_back(field<double>("ppo.gamma", [](Deck& d) -> auto& { return d.policy.gamma; },
-                            "Discount per decision (rewards are makespan increments; 1 = undiscounted).")
+  f.push_back(
+      field<double>(
+          "ppo.clip", [](Deck & d) -> auto& { return d.policy.clip; }, "PPO clip range of the probability ratio.")
+          .range(0.01, 1));
+  f.push_back(field<double>(
+                  "ppo.gamma", [](Deck & d) -> auto& { return d.policy.gamma; },
+                  "Discount per decision (rewards are makespan increments; 1 = undiscounted).")
                   .range(0, 1));
-  f.push_back(field<double>("ppo.lambda", [](Deck& d) -> auto& { return d.policy.lambda; },
-                            "GAE lambda.")
+  f.push_back(field<double>(
+                  "ppo.lambda", [](Deck & d) -> auto& { return d.policy.lambda; }, "GAE lambda.")
                   .range(0, 1));
-  f.push_back(field<double>("ppo.entropy_coef", [](Deck& d) -> auto& { return d.policy.entropy_coef; },
-                            "Weight of the entropy bonus.")
-                  .range(0, 10));
-  f.push_back(field<double>("ppo.value_coef", [](Deck& d) -> auto& { return d.policy.value_coef; },
-                            "Weight of the critic's squared error.")
+  f.push_back(
+      field<double>(
+          "ppo.entropy_coef", [](Deck & d) -> auto& { return d.policy.entropy_coef; }, "Weight of the entropy bonus.")
+          .range(0, 10));
+  f.push_back(field<double>(
+                  "ppo.value_coef", [](Deck & d) -> auto& { return d.policy.value_coef; },
+                  "Weight of the critic's squared error.")
                   .range(0, 100));
-  f.push_back(field<double>("ppo.grad_clip", [](Deck& d) -> auto& { return d.policy.grad_clip; },
-                            "Global gradient-norm clip.")
+  f.push_back(field<double>(
+                  "ppo.grad_clip", [](Deck & d) -> auto& { return d.policy.grad_clip; }, "Global gradient-norm clip.")
                   .range(1e-6, 1e6));
-  f.push_back(field<int>("ppo.epochs", [](Deck& d) -> auto& { return d.policy.epochs; },
-                         "Passes over each iteration's decisions.")
-                  .range(1, 1000));
-  f.push_back(field<int>("ppo.minibatch", [](Deck& d) -> auto& { return d.policy.minibatch; },
-                         "Decisions per minibatch.")
+  f.push_back(
+      field<int>(
+          "ppo.epochs", [](Deck & d) -> auto& { return d.policy.epochs; }, "Passes over each iteration's decisions.")
+          .range(1, 1000));
+  f.push_back(field<int>(
+                  "ppo.minibatch", [](Deck & d) -> auto& { return d.policy.minibatch; }, "Decisions per minibatch.")
                   .range(1, 1 << 24));
-  f.push_back(field<int>("ppo.hidden", [](Deck& d) -> auto& { return d.policy.hidden; },
-                         "Width of the actor's and critic's two hidden layers.")
+  f.push_back(field<int>(
+                  "ppo.hidden", [](Deck & d) -> auto& { return d.policy.hidden; },
+                  "Width of the actor's and critic's two hidden layers.")
                   .range(1, 256));
-  f.push_back(field<unsigned long long>("ppo.seed", [](Deck& d) -> auto& { return d.policy.seed; },
-                                        "Seed of the weights, the noise draws and the sampled actions."));
-  f.push_back(field<std::vector<double>>("ppo.noise_levels", [](Deck& d) -> auto& { return d.policy.noise_levels; },
-                                         "Domain randomisation: each episode's gaussian noise level is drawn "
-                                         "uniformly from [lo, hi].")
+  f.push_back(field<unsigned long long>(
+      "ppo.seed", [](Deck & d) -> auto& { return d.policy.seed; },
+      "Seed of the weights, the noise draws and the sampled actions."));
+  f.push_back(field<std::vector<double>>(
+                  "ppo.noise_levels", [](Deck & d) -> auto& { return d.policy.noise_levels; },
+                  "Domain randomisation: each episode's gaussian noise level is drawn "
+                  "uniformly from [lo, hi].")
                   .range(0, 10));
-  f.push_back(field<double>("ppo.cost_spread", [](Deck& d) -> auto& { return d.policy.cost_spread; },
-                            "Domain randomisation: each episode scales each rank's F, B and W cost by exp(spread * "
-                            "z), z ~ N(0, 1).")
+  f.push_back(field<double>(
+                  "ppo.cost_spread", [](Deck & d) -> auto& { return d.policy.cost_spread; },
+                  "Domain randomisation: each episode scales each rank's F, B and W cost by exp(spread * "
+                  "z), z ~ N(0, 1).")
                   .range(0, 10));
-  f.push_back(field<std::string>("ppo.heuristic", [](Deck& d) -> auto& { return d.policy.heuristic; },
-                                 "Ranking the policy is guided by (its rank is a feature; the untrained policy "
-                                 "follows it): schedule, bf or bfw.")
+  f.push_back(field<std::string>(
+                  "ppo.heuristic", [](Deck & d) -> auto& { return d.policy.heuristic; },
+                  "Ranking the policy is guided by (its rank is a feature; the untrained policy "
+                  "follows it): schedule, bf or bfw.")
                   .one_of({"schedule", "bf", "bfw"}));
-  f.push_back(field<int>("ppo.eval_steps", [](Deck& d) -> auto& { return d.policy.eval_steps; },
-                         "Simulated steps per method in the summary against the baselines.")
+  f.push_back(field<int>(
+                  "ppo.eval_steps", [](Deck & d) -> auto& { return d.policy.eval_steps; },
+                  "Simulated steps per method in the summary against the baselines.")
                   .range(1, 1e6));
 }
 

@@ -4,82 +4,101 @@
 namespace conductor::config {
 
 void add_sched_fields(std::vector<Field>& f) {
-  f.push_back(field<std::string>("schedule.kind", [](Deck& d) -> auto& { return d.schedule.kind; },
-                                 "Pipeline schedule generator, or `file:PATH` for a schedule in the text form.")
+  f.push_back(field<std::string>(
+                  "schedule.kind", [](Deck & d) -> auto& { return d.schedule.kind; },
+                  "Pipeline schedule generator, or `file:PATH` for a schedule in the text form.")
                   .one_of({"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"})
                   .or_prefix("file:"));
-  f.push_back(field<std::string>("schedule.execution", [](Deck& d) -> auto& { return d.schedule.execution; },
-                                 "`strict`: each rank runs its list in order; `readiness`: each rank runs the best "
-                                 "ready op under the hint policy.")
+  f.push_back(field<std::string>(
+                  "schedule.execution", [](Deck & d) -> auto& { return d.schedule.execution; },
+                  "`strict`: each rank runs its list in order; `readiness`: each rank runs the best "
+                  "ready op under the hint policy.")
                   .one_of({"strict", "readiness"}));
-  f.push_back(field<std::string>("schedule.hint", [](Deck& d) -> auto& { return d.schedule.hint; },
-                                 "Readiness ranking: `schedule` (the list's order), `bf` (backward before forward), "
-                                 "`bfw` (B, then F, W fills idle time).")
+  f.push_back(field<std::string>(
+                  "schedule.hint", [](Deck & d) -> auto& { return d.schedule.hint; },
+                  "Readiness ranking: `schedule` (the list's order), `bf` (backward before forward), "
+                  "`bfw` (B, then F, W fills idle time).")
                   .one_of({"schedule", "bf", "bfw"}));
-  f.push_back(field<double>("schedule.memory_limit", [](Deck& d) -> auto& { return d.schedule.memory_limit; },
-                            "In-flight activation limit per rank in units of one microbatch's activations (M_F); "
-                            "0 = the schedule kind's default (p for 1F1B-like and zb-1p, 2p for zb-2p).")
+  f.push_back(field<double>(
+                  "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
+                  "In-flight activation limit per rank in units of one microbatch's activations (M_F); "
+                  "0 = the schedule kind's default (p for 1F1B-like and zb-1p, 2p for zb-2p).")
                   .range(0, 1e9));
-  f.push_back(field<std::vector<double>>("cost.forward", [](Deck& d) -> auto& { return d.cost.forward; },
-                                         "Forward (F) time per microbatch in ms: one value, or one per stage.")
+  f.push_back(field<std::vector<double>>(
+                  "cost.forward", [](Deck & d) -> auto& { return d.cost.forward; },
+                  "Forward (F) time per microbatch in ms: one value, or one per stage.")
                   .range(0, 1e9));
-  f.push_back(field<std::vector<double>>("cost.backward_input",
-                                         [](Deck& d) -> auto& { return d.cost.backward_input; },
-                                         "Backward-for-input (B) time per microbatch in ms: one value or one per stage.")
+  f.push_back(field<std::vector<double>>(
+                  "cost.backward_input", [](Deck & d) -> auto& { return d.cost.backward_input; },
+                  "Backward-for-input (B) time per microbatch in ms: one value or one per stage.")
                   .range(0, 1e9));
-  f.push_back(field<std::vector<double>>("cost.backward_weight",
-                                         [](Deck& d) -> auto& { return d.cost.backward_weight; },
-                                         "Backward-for-weights (W) time per microbatch in ms: one value or one per "
-                                         "stage.")
+  f.push_back(field<std::vector<double>>(
+                  "cost.backward_weight", [](Deck & d) -> auto& { return d.cost.backward_weight; },
+                  "Backward-for-weights (W) time per microbatch in ms: one value or one per "
+                  "stage.")
                   .range(0, 1e9));
-  f.push_back(field<double>("cost.comm", [](Deck& d) -> auto& { return d.cost.comm; },
-                            "Time in ms of one point-to-point transfer, added to every cross-stage dependency.")
+  f.push_back(field<double>(
+                  "cost.comm", [](Deck & d) -> auto& { return d.cost.comm; },
+                  "Time in ms of one point-to-point transfer, added to every cross-stage dependency.")
                   .range(0, 1e9));
-  f.push_back(field<double>("cost.memory_after_b", [](Deck& d) -> auto& { return d.cost.memory_after_b; },
-                            "Fraction of M_F still held between B and W; negative = from the model "
-                            "(32h / (34h + 5as)).")
+  f.push_back(field<double>(
+                  "cost.memory_after_b", [](Deck & d) -> auto& { return d.cost.memory_after_b; },
+                  "Fraction of M_F still held between B and W; negative = from the model "
+                  "(32h / (34h + 5as)).")
                   .range(-1, 1));
-  f.push_back(field<double>("cost.device_tflops", [](Deck& d) -> auto& { return d.cost.device_tflops; },
-                            "Sustained TFLOP/s of one device; > 0 derives F, B and W times from the model dimensions "
-                            "(model.*, parallel.microbatch_size) instead of cost.forward/backward_*.")
+  f.push_back(field<double>(
+                  "cost.device_tflops", [](Deck & d) -> auto& { return d.cost.device_tflops; },
+                  "Sustained TFLOP/s of one device; > 0 derives F, B and W times from the model dimensions "
+                  "(model.*, parallel.microbatch_size) instead of cost.forward/backward_*.")
                   .range(0, 1e9));
-  f.push_back(field<double>("cost.bandwidth_gbps", [](Deck& d) -> auto& { return d.cost.bandwidth_gbps; },
-                            "Point-to-point bandwidth in GB/s; > 0 adds activation bytes / bandwidth to every "
-                            "transfer (on top of cost.comm, the latency). 0 = size not modelled.")
+  f.push_back(field<double>(
+                  "cost.bandwidth_gbps", [](Deck & d) -> auto& { return d.cost.bandwidth_gbps; },
+                  "Point-to-point bandwidth in GB/s; > 0 adds activation bytes / bandwidth to every "
+                  "transfer (on top of cost.comm, the latency). 0 = size not modelled.")
                   .range(0, 1e9));
-  f.push_back(field<std::vector<std::string>>("noise.kind", [](Deck& d) -> auto& { return d.noise.kind; },
-                                              "Noise models, one or a list: none, gaussian, lognormal, straggler, "
-                                              "congestion, heterogeneous (a fixed per-stage speed factor).")
+  f.push_back(field<std::vector<std::string>>(
+                  "noise.kind", [](Deck & d) -> auto& { return d.noise.kind; },
+                  "Noise models, one or a list: none, gaussian, lognormal, straggler, "
+                  "congestion, heterogeneous (a fixed per-stage speed factor).")
                   .one_of({"none", "gaussian", "lognormal", "straggler", "congestion", "heterogeneous"}));
-  f.push_back(field<double>("noise.level", [](Deck& d) -> auto& { return d.noise.level; },
-                            "Relative noise level (0.10 = 10% per-op jitter).")
+  f.push_back(field<double>(
+                  "noise.level", [](Deck & d) -> auto& { return d.noise.level; },
+                  "Relative noise level (0.10 = 10% per-op jitter).")
                   .range(0, 100));
-  f.push_back(field<unsigned long long>("noise.seed", [](Deck& d) -> auto& { return d.noise.seed; },
-                                        "Seed of the noise streams."));
-  f.push_back(field<int>("noise.straggler_rank", [](Deck& d) -> auto& { return d.noise.straggler_rank; },
-                         "Rank slowed by the straggler model; -1 = one drawn from noise.seed.")
+  f.push_back(field<unsigned long long>(
+      "noise.seed", [](Deck & d) -> auto& { return d.noise.seed; }, "Seed of the noise streams."));
+  f.push_back(field<int>(
+                  "noise.straggler_rank", [](Deck & d) -> auto& { return d.noise.straggler_rank; },
+                  "Rank slowed by the straggler model; -1 = one drawn from noise.seed.")
                   .range(-1, 65535));
-  f.push_back(field<double>("noise.straggler_factor", [](Deck& d) -> auto& { return d.noise.straggler_factor; },
-                            "Slow-down factor of the straggler's compute ops (2 = twice as slow).")
+  f.push_back(field<double>(
+                  "noise.straggler_factor", [](Deck & d) -> auto& { return d.noise.straggler_factor; },
+                  "Slow-down factor of the straggler's compute ops (2 = twice as slow).")
                   .range(1, 1000));
-  f.push_back(field<int>("noise.straggler_start", [](Deck& d) -> auto& { return d.noise.straggler_start; },
-                         "First step of the straggler window.")
+  f.push_back(field<int>(
+                  "noise.straggler_start", [](Deck & d) -> auto& { return d.noise.straggler_start; },
+                  "First step of the straggler window.")
                   .range(0, 1e9));
-  f.push_back(field<int>("noise.straggler_steps", [](Deck& d) -> auto& { return d.noise.straggler_steps; },
-                         "Length of the straggler window in steps; 0 = until the last step.")
+  f.push_back(field<int>(
+                  "noise.straggler_steps", [](Deck & d) -> auto& { return d.noise.straggler_steps; },
+                  "Length of the straggler window in steps; 0 = until the last step.")
                   .range(0, 1e9));
-  f.push_back(field<double>("noise.congestion_prob", [](Deck& d) -> auto& { return d.noise.congestion_prob; },
-                            "Probability that a burst of congestion is on, per link, direction and burst.")
+  f.push_back(field<double>(
+                  "noise.congestion_prob", [](Deck & d) -> auto& { return d.noise.congestion_prob; },
+                  "Probability that a burst of congestion is on, per link, direction and burst.")
                   .range(0, 1));
-  f.push_back(field<int>("noise.congestion_burst", [](Deck& d) -> auto& { return d.noise.congestion_burst; },
-                         "Length of a congestion burst in consecutive microbatches.")
+  f.push_back(field<int>(
+                  "noise.congestion_burst", [](Deck & d) -> auto& { return d.noise.congestion_burst; },
+                  "Length of a congestion burst in consecutive microbatches.")
                   .range(1, 1 << 20));
-  f.push_back(field<double>("noise.congestion_delay", [](Deck& d) -> auto& { return d.noise.congestion_delay; },
-                            "Extra ms of a congested transfer; negative = noise.level x the mean forward time.")
+  f.push_back(field<double>(
+                  "noise.congestion_delay", [](Deck & d) -> auto& { return d.noise.congestion_delay; },
+                  "Extra ms of a congested transfer; negative = noise.level x the mean forward time.")
                   .range(-1, 1e9));
-  f.push_back(field<std::string>("scheduler.kind", [](Deck& d) -> auto& { return d.scheduler.kind; },
-                                 "Global tier: `static` keeps the generator's order; `ppo` replans every step with the "
-                                 "learned policy (scheduler.policy) from the op times just measured.")
+  f.push_back(field<std::string>(
+                  "scheduler.kind", [](Deck & d) -> auto& { return d.scheduler.kind; },
+                  "Global tier: `static` keeps the generator's order; `ppo` replans every step with the "
+                  "learned policy (scheduler.policy) from the op times just measured.")
                   .one_of({"static", "ppo"}));
 }
 
@@ -106,19 +125,23 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
                          std::to_string(v) + ")");
     }
     if (m % p != 0) {
-      problems.push_back(src + ": schedule.kind = 1f1b-interleaved runs microbatches in groups of p (Megatron's "
-                         "rule): parallel.microbatches = " + std::to_string(m) +
-                         " must be a multiple of parallel.pipeline = " + std::to_string(p) + " (e.g. " +
-                         std::to_string(((m + p - 1) / p) * p) + ")");
+      problems.push_back(src +
+                         ": schedule.kind = 1f1b-interleaved runs microbatches in groups of p (Megatron's "
+                         "rule): parallel.microbatches = " +
+                         std::to_string(m) + " must be a multiple of parallel.pipeline = " + std::to_string(p) +
+                         " (e.g. " + std::to_string(((m + p - 1) / p) * p) + ")");
     }
   } else if (kind == "zb-v") {
     if (v != 2) {
-      problems.push_back(src + ": schedule.kind = zb-v places two chunks per rank in a V: set parallel.virtual = 2 "
-                         "(got " + std::to_string(v) + ")");
+      problems.push_back(src +
+                         ": schedule.kind = zb-v places two chunks per rank in a V: set parallel.virtual = 2 "
+                         "(got " +
+                         std::to_string(v) + ")");
     }
   } else if (!from_file && v != 1) {
-    problems.push_back(src + ": schedule.kind = " + kind + " uses one chunk per rank, but parallel.virtual = " +
-                       std::to_string(v) + "; use 1f1b-interleaved or zb-v for virtual chunks, or set "
+    problems.push_back(src + ": schedule.kind = " + kind +
+                       " uses one chunk per rank, but parallel.virtual = " + std::to_string(v) +
+                       "; use 1f1b-interleaved or zb-v for virtual chunks, or set "
                        "parallel.virtual = 1");
   }
   if (deck.noise.straggler_rank >= p) {
@@ -135,9 +158,12 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   }
   if (deck.schedule.memory_limit == 0 && !from_file) {
     double limit = p;  // 1F1B-like: rank 0 holds p microbatches
-    if (kind == "gpipe") limit = m;
-    else if (kind == "zb-h2" || kind == "zb-2p") limit = 2.0 * p;
-    else if (kind == "1f1b-interleaved" && v >= 1) limit = ((v + 1.0) * p - 1.0) / v;  // Megatron's warm-up
+    if (kind == "gpipe")
+      limit = m;
+    else if (kind == "zb-h2" || kind == "zb-2p")
+      limit = 2.0 * p;
+    else if (kind == "1f1b-interleaved" && v >= 1)
+      limit = ((v + 1.0) * p - 1.0) / v;  // Megatron's warm-up
     deck.schedule.memory_limit = limit;
   }
 }

@@ -64,27 +64,26 @@ class CpuBackend final : public Backend {
                        int C) override {
     cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
   }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
-                        int C) override {
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override {
     cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int B, int T, int C) override {
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                         int B, int T, int C) override {
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C);
   }
   void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                                 const float* mean, const float* rstd, int B, int T, int C) override {
     cpu::layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, B, T, C);
   }
-  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* mean, const float* rstd, int B, int T, int C) override {
+  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                                 const float* rstd, int B, int T, int C) override {
     cpu::layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, B, T, C);
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) override {
     cpu::attention_forward(out, att, qkv, B, T, NH, HS);
   }
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int NH, int HS) override {
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                          int NH, int HS) override {
     cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, HS);
   }
   void gelu_forward(float* out, const float* inp, std::size_t N) override { cpu::gelu_forward(out, inp, N); }

@@ -14,13 +14,13 @@ struct AttnBlock {
 };
 AttnBlock attn_block(const LayerView& w, const Dims& d, int h0, int h1) {
   const long row0 = 3L * h0 * d.HS;
-  return {w.qkv_w + row0 * d.C, w.qkv_b + row0, w.proj_w + static_cast<long>(h0) * d.HS * d.C, h1 - h0,
+  return {w.qkv_w + row0 * d.C, w.qkv_b + row0,  w.proj_w + static_cast<long>(h0) * d.HS * d.C, h1 - h0,
           3 * (h1 - h0) * d.HS, (h1 - h0) * d.HS};
 }
 }  // namespace
 
-void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln,
-                             const LayerView& w, const Dims& d, int h0, int h1) {
+void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln, const LayerView& w,
+                             const Dims& d, int h0, int h1) {
   const AttnBlock s = attn_block(w, d, h0, h1);
   const int N = static_cast<int>(d.BT());
   be.gemm(buf.qkv, ln, s.qkv_w, N, s.n3, d.C, false, true, 1.0f, 0.0f);  // [N,n3] = ln [N,C] @ W^T

@@ -125,9 +125,9 @@ void StageModel::save_checkpoint(const std::string& dir, int steps_done) const {
         for (const auto& t : tensors(vs)) {
           std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
           H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-          H5Id ds(H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT),
-                  H5Dclose);
+          H5Id ds(
+              H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+              H5Dclose);
           if (!ds.ok()) throw Error("checkpoint '" + file + "': cannot create dataset " + t.name);
           check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset),
                 "write " + t.name, file);

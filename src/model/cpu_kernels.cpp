@@ -80,8 +80,8 @@ void gemm(float* c, const float* a, const float* b, int m, int n, int k, bool tr
     for (long i = 0; i < static_cast<long>(m) * n; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 CONDUCTOR_SIMD_CLONES void bias_forward(float* out, const float* bias, int N, int OC) {
@@ -108,7 +108,8 @@ CONDUCTOR_SIMD_CLONES void bias_backward(float* dbias, const float* dout, int N,
 }
 
 // ---------------------------------------------------------------- embedding
-CONDUCTOR_SIMD_CLONES void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+CONDUCTOR_SIMD_CLONES void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
+                                           int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
@@ -121,7 +122,8 @@ CONDUCTOR_SIMD_CLONES void encoder_forward(float* out, const int* tokens, const 
   }
 }
 
-CONDUCTOR_SIMD_CLONES void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+CONDUCTOR_SIMD_CLONES void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+                                            int T, int C) {
   // Tokens repeat, so rows of dwte collide; each thread owns a block of channels instead.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
@@ -142,8 +144,8 @@ CONDUCTOR_SIMD_CLONES void encoder_backward(float* dwte, float* dwpe, const floa
 }
 
 // ---------------------------------------------------------------- layernorm
-CONDUCTOR_SIMD_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int B, int T, int C) {
+CONDUCTOR_SIMD_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                             const float* weight, const float* bias, int B, int T, int C) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -165,8 +167,9 @@ CONDUCTOR_SIMD_CLONES void layernorm_forward(float* out, float* mean, float* rst
   }
 }
 
-CONDUCTOR_SIMD_CLONES void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int B, int T, int C) {
+CONDUCTOR_SIMD_CLONES void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                                    const float* weight, const float* mean, const float* rstd, int B,
+                                                    int T, int C) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -191,8 +194,8 @@ CONDUCTOR_SIMD_CLONES void layernorm_backward_input(float* dinp, const float* do
   }
 }
 
-CONDUCTOR_SIMD_CLONES void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
-                               const float* rstd, int B, int T, int C) {
+CONDUCTOR_SIMD_CLONES void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                                                     const float* mean, const float* rstd, int B, int T, int C) {
   const int N = B * T;
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
@@ -250,8 +253,8 @@ CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* att, const float
   }
 }
 
-CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int NH, int HS) {
+CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                                              const float* att, int B, int T, int NH, int HS) {
   const long C3 = 3L * NH * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // Keys and values of a head receive gradient from every later query, so a (b, h) pair is one task.
@@ -278,8 +281,8 @@ CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const fl
         for (int t2 = 0; t2 <= t; t2++) {
           const long row2 = (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS;
           const float dpre = a[t2] * (da[t2] - s) * scale;
-          axpy(dq, dpre, qkv + row2 + HS, HS);   // dq
-          axpy(dqkv + row2 + HS, dpre, q, HS);   // dk
+          axpy(dq, dpre, qkv + row2 + HS, HS);  // dq
+          axpy(dqkv + row2 + HS, dpre, q, HS);  // dk
         }
       }
     }
@@ -317,7 +320,8 @@ CONDUCTOR_SIMD_CLONES void residual_forward(float* out, const float* a, const fl
 }
 
 // ---------------------------------------------------------------- loss
-CONDUCTOR_SIMD_CLONES void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int B, int T, int V) {
+CONDUCTOR_SIMD_CLONES void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets,
+                                                int B, int T, int V) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -338,7 +342,8 @@ CONDUCTOR_SIMD_CLONES void crossentropy_forward(float* losses, float* probs, con
   }
 }
 
-CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int B, int T, int V) {
+CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale,
+                                                 int B, int T, int V) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -351,8 +356,9 @@ CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* pr
 }
 
 // ---------------------------------------------------------------- optimizer
-CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, float grad_scale, int t) {
+CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr,
+                                        float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                                        int t) {
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, static_cast<float>(t)));
   const float step_size = lr / bc1;

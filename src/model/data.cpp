@@ -37,8 +37,7 @@ DataSource::DataSource(const config::Deck& deck)
     }
   } else if (source_ == "file") {
     if (vocab_ < 256) {
-      throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " +
-                       std::to_string(vocab_));
+      throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
     }
     std::ifstream in(deck.data.path, std::ios::binary);
     if (!in) throw InputError("data.path: cannot open '" + deck.data.path + "'");

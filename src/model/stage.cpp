@@ -16,8 +16,8 @@ std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages) 
   if (num_virtual_stages < 1) throw InputError("model: number of virtual stages must be >= 1");
   if (!explicit_list.empty()) {
     if (static_cast<int>(explicit_list.size()) != num_virtual_stages) {
-      throw InputError("model.layers_per_stage has " + std::to_string(explicit_list.size()) + " entries but there are " +
-                       std::to_string(num_virtual_stages) + " virtual stages");
+      throw InputError("model.layers_per_stage has " + std::to_string(explicit_list.size()) +
+                       " entries but there are " + std::to_string(num_virtual_stages) + " virtual stages");
     }
     long long sum = 0;
     for (int l : explicit_list) {
@@ -25,8 +25,8 @@ std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages) 
       sum += l;
     }
     if (sum != L) {
-      throw InputError("model.layers_per_stage sums to " + std::to_string(sum) + " but model.n_layers = " +
-                       std::to_string(L));
+      throw InputError("model.layers_per_stage sums to " + std::to_string(sum) +
+                       " but model.n_layers = " + std::to_string(L));
     }
     return explicit_list;
   }
@@ -109,8 +109,11 @@ void init_tensor(std::vector<float>& host, const TensorInfo& t, unsigned long lo
 
 StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages_held, int num_virtual_stages,
                        Backend* backend)
-    : deck_(deck), held_(std::move(virtual_stages_held)), num_vs_(num_virtual_stages),
-      microbatches_(deck.parallel.microbatches), data_(deck) {
+    : deck_(deck),
+      held_(std::move(virtual_stages_held)),
+      num_vs_(num_virtual_stages),
+      microbatches_(deck.parallel.microbatches),
+      data_(deck) {
   if (backend) {
     backend_ = backend;
   } else {
@@ -119,11 +122,11 @@ StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages
   }
   const auto& m = deck.model;
   if (m.d_model % m.n_heads != 0) {
-    throw InputError("model.n_heads = " + std::to_string(m.n_heads) + " does not divide model.d_model = " +
-                     std::to_string(m.d_model));
+    throw InputError("model.n_heads = " + std::to_string(m.n_heads) +
+                     " does not divide model.d_model = " + std::to_string(m.d_model));
   }
   dims_ = Dims{deck.parallel.microbatch_size, m.seq_len, m.d_model, m.n_heads, m.d_model / m.n_heads,
-               m.d_model * m.mlp_ratio, m.vocab};
+               m.d_model * m.mlp_ratio,       m.vocab};
   if (held_.empty()) throw InputError("model: a stage model must hold at least one virtual stage");
   const std::vector<int> split = split_layers(deck, num_vs_);
   losses_.assign(microbatches_, std::numeric_limits<double>::quiet_NaN());
@@ -192,9 +195,12 @@ StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages
     for (const auto& t : s->tensors) {
       const std::string kind = t.name.substr(t.name.find('.') + 1);
       float std = 0.0f, constant = 0.0f;
-      if (kind == "ln1_w" || kind == "ln2_w" || kind == "lnf_w") constant = 1.0f;
-      else if (kind == "proj_w" || kind == "fcproj_w") std = proj_std;
-      else if (t.decay) std = 0.02f;
+      if (kind == "ln1_w" || kind == "ln2_w" || kind == "lnf_w")
+        constant = 1.0f;
+      else if (kind == "proj_w" || kind == "fcproj_w")
+        std = proj_std;
+      else if (t.decay)
+        std = 0.02f;
       init_tensor(host, t, m.init_seed, std, constant);
     }
     const std::size_t bytes = s->n_params * sizeof(float);
@@ -467,8 +473,8 @@ void StageModel::backward_input(int vs, int mb, const float* grad_out, float* gr
     backend_->gemm(m.dlnf, m.probs, p + s.offset("lm_head_w"), static_cast<int>(d.BT()), d.C, d.V, false, false, 1.0f,
                    0.0f);
     backend_->zero(m.dres[L], btc_bytes);
-    backend_->layernorm_backward_input(m.dres[L], m.dlnf, m.res[L], p + s.offset("lnf_w"), m.meanf, m.rstdf, d.B,
-                                       d.T, d.C);
+    backend_->layernorm_backward_input(m.dres[L], m.dlnf, m.res[L], p + s.offset("lnf_w"), m.meanf, m.rstdf, d.B, d.T,
+                                       d.C);
   } else {
     backend_->copy(m.dres[L], grad_out, btc_bytes);
   }
@@ -607,7 +613,8 @@ std::vector<float> StageModel::read_tensor(int vs, Buffer which, const std::stri
 std::vector<float> StageModel::logits(int mb) const {
   const VStage& s = stage(num_vs_ - 1);
   if (mb < 0 || mb >= microbatches_ || s.phase[mb] != 1) {
-    throw Error("model: logits of microbatch " + std::to_string(mb) + " are only available between its forward and "
+    throw Error("model: logits of microbatch " + std::to_string(mb) +
+                " are only available between its forward and "
                 "its backward_input");
   }
   std::vector<float> host(static_cast<std::size_t>(dims_.BT()) * dims_.V);

@@ -19,9 +19,12 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
   };
   const std::string base = deck.schedule.kind;
   const std::vector<Row> rows = {
-      {base + " strict", "strict", "schedule", false},      {base + " readiness bf", "readiness", "bf", false},
-      {base + " readiness bfw", "readiness", "bfw", false}, {"ppo strict", "strict", "schedule", true},
-      {"ppo readiness bf", "readiness", "bf", true},        {"ppo readiness bfw", "readiness", "bfw", true},
+      {base + " strict", "strict", "schedule", false},
+      {base + " readiness bf", "readiness", "bf", false},
+      {base + " readiness bfw", "readiness", "bfw", false},
+      {"ppo strict", "strict", "schedule", true},
+      {"ppo readiness bf", "readiness", "bf", true},
+      {"ppo readiness bfw", "readiness", "bfw", true},
       {"ppo readiness schedule", "readiness", "schedule", true},  // the policy's order as the ranking itself
   };
   std::vector<MethodResult> out;
@@ -35,9 +38,10 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
     std::unique_ptr<GlobalScheduler> gs =
         row.ppo ? make_ppo_scheduler(d, generated, policy) : make_global_scheduler(d, generated);
     int policy_steps = 0;
-    const ScheduledRun run = simulate_with_scheduler(noise, opt, steps, *gs, [&](const sim::StepResult&, const sched::Schedule& s) {
-      if (s.name.rfind("ppo:", 0) == 0) ++policy_steps;
-    });
+    const ScheduledRun run =
+        simulate_with_scheduler(noise, opt, steps, *gs, [&](const sim::StepResult&, const sched::Schedule& s) {
+          if (s.name.rfind("ppo:", 0) == 0) ++policy_steps;
+        });
     MethodResult m;
     m.name = row.label;
     m.makespan_ms = run.run.mean_makespan_ms;
@@ -58,8 +62,8 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
 std::string format_table(const std::vector<MethodResult>& results) {
   std::string s;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-24s %14s %12s %10s %11s %12s\n", "method", "completion_ms", "throughput+",
-                "bubble", "latency_ms", "policy_share");
+  std::snprintf(buf, sizeof buf, "%-24s %14s %12s %10s %11s %12s\n", "method", "completion_ms", "throughput+", "bubble",
+                "latency_ms", "policy_share");
   s += buf;
   for (const auto& m : results) {
     std::snprintf(buf, sizeof buf, "%-24s %14.4f %11.2f%% %9.2f%% %11.3f %12.2f\n", m.name.c_str(), m.makespan_ms,

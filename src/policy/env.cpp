@@ -61,7 +61,8 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
   const double unit = time_unit(predicted, s.v);
   const double mem_scale = (opt.memory_limit > 0 && std::isfinite(opt.memory_limit)) ? opt.memory_limit : 2.0 * p;
   double mem_delta[4];
-  for (int k = 0; k < 4; ++k) mem_delta[k] = sched::memory_delta(static_cast<sched::OpKind>(k), s.v, opt.memory_after_b);
+  for (int k = 0; k < 4; ++k)
+    mem_delta[k] = sched::memory_delta(static_cast<sched::OpKind>(k), s.v, opt.memory_after_b);
 
   std::vector<std::pair<long long, int>> cand;  // (ranking key, list position)
   std::vector<int> head(static_cast<std::size_t>(s.v) * 4);

@@ -212,9 +212,9 @@ const PpoStats* ppo_stats(const GlobalScheduler& scheduler) {
   return ppo ? &ppo->stats() : nullptr;
 }
 
-ScheduledRun simulate_with_scheduler(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
-                                     GlobalScheduler& scheduler,
-                                     const std::function<void(const sim::StepResult&, const sched::Schedule&)>& on_step) {
+ScheduledRun simulate_with_scheduler(
+    const sim::NoiseModel& noise, const sim::SimOptions& options, int steps, GlobalScheduler& scheduler,
+    const std::function<void(const sim::StepResult&, const sched::Schedule&)>& on_step) {
   ScheduledRun out;
   sim::SimOptions internal = options;
   internal.record_events = true;

@@ -93,7 +93,8 @@ void Policy::prepare() {
   w1t.assign(static_cast<std::size_t>(kNumFeatures) * H, 0.0f);
   w2t.assign(static_cast<std::size_t>(H) * H, 0.0f);
   for (int j = 0; j < H; ++j) {
-    for (int k = 0; k < kNumFeatures; ++k) w1t[static_cast<std::size_t>(k) * H + j] = w1[static_cast<std::size_t>(j) * kNumFeatures + k];
+    for (int k = 0; k < kNumFeatures; ++k)
+      w1t[static_cast<std::size_t>(k) * H + j] = w1[static_cast<std::size_t>(j) * kNumFeatures + k];
     for (int k = 0; k < H; ++k) w2t[static_cast<std::size_t>(k) * H + j] = w2[static_cast<std::size_t>(j) * H + k];
   }
 }

@@ -27,10 +27,9 @@ sched::ComputeTimeFn draw_compute(const EpisodeDraw& draw, int v) {
   return [&draw, v](int rank, const sched::Action& a) {
     const double base = draw.cost.op_time(rank, a.kind, v);
     if (draw.level <= 0) return base;
-    const double z = sim::hash_normal(sim::hash_words({draw.seed, 1, static_cast<std::uint64_t>(rank),
-                                                       static_cast<std::uint64_t>(a.chunk),
-                                                       static_cast<std::uint64_t>(a.microbatch),
-                                                       static_cast<std::uint64_t>(a.kind)}));
+    const double z = sim::hash_normal(
+        sim::hash_words({draw.seed, 1, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(a.chunk),
+                         static_cast<std::uint64_t>(a.microbatch), static_cast<std::uint64_t>(a.kind)}));
     return base * std::max(0.05, 1.0 + draw.level * z);
   };
 }
@@ -39,9 +38,9 @@ sched::CommTimeFn draw_comm(const EpisodeDraw& draw) {
   return [&draw](const sched::Transfer& t) {
     const double base = draw.cost.comm_time();
     if (draw.level <= 0 || base <= 0) return base;
-    const double z = sim::hash_normal(sim::hash_words({draw.seed, 2, static_cast<std::uint64_t>(t.from_stage),
-                                                       static_cast<std::uint64_t>(t.to_stage),
-                                                       static_cast<std::uint64_t>(t.microbatch)}));
+    const double z = sim::hash_normal(
+        sim::hash_words({draw.seed, 2, static_cast<std::uint64_t>(t.from_stage), static_cast<std::uint64_t>(t.to_stage),
+                         static_cast<std::uint64_t>(t.microbatch)}));
     return base * std::max(0.05, 1.0 + draw.level * z);
   };
 }
@@ -84,7 +83,8 @@ EpisodeDraw make_draw(const TrainSetup& su, std::mt19937_64& rng) {
     // op_time is per chunk (1/v of the rank's share); the cost model stores whole-rank times.
     d.cost.forward[r] = su.cost.op_time(r, sched::OpKind::F, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
     d.cost.backward_input[r] = su.cost.op_time(r, sched::OpKind::B, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
-    d.cost.backward_weight[r] = su.cost.op_time(r, sched::OpKind::W, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
+    d.cost.backward_weight[r] =
+        su.cost.op_time(r, sched::OpKind::W, v) * v * std::exp(su.ppo.cost_spread * normal(rng));
   }
   return d;
 }
@@ -167,7 +167,8 @@ TrainResult train_ppo(const TrainSetup& su, const std::function<void(const Itera
           const Decision& d = dec[n];
           for (int k = 0; k < d.num_candidates; ++k) {
             ma[n][k] = true;
-            for (int f = 0; f < kNumFeatures; ++f) xa[n][k][f] = d.features[static_cast<std::size_t>(k) * kNumFeatures + f];
+            for (int f = 0; f < kNumFeatures; ++f)
+              xa[n][k][f] = d.features[static_cast<std::size_t>(k) * kNumFeatures + f];
           }
           for (int g = 0; g < kNumGlobal; ++g) ga[n][g] = d.global[g];
           aa[n] = d.chosen;

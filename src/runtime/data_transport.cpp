@@ -40,8 +40,8 @@ std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const s
   MPI_Allreduce(&shared_here, &shared_anywhere, 1, MPI_INT, MPI_MAX, data_comm);
   std::string problem;
   if (deck.cuda.transport == "nccl" && shared_here) {
-    problem = "cuda.transport = 'nccl' needs one GPU per rank, but " + std::to_string(local_size) +
-              " ranks share " + std::to_string(gpus) + " GPU(s) on this node (allowed with shared GPUs: mpi, auto)";
+    problem = "cuda.transport = 'nccl' needs one GPU per rank, but " + std::to_string(local_size) + " ranks share " +
+              std::to_string(gpus) + " GPU(s) on this node (allowed with shared GPUs: mpi, auto)";
   }
   mpi::check_all(problem.empty(), problem, kExitUsage, data_comm);
   auto stream = static_cast<cudaStream_t>(compute.device_stream());

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <queue>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -90,7 +90,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     bool send;
   };
   std::unordered_map<TransferId, Pending> control_ids, data_ids;  // each transport numbers its own transfers
-  std::unordered_map<int, trace::OpEvent> send_events;              // by producing action
+  std::unordered_map<int, trace::OpEvent> send_events;            // by producing action
 
   StepOutcome outcome;
   // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
@@ -282,7 +282,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       std::string st;
       for (int k = 0; k < n; ++k) {
         st += sched::to_string(actions[at(k)]) +
-              (state.is_done(k) ? "d" : state.is_ready(k) ? "r" : state.is_started(k) ? "s" : "-") + " ";
+              (state.is_done(k)      ? "d"
+               : state.is_ready(k)   ? "r"
+               : state.is_started(k) ? "s"
+                                     : "-") +
+              " ";
       }
       std::fprintf(stderr, "[rank %d] idle: next %d mem %.3f/%.3f pending %zu+%zu in flight %zu: %s\n", rank_,
                    state.next_in_list(), state.memory_in_use(), state.memory_limit(), control_.pending(),

@@ -3,14 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <chrono>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -80,8 +80,7 @@ sched::Schedule broadcast_order(const sched::Schedule* order, int rank, MPI_Comm
   return s;
 }
 
-std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size,
-                                          MPI_Comm comm) {
+std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size, MPI_Comm comm) {
   int bytes = static_cast<int>(mine.size() * sizeof(trace::OpEvent));
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
   MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
@@ -126,7 +125,8 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
     if (trace::is_compute(e.kind)) r.busy_ms[static_cast<std::size_t>(e.rank)] += (e.end_ns - e.start_ns) * 1e-6;
   }
   r.idle_ms.resize(static_cast<std::size_t>(p));
-  for (int k = 0; k < p; ++k) r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
+  for (int k = 0; k < p; ++k)
+    r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
   r.peak_memory = peaks;
   r.num_ops = events.size();
   return r;
@@ -244,9 +244,8 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
   MpiTransport control(control_comm.get());
   std::unique_ptr<Transport> data;
   std::string data_transport;
-  collectively(comm, kExitFailure, [&] {
-    data = make_data_transport(deck, order, rank, *compute, data_comm.get(), data_transport);
-  });
+  collectively(comm, kExitFailure,
+               [&] { data = make_data_transport(deck, order, rank, *compute, data_comm.get(), data_transport); });
   Executor executor(rank, control, *data, *compute, clock, noise, eo);
 
   const double samples = static_cast<double>(deck.parallel.microbatches) * deck.parallel.microbatch_size;
@@ -255,8 +254,8 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     log::info("conductor run: " + deck.run.name + ", " + std::to_string(size) + " ranks, schedule " +
               deck.schedule.kind + " (" + deck.schedule.execution +
               (eo.execution == sched::Execution::Readiness ? ", hint " + deck.schedule.hint : "") + "), backend " +
-              deck.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) + " microbatches, steps " + std::to_string(first_step) +
-              ".." + std::to_string(deck.run.steps - 1));
+              deck.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) +
+              " microbatches, steps " + std::to_string(first_step) + ".." + std::to_string(deck.run.steps - 1));
   }
 
   for (int step = first_step; step < deck.run.steps; ++step) {
@@ -303,7 +302,8 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     const bool last = step + 1 == deck.run.steps;
     if (compute->model() && !deck.checkpoint.path.empty()) {
       const bool due = last || stopping || (deck.checkpoint.every > 0 && (step + 1) % deck.checkpoint.every == 0);
-      if (due) collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
+      if (due)
+        collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
     }
     // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
     // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
@@ -356,11 +356,13 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
       latency_sum += scheduler_latency_ms[i];
     }
     latencies += "]";
-    json += ", \"scheduler\": {\"kind\": \"" + deck.scheduler.kind + "\", \"orders_from_policy\": " +
-            std::to_string(orders_from_policy) + ", \"latency_ms\": " + latencies + "}";
+    json += ", \"scheduler\": {\"kind\": \"" + deck.scheduler.kind +
+            "\", \"orders_from_policy\": " + std::to_string(orders_from_policy) + ", \"latency_ms\": " + latencies +
+            "}";
     if (!scheduler_latency_ms.empty()) {
       char line[160];
-      std::snprintf(line, sizeof line, "global tier: %d steps ran its orders, planning latency mean %.3f ms (overlapped with training)",
+      std::snprintf(line, sizeof line,
+                    "global tier: %d steps ran its orders, planning latency mean %.3f ms (overlapped with training)",
                     orders_from_policy, latency_sum / static_cast<double>(scheduler_latency_ms.size()));
       log::info(line);
     }
@@ -368,12 +370,13 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
             ", \"losses\": " + losses + ", \"final_loss\": " + json_number(final_loss) + "}";
     write_file(out_dir / "summary.json", json + "\n");
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
-                  outcome.steps_done, measured.mean_makespan_ms, measured.mean_bubble_ratio, measured.mean_throughput,
-                  measured.mean_lower_bound_ms > 0 ? measured.mean_makespan_ms / measured.mean_lower_bound_ms : 0.0,
-                  outcome.losses.empty() || !std::isfinite(final_loss) ? "" : ", final loss ",
-                  outcome.losses.empty() || !std::isfinite(final_loss) ? "" : json_number(final_loss).c_str());
+    std::snprintf(
+        line, sizeof line,
+        "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
+        outcome.steps_done, measured.mean_makespan_ms, measured.mean_bubble_ratio, measured.mean_throughput,
+        measured.mean_lower_bound_ms > 0 ? measured.mean_makespan_ms / measured.mean_lower_bound_ms : 0.0,
+        outcome.losses.empty() || !std::isfinite(final_loss) ? "" : ", final loss ",
+        outcome.losses.empty() || !std::isfinite(final_loss) ? "" : json_number(final_loss).c_str());
     log::info(line);
     log::info("results: " + (out_dir / "summary.json").string() + ", " +
               (writer ? (out_dir / "trace.h5").string() + ", " : std::string()) + (out_dir / "resolved.yaml").string());

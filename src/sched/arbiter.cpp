@@ -52,9 +52,9 @@ RankState::RankState(const Schedule& schedule, int rank, double memory_limit, do
   for (int i = 0; i < n; ++i) {
     const Action& a = (*actions_)[i];
     if (a.chunk < 0 || a.chunk >= schedule.v || a.microbatch < 0 || a.microbatch >= schedule.m) {
-      throw InputError("rank " + std::to_string(rank) + " position " + std::to_string(i) + ": action " +
-                       to_string(a) + " is outside chunks 0.." + std::to_string(schedule.v - 1) +
-                       " / microbatches 0.." + std::to_string(schedule.m - 1));
+      throw InputError("rank " + std::to_string(rank) + " position " + std::to_string(i) + ": action " + to_string(a) +
+                       " is outside chunks 0.." + std::to_string(schedule.v - 1) + " / microbatches 0.." +
+                       std::to_string(schedule.m - 1));
     }
     const std::size_t slot = static_cast<std::size_t>(a.chunk) * schedule.m + a.microbatch;
     auto& table = a.kind == OpKind::F ? f_index_ : a.kind == OpKind::W ? w_index_ : b_index_;

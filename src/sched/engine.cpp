@@ -53,7 +53,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   for (int r = 0; r < p; ++r) {
     dest[r].assign(st[r].size(), -1);
     for (int i = 0; i < st[r].size(); ++i) {
-      if (auto out = output_of(s, r, st[r].actions()[i]); out && !out->local()) dest[r][i] = st[out->to_rank].consumer_of(*out);
+      if (auto out = output_of(s, r, st[r].actions()[i]); out && !out->local())
+        dest[r][i] = st[out->to_rank].consumer_of(*out);
     }
   }
   std::vector<std::vector<double>> ready_at(p);
@@ -205,8 +206,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     }
   }
   if (!stuck.empty()) {
-    throw Error("schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) +
-                " execution (memory limit " + std::to_string(opt.memory_limit) + " M_F):" + stuck);
+    throw Error("schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) + " execution (memory limit " +
+                std::to_string(opt.memory_limit) + " M_F):" + stuck);
   }
   return res;
 }

@@ -12,8 +12,8 @@
 namespace conductor::sched {
 
 const std::vector<std::string>& generator_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1",
-                                                 "zb-h2", "zb-1p", "zb-2p", "zb-v"};
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p",
+                                                 "zb-2p", "zb-v"};
   return kinds;
 }
 
@@ -313,11 +313,13 @@ Schedule zb_handcrafted(int p, int m, const std::string& name, Warm warm_of, Def
 }  // namespace
 
 Schedule zb_h1(int p, int m) {
-  return zb_handcrafted(p, m, "zb-h1", [p](int r) { return p - r; }, [](int r) { return r; });
+  return zb_handcrafted(
+      p, m, "zb-h1", [p](int r) { return p - r; }, [](int r) { return r; });
 }
 
 Schedule zb_h2(int p, int m) {
-  return zb_handcrafted(p, m, "zb-h2", [p](int r) { return 2 * (p - r) - 1; }, [](int r) { return 2 * r; });
+  return zb_handcrafted(
+      p, m, "zb-h2", [p](int r) { return 2 * (p - r) - 1; }, [](int r) { return 2 * r; });
 }
 
 Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::string& name) {
@@ -399,12 +401,19 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
                      "); use 1f1b-interleaved or zb-v for virtual chunks");
   }
   Schedule s;
-  if (kind == "gpipe") s = gpipe(p, m);
-  else if (kind == "1f1b") s = one_f_one_b(p, m);
-  else if (kind == "zb-h1") s = zb_h1(p, m);
-  else if (kind == "zb-h2") s = zb_h2(p, m);
-  else if (kind == "zb-1p" || kind == "zb-2p") return zb_auto(p, m, cost, limit, kind);
-  else throw InputError("unknown schedule kind '" + kind + "' (gpipe, 1f1b, 1f1b-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, file:PATH)");
+  if (kind == "gpipe")
+    s = gpipe(p, m);
+  else if (kind == "1f1b")
+    s = one_f_one_b(p, m);
+  else if (kind == "zb-h1")
+    s = zb_h1(p, m);
+  else if (kind == "zb-h2")
+    s = zb_h2(p, m);
+  else if (kind == "zb-1p" || kind == "zb-2p")
+    return zb_auto(p, m, cost, limit, kind);
+  else
+    throw InputError("unknown schedule kind '" + kind +
+                     "' (gpipe, 1f1b, 1f1b-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, file:PATH)");
   validate_or_throw(s, limit, cost.memory_after_b, kind + " with memory limit " + fmt(limit) + " M_F");
   return s;
 }

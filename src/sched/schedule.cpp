@@ -179,9 +179,12 @@ Schedule parse_text(const std::string& text, const std::string& source) {
     } else if (word == "placement") {
       std::string p;
       ls >> p;
-      if (p == "loop") s.placement = Placement::Loop;
-      else if (p == "v") s.placement = Placement::V;
-      else fail("placement must be 'loop' or 'v', got '" + p + "'");
+      if (p == "loop")
+        s.placement = Placement::Loop;
+      else if (p == "v")
+        s.placement = Placement::V;
+      else
+        fail("placement must be 'loop' or 'v', got '" + p + "'");
       current = -1;
     } else if (word == "rank") {
       if (!have_p || !have_m) fail("'pipeline' and 'microbatches' must come before the first 'rank' line");
@@ -211,9 +214,11 @@ Schedule parse_text(const std::string& text, const std::string& source) {
       while (ls >> tok) {
         Action a;
         if (auto why = parse_action(tok, a); !why.empty()) fail("action '" + tok + "': " + why);
-        if (a.chunk >= s.v) fail("action '" + tok + "': chunk " + std::to_string(a.chunk) + " but virtual = " + std::to_string(s.v));
+        if (a.chunk >= s.v)
+          fail("action '" + tok + "': chunk " + std::to_string(a.chunk) + " but virtual = " + std::to_string(s.v));
         if (a.microbatch >= s.m) {
-          fail("action '" + tok + "': microbatch " + std::to_string(a.microbatch) + " but microbatches = " + std::to_string(s.m));
+          fail("action '" + tok + "': microbatch " + std::to_string(a.microbatch) +
+               " but microbatches = " + std::to_string(s.m));
         }
         s.ranks[current].push_back(a);
       }

@@ -36,7 +36,8 @@ std::string fmt_mem(double x) {
 Violation validate(const Schedule& s, double memory_limit, double a) {
   if (s.p < 1 || s.m < 1 || s.v < 1) return fail(0, -1, "p, m and v must be positive");
   if (static_cast<int>(s.ranks.size()) != s.p) {
-    return fail(0, -1, "the schedule has " + std::to_string(s.ranks.size()) + " rank lists for p = " + std::to_string(s.p));
+    return fail(0, -1,
+                "the schedule has " + std::to_string(s.ranks.size()) + " rank lists for p = " + std::to_string(s.p));
   }
   if (s.placement == Placement::V && s.v != 2) return fail(0, -1, "V placement needs exactly 2 chunks per rank");
 
@@ -48,20 +49,25 @@ Violation validate(const Schedule& s, double memory_limit, double a) {
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& x = s.ranks[r][i];
       if (x.chunk < 0 || x.chunk >= s.v) {
-        return fail(r, i, "action " + to_string(x) + " names chunk " + std::to_string(x.chunk) + " but v = " + std::to_string(s.v));
+        return fail(
+            r, i,
+            "action " + to_string(x) + " names chunk " + std::to_string(x.chunk) + " but v = " + std::to_string(s.v));
       }
       if (x.microbatch < 0 || x.microbatch >= s.m) {
-        return fail(r, i, "action " + to_string(x) + " names microbatch " + std::to_string(x.microbatch) +
-                              " but m = " + std::to_string(s.m));
+        return fail(r, i,
+                    "action " + to_string(x) + " names microbatch " + std::to_string(x.microbatch) +
+                        " but m = " + std::to_string(s.m));
       }
       const std::size_t slot = static_cast<std::size_t>(s.stage_of(r, x.chunk)) * s.m + x.microbatch;
       int& p = pos[static_cast<int>(x.kind)][slot];
-      if (p >= 0) return fail(r, i, "action " + to_string(x) + " appears twice (first at position " + std::to_string(p) + ")");
+      if (p >= 0)
+        return fail(r, i, "action " + to_string(x) + " appears twice (first at position " + std::to_string(p) + ")");
       p = i;
       const bool split = x.kind == OpKind::B || x.kind == OpKind::W;
       if (split && pos[static_cast<int>(OpKind::BW)][slot] >= 0) {
-        return fail(r, i, "action " + to_string(x) + " splits a backward that position " +
-                              std::to_string(pos[3][slot]) + " already runs as BW");
+        return fail(r, i,
+                    "action " + to_string(x) + " splits a backward that position " + std::to_string(pos[3][slot]) +
+                        " already runs as BW");
       }
       if (x.kind == OpKind::BW && (pos[1][slot] >= 0 || pos[2][slot] >= 0)) {
         return fail(r, i, "action " + to_string(x) + " fuses a backward that is already split into B and W");
@@ -75,15 +81,23 @@ Violation validate(const Schedule& s, double memory_limit, double a) {
       auto name = [&](OpKind k) { return to_string(Action{k, mb, c}); };
       if (pos[0][slot] < 0) return fail(r, -1, "missing " + name(OpKind::F) + " (stage " + std::to_string(stage) + ")");
       const bool bw = pos[3][slot] >= 0, b = pos[1][slot] >= 0, w = pos[2][slot] >= 0;
-      if (!bw && !b && !w) return fail(r, -1, "missing the backward of stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) + " (" + name(OpKind::B) + "+" + name(OpKind::W) + " or " + name(OpKind::BW) + ")");
+      if (!bw && !b && !w)
+        return fail(r, -1,
+                    "missing the backward of stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) +
+                        " (" + name(OpKind::B) + "+" + name(OpKind::W) + " or " + name(OpKind::BW) + ")");
       if (!bw && !b) return fail(r, -1, "missing " + name(OpKind::B) + " (stage " + std::to_string(stage) + ")");
       if (!bw && !w) return fail(r, -1, "missing " + name(OpKind::W) + " (stage " + std::to_string(stage) + ")");
       // 2. same-stage order.
       const int f = pos[0][slot];
       const int back = bw ? pos[3][slot] : pos[1][slot];
-      if (back < f) return fail(r, back, name(bw ? OpKind::BW : OpKind::B) + " comes before its forward " + name(OpKind::F) + " (position " + std::to_string(f) + ")");
+      if (back < f)
+        return fail(r, back,
+                    name(bw ? OpKind::BW : OpKind::B) + " comes before its forward " + name(OpKind::F) + " (position " +
+                        std::to_string(f) + ")");
       if (!bw && pos[2][slot] < pos[1][slot]) {
-        return fail(r, pos[2][slot], name(OpKind::W) + " comes before its " + name(OpKind::B) + " (position " + std::to_string(pos[1][slot]) + ")");
+        return fail(r, pos[2][slot],
+                    name(OpKind::W) + " comes before its " + name(OpKind::B) + " (position " +
+                        std::to_string(pos[1][slot]) + ")");
       }
     }
   }
@@ -125,11 +139,11 @@ Violation validate(const Schedule& s, double memory_limit, double a) {
       const Action& x = s.ranks[r][cursor[r]];
       const auto [pr, pp] = producer(r, x);
       const Action& y = s.ranks[pr][pp];
-      return fail(r, cursor[r], to_string(x) + " waits for " + to_string(y) + " (stage " +
-                                    std::to_string(s.stage_of(pr, y.chunk)) + ") on rank " + std::to_string(pr) +
-                                    ", position " + std::to_string(pp) + ", which waits behind rank " +
-                                    std::to_string(pr) + "'s position " + std::to_string(cursor[pr]) +
-                                    " (" + to_string(s.ranks[pr][cursor[pr]]) + "): a circular wait, the lists deadlock");
+      return fail(r, cursor[r],
+                  to_string(x) + " waits for " + to_string(y) + " (stage " + std::to_string(s.stage_of(pr, y.chunk)) +
+                      ") on rank " + std::to_string(pr) + ", position " + std::to_string(pp) +
+                      ", which waits behind rank " + std::to_string(pr) + "'s position " + std::to_string(cursor[pr]) +
+                      " (" + to_string(s.ranks[pr][cursor[pr]]) + "): a circular wait, the lists deadlock");
     }
   }
 
@@ -140,8 +154,9 @@ Violation validate(const Schedule& s, double memory_limit, double a) {
       for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
         mem += memory_delta(s.ranks[r][i].kind, s.v, a);
         if (mem > memory_limit + 1e-9) {
-          return fail(r, i, "memory in use " + fmt_mem(mem) + " M_F after " + to_string(s.ranks[r][i]) +
-                                " exceeds the limit of " + fmt_mem(memory_limit) + " M_F");
+          return fail(r, i,
+                      "memory in use " + fmt_mem(mem) + " M_F after " + to_string(s.ranks[r][i]) +
+                          " exceeds the limit of " + fmt_mem(memory_limit) + " M_F");
         }
       }
     }

@@ -36,20 +36,26 @@ double hash_normal(std::uint64_t h) {
 NoiseModel::NoiseModel(const sched::Schedule& s, sched::CostModel cost, const config::NoiseConfig& noise)
     : p_(s.p), v_(s.v), placement_(s.placement), cost_(std::move(cost)), cfg_(noise) {
   for (const auto& k : noise.kind) {
-    if (k == "gaussian") gaussian_ = true;
-    else if (k == "lognormal") lognormal_ = true;
-    else if (k == "heterogeneous") heterogeneous_ = true;
-    else if (k == "straggler") straggler_ = true;
-    else if (k == "congestion") congestion_ = true;
-    else if (k != "none") throw InputError("noise.kind: unknown model '" + k + "'");
+    if (k == "gaussian")
+      gaussian_ = true;
+    else if (k == "lognormal")
+      lognormal_ = true;
+    else if (k == "heterogeneous")
+      heterogeneous_ = true;
+    else if (k == "straggler")
+      straggler_ = true;
+    else if (k == "congestion")
+      congestion_ = true;
+    else if (k != "none")
+      throw InputError("noise.kind: unknown model '" + k + "'");
   }
   if (straggler_) {
     straggler_rank_ = noise.straggler_rank >= 0
                           ? noise.straggler_rank
                           : static_cast<int>(hash_words({noise.seed, kStraggler}) % static_cast<std::uint64_t>(p_));
     if (straggler_rank_ >= p_) {
-      throw InputError("noise.straggler_rank = " + std::to_string(straggler_rank_) + " is not a rank of p = " +
-                       std::to_string(p_));
+      throw InputError("noise.straggler_rank = " + std::to_string(straggler_rank_) +
+                       " is not a rank of p = " + std::to_string(p_));
     }
   }
   rank_factor_.assign(p_, 1.0);

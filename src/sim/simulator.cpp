@@ -37,7 +37,9 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   eo.record_ops = options.record_events;
   const sched::ExecResult res = sched::execute(
       s, eo,
-      [&](int rank, const sched::Action& a) { return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind); },
+      [&](int rank, const sched::Action& a) {
+        return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind);
+      },
       [&](const sched::Transfer& t) { return noise.comm_time_ms(step, t); });
 
   StepResult r;
@@ -179,9 +181,9 @@ std::string summary_json(const RunResult& run, const config::Deck& d, const sche
   out += ", \"steps\": [";
   for (std::size_t i = 0; i < run.steps.size(); ++i) {
     const auto& s = run.steps[i];
-    out += std::string(i ? ", " : "") + "{\"step\": " + std::to_string(s.step) + ", \"makespan_ms\": " +
-           num(s.makespan_ms) + ", \"bubble_ratio\": " + num(s.bubble_ratio) + ", \"lower_bound_ms\": " +
-           num(s.lower_bound_ms) + ", \"throughput\": " + num(s.throughput) + "}";
+    out += std::string(i ? ", " : "") + "{\"step\": " + std::to_string(s.step) +
+           ", \"makespan_ms\": " + num(s.makespan_ms) + ", \"bubble_ratio\": " + num(s.bubble_ratio) +
+           ", \"lower_bound_ms\": " + num(s.lower_bound_ms) + ", \"throughput\": " + num(s.throughput) + "}";
   }
   out += "]}";
   return out;

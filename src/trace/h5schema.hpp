@@ -10,13 +10,13 @@
 namespace conductor::trace::h5 {
 
 inline constexpr std::array<std::string_view, 13> kEventFields = {
-    "step", "rank", "stage", "chunk", "microbatch", "kind", "ready_ns",
-    "start_ns", "end_ns", "bytes", "wait_ns", "peer", "migrated"};
+    "step",     "rank",   "stage", "chunk",   "microbatch", "kind",    "ready_ns",
+    "start_ns", "end_ns", "bytes", "wait_ns", "peer",       "migrated"};
 inline constexpr std::array<std::string_view, 7> kStepFields = {
     "step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "samples_per_s", "lower_bound_ns"};
 inline constexpr std::array<std::string_view, 13> kRootAttributes = {
-    "schema_version", "deck", "world_size", "schedule", "execution", "hint", "backend",
-    "source", "hostnames", "git_revision", "pipeline", "microbatches", "virtual"};
+    "schema_version", "deck",      "world_size",   "schedule", "execution",    "hint",   "backend",
+    "source",         "hostnames", "git_revision", "pipeline", "microbatches", "virtual"};
 
 Handle kind_type(bool file);   // HDF5 enum over int8: F=0 B=1 W=2 BW=3 SEND=4 RECV=5
 Handle event_type(bool file);  // compound matching OpEvent (memory) or its packed LE form (file)

@@ -17,8 +17,8 @@ StepRecord summarize_step(const std::vector<OpEvent>& events, int world_size, in
   for (const OpEvent& ev : events) {
     if (ev.step != step || !is_compute(ev.kind)) continue;
     if (ev.rank < 0 || ev.rank >= world_size) {
-      throw Error("summarize_step: step " + std::to_string(step) + " has an event on rank " +
-                  std::to_string(ev.rank) + ", outside [0, " + std::to_string(world_size) + ")");
+      throw Error("summarize_step: step " + std::to_string(step) + " has an event on rank " + std::to_string(ev.rank) +
+                  ", outside [0, " + std::to_string(world_size) + ")");
     }
     first = std::min(first, ev.start_ns);
     last = std::max(last, ev.end_ns);

@@ -26,7 +26,8 @@ h5::Handle open_attr(hid_t file, const std::string& path, const char* name) {
 std::int32_t read_int_attr(hid_t file, const std::string& path, const char* name) {
   h5::Handle attr = open_attr(file, path, name);
   h5::Handle type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_INTEGER) malformed(path, std::string("root attribute '") + name + "' is not an integer");
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    malformed(path, std::string("root attribute '") + name + "' is not an integer");
   std::int32_t value = 0;
   if (H5Aread(attr.get(), H5T_NATIVE_INT32, &value) < 0) h5::fail_input(path, std::string("H5Aread(") + name + ")");
   return value;
@@ -35,7 +36,8 @@ std::int32_t read_int_attr(hid_t file, const std::string& path, const char* name
 std::vector<std::string> read_strings_attr(hid_t file, const std::string& path, const char* name) {
   h5::Handle attr = open_attr(file, path, name);
   h5::Handle file_type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(file_type.get()) != H5T_STRING) malformed(path, std::string("root attribute '") + name + "' is not a string");
+  if (H5Tget_class(file_type.get()) != H5T_STRING)
+    malformed(path, std::string("root attribute '") + name + "' is not a string");
   h5::Handle space(H5Aget_space(attr.get()), H5Sclose);
   hssize_t n = H5Sget_simple_extent_npoints(space.get());
   std::vector<std::string> out;
@@ -70,7 +72,8 @@ std::vector<Row> read_table(hid_t file, const std::string& path, const char* nam
   h5::Handle dset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
   if (!dset.valid()) h5::fail_input(path, std::string("H5Dopen2(/") + name + ")");
   h5::Handle file_type(H5Dget_type(dset.get()), H5Tclose);
-  if (H5Tget_class(file_type.get()) != H5T_COMPOUND) malformed(path, std::string("dataset '/") + name + "' is not a compound table");
+  if (H5Tget_class(file_type.get()) != H5T_COMPOUND)
+    malformed(path, std::string("dataset '/") + name + "' is not a compound table");
   for (std::string_view field : fields) {
     if (H5Tget_member_index(file_type.get(), std::string(field).c_str()) < 0) {
       malformed(path, "dataset '/" + std::string(name) + "' has no field '" + std::string(field) + "'");

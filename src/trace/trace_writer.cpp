@@ -31,7 +31,7 @@ namespace {
 
 constexpr hsize_t kEventChunkRows = 1024;  // ~62 KB raw; the partial last chunk is recompressed per flush
 constexpr hsize_t kStepChunkRows = 128;
-constexpr int kGzipLevel = 1;              // level 4 costs ~2x the time for ~15% smaller files
+constexpr int kGzipLevel = 1;  // level 4 costs ~2x the time for ~15% smaller files
 
 void write_string_attr(hid_t file, const std::string& path, const char* name, const std::string& value) {
   h5::Handle type = h5::vlen_string_type();
@@ -49,8 +49,7 @@ void write_int_attr(hid_t file, const std::string& path, const char* name, std::
   h5::check_status(H5Awrite(attr.get(), H5T_NATIVE_INT32, &value), path, "H5Awrite");
 }
 
-void write_strings_attr(hid_t file, const std::string& path, const char* name,
-                        const std::vector<std::string>& values) {
+void write_strings_attr(hid_t file, const std::string& path, const char* name, const std::vector<std::string>& values) {
   h5::Handle type = h5::vlen_string_type();
   hsize_t n = values.size();
   h5::Handle space(h5::check(H5Screate_simple(1, &n, nullptr), path, "H5Screate_simple"), H5Sclose);
@@ -155,8 +154,7 @@ struct Table {
     }
     const std::vector<unsigned char>& z = zip.compress(shuffled);
     hsize_t offset = first_row;
-    h5::check_status(H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, &offset, z.size(), z.data()), path,
-                     "H5Dwrite_chunk");
+    h5::check_status(H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, &offset, z.size(), z.data()), path, "H5Dwrite_chunk");
   }
 
   // Appends packed rows: grows the extent, writes every chunk they complete, then the partial last one.
@@ -223,8 +221,7 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems, and
   // this is the only writer.
   h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
-  h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path,
-                   "H5Pset_libver_bounds");
+  h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path, "H5Pset_libver_bounds");
   h5::check_status(H5Pset_file_locking(fapl.get(), false, true), path, "H5Pset_file_locking");
   m.file = h5::Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (!m.file.valid()) h5::fail(path, "H5Fcreate");
@@ -332,9 +329,7 @@ const std::string& TraceWriter::path() const {
   if (!impl_) throw Error("TraceWriter::path on a moved-from writer");
   return impl_->path;
 }
-std::int64_t TraceWriter::events_written() const {
-  return impl_ ? static_cast<std::int64_t>(impl_->events.rows) : 0;
-}
+std::int64_t TraceWriter::events_written() const { return impl_ ? static_cast<std::int64_t>(impl_->events.rows) : 0; }
 std::int64_t TraceWriter::steps_written() const { return impl_ ? static_cast<std::int64_t>(impl_->steps.rows) : 0; }
 
 }  // namespace conductor::trace

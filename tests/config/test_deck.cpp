@@ -140,8 +140,9 @@ TEST(Deck, UnknownOverridePathRejected) {
 }
 
 TEST(Deck, OverridesReplaceDeckValuesInOrder) {
-  Deck d = parse("parallel: {pipeline: 2, microbatches: 4}\n",
-                 {"parallel.pipeline=8", "parallel.pipeline=16", "cost.forward=[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"});
+  Deck d =
+      parse("parallel: {pipeline: 2, microbatches: 4}\n",
+            {"parallel.pipeline=8", "parallel.pipeline=16", "cost.forward=[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"});
   EXPECT_EQ(d.parallel.pipeline, 16);
   EXPECT_EQ(d.parallel.microbatches, 4);
   EXPECT_EQ(d.cost.forward.size(), 16u);

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   int local = -1, local_size = -1;
   cu::node_local_rank(MPI_COMM_WORLD, local, local_size);
   expect(size == 2, "run with 2 ranks", rank);
-  expect(local == rank && local_size == size, "node-local rank " + std::to_string(local) + " of " +
-                                                  std::to_string(local_size) + " on a single node", rank);
+  expect(local == rank && local_size == size,
+         "node-local rank " + std::to_string(local) + " of " + std::to_string(local_size) + " on a single node", rank);
   const int gpus = cu::device_count();
   for (const bool sharing : {false, true}) {
     const int dev = try_select(sharing);

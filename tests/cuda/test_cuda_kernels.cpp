@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "../model/model_test_util.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/cuda/gpu_clock.hpp"
-#include "../model/model_test_util.hpp"
 
 namespace {
 
@@ -334,9 +334,9 @@ TEST_F(CudaKernels, GpuClockMapsMarksIntoHostTime) {
   ASSERT_TRUE(clock.query(before));
   ASSERT_TRUE(clock.query(after));
   const std::int64_t s0 = clock.steady_ns(before), s1 = clock.steady_ns(after);
-  EXPECT_LT(s0, s1);                 // 20 products of 512^3 take well over the ~1 us event resolution
-  EXPECT_GE(s0, t0 - 100'000);       // inside the host interval that contains both marks, give or take the
-  EXPECT_LE(s1, t1 + 100'000);       // anchor's error (a poll interval, microseconds)
+  EXPECT_LT(s0, s1);            // 20 products of 512^3 take well over the ~1 us event resolution
+  EXPECT_GE(s0, t0 - 100'000);  // inside the host interval that contains both marks, give or take the
+  EXPECT_LE(s1, t1 + 100'000);  // anchor's error (a poll interval, microseconds)
 }
 
 // bf16 GEMM: both operands are rounded to bf16 (8-bit significand, unit roundoff u = 2^-9 = 1.95e-3) and the

@@ -82,8 +82,8 @@ std::vector<double> run_pipeline(const std::string& mode, int rank) {
   if (mode == "nccl") {
     transport = std::make_unique<rt::NcclTransport>(MPI_COMM_WORLD, std::vector<int>{1 - rank}, gpu.stream());
   } else {
-    transport = std::make_unique<rt::HostStagedTransport>(std::make_unique<rt::MpiTransport>(MPI_COMM_WORLD),
-                                                          gpu.stream());
+    transport =
+        std::make_unique<rt::HostStagedTransport>(std::make_unique<rt::MpiTransport>(MPI_COMM_WORLD), gpu.stream());
   }
   const int M = model.num_microbatches();
   const std::size_t bytes = model.activation_elements() * sizeof(float);
@@ -97,8 +97,10 @@ std::vector<double> run_pipeline(const std::string& mode, int rank) {
     model.begin_step(step);
     std::map<rt::TransferId, int> recv_mb;
     for (int mb = M - 1; mb >= 0; mb--) {
-      if (rank == 0) recv_mb[transport->post_recv(1, kGradTag + mb, grad[mb].get(), bytes)] = mb;
-      else recv_mb[transport->post_recv(0, mb, act[mb].get(), bytes)] = mb;
+      if (rank == 0)
+        recv_mb[transport->post_recv(1, kGradTag + mb, grad[mb].get(), bytes)] = mb;
+      else
+        recv_mb[transport->post_recv(0, mb, act[mb].get(), bytes)] = mb;
     }
     if (rank == 0) {
       for (int mb = 0; mb < M; mb++) {

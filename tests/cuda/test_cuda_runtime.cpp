@@ -31,10 +31,21 @@ config::Deck deck_for(const std::string& transport, const std::string& schedule,
   o.world_size = 2;
   o.source_name = "cuda_runtime_test";
   const std::string out = (std::filesystem::temp_directory_path() / ("conductor-cuda-rt-" + transport)).string();
-  o.overrides = {"backend=" + backend, "parallel.pipeline=2", "parallel.microbatches=4", "parallel.microbatch_size=2",
-                 "model.n_layers=4", "model.d_model=64", "model.n_heads=4", "model.seq_len=32", "run.steps=3",
-                 "run.output=" + out, "trace.enabled=true", "schedule.kind=" + schedule,
-                 "schedule.execution=" + execution, "noise.kind=gaussian", "noise.level=0.2"};
+  o.overrides = {"backend=" + backend,
+                 "parallel.pipeline=2",
+                 "parallel.microbatches=4",
+                 "parallel.microbatch_size=2",
+                 "model.n_layers=4",
+                 "model.d_model=64",
+                 "model.n_heads=4",
+                 "model.seq_len=32",
+                 "run.steps=3",
+                 "run.output=" + out,
+                 "trace.enabled=true",
+                 "schedule.kind=" + schedule,
+                 "schedule.execution=" + execution,
+                 "noise.kind=gaussian",
+                 "noise.level=0.2"};
   if (backend == "cuda") {
     o.overrides.push_back("cuda.transport=" + transport);
     o.overrides.push_back(std::string("cuda.allow_gpu_sharing=") + (transport == "mpi" ? "true" : "false"));
@@ -60,8 +71,8 @@ int run_checks(const std::string& transport, int rank) {
       // fp32 on both sides; cuBLAS and OpenBLAS sum in different orders.
       const double tol = 1e-4 * std::max(1.0, std::abs(reference[k]));
       const bool ok = std::abs(outcome.losses[k] - reference[k]) <= tol;
-      std::printf("%s %s %s step %zu: cuda %.7f cpu %.7f %s\n", transport.c_str(), schedule.c_str(),
-                  execution.c_str(), k, outcome.losses[k], reference[k], ok ? "ok" : "FAIL");
+      std::printf("%s %s %s step %zu: cuda %.7f cpu %.7f %s\n", transport.c_str(), schedule.c_str(), execution.c_str(),
+                  k, outcome.losses[k], reference[k], ok ? "ok" : "FAIL");
       if (!ok) ++failures;
     }
   }

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "../model/model_test_util.hpp"
 #include "conductor/config/deck.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/stage.hpp"
-#include "../model/model_test_util.hpp"
 
 namespace {
 
@@ -51,7 +51,8 @@ double run_step(StageModel& m, int step) {
   }
   m.begin_step(step);
   for (int mb = 0; mb < m.num_microbatches(); mb++) {
-    for (int vs = 0; vs < S; vs++) m.forward(vs, mb, vs == 0 ? nullptr : act[vs].f(), vs == S - 1 ? nullptr : act[vs + 1].f());
+    for (int vs = 0; vs < S; vs++)
+      m.forward(vs, mb, vs == 0 ? nullptr : act[vs].f(), vs == S - 1 ? nullptr : act[vs + 1].f());
     for (int vs = S - 1; vs >= 0; vs--) {
       m.backward_full(vs, mb, vs == S - 1 ? nullptr : grad[vs + 1].f(), vs == 0 ? nullptr : grad[vs].f());
     }

@@ -93,8 +93,8 @@ TEST(Oracle, LogitsLossGradientsAndAdamWMatchLibTorch) {
       ours.data().microbatch(step, mb, in, tg);
       auto [lg, loss] = ref.forward(in, tg, layers);
       if (step == 0) {
-        const double e =
-            rel(to_torch(logits[mb], {deck.parallel.microbatch_size, deck.model.seq_len, deck.model.vocab}), lg.detach());
+        const double e = rel(
+            to_torch(logits[mb], {deck.parallel.microbatch_size, deck.model.seq_len, deck.model.vocab}), lg.detach());
         worst_logits = std::max(worst_logits, e);
         EXPECT_LT(e, 1e-5) << "logits of microbatch " << mb;
       }
@@ -168,7 +168,8 @@ TEST(Oracle, LogitsLossGradientsAndAdamWMatchLibTorch) {
       EXPECT_LT(rel(mine, theirs), 1e-4) << t.name;
     }
   }
-  std::printf("oracle: max relative error: logits %.2e, gradients %.2e (per-tensor norm), step losses over 5 AdamW "
-              "steps %.2e, weights after 5 steps %.2e\n",
-              worst_logits, worst_grad, worst_loss, worst_param);
+  std::printf(
+      "oracle: max relative error: logits %.2e, gradients %.2e (per-tensor norm), step losses over 5 AdamW "
+      "steps %.2e, weights after 5 steps %.2e\n",
+      worst_logits, worst_grad, worst_loss, worst_param);
 }

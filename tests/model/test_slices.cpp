@@ -39,7 +39,7 @@ struct Layer {
   LayerView wv, gv;
   explicit Layer(Rand& r) {
     const int C = d.C, F = d.F;
-    const std::size_t sizes[12] = {(size_t)C, (size_t)C, 3ul * C * C, 3ul * C, (size_t)C * C, (size_t)C,
+    const std::size_t sizes[12] = {(size_t)C, (size_t)C, 3ul * C * C,   3ul * C,   (size_t)C * C, (size_t)C,
                                    (size_t)C, (size_t)C, (size_t)F * C, (size_t)F, (size_t)F * C, (size_t)C};
     for (int i = 0; i < 12; i++) {
       w[i] = r.vec(sizes[i], 0.3f);
@@ -75,7 +75,9 @@ struct AttnBufs {
 struct MlpBufs {
   std::vector<float> h, gelu, dh;
   MlpSliceBuffers b;
-  MlpBufs(const Dims& d, int nc) : h(d.BT() * nc), gelu(h.size()), dh(h.size()) { b = {h.data(), gelu.data(), dh.data()}; }
+  MlpBufs(const Dims& d, int nc) : h(d.BT() * nc), gelu(h.size()), dh(h.size()) {
+    b = {h.data(), gelu.data(), dh.data()};
+  }
 };
 
 }  // namespace
@@ -111,7 +113,7 @@ TEST(Slices, AttentionHeadGroupsSumToFullLayer) {
   }
   EXPECT_LT(max_rel(out_sum, out_full), 1e-5);
   EXPECT_LT(max_rel(dln_sum, dln_full), 1e-5);
-  const char* names[12] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
+  const char* names[12] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w",   "proj_b",
                            "ln2_w", "ln2_b", "fc_w",  "fc_b",  "fcproj_w", "fcproj_b"};
   for (int i : {2, 3, 4, 5}) EXPECT_LT(max_rel(L.g[i], g_full[i]), 1e-5) << names[i];
   // The full gradients are not trivially zero, and a slice alone does not give the whole output.

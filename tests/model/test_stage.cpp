@@ -2,12 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-#include <cstdio>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "conductor/config/schema.hpp"
 #include "conductor/model/stage.hpp"
@@ -94,8 +94,8 @@ TEST(Split, DeckKeysAreChecked) {
   } catch (const DeckError& e) {
     EXPECT_NE(std::string(e.what()).find("layers_per_stage sums to 3"), std::string::npos) << e.what();
   }
-  opt.overrides = {"parallel.pipeline=2", "model.layers_per_stage=[1,3]", "optim.warmup_steps=3",
-                   "checkpoint.every=2", "data.source=synthetic"};
+  opt.overrides = {"parallel.pipeline=2", "model.layers_per_stage=[1,3]", "optim.warmup_steps=3", "checkpoint.every=2",
+                   "data.source=synthetic"};
   const config::Deck listed = config::parse_deck("", opt);
   EXPECT_EQ(listed.model.layers_per_stage, (std::vector<int>{1, 3}));
   EXPECT_EQ(config::parse_deck(config::to_yaml(listed), {}).model.layers_per_stage, (std::vector<int>{1, 3}));
@@ -204,7 +204,7 @@ TEST(Stage, OutOfOrderCallsAreRefused) {
   m.forward(0, 0, nullptr, nullptr);
   EXPECT_THROW(m.forward(0, 0, nullptr, nullptr), Error);
   EXPECT_THROW(m.backward_weight(0, 0), Error);
-  EXPECT_THROW(m.begin_step(1), Error);  // microbatch 0 still in flight
+  EXPECT_THROW(m.begin_step(1), Error);                    // microbatch 0 still in flight
   EXPECT_THROW(m.forward(1, 1, nullptr, nullptr), Error);  // stage not held
   EXPECT_THROW(m.forward(0, 3, nullptr, nullptr), Error);  // microbatch out of range
   m.backward_full(0, 0, nullptr, nullptr);
@@ -279,8 +279,8 @@ TEST(Stage, ActivationBytesCountLayersAndHead) {
   // One layer of this shape keeps at least x, ln1, x2, ln2, y, qkv (3x), dqkv (3x), h, gelu, dh and 4 grads.
   const std::size_t btc = 2 * 6 * 8;
   EXPECT_GE(m.activation_bytes_per_microbatch(0), 3 * (19 * btc) * sizeof(float));
-  EXPECT_EQ(m.activation_bytes_per_microbatch(), std::max(m.activation_bytes_per_microbatch(0),
-                                                          m.activation_bytes_per_microbatch(1)));
+  EXPECT_EQ(m.activation_bytes_per_microbatch(),
+            std::max(m.activation_bytes_per_microbatch(0), m.activation_bytes_per_microbatch(1)));
 }
 
 // The quickstart deck (inputs/quickstart.yaml: vocab 256, seq 64, d 64, 4 heads, 4 layers, 8 microbatches of 4,
@@ -298,15 +298,15 @@ TEST(Training, QuickstartLearnsBelowUnigramEntropy) {
   const config::Deck deck = config::parse_deck(text.str(), opt);
   ASSERT_EQ(deck.model.vocab, 256);
   const double unigram = DataSource(deck).empirical_unigram_entropy(deck.run.steps, deck.parallel.microbatches);
-  const double conditional =
-      DataSource(deck).empirical_conditional_entropy(deck.run.steps, deck.parallel.microbatches);
+  const double conditional = DataSource(deck).empirical_conditional_entropy(deck.run.steps, deck.parallel.microbatches);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<double> losses = train_reference(deck);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("quickstart: %zu steps, loss %.4f -> %.4f, unigram entropy %.4f, conditional entropy %.4f nats; "
-              "%.1f ms/step (%d microbatches of %dx%d tokens, 1 thread)\n",
-              losses.size(), losses.front(), losses.back(), unigram, conditional, 1e3 * secs / losses.size(),
-              deck.parallel.microbatches, deck.parallel.microbatch_size, deck.model.seq_len);
+  std::printf(
+      "quickstart: %zu steps, loss %.4f -> %.4f, unigram entropy %.4f, conditional entropy %.4f nats; "
+      "%.1f ms/step (%d microbatches of %dx%d tokens, 1 thread)\n",
+      losses.size(), losses.front(), losses.back(), unigram, conditional, 1e3 * secs / losses.size(),
+      deck.parallel.microbatches, deck.parallel.microbatch_size, deck.model.seq_len);
   EXPECT_NEAR(losses.front(), std::log(256.0), 0.3);  // starts at chance
-  EXPECT_LT(losses.back(), unigram - 1.0);             // and ends far below any context-free model
+  EXPECT_LT(losses.back(), unigram - 1.0);            // and ends far below any context-free model
 }

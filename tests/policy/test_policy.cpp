@@ -125,7 +125,8 @@ TEST(PolicyEnv, HeuristicChoiceReproducesTheEngine) {
       env.memory_limit = v == 1 ? 8 : 4;
       env.memory_after_b = 0.3;
       std::vector<policy::Decision> rec;
-      const auto ro = policy::rollout(s, env, cost, compute, comm, [](const policy::Decision&) { return 0; }, &rec);
+      const auto ro = policy::rollout(
+          s, env, cost, compute, comm, [](const policy::Decision&) { return 0; }, &rec);
       sched::ExecOptions eo;
       eo.execution = sched::Execution::Readiness;
       eo.hint = env.heuristic;
@@ -206,9 +207,15 @@ TEST(PolicyFile, RoundTripGivesIdenticalDecisions) {
   env.memory_after_b = 0.5;
   std::vector<int> ca, cb;
   const auto ra = policy::rollout(s, env, draw.cost, policy::draw_compute(draw, 1), policy::draw_comm(draw),
-                                  [&](const policy::Decision& d) { ca.push_back(pol.greedy(d)); return ca.back(); });
+                                  [&](const policy::Decision& d) {
+                                    ca.push_back(pol.greedy(d));
+                                    return ca.back();
+                                  });
   const auto rb = policy::rollout(s, env, draw.cost, policy::draw_compute(draw, 1), policy::draw_comm(draw),
-                                  [&](const policy::Decision& d) { cb.push_back(back.greedy(d)); return cb.back(); });
+                                  [&](const policy::Decision& d) {
+                                    cb.push_back(back.greedy(d));
+                                    return cb.back();
+                                  });
   EXPECT_EQ(ca, cb);
   EXPECT_EQ(ra.order, rb.order);
 }
@@ -293,13 +300,14 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
     const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
     auto ppo = policy::make_ppo_scheduler(deck, gen, pol);
     int checked = 0;
-    const auto with_ppo = policy::simulate_with_scheduler(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
-      EXPECT_EQ(s.p, gen.p);
-      EXPECT_EQ(s.m, gen.m);
-      EXPECT_TRUE(sched::validate(s, sched::memory_limit_for(deck, gen), deck.cost.memory_after_b).ok);
-      EXPECT_TRUE(r.events.empty());  // trace.enabled=false: the caller asked for none
-      ++checked;
-    });
+    const auto with_ppo =
+        policy::simulate_with_scheduler(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
+          EXPECT_EQ(s.p, gen.p);
+          EXPECT_EQ(s.m, gen.m);
+          EXPECT_TRUE(sched::validate(s, sched::memory_limit_for(deck, gen), deck.cost.memory_after_b).ok);
+          EXPECT_TRUE(r.events.empty());  // trace.enabled=false: the caller asked for none
+          ++checked;
+        });
     EXPECT_EQ(checked, 12);
     EXPECT_EQ(with_ppo.latency_ms.size(), 11u);  // initial_order + orders for steps 2..11
     const policy::PpoStats* st = policy::ppo_stats(*ppo);
@@ -320,8 +328,8 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
 // The control loop's one-step lag, as at run time: the order planned from step k's events runs at step k+2
 // (steps 0 and 1 run the initial order), and every order is planned from the events of the step it names.
 TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
-  config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-h1",
-                               "trace.enabled=false"});
+  config::Deck deck =
+      deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-h1", "trace.enabled=false"});
   const sched::Schedule gen = sched::make_schedule(deck);
   struct Recorder final : policy::GlobalScheduler {
     sched::Schedule base;
@@ -345,9 +353,8 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
   const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
   const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
   std::vector<std::string> ran;
-  const auto run = policy::simulate_with_scheduler(noise, opt, 6, rec, [&](const sim::StepResult&, const sched::Schedule& s) {
-    ran.push_back(s.name);
-  });
+  const auto run = policy::simulate_with_scheduler(
+      noise, opt, 6, rec, [&](const sim::StepResult&, const sched::Schedule& s) { ran.push_back(s.name); });
   EXPECT_EQ(ran, (std::vector<std::string>{"initial", "initial", "from-0", "from-1", "from-2", "from-3"}));
   EXPECT_EQ(rec.observed_steps, (std::vector<int>{0, 1, 2, 3}));
   for (std::size_t n : rec.observed_events) EXPECT_GE(n, static_cast<std::size_t>(4 * 8 * 3));  // every compute op

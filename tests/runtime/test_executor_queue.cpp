@@ -9,12 +9,12 @@
 
 #include <cstring>
 #include <deque>
-#include <memory>
-#include <stdexcept>
-#include <tuple>
 #include <map>
+#include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "conductor/config/deck.hpp"
 #include "conductor/runtime/clock.hpp"
@@ -105,7 +105,8 @@ class QueuedCompute final : public runtime::Compute {
     auto expect = [&](float got, float want, const char* what) {
       if (got != want) {
         problems.push_back(std::string(what) + " of " + sched::to_string(op.a) + " on stage " +
-                           std::to_string(op.stage) + ": " + std::to_string(got) + ", expected " + std::to_string(want));
+                           std::to_string(op.stage) + ": " + std::to_string(got) + ", expected " +
+                           std::to_string(want));
       }
     };
     if (op.a.kind == sched::OpKind::F) {
@@ -202,9 +203,15 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
   o.command = config::Command::Run;
   o.world_size = size;
   o.source_name = "executor_queue";
-  o.overrides = {"backend=emulated", "parallel.pipeline=" + std::to_string(size), "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=" + std::to_string(2 * size), "schedule.kind=" + kind,
-                 "schedule.execution=readiness", "cost.forward=1", "cost.backward_input=1", "cost.backward_weight=1",
+  o.overrides = {"backend=emulated",
+                 "parallel.pipeline=" + std::to_string(size),
+                 "parallel.virtual=" + std::to_string(v),
+                 "parallel.microbatches=" + std::to_string(2 * size),
+                 "schedule.kind=" + kind,
+                 "schedule.execution=readiness",
+                 "cost.forward=1",
+                 "cost.backward_input=1",
+                 "cost.backward_weight=1",
                  "cost.comm=0.01"};
   const config::Deck deck = config::parse_deck("", o);
   const sched::Schedule order = sched::make_schedule(deck);
@@ -253,7 +260,7 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
     EXPECT_EQ(ran.size(), actions.size()) << kind << " rank " << rank;
     for (const auto& a : actions) {
       EXPECT_EQ(ran.count(std::to_string(static_cast<int>(a.kind)) + ":" + std::to_string(a.chunk) + ":" +
-                         std::to_string(a.microbatch)),
+                          std::to_string(a.microbatch)),
                 1u);
     }
     int remote = 0;

@@ -70,17 +70,17 @@ TEST_P(LossEquality, MatchesSingleRank) {
   EXPECT_NE(outcome.losses.front(), outcome.losses.back());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllSchedules, LossEquality,
-    ::testing::Combine(::testing::Values("gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"),
-                       ::testing::Values("strict", "readiness"), ::testing::Values("schedule")),
-    [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-      for (auto& c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(AllSchedules, LossEquality,
+                         ::testing::Combine(::testing::Values("gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2",
+                                                              "zb-1p", "zb-2p", "zb-v"),
+                                            ::testing::Values("strict", "readiness"), ::testing::Values("schedule")),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(ReadinessHints, LossEquality,
                          ::testing::Combine(::testing::Values("zb-2p"), ::testing::Values("readiness"),

@@ -26,12 +26,12 @@ TEST(Arbiter, StrictRunsTheListInOrderAndWaitsForInputs) {
   EXPECT_EQ(st.pick(Execution::Strict, Hint::Schedule), -1);  // F0 waits for rank 0's activation
   const int f1 = st.index_of(OpKind::F, 0, 1);
   st.input_arrived(f1);
-  EXPECT_EQ(st.pick(Execution::Strict, Hint::Schedule), -1);        // strict: F1 is ready but F0 is next
-  EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), f1);     // readiness runs it
+  EXPECT_EQ(st.pick(Execution::Strict, Hint::Schedule), -1);     // strict: F1 is ready but F0 is next
+  EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), f1);  // readiness runs it
   const int f0 = st.index_of(OpKind::F, 0, 0);
   st.input_arrived(f0);
   EXPECT_EQ(st.pick(Execution::Strict, Hint::Schedule), f0);
-  EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), f0);     // earliest in the list
+  EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), f0);  // earliest in the list
   st.start(f0);
   EXPECT_DOUBLE_EQ(st.memory_in_use(), 1.0);
   st.complete(f0);
@@ -42,8 +42,14 @@ TEST(Arbiter, StrictRunsTheListInOrderAndWaitsForInputs) {
 
 TEST(Arbiter, HintsRankReadyWork) {
   // One stage, split backward: F0 F1 B0 W0 B1 W1 with everything of mb 0 done but W0, F1 not started.
-  const Schedule s = one_rank({{OpKind::F, 0, 0}, {OpKind::F, 1, 0}, {OpKind::F, 2, 0}, {OpKind::B, 0, 0},
-                               {OpKind::W, 0, 0}, {OpKind::B, 1, 0}, {OpKind::W, 1, 0}, {OpKind::B, 2, 0},
+  const Schedule s = one_rank({{OpKind::F, 0, 0},
+                               {OpKind::F, 1, 0},
+                               {OpKind::F, 2, 0},
+                               {OpKind::B, 0, 0},
+                               {OpKind::W, 0, 0},
+                               {OpKind::B, 1, 0},
+                               {OpKind::W, 1, 0},
+                               {OpKind::B, 2, 0},
                                {OpKind::W, 2, 0}},
                               3);
   RankState st(s, 0, 10, 0.5);
@@ -57,15 +63,19 @@ TEST(Arbiter, HintsRankReadyWork) {
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::BF), 4);        // backward work first
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::BFW), 1);       // W only fills: F first
   st.start(1);
-  st.complete(1);  // F1 -> B1 ready
-  EXPECT_EQ(st.pick(Execution::Readiness, Hint::BFW), 5);       // B1 before F2 and W0
-  EXPECT_EQ(st.pick(Execution::Readiness, Hint::BF), 4);        // W0 (position 4) before B1 (5)
+  st.complete(1);                                          // F1 -> B1 ready
+  EXPECT_EQ(st.pick(Execution::Readiness, Hint::BFW), 5);  // B1 before F2 and W0
+  EXPECT_EQ(st.pick(Execution::Readiness, Hint::BF), 4);   // W0 (position 4) before B1 (5)
 }
 
 TEST(Arbiter, MemoryLimitAndReservation) {
   // Limit 2: F0 F1 fill it; F2 must wait for a backward even though ready.
-  const Schedule s = one_rank({{OpKind::F, 0, 0}, {OpKind::F, 1, 0}, {OpKind::BW, 0, 0}, {OpKind::F, 2, 0},
-                               {OpKind::BW, 1, 0}, {OpKind::BW, 2, 0}},
+  const Schedule s = one_rank({{OpKind::F, 0, 0},
+                               {OpKind::F, 1, 0},
+                               {OpKind::BW, 0, 0},
+                               {OpKind::F, 2, 0},
+                               {OpKind::BW, 1, 0},
+                               {OpKind::BW, 2, 0}},
                               3);
   RankState st(s, 0, 2, 0);
   for (int i : {0, 1}) {
@@ -92,18 +102,18 @@ TEST(Arbiter, ReservationKeepsEarlierListedForwards) {
   s.placement = Placement::V;
   s.ranks = {{}};
   for (int i = 0; i < 3; ++i) {
-    for (Action a : {Action{OpKind::F, i, 0}, Action{OpKind::F, i, 1}, Action{OpKind::BW, i, 1},
-                     Action{OpKind::BW, i, 0}}) {
+    for (Action a :
+         {Action{OpKind::F, i, 0}, Action{OpKind::F, i, 1}, Action{OpKind::BW, i, 1}, Action{OpKind::BW, i, 0}}) {
       s.ranks[0].push_back(a);
     }
   }
   RankState st(s, 0, 1.0, 0);
   // All chunk-0 forwards are ready at once (stage 0 has no input).
-  st.start(0);   // 0F0: 0.5 in use, 1F0 (listed next) reserves 0.5 more
+  st.start(0);     // 0F0: 0.5 in use, 1F0 (listed next) reserves 0.5 more
   st.complete(0);  // delivers 1F0's input on the same rank
   EXPECT_TRUE(st.is_ready(1));
   const int f0_1 = st.index_of(OpKind::F, 0, 1);  // chunk 0, microbatch 1
-  EXPECT_FALSE(st.fits(f0_1));  // 0F1 would take the memory 1F0 was promised
+  EXPECT_FALSE(st.fits(f0_1));                    // 0F1 would take the memory 1F0 was promised
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::BFW), 1);
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), 1);
 }

@@ -15,8 +15,8 @@ namespace {
 ExecResult run_strict(const Schedule& s, const CostModel& c) {
   ExecOptions o;
   o.memory_after_b = c.memory_after_b;
-  return execute(s, o, [&](int r, const Action& a) { return c.op_time(r, a.kind, s.v); },
-                 [&](const Transfer&) { return c.comm; });
+  return execute(
+      s, o, [&](int r, const Action& a) { return c.op_time(r, a.kind, s.v); }, [&](const Transfer&) { return c.comm; });
 }
 
 struct Costs {

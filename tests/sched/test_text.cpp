@@ -49,9 +49,11 @@ TEST(Text, ErrorsNameLineAndToken) {
   EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 0: 0F5\n"),
             "bad.sched:3: action '0F5': microbatch 5 but microbatches = 2");
   EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 2: 0F0\n"), "bad.sched:3: rank '2' is not in 0 .. 1");
-  EXPECT_EQ(error_of("rank 0: 0F0\n"), "bad.sched:1: 'pipeline' and 'microbatches' must come before the first 'rank' line");
+  EXPECT_EQ(error_of("rank 0: 0F0\n"),
+            "bad.sched:1: 'pipeline' and 'microbatches' must come before the first 'rank' line");
   EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 0: 0F0\n"), "bad.sched: no 'rank 1:' line");
-  EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nplacement z\n"), "bad.sched:3: placement must be 'loop' or 'v', got 'z'");
+  EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nplacement z\n"),
+            "bad.sched:3: placement must be 'loop' or 'v', got 'z'");
 }
 
 TEST(Text, SaveAndLoad) {

@@ -38,8 +38,8 @@ SimOptions options(Execution e, Hint h, double limit, bool events = false) {
 }
 
 // Mean makespan over seeds x steps.
-double mean_makespan(const Schedule& s, const CostModel& c, const std::string& kind, double level, Execution e,
-                     Hint h, double limit, int seeds, int steps = 3) {
+double mean_makespan(const Schedule& s, const CostModel& c, const std::string& kind, double level, Execution e, Hint h,
+                     double limit, int seeds, int steps = 3) {
   double sum = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
     const NoiseModel n(s, c, noise_of(kind, level, seed));
@@ -61,8 +61,10 @@ TEST(Simulator, SameSeedSameResultBitForBit) {
     const NoiseModel n1(s, c, cfg), n2(s, c, cfg);
     std::vector<trace::OpEvent> e1, e2;
     const auto o = options(Execution::Readiness, Hint::BFW, 8, true);
-    const RunResult r1 = simulate_run(s, n1, o, 3, [&](const StepResult& r) { e1.insert(e1.end(), r.events.begin(), r.events.end()); });
-    const RunResult r2 = simulate_run(s, n2, o, 3, [&](const StepResult& r) { e2.insert(e2.end(), r.events.begin(), r.events.end()); });
+    const RunResult r1 =
+        simulate_run(s, n1, o, 3, [&](const StepResult& r) { e1.insert(e1.end(), r.events.begin(), r.events.end()); });
+    const RunResult r2 =
+        simulate_run(s, n2, o, 3, [&](const StepResult& r) { e2.insert(e2.end(), r.events.begin(), r.events.end()); });
     ASSERT_EQ(e1.size(), e2.size());
     EXPECT_EQ(0, std::memcmp(e1.data(), e2.data(), e1.size() * sizeof(trace::OpEvent))) << kind;
     EXPECT_EQ(r1.mean_makespan_ms, r2.mean_makespan_ms);
@@ -81,8 +83,10 @@ TEST(Simulator, EventsRespectDependenciesAndNoiseIsPerOp) {
     const NoiseModel n(s, c, noise_of("gaussian", 0.2, 5));
     std::map<std::tuple<int, int, int>, std::pair<std::int64_t, std::int64_t>> strict_ops;
     for (Execution e : {Execution::Strict, Execution::Readiness}) {
-      const StepResult r = simulate_step(s, n, options(e, Hint::BF, default_memory_limit(kind, 4, 8, s.v), true), 2, 100.0);
-      std::map<std::tuple<int, int, int>, std::pair<std::int64_t, std::int64_t>> ops;  // (stage, mb, kind) -> (start, end)
+      const StepResult r =
+          simulate_step(s, n, options(e, Hint::BF, default_memory_limit(kind, 4, 8, s.v), true), 2, 100.0);
+      std::map<std::tuple<int, int, int>, std::pair<std::int64_t, std::int64_t>>
+          ops;  // (stage, mb, kind) -> (start, end)
       std::vector<std::int64_t> rank_end(s.p, 0);
       int compute = 0, sends = 0;
       for (const auto& ev : r.events) {
@@ -172,7 +176,8 @@ TEST(Simulator, ReadinessMatchesOrBeatsStrictWithoutNoise) {
           const double limit = default_memory_limit(kind, p, m, s.v);
           const double strict = simulate_step(s, n, options(Execution::Strict, Hint::Schedule, limit), 0).makespan_ms;
           const double ready = simulate_step(s, n, options(Execution::Readiness, Hint::Schedule, limit), 0).makespan_ms;
-          EXPECT_LE(ready, strict + 1e-9) << kind << " p=" << p << " m=" << m << " F=" << c.forward.back() << " B=" << c.backward_input.back();
+          EXPECT_LE(ready, strict + 1e-9)
+              << kind << " p=" << p << " m=" << m << " F=" << c.forward.back() << " B=" << c.backward_input.back();
         }
       }
     }

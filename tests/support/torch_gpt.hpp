@@ -41,8 +41,8 @@ struct TorchGpt {
     for (int l = 0; l < layers; l++) {
       const std::string n = "layer" + std::to_string(l) + ".";
       auto ln1 = torch::layer_norm(x, {C}, p[n + "ln1_w"], p[n + "ln1_b"], 1e-5);
-      auto qkv = torch::linear(ln1, p[n + "qkv_w"].view({3 * C, C}), p[n + "qkv_b"].view({3 * C}))
-                     .view({B, T, NH, 3, HS});
+      auto qkv =
+          torch::linear(ln1, p[n + "qkv_w"].view({3 * C, C}), p[n + "qkv_b"].view({3 * C})).view({B, T, NH, 3, HS});
       auto q = qkv.select(3, 0).permute({0, 2, 1, 3});
       auto k = qkv.select(3, 1).permute({0, 2, 1, 3});
       auto v = qkv.select(3, 2).permute({0, 2, 1, 3});

@@ -35,7 +35,7 @@ TEST(Summary, HandComputedTwoRanks) {
   StepRecord r = summarize_step(ev, 2, 3, 8.0);
   EXPECT_EQ(r.step, 3);
   EXPECT_EQ(r.start_ns, 100);
-  EXPECT_EQ(r.makespan_ns, 400);                      // 500 - 100
+  EXPECT_EQ(r.makespan_ns, 400);                          // 500 - 100
   EXPECT_DOUBLE_EQ(r.bubble_ratio, 1.0 - 500.0 / 800.0);  // busy 300+200 over 2 x 400
   EXPECT_DOUBLE_EQ(r.lower_bound_ns, 300.0);
   EXPECT_DOUBLE_EQ(r.samples_per_s, 8.0 / 400e-9);

@@ -30,10 +30,10 @@ struct TraceConfig {
 };
 
 struct CudaConfig {
-  bool tf32 = false;                // fp32 GEMMs on TF32 tensor cores
-  bool allow_gpu_sharing = false;   // more ranks than GPUs on a node share them round-robin
-  std::string transport = "auto";   // tensors between stages: auto | nccl | mpi (host-staged)
-  int queue_depth = 2;              // ops kept queued on the GPU per rank
+  bool tf32 = false;               // fp32 GEMMs on TF32 tensor cores
+  bool allow_gpu_sharing = false;  // more ranks than GPUs on a node share them round-robin
+  std::string transport = "auto";  // tensors between stages: auto | nccl | mpi (host-staged)
+  int queue_depth = 2;             // ops kept queued on the GPU per rank
 };
 
 struct Deck {
@@ -57,8 +57,8 @@ struct Deck {
 enum class Command { Validate, Simulate, Run, TrainPolicy };
 
 struct LoadOptions {
-  std::string source_name = "<deck>";   // file name used in messages
-  std::vector<std::string> overrides;   // "key.path=value", applied after the deck, in order
+  std::string source_name = "<deck>";  // file name used in messages
+  std::vector<std::string> overrides;  // "key.path=value", applied after the deck, in order
   Command command = Command::Validate;
   int world_size = 1;
 };

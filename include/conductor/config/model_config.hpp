@@ -24,15 +24,15 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  double lr = 6e-3;             // peak learning rate
-  double lr_min_ratio = 0.1;    // cosine decay floor, as a fraction of lr
-  int warmup_steps = 0;         // linear warm-up steps
-  int decay_steps = 0;          // step at which cosine decay reaches the floor; 0 = run.steps
+  double lr = 6e-3;           // peak learning rate
+  double lr_min_ratio = 0.1;  // cosine decay floor, as a fraction of lr
+  int warmup_steps = 0;       // linear warm-up steps
+  int decay_steps = 0;        // step at which cosine decay reaches the floor; 0 = run.steps
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double weight_decay = 0.1;    // decoupled, applied to matrices and embeddings only
-  double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
+  double weight_decay = 0.1;  // decoupled, applied to matrices and embeddings only
+  double grad_clip = 1.0;     // max global gradient norm; 0 disables clipping
 };
 
 struct CheckpointConfig {

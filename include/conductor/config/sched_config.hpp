@@ -6,22 +6,22 @@
 namespace conductor::config {
 
 struct ScheduleConfig {
-  std::string kind = "1f1b";          // gpipe | 1f1b | 1f1b-interleaved | zb-h1 | zb-h2 | zb-1p | zb-2p | zb-v | file:PATH
-  std::string execution = "strict";   // strict | readiness
-  std::string hint = "schedule";      // schedule | bf | bfw
-  double memory_limit = 0;            // units of M_F per rank; 0 = the kind's default
+  std::string kind = "1f1b";  // gpipe | 1f1b | 1f1b-interleaved | zb-h1 | zb-h2 | zb-1p | zb-2p | zb-v | file:PATH
+  std::string execution = "strict";  // strict | readiness
+  std::string hint = "schedule";     // schedule | bf | bfw
+  double memory_limit = 0;           // units of M_F per rank; 0 = the kind's default
 };
 
 struct CostConfig {
-  std::vector<double> forward = {1.0};          // ms per microbatch, one value or one per stage
+  std::vector<double> forward = {1.0};  // ms per microbatch, one value or one per stage
   std::vector<double> backward_input = {1.0};
   std::vector<double> backward_weight = {1.0};
-  double comm = 0.0;                            // ms per point-to-point transfer
-  double memory_after_b = -1;                   // fraction of M_F held between B and W; <0 = from the model
+  double comm = 0.0;           // ms per point-to-point transfer
+  double memory_after_b = -1;  // fraction of M_F held between B and W; <0 = from the model
   // Derived costs (0 = off): with device_tflops > 0, F/B/W times come from the model dimensions; with
   // bandwidth_gbps > 0 every transfer also pays activation bytes / bandwidth on top of `comm`.
-  double device_tflops = 0.0;                   // sustained TFLOP/s of one device
-  double bandwidth_gbps = 0.0;                  // point-to-point bandwidth in GB/s
+  double device_tflops = 0.0;   // sustained TFLOP/s of one device
+  double bandwidth_gbps = 0.0;  // point-to-point bandwidth in GB/s
 };
 
 struct NoiseConfig {
@@ -29,15 +29,15 @@ struct NoiseConfig {
   double level = 0.0;
   unsigned long long seed = 0;
   // straggler: one rank runs `straggler_factor` times slower during steps [start, start + steps).
-  int straggler_rank = -1;          // -1 = a rank drawn from the seed
+  int straggler_rank = -1;  // -1 = a rank drawn from the seed
   double straggler_factor = 2.0;
   int straggler_start = 0;
-  int straggler_steps = 0;          // 0 = until the last step
+  int straggler_steps = 0;  // 0 = until the last step
   // congestion: each link is congested in bursts of `congestion_burst` consecutive microbatches, a burst being
   // on with probability `congestion_prob`; a congested transfer takes `congestion_delay` ms more.
   double congestion_prob = 0.2;
   int congestion_burst = 4;
-  double congestion_delay = -1;     // <0 = noise.level x the mean forward time
+  double congestion_delay = -1;  // <0 = noise.level x the mean forward time
 };
 
 struct SchedulerConfig {

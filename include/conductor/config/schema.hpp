@@ -18,7 +18,7 @@ struct Field {
   std::string path;       // "parallel.pipeline"
   std::string type_name;  // "integer", "number or list of numbers", ...
   std::string doc;
-  std::vector<std::string> choices;  // allowed strings (empty: any)
+  std::vector<std::string> choices;   // allowed strings (empty: any)
   std::vector<std::string> prefixes;  // allowed string prefixes, e.g. "file:" (in addition to choices)
   std::optional<double> min, max;     // numeric range, checked per element
   // Parses node into the deck; returns "" or a problem ("expected an integer, got 'abc'").
@@ -60,7 +60,8 @@ YAML::Node emit(const std::string& v);
 YAML::Node emit(const std::vector<double>& v);
 YAML::Node emit(const std::vector<int>& v);
 YAML::Node emit(const std::vector<std::string>& v);
-template <class T> const char* type_name();
+template <class T>
+const char* type_name();
 // Per-element checks shared by scalars and lists.
 std::string check_range(double v, const Field& f);
 std::string check_choice(const std::string& v, const Field& f);
@@ -70,7 +71,8 @@ inline std::string check(const Field& f, long long v) { return check_range(stati
 inline std::string check(const Field& f, unsigned long long v) { return check_range(static_cast<double>(v), f); }
 inline std::string check(const Field&, bool) { return ""; }
 inline std::string check(const Field& f, const std::string& v) { return check_choice(v, f); }
-template <class T> std::string check(const Field& f, const std::vector<T>& v) {
+template <class T>
+std::string check(const Field& f, const std::vector<T>& v) {
   for (const auto& e : v) {
     if (auto p = check(f, e); !p.empty()) return p;
   }

@@ -71,17 +71,17 @@ class Backend {
 
   // ---- loss ----
   // losses [B,T] = -log softmax(logits)[target], probs [B,T,V], logits [B,T,V], targets [B,T]
-  virtual void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int B,
-                                    int T, int V) = 0;
+  virtual void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int B, int T,
+                                    int V) = 0;
   // dlogits = scale * (probs - onehot(targets)); dlogits may alias probs
-  virtual void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int B,
-                                     int T, int V) = 0;
+  virtual void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int B, int T,
+                                     int V) = 0;
 
   // ---- optimizer ----
   // AdamW (PyTorch semantics), t = 1-based update count; g = grads * grad_scale (global-norm clipping).
   // params, m, v, grads [N]
-  virtual void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) = 0;
+  virtual void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, float grad_scale, int t) = 0;
   // sum of x^2 in double, deterministic for a given N (independent of thread timing)
   virtual double sum_squares(const float* x, std::size_t N) = 0;
   // out[i] = sum_squares(xs[i], ns[i]) for `count` tensors; device backends read all results back in one

@@ -65,8 +65,8 @@ struct MlpSliceBuffers {
 };
 
 // out [B,T,C] += slice output (incl. proj_b when h0 == 0); ln [B,T,C] is the LayerNorm output.
-void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln,
-                             const LayerView& w, const Dims& d, int h0, int h1);
+void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln, const LayerView& w,
+                             const Dims& d, int h0, int h1);
 // dln [B,T,C] += slice's gradient for ln, given dout [B,T,C] (gradient of the branch output); keeps buf.dqkv.
 void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuffers& buf, const float* dout,
                                     const LayerView& w, const Dims& d, int h0, int h1);
@@ -83,15 +83,15 @@ void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBu
 
 // Everything one full layer keeps for one microbatch (all heads, all columns as one slice each).
 struct LayerActs {
-  float* x = nullptr;     // [B,T,C] layer input (the residual stream)
-  float* ln1 = nullptr;   // [B,T,C]
-  float* mean1 = nullptr; // [B,T]
-  float* rstd1 = nullptr; // [B,T]
-  float* x2 = nullptr;    // [B,T,C] residual after attention
-  float* ln2 = nullptr;   // [B,T,C]
-  float* mean2 = nullptr; // [B,T]
-  float* rstd2 = nullptr; // [B,T]
-  float* out = nullptr;   // [B,T,C] layer output (= next layer's x)
+  float* x = nullptr;      // [B,T,C] layer input (the residual stream)
+  float* ln1 = nullptr;    // [B,T,C]
+  float* mean1 = nullptr;  // [B,T]
+  float* rstd1 = nullptr;  // [B,T]
+  float* x2 = nullptr;     // [B,T,C] residual after attention
+  float* ln2 = nullptr;    // [B,T,C]
+  float* mean2 = nullptr;  // [B,T]
+  float* rstd2 = nullptr;  // [B,T]
+  float* out = nullptr;    // [B,T,C] layer output (= next layer's x)
   AttnSliceBuffers attn;
   MlpSliceBuffers mlp;
   // gradients written by B and kept for W

@@ -34,7 +34,7 @@ class DataSource {
   std::string source_;
   int batch_, seq_len_, vocab_;
   std::uint64_t seed_;
-  std::vector<int> successors_;           // [vocab][4] (synthetic)
+  std::vector<int> successors_;                       // [vocab][4] (synthetic)
   std::shared_ptr<std::vector<std::uint8_t>> bytes_;  // file contents (file)
 };
 

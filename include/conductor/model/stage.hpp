@@ -37,11 +37,11 @@ std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages);
 double learning_rate(const config::Deck& deck, int step);
 
 struct TensorInfo {
-  std::string name;         // "wte", "layer3.qkv_w", "lnf_w", ... (layer index is global)
+  std::string name;  // "wte", "layer3.qkv_w", "lnf_w", ... (layer index is global)
   std::vector<int> shape;
-  std::size_t offset = 0;   // floats from the start of the stage's parameter buffer
+  std::size_t offset = 0;  // floats from the start of the stage's parameter buffer
   std::size_t numel = 0;
-  bool decay = false;       // weight decay applies (matrices and embeddings)
+  bool decay = false;  // weight decay applies (matrices and embeddings)
 };
 
 enum class Buffer { Params, Grads, AdamM, AdamV };
@@ -119,8 +119,7 @@ class StageModel {
   VStage& stage(int vs);
   const VStage& stage(int vs) const;
   Micro& micro(VStage& s, int vs, int mb, int expected_phase, const char* op);
-  void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats,
-                    std::size_t& nints) const;
+  void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats, std::size_t& nints) const;
 
   config::Deck deck_;
   std::unique_ptr<Backend> owned_backend_;
@@ -131,15 +130,15 @@ class StageModel {
   Dims dims_;
   DataSource data_;
   int step_ = 0;
-  void fetch_losses() const;  // reads the pending microbatch losses from the backend (host-blocking)
-  mutable std::vector<double> losses_;     // per microbatch, NaN until its forward on the last stage
-  mutable std::vector<char> loss_pending_;  // forward done, loss not yet read from the backend
-  DeviceBuffer step_token_losses_;          // [M, B*T] token losses of the step (last stage only)
-  void upload_step_tokens();                // the step's token ids, once per step (embedding / head stages)
+  void fetch_losses() const;                 // reads the pending microbatch losses from the backend (host-blocking)
+  mutable std::vector<double> losses_;       // per microbatch, NaN until its forward on the last stage
+  mutable std::vector<char> loss_pending_;   // forward done, loss not yet read from the backend
+  DeviceBuffer step_token_losses_;           // [M, B*T] token losses of the step (last stage only)
+  void upload_step_tokens();                 // the step's token ids, once per step (embedding / head stages)
   DeviceBuffer step_tokens_, step_targets_;  // [M,B,T] int token ids and next-token targets of the step
-  int tokens_step_ = -1;                    // the step step_tokens_ holds
+  int tokens_step_ = -1;                     // the step step_tokens_ holds
   std::vector<std::unique_ptr<VStage>> stages_;
-  std::map<int, int> index_;    // vs -> position in stages_
+  std::map<int, int> index_;  // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_datt_;
   std::vector<int> host_inputs_, host_targets_;
 };

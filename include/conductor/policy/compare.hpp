@@ -1,7 +1,8 @@
 #pragma once
 // The global tier against its baselines on one deck, in the simulator (the Conductor paper's ablation rows):
 // the deck's generated schedule run strict, and readiness with bf and bfw hints (scheduler static), and the ppo
-// scheduler's orders run strict and readiness (bf, bfw, and schedule: its order as the ranking). Same noise model and steps for every method.
+// scheduler's orders run strict and readiness (bf, bfw, and schedule: its order as the ranking). Same noise model and
+// steps for every method.
 #include <string>
 #include <vector>
 
@@ -11,13 +12,13 @@
 namespace conductor::policy {
 
 struct MethodResult {
-  std::string name;             // "zb-2p strict", "zb-2p readiness bfw", "ppo strict", ...
-  double makespan_ms = 0;       // mean completion time of a step
-  double bubble_ratio = 0;      // mean
-  double throughput = 0;        // samples / s
-  double improvement = 0;       // throughput / the first method's - 1
-  double latency_ms = 0;        // mean scheduler time per step (0 for static)
-  double policy_share = 0;      // ppo: fraction of steps run with the policy's order (rest: the generator's)
+  std::string name;         // "zb-2p strict", "zb-2p readiness bfw", "ppo strict", ...
+  double makespan_ms = 0;   // mean completion time of a step
+  double bubble_ratio = 0;  // mean
+  double throughput = 0;    // samples / s
+  double improvement = 0;   // throughput / the first method's - 1
+  double latency_ms = 0;    // mean scheduler time per step (0 for static)
+  double policy_share = 0;  // ppo: fraction of steps run with the policy's order (rest: the generator's)
 };
 
 std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy& policy, int steps);

@@ -7,9 +7,9 @@
 // Decision point: a rank is free and its feasible set (the ready actions that fit the memory rule, i.e.
 // exactly what RankState::pick(readiness, .) chooses from) is not empty. The candidates offered are, per
 // (op kind, chunk), the earliest-listed feasible op (at most 3v of them): the arbiter's own choice is always
-// among them, and a later microbatch of the same kind and chunk would only delay the earlier one. Events at equal times are all applied
-// before any free rank picks, and free ranks pick in rank order, as in execute(). With a chooser that always
-// takes heuristic rank 0 the rollout IS readiness execution under that hint (tested).
+// among them, and a later microbatch of the same kind and chunk would only delay the earlier one. Events at equal times
+// are all applied before any free rank picks, and free ranks pick in rank order, as in execute(). With a chooser that
+// always takes heuristic rank 0 the rollout IS readiness execution under that hint (tested).
 //
 // Features are size-independent (ratios, op-time units, ranks among candidates), so one policy applies to any
 // p, m and v. kFeatureVersion changes whenever their definition changes; policy files record it.
@@ -35,11 +35,11 @@ struct Decision {
   int rank = 0;
   double time = 0;
   int num_candidates = 0;
-  std::array<int, kMaxCandidates> index{};                    // list positions, heuristic order (best first)
+  std::array<int, kMaxCandidates> index{};                      // list positions, heuristic order (best first)
   std::array<float, kMaxCandidates * kNumFeatures> features{};  // [num_candidates][kNumFeatures]
   std::array<float, kNumGlobal> global{};
-  int chosen = 0;          // position in index[]
-  double idle = 0;         // idle rank-time accumulated over all ranks up to this decision (ms x ranks)
+  int chosen = 0;   // position in index[]
+  double idle = 0;  // idle rank-time accumulated over all ranks up to this decision (ms x ranks)
 };
 
 // Returns the position (0 .. num_candidates-1) of the candidate to start.
@@ -55,8 +55,8 @@ struct Rollout {
   std::vector<std::vector<int>> order;  // realized order per rank (list indices)
   double start = 0, end = 0;            // first op start, last op end
   double makespan() const { return end - start; }
-  std::vector<double> busy;             // per rank
-  double idle() const;                  // p x makespan - sum of busy: the bubble, in rank-ms
+  std::vector<double> busy;  // per rank
+  double idle() const;       // p x makespan - sum of busy: the bubble, in rank-ms
 };
 
 // Runs one step. `compute`/`comm` give the durations (noisy in training, estimates when planning); `predicted`

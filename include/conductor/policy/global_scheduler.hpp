@@ -28,7 +28,8 @@ class GlobalScheduler {
   virtual const char* name() const = 0;
   // The order of step 0.
   virtual sched::Schedule initial_order() = 0;
-  // The order of a later step (obs.step + 2 in the control loop). Must keep p, m, v and the placement; the runtime validates it.
+  // The order of a later step (obs.step + 2 in the control loop). Must keep p, m, v and the placement; the runtime
+  // validates it.
   virtual sched::Schedule next_order(const StepObservation& obs) = 0;
 };
 
@@ -44,8 +45,8 @@ std::unique_ptr<GlobalScheduler> make_global_scheduler(const config::Deck& deck,
 // on k noise draws of the estimate next to the generator's order, and the generator's order is kept when it
 // does better on them (the policy proposes, the simulator checks; cheap at these sizes).
 struct PpoStats {
-  double last_latency_ms = 0;   // wall time of the last initial_order / next_order
-  double estimated_level = 0;   // estimated relative noise level
+  double last_latency_ms = 0;     // wall time of the last initial_order / next_order
+  double estimated_level = 0;     // estimated relative noise level
   bool used_policy_order = true;  // the last order came from the policy (false: the generator's won the check)
   sched::CostModel estimate;      // the online cost estimate (per rank, ms per microbatch of the whole rank)
 };

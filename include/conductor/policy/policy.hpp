@@ -36,9 +36,9 @@ struct Policy {
   // The untrained, heuristic-equivalent actor with the given hidden width (weights from the seed).
   static Policy initial(int hidden, sched::Hint heuristic, unsigned long long seed);
 
-  float score(const float* x) const;             // one candidate's logit
+  float score(const float* x) const;                 // one candidate's logit
   void scores(const Decision& d, float* out) const;  // out[num_candidates]
-  int greedy(const Decision& d) const;           // argmax (first on ties)
+  int greedy(const Decision& d) const;               // argmax (first on ties)
 };
 
 void save_policy(const Policy& policy, const std::string& path);

@@ -25,9 +25,9 @@ namespace conductor::policy {
 
 struct TrainSetup {
   sched::Schedule base;
-  sched::CostModel cost;           // nominal costs (episodes perturb them)
-  EnvOptions env;                  // memory limit, a, heuristic
-  config::PolicyConfig ppo;        // hyper-parameters (the ppo.* keys)
+  sched::CostModel cost;     // nominal costs (episodes perturb them)
+  EnvOptions env;            // memory limit, a, heuristic
+  config::PolicyConfig ppo;  // hyper-parameters (the ppo.* keys)
 };
 
 // The deck's setup: make_schedule(deck), from_deck(deck), the deck's memory limit, ppo.heuristic.
@@ -40,7 +40,7 @@ struct IterationStats {
   double heuristic_makespan = 0;  // the heuristic on the same draws
   double greedy_makespan = 0;     // argmax policy on the same draws
   double policy_loss = 0, value_loss = 0, entropy = 0;
-  double seconds = 0;             // wall time so far
+  double seconds = 0;  // wall time so far
 };
 
 struct TrainResult {

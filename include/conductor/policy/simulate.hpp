@@ -12,16 +12,15 @@
 namespace conductor::policy {
 
 struct ScheduledRun {
-  sim::RunResult run;               // as sim::simulate_run returns it
-  std::vector<double> latency_ms;   // wall time of initial_order() and of each next_order(), in call order
+  sim::RunResult run;              // as sim::simulate_run returns it
+  std::vector<double> latency_ms;  // wall time of initial_order() and of each next_order(), in call order
 };
 
 // `noise` is built for the generated schedule (same p, v, placement as every order). Events are recorded
 // internally (the scheduler needs them); `on_step` sees each step's result with the events options asked for,
 // and the order that step ran.
-ScheduledRun simulate_with_scheduler(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
-                                     GlobalScheduler& scheduler,
-                                     const std::function<void(const sim::StepResult&, const sched::Schedule&)>&
-                                         on_step = {});
+ScheduledRun simulate_with_scheduler(
+    const sim::NoiseModel& noise, const sim::SimOptions& options, int steps, GlobalScheduler& scheduler,
+    const std::function<void(const sim::StepResult&, const sched::Schedule&)>& on_step = {});
 
 }  // namespace conductor::policy

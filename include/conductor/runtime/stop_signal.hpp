@@ -5,7 +5,7 @@
 namespace conductor::runtime {
 
 void install_stop_handlers();
-bool stop_requested();      // this process got SIGTERM/SIGINT
-int stop_signal_number();   // which one (0 if none)
+bool stop_requested();     // this process got SIGTERM/SIGINT
+int stop_signal_number();  // which one (0 if none)
 
 }  // namespace conductor::runtime

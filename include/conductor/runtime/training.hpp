@@ -12,10 +12,10 @@
 namespace conductor::runtime {
 
 struct RunOutcome {
-  std::vector<double> losses;      // per step (rank 0; NaN without math)
-  int first_step = 0;              // > 0 when resumed from a checkpoint
-  int steps_done = 0;              // steps completed by this run
-  int stop_signal = 0;             // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
+  std::vector<double> losses;  // per step (rank 0; NaN without math)
+  int first_step = 0;          // > 0 when resumed from a checkpoint
+  int steps_done = 0;          // steps completed by this run
+  int stop_signal = 0;         // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
   std::string output_dir;
 };
 

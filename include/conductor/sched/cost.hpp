@@ -10,11 +10,11 @@
 namespace conductor::sched {
 
 struct CostModel {
-  std::vector<double> forward{1.0};          // ms, one per rank (or one value for all)
+  std::vector<double> forward{1.0};  // ms, one per rank (or one value for all)
   std::vector<double> backward_input{1.0};
   std::vector<double> backward_weight{1.0};
-  double comm = 0.0;                         // ms per cross-rank transfer
-  double memory_after_b = 0.0;               // a: fraction of M_F held between B and W
+  double comm = 0.0;            // ms per cross-rank transfer
+  double memory_after_b = 0.0;  // a: fraction of M_F held between B and W
 
   // Time of one action of one chunk on `rank` (v chunks per rank); BW = B + W.
   double op_time(int rank, OpKind kind, int v) const;

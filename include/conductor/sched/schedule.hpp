@@ -42,8 +42,8 @@ struct Schedule {
   int m = 1;  // microbatches per step
   int v = 1;  // chunks per rank
   Placement placement = Placement::Loop;
-  std::string name;                         // generator kind or "file:PATH"
-  std::vector<std::vector<Action>> ranks;   // ranks[r] = rank r's actions in hint order
+  std::string name;                        // generator kind or "file:PATH"
+  std::vector<std::vector<Action>> ranks;  // ranks[r] = rank r's actions in hint order
 
   int num_stages() const { return p * v; }
   int stage_of(int rank, int chunk) const;  // virtual stage of (rank, chunk)
@@ -89,7 +89,7 @@ std::string to_text(const Schedule& s);
 // Parses the text form; throws InputError naming source:line and the offending token. Structure only: call
 // validate() (validate.hpp) before running it.
 Schedule parse_text(const std::string& text, const std::string& source = "<schedule>");
-Schedule load_schedule(const std::string& path);   // parse_text of a file; InputError if unreadable
+Schedule load_schedule(const std::string& path);  // parse_text of a file; InputError if unreadable
 void save_schedule(const Schedule& s, const std::string& path);
 
 }  // namespace conductor::sched

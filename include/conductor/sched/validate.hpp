@@ -18,8 +18,8 @@ namespace conductor::sched {
 struct Violation {
   bool ok = true;
   int rank = -1;
-  int position = -1;   // index in the rank's list
-  std::string reason;  // "B 0B3 comes before its F 0F3", ...
+  int position = -1;            // index in the rank's list
+  std::string reason;           // "B 0B3 comes before its F 0F3", ...
   std::string message() const;  // "rank 2, position 7: ..."
 };
 

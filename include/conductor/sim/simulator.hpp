@@ -19,34 +19,34 @@ namespace conductor::sim {
 struct SimOptions {
   sched::Execution execution = sched::Execution::Strict;
   sched::Hint hint = sched::Hint::Schedule;
-  double memory_limit = 0;        // M_F per rank, <= 0 unlimited
+  double memory_limit = 0;                // M_F per rank, <= 0 unlimited
   std::vector<double> rank_memory_limit;  // per rank, overrides memory_limit when not empty
-  bool record_events = false;     // fill StepResult::events
-  bool comm_events = false;       // also SEND/RECV events
-  double samples_per_step = 1.0;  // m x microbatch_size, for throughput
-  std::int64_t activation_bytes = 0;  // bytes of one transfer, for SEND/RECV events
+  bool record_events = false;             // fill StepResult::events
+  bool comm_events = false;               // also SEND/RECV events
+  double samples_per_step = 1.0;          // m x microbatch_size, for throughput
+  std::int64_t activation_bytes = 0;      // bytes of one transfer, for SEND/RECV events
   static SimOptions from_deck(const config::Deck& deck, const sched::Schedule& schedule);
 };
 
 // Figures of one step; definitions as trace/summary.hpp (makespan = last compute end - first compute start).
 struct StepResult {
   int step = 0;
-  double start_ms = 0;                // on the run's clock
+  double start_ms = 0;  // on the run's clock
   double makespan_ms = 0;
-  double bubble_ratio = 0;            // 1 - sum busy / (p x makespan)
-  double lower_bound_ms = 0;          // max per-rank busy
-  double throughput = 0;              // samples / s
+  double bubble_ratio = 0;                            // 1 - sum busy / (p x makespan)
+  double lower_bound_ms = 0;                          // max per-rank busy
+  double throughput = 0;                              // samples / s
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
   std::size_t num_ops = 0;
   std::vector<trace::OpEvent> events;  // when SimOptions::record_events
 };
 
 // Simulates step `step` starting at `start_ms` on the run's clock.
-StepResult simulate_step(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options,
-                         int step, double start_ms = 0.0);
+StepResult simulate_step(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int step,
+                         double start_ms = 0.0);
 
 struct RunResult {
-  std::vector<StepResult> steps;   // events dropped unless kept by the caller's callback
+  std::vector<StepResult> steps;  // events dropped unless kept by the caller's callback
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
 };

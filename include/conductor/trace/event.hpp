@@ -25,39 +25,39 @@ const char* to_string(EventKind kind);
 struct OpEvent {
   std::int32_t step = 0;
   std::int32_t rank = 0;
-  std::int32_t stage = 0;       // virtual stage index (chunk * p + rank for loop placement)
-  std::int32_t chunk = 0;       // virtual chunk on this rank
+  std::int32_t stage = 0;  // virtual stage index (chunk * p + rank for loop placement)
+  std::int32_t chunk = 0;  // virtual chunk on this rank
   std::int32_t microbatch = 0;
   EventKind kind = EventKind::F;
-  std::int64_t ready_ns = 0;    // inputs arrived and memory fits (compute); posted (comm)
+  std::int64_t ready_ns = 0;  // inputs arrived and memory fits (compute); posted (comm)
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  std::int64_t bytes = 0;       // activation/gradient bytes moved (comm) or held (compute)
-  std::int64_t wait_ns = 0;     // idle time on this rank right before this op started
-  std::int32_t peer = -1;       // the other rank of a transfer; -1 for compute
-  std::int8_t migrated = 0;     // 1 when computed (partly) by another rank than its owner
+  std::int64_t bytes = 0;    // activation/gradient bytes moved (comm) or held (compute)
+  std::int64_t wait_ns = 0;  // idle time on this rank right before this op started
+  std::int32_t peer = -1;    // the other rank of a transfer; -1 for compute
+  std::int8_t migrated = 0;  // 1 when computed (partly) by another rank than its owner
 };
 
 // Per-step figures, as computed by the writer of the trace (rank 0 or the simulator).
 struct StepRecord {
   std::int32_t step = 0;
-  double loss = 0.0;            // NaN where no loss exists (simulator, emulated backend)
+  double loss = 0.0;  // NaN where no loss exists (simulator, emulated backend)
   std::int64_t start_ns = 0;
-  std::int64_t makespan_ns = 0; // last op end - first op start over all ranks
-  double bubble_ratio = 0.0;    // 1 - busy(F+B+W over ranks) / (ranks x makespan)
+  std::int64_t makespan_ns = 0;  // last op end - first op start over all ranks
+  double bubble_ratio = 0.0;     // 1 - busy(F+B+W over ranks) / (ranks x makespan)
   double samples_per_s = 0.0;
   double lower_bound_ns = 0.0;  // largest per-rank compute of this step
 };
 
 // Root attributes of a trace.
 struct RunInfo {
-  std::string deck;        // resolved deck YAML
+  std::string deck;  // resolved deck YAML
   std::int32_t world_size = 1;
-  std::string schedule;    // schedule.kind
-  std::string execution;   // strict | readiness
-  std::string hint;        // schedule.hint
-  std::string backend;     // cpu | emulated | cuda | simulator
-  std::string source;      // "runtime" | "simulator"
+  std::string schedule;                // schedule.kind
+  std::string execution;               // strict | readiness
+  std::string hint;                    // schedule.hint
+  std::string backend;                 // cpu | emulated | cuda | simulator
+  std::string source;                  // "runtime" | "simulator"
   std::vector<std::string> hostnames;  // one per rank (the simulator writes "simulator")
   std::string git_revision;
   std::int32_t pipeline = 1, microbatches = 1, virtual_chunks = 1;

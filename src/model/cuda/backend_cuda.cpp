@@ -165,8 +165,8 @@ void CudaBackend::gemm(float* c, const float* a, const float* b, int m, int n, i
   void* b16 = scratch_b_.get(nb * 2, stream_);
   kernels::to_bf16(a16, a, na, stream_);
   kernels::to_bf16(b16, b, nb, stream_);
-  cublasCheck(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
-                           k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
+  cublasCheck(cublasGemmEx(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                           &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -221,15 +221,14 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv, in
   for (int b = 0; b < B; b++) {
     const float* q = qkv + static_cast<long long>(b) * T * C3;
     // att[h] = scale * q[h] k[h]^T
-    sgemm_strided(att + b * NH * TT, q, q + HS, T, T, HS, false, true, C3, C3, T, 3 * HS, 3 * HS, TT, NH, scale,
-                  0.0f);
+    sgemm_strided(att + b * NH * TT, q, q + HS, T, T, HS, false, true, C3, C3, T, 3 * HS, 3 * HS, TT, NH, scale, 0.0f);
   }
   kernels::causal_softmax_forward(att, B * NH, T, stream_);
   for (int b = 0; b < B; b++) {
     const float* q = qkv + static_cast<long long>(b) * T * C3;
     // out[h] = att[h] v[h]
-    sgemm_strided(out + static_cast<long long>(b) * T * CY, att + b * NH * TT, q + 2 * HS, T, HS, T, false, false,
-                  T, C3, CY, TT, 3 * HS, HS, NH, 1.0f, 0.0f);
+    sgemm_strided(out + static_cast<long long>(b) * T * CY, att + b * NH * TT, q + 2 * HS, T, HS, T, false, false, T,
+                  C3, CY, TT, 3 * HS, HS, NH, 1.0f, 0.0f);
   }
 }
 
@@ -244,8 +243,7 @@ void CudaBackend::attention_backward(float* dqkv, float* datt, const float* dout
     const float* d = dout + static_cast<long long>(b) * T * CY;
     const float* a = att + b * NH * TT;
     // datt[h] = dout[h] v[h]^T
-    sgemm_strided(datt + b * NH * TT, d, q + 2 * HS, T, T, HS, false, true, CY, C3, T, HS, 3 * HS, TT, NH, 1.0f,
-                  0.0f);
+    sgemm_strided(datt + b * NH * TT, d, q + 2 * HS, T, T, HS, false, true, CY, C3, T, HS, 3 * HS, TT, NH, 1.0f, 0.0f);
     // dv[h] = att[h]^T dout[h]
     sgemm_strided(dq + 2 * HS, a, d, T, HS, T, true, false, T, CY, C3, TT, HS, 3 * HS, NH, 1.0f, 0.0f);
   }
@@ -320,8 +318,8 @@ void CudaBackend::sum_squares_each(double* out, const float* const* xs, const st
     partial += static_cast<std::size_t>(kernels::sum_squares_blocks(ns[i]));
   }
   // To pageable memory: returns once the copy is done (the one host round trip of the whole norm).
-  cudaCheck(cudaMemcpyAsync(out, dev, static_cast<std::size_t>(count) * sizeof(double), cudaMemcpyDeviceToHost,
-                            stream_));
+  cudaCheck(
+      cudaMemcpyAsync(out, dev, static_cast<std::size_t>(count) * sizeof(double), cudaMemcpyDeviceToHost, stream_));
   cudaCheck(cudaStreamSynchronize(stream_));
 }
 

@@ -78,7 +78,8 @@ int select_device(MPI_Comm world, bool allow_sharing) {
               "); check CUDA_VISIBLE_DEVICES and the job's GPU allocation (e.g. --gpus-per-node)";
   } else if (local_size > gpus && !allow_sharing) {
     problem = "rank " + std::to_string(rank) + ": " + std::to_string(local_size) + " ranks on this node but only " +
-              std::to_string(gpus) + " visible CUDA device(s); start at most one rank per GPU or allow GPU sharing "
+              std::to_string(gpus) +
+              " visible CUDA device(s); start at most one rank per GPU or allow GPU sharing "
               "(ranks then share GPUs round-robin, and tensors between them use the host-staged MPI transport)";
   }
   // Every rank learns whether any rank failed, so none is left waiting in a later collective.

@@ -57,7 +57,7 @@ __device__ float block_max(float v) {
   return v;
 }
 
-#define GRID_STRIDE(i, n) \
+#define GRID_STRIDE(i, n)                                                                        \
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
@@ -100,8 +100,8 @@ __global__ void column_finish_kernel(float* out, const float* partial, int chunk
 }
 
 // ------------------------------------------------------------------------------------------------ embedding
-__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int T,
-                                       int C, std::size_t n) {
+__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int T, int C,
+                                       std::size_t n) {
   GRID_STRIDE(i, n) {
     const std::size_t bt = i / C;
     const int c = static_cast<int>(i % C);
@@ -185,9 +185,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                                const float* weight, const float* mean, const float* rstd, int N,
-                                                int C) {
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                                const float* mean, const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -211,8 +210,8 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
 }
 
 // partial [2, chunks, C]: dweight partials then dbias partials (as column_partial_kernel, two sums).
-__global__ void layernorm_weight_partial_kernel(float* partial, const float* dout, const float* inp,
-                                                const float* mean, const float* rstd, int N, int C) {
+__global__ void layernorm_weight_partial_kernel(float* partial, const float* dout, const float* inp, const float* mean,
+                                                const float* rstd, int N, int C) {
   __shared__ float shw[8][kColumnTile], shb[8][kColumnTile];
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
   const int r0 = blockIdx.y * kColumnRowsPerChunk;
@@ -330,8 +329,8 @@ __global__ void crossentropy_forward_kernel(float* losses, float* probs, const f
   if (threadIdx.x == 0) losses[row] = -(l[targets[row]] - maxv - logf(sum));
 }
 
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets, float scale,
-                                             int V, std::size_t n) {
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets, float scale, int V,
+                                             std::size_t n) {
   GRID_STRIDE(i, n) {
     const std::size_t row = i / V;
     const int v = static_cast<int>(i % V);
@@ -426,15 +425,15 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
   cudaCheckLaunch();
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, cudaStream_t s) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C, cudaStream_t s) {
   if (N <= 0) return;
   layernorm_forward_kernel<<<row_grid(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
   cudaCheckLaunch();
 }
 
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int N, int C, cudaStream_t s) {
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C, cudaStream_t s) {
   if (N <= 0) return;
   layernorm_backward_input_kernel<<<row_grid(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   cudaCheckLaunch();

@@ -21,10 +21,10 @@ void encoder_forward(float* out, const int* tokens, const float* wte, const floa
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
                       cudaStream_t s);
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, cudaStream_t s);
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int N, int C, cudaStream_t s);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C, cudaStream_t s);
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C, cudaStream_t s);
 // partial: 2 * column_chunks(N) * C floats
 void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                const float* rstd, int N, int C, float* partial, cudaStream_t s);

@@ -14,28 +14,27 @@ namespace conductor::model::cuda {
 
 }  // namespace conductor::model::cuda
 
-#define cudaCheck(call)                                                                         \
-  do {                                                                                          \
-    const cudaError_t conductor_err_ = (call);                                                  \
-    if (conductor_err_ != cudaSuccess)                                                          \
-      ::conductor::model::cuda::throw_cuda_error(conductor_err_, #call, __FILE__, __LINE__);    \
+#define cudaCheck(call)                                                                      \
+  do {                                                                                       \
+    const cudaError_t conductor_err_ = (call);                                               \
+    if (conductor_err_ != cudaSuccess)                                                       \
+      ::conductor::model::cuda::throw_cuda_error(conductor_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define cublasCheck(call)                                                                       \
-  do {                                                                                          \
-    const cublasStatus_t conductor_st_ = (call);                                                \
-    if (conductor_st_ != CUBLAS_STATUS_SUCCESS)                                                 \
-      ::conductor::model::cuda::throw_cublas_error(conductor_st_, #call, __FILE__, __LINE__);   \
+#define cublasCheck(call)                                                                     \
+  do {                                                                                        \
+    const cublasStatus_t conductor_st_ = (call);                                              \
+    if (conductor_st_ != CUBLAS_STATUS_SUCCESS)                                               \
+      ::conductor::model::cuda::throw_cublas_error(conductor_st_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Requires <nccl.h> at the point of use.
-#define ncclCheck(call)                                                                          \
-  do {                                                                                           \
-    const ncclResult_t conductor_nr_ = (call);                                                   \
-    if (conductor_nr_ != ncclSuccess)                                                            \
-      ::conductor::model::cuda::throw_nccl_error(static_cast<int>(conductor_nr_),                \
-                                                 ncclGetErrorString(conductor_nr_), #call,       \
-                                                 __FILE__, __LINE__);                            \
+#define ncclCheck(call)                                                                                              \
+  do {                                                                                                               \
+    const ncclResult_t conductor_nr_ = (call);                                                                       \
+    if (conductor_nr_ != ncclSuccess)                                                                                \
+      ::conductor::model::cuda::throw_nccl_error(static_cast<int>(conductor_nr_), ncclGetErrorString(conductor_nr_), \
+                                                 #call, __FILE__, __LINE__);                                         \
   } while (0)
 
 // After a kernel launch: launch-configuration errors are reported here; faults inside the kernel surface at

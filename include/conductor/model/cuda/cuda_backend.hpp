@@ -22,9 +22,9 @@ enum class Precision {
 };
 
 struct CudaOptions {
-  int device = -1;                     // CUDA device ordinal; -1 keeps the current device (select_device())
+  int device = -1;  // CUDA device ordinal; -1 keeps the current device (select_device())
   Precision precision = Precision::fp32;
-  bool tf32 = false;                   // fp32 GEMMs on TF32 tensor cores (10-bit mantissa inputs)
+  bool tf32 = false;  // fp32 GEMMs on TF32 tensor cores (10-bit mantissa inputs)
 };
 
 Precision parse_precision(const std::string& name);  // "fp32" | "bf16", else InputError
@@ -72,19 +72,17 @@ class CudaBackend final : public Backend {
             float beta) override;
   void bias_forward(float* out, const float* bias, int N, int OC) override;
   void bias_backward(float* dbias, const float* dout, int N, int OC) override;
-  void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C) override;
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
-                        int C) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int B, int T, int C) override;
+  void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) override;
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                         int B, int T, int C) override;
   void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                                 const float* mean, const float* rstd, int B, int T, int C) override;
-  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
-                                 const float* mean, const float* rstd, int B, int T, int C) override;
+  void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                                 const float* rstd, int B, int T, int C) override;
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) override;
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int NH, int HS) override;
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                          int NH, int HS) override;
   void gelu_forward(float* out, const float* inp, std::size_t N) override;
   void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N) override;
   void residual_forward(float* out, const float* a, const float* b, std::size_t N) override;
@@ -100,9 +98,9 @@ class CudaBackend final : public Backend {
  private:
   // Row-major C[m,n] = alpha op(A) op(B) + beta C with explicit leading dimensions and a batch of `batch`
   // products separated by the given strides (elements). fp32/TF32 only (the strided operands of attention).
-  void sgemm_strided(float* c, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b,
-                     int lda, int ldb, int ldc, long long stride_a, long long stride_b, long long stride_c,
-                     int batch, float alpha, float beta);
+  void sgemm_strided(float* c, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b, int lda,
+                     int ldb, int ldc, long long stride_a, long long stride_b, long long stride_c, int batch,
+                     float alpha, float beta);
 
   CudaOptions options_;
   int device_ = 0;

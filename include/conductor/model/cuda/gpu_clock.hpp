@@ -23,9 +23,9 @@ class GpuClock {
   GpuClock(const GpuClock&) = delete;
   GpuClock& operator=(const GpuClock&) = delete;
 
-  void reanchor();                    // host-blocking; call when the stream is idle or at a step boundary
-  cudaEvent_t mark();                 // records an event at the current end of the stream
-  bool query(cudaEvent_t e) const;    // non-blocking: has the GPU passed the mark?
+  void reanchor();                              // host-blocking; call when the stream is idle or at a step boundary
+  cudaEvent_t mark();                           // records an event at the current end of the stream
+  bool query(cudaEvent_t e) const;              // non-blocking: has the GPU passed the mark?
   std::int64_t steady_ns(cudaEvent_t e) const;  // host steady-clock ns of a completed mark
   void recycle(cudaEvent_t e) { free_.push_back(e); }
 
