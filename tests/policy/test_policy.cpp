@@ -3,6 +3,7 @@
 // carries over from p=4 to p=8, and the ppo scheduler replans from measured times.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -26,6 +27,11 @@ using namespace conductor;
 namespace fs = std::filesystem;
 
 namespace {
+
+// LibTorch picks its CPU kernels by the host's vector width (AVX2, AVX-512), and their float results differ in
+// the last bits, so a PPO run of a fixed seed takes different paths on different CPUs (the toy below learns on
+// one and not on another). The scalar kernels give every machine the same numbers; set before any tensor op.
+const bool kPortableKernels = [] { return setenv("ATEN_CPU_CAPABILITY", "default", 1) == 0; }();
 
 std::string temp_path(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("conductor_policy_test_" + std::to_string(::getpid()));
