@@ -121,6 +121,17 @@ void add_model_fields(std::vector<Field>& f) {
       "start from the initialisation."));
 }
 
+namespace {
+
+// Whether the command would build the model from this deck: `run` and `validate` with a math backend (cpu,
+// cuda); `simulate` and the emulated backend time ops from the cost model and never split layers.
+bool builds_model(const Deck& deck, const LoadOptions& options) {
+  const bool command = options.command == Command::Run || options.command == Command::Validate;
+  return command && (deck.backend == "cpu" || deck.backend == "cuda");
+}
+
+}  // namespace
+
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
   const auto& m = deck.model;
   const std::string& src = options.source_name;
@@ -140,7 +151,7 @@ void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::str
       problems.push_back(src + ": model.layers_per_stage sums to " + std::to_string(sum) +
                          " but model.n_layers = " + std::to_string(m.n_layers));
     }
-  } else if (options.command == Command::Run && deck.backend == "cpu" && m.n_layers < stages) {
+  } else if (builds_model(deck, options) && m.n_layers < stages) {
     problems.push_back(src + ": model.n_layers = " + std::to_string(m.n_layers) + " is fewer than the " +
                        std::to_string(stages) +
                        " virtual stages (parallel.pipeline x parallel.virtual); add layers or list "

@@ -140,9 +140,9 @@ TEST(Deck, UnknownOverridePathRejected) {
 }
 
 TEST(Deck, OverridesReplaceDeckValuesInOrder) {
-  Deck d =
-      parse("parallel: {pipeline: 2, microbatches: 4}\n",
-            {"parallel.pipeline=8", "parallel.pipeline=16", "cost.forward=[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]"});
+  Deck d = parse("parallel: {pipeline: 2, microbatches: 4}\n",
+                 {"parallel.pipeline=8", "parallel.pipeline=16",
+                  "cost.forward=[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]", "model.n_layers=16"});
   EXPECT_EQ(d.parallel.pipeline, 16);
   EXPECT_EQ(d.parallel.microbatches, 4);
   EXPECT_EQ(d.cost.forward.size(), 16u);
@@ -196,4 +196,22 @@ TEST(DeckDocs, EveryKeyIsDocumented) {
   for (const auto& f : schema()) {
     EXPECT_TRUE(contains(doc, "`" + f.path + "`")) << "docs/deck.md does not document `" << f.path << "`";
   }
+}
+
+// The layer split is checked wherever a model would be built (cpu and cuda, run and validate), so a deck that
+// `validate` accepts does not fail when `run` builds the stages; simulate and emulated never split layers.
+TEST(Deck, LayerSplitIsCheckedForEveryMathBackend) {
+  auto names_split = [](const std::vector<std::string>& problems) {
+    for (const auto& p : problems) {
+      if (p.find("model.n_layers = 4 is fewer than the 8 virtual stages") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (const std::string backend : {"cpu", "cuda"}) {
+    const std::string text = "backend: " + backend + "\nparallel: {pipeline: 8}\nmodel: {n_layers: 4}\n";
+    EXPECT_TRUE(names_split(problems_of(text))) << backend << ": validate";
+    EXPECT_TRUE(names_split(problems_of(text, {}, Command::Run, 8))) << backend << ": run";
+    EXPECT_FALSE(names_split(problems_of(text, {}, Command::Simulate))) << backend << ": simulate";
+  }
+  EXPECT_TRUE(problems_of("backend: emulated\nparallel: {pipeline: 8}\nmodel: {n_layers: 4}\n").empty());
 }

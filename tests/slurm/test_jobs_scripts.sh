@@ -59,7 +59,7 @@ expect 0 "running: srun --ntasks=1 --nodes=1 .*conductor simulate " -- \
 expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
   env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out4 bash "$src/jobs/train-cpu.sbatch"
 expect 0 "run.output=$work/out5" -- env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out5 \
-  OVERRIDES="parallel.pipeline=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
+  OVERRIDES="parallel.pipeline=8 model.n_layers=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
 grep -q "note: 'run.output=elsewhere' is replaced" <<<"$LAST" && ok || bad "no note about the replaced run.output"
 # An @FILE entry expands in place to the fragment's overrides, in order.
 expected=$(cd "$src" && printf '%q ' $(jobs/overrides.sh inputs/noise/straggler.yaml) run.steps=2)
