@@ -28,17 +28,6 @@ double Rollout::idle() const {
 
 namespace {
 
-// The arbiter's ranking classes (arbiter.hpp): smaller is better; ties broken by list position.
-int hint_class(sched::Hint hint, sched::OpKind kind) {
-  const bool backward = kind == sched::OpKind::B || kind == sched::OpKind::BW;
-  switch (hint) {
-    case sched::Hint::Schedule: return 0;
-    case sched::Hint::BF: return kind == sched::OpKind::F ? 1 : 0;
-    case sched::Hint::BFW: return backward ? 0 : kind == sched::OpKind::F ? 1 : 2;
-  }
-  return 0;
-}
-
 float clampf(double x, double lo, double hi) { return static_cast<float>(std::min(hi, std::max(lo, x))); }
 
 }  // namespace
@@ -64,40 +53,35 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
   for (int k = 0; k < 4; ++k)
     mem_delta[k] = sched::memory_delta(static_cast<sched::OpKind>(k), s.v, opt.memory_after_b);
 
-  std::vector<std::pair<long long, int>> cand;  // (ranking key, list position)
+  std::vector<int> cand;  // list positions offered, best first
   std::vector<int> head(static_cast<std::size_t>(s.v) * 4);
   Decision d;
-  // The engine (sched::execute) runs the step; at each free rank this picker offers the candidates to the
-  // chooser and records the decision.
-  auto picker = [&](int r, const sched::EngineView& view) -> int {
-    const sched::RankState& rs = (*view.ranks)[static_cast<std::size_t>(r)];
-    const auto& running = *view.running;
-    const auto& ready = *view.ready;
+  // The engine (sched::execute) runs the step; at each free rank this picker offers the driver's candidates
+  // (the arbiter's ranking under the heuristic hint) to the chooser and records the decision.
+  auto picker = [&](int r, sched::RankDriver& drv, const sched::EngineView& view) -> int {
+    const sched::Arbiter& rs = drv.arbiter();
+    const auto& drivers = *view.ranks;
     const double now = view.now;
     auto idle_signal = [&](int q) -> float {
       if (q < 0) return 0.0f;
-      const double x = running[q] ? -((*view.busy_until)[q] - now) / unit : (now - (*view.free_since)[q]) / unit;
+      const sched::RankDriver& other = drivers[static_cast<std::size_t>(q)];
+      const double x = other.running() ? -((*view.busy_until)[q] - now) / unit : (now - other.free_since()) / unit;
       return clampf(x / 4.0, -2.0, 2.0);
     };
-    // Candidates: per (kind, chunk), the earliest-listed feasible op (a later microbatch of the same kind
-    // and chunk is the same decision made worse: it only delays the earlier one).
-    std::fill(head.begin(), head.end(), -1);
-    for (int i : ready[r]) {
-      if (!rs.fits(i)) continue;
-      const sched::Action& a = rs.actions()[i];
-      int& h = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
-      if (h < 0 || i < h) h = i;
-    }
+    // Per (kind, chunk), the best-ranked (earliest-listed) candidate: a later microbatch of the same kind and
+    // chunk is the same decision made worse, it only delays the earlier one.
+    std::fill(head.begin(), head.end(), 0);
     cand.clear();
-    for (int h : head) {
-      if (h < 0) continue;
-      const long long key = static_cast<long long>(hint_class(opt.heuristic, rs.actions()[h].kind)) << 32 | h;
-      cand.emplace_back(key, h);
+    for (int i : drv.candidates()) {
+      const sched::Action& a = rs.actions()[i];
+      int& seen = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
+      if (seen) continue;
+      seen = 1;
+      cand.push_back(i);
     }
     if (cand.empty()) return -1;
-    std::sort(cand.begin(), cand.end());
     const int n = std::min<int>(static_cast<int>(cand.size()), kMaxCandidates);
-    if (n < 2) return cand[0].second;
+    if (n < 2) return cand[0];
     d.rank = r;
     d.time = now;
     d.num_candidates = n;
@@ -105,7 +89,7 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
     const float progress = static_cast<float>(rs.num_done()) / static_cast<float>(std::max(1, rs.size()));
     for (int k = 0; k < 4; ++k) pred[k] = predicted.op_time(r, static_cast<sched::OpKind>(k), s.v);
     for (int c = 0; c < n; ++c) {
-      const int i = cand[c].second;
+      const int i = cand[c];
       d.index[c] = i;
       const sched::Action& a = rs.actions()[i];
       const int stage = s.stage_of(r, a.chunk);
@@ -123,12 +107,15 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       x[4] = s.v > 1 ? static_cast<float>(a.chunk) / static_cast<float>(s.v - 1) : 0.0f;
       x[5] = static_cast<float>(a.microbatch) / static_cast<float>(s.m);
       x[6] = progress;
-      x[7] = clampf((now - (*view.ready_at)[r][i]) / unit, 0.0, 8.0);
+      x[7] = clampf((now - drv.ready_at(i)) / unit, 0.0, 8.0);
       x[8] = clampf(pred[static_cast<int>(a.kind)] / unit, 0.0, 8.0);
       x[9] = next_rank == r ? 0.0f : idle_signal(next_rank);
       x[10] = prev_rank == r ? 0.0f : idle_signal(prev_rank);
       x[11] = idle_signal(consumer);
-      x[12] = consumer >= 0 ? static_cast<float>(std::min<std::size_t>(ready[consumer].size(), 4)) / 4.0f : 0.0f;
+      x[12] = consumer >= 0
+                  ? static_cast<float>(std::min(drivers[static_cast<std::size_t>(consumer)].arbiter().num_ready(), 4)) /
+                        4.0f
+                  : 0.0f;
       x[13] = static_cast<float>(rs.memory_in_use() / mem_scale);
       x[14] = static_cast<float>(mem_delta[static_cast<int>(a.kind)] / mem_scale);
       x[15] = static_cast<float>(c);
@@ -137,7 +124,7 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       x[18] = clampf(static_cast<double>(i - rs.next_in_list()) / (3.0 * s.v), 0.0, 8.0);
     }
     int idle = 0;
-    for (int q = 0; q < p; ++q) idle += running[q] ? 0 : 1;
+    for (int q = 0; q < p; ++q) idle += drivers[static_cast<std::size_t>(q)].running() ? 0 : 1;
     const double work = unit * 3.0 * s.v * s.m;  // one rank's work per step, roughly
     d.global[0] = static_cast<float>(now / work);
     d.global[1] = static_cast<float>(view.done) / static_cast<float>(view.total);
@@ -147,7 +134,8 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
     d.global[5] = static_cast<float>(n) / static_cast<float>(kMaxCandidates);
     d.global[6] = static_cast<float>((view.horizon - now) / work);
     int min_done = rs.size();
-    for (int q = 0; q < p; ++q) min_done = std::min(min_done, (*view.ranks)[static_cast<std::size_t>(q)].num_done());
+    for (int q = 0; q < p; ++q)
+      min_done = std::min(min_done, drivers[static_cast<std::size_t>(q)].arbiter().num_done());
     d.global[7] = 1.0f - static_cast<float>(min_done) / static_cast<float>(std::max(1, rs.size()));
     const int c = choose(d);
     if (c < 0 || c >= n) {

@@ -66,7 +66,13 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   const auto& actions = order.ranks[static_cast<std::size_t>(rank_)];
   const int n = static_cast<int>(actions.size());
   const auto at = [](int i) { return static_cast<std::size_t>(i); };
-  sched::RankState state(order, rank_, options_.memory_limit, options_.memory_after_b);
+  sched::DriverOptions dopt;
+  dopt.execution = options_.execution;
+  dopt.hint = options_.hint;
+  dopt.memory_limit = options_.memory_limit;
+  dopt.memory_after_b = options_.memory_after_b;
+  sched::RankDriver driver(order, rank_, dopt);
+  const sched::Arbiter& state = driver.arbiter();
   compute_.begin_step(step);
 
   const bool has_payload = compute_.payload_floats() > 0;
@@ -80,7 +86,6 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::vector<Header> in_header(at(n)), out_header(at(n));
   std::vector<float*> in_buf(at(n), nullptr), out_buf(at(n), nullptr);
   std::vector<char> header_in(at(n), 0), tensor_in(at(n), 0);
-  std::vector<std::int64_t> ready_ns(at(n), -1);
   std::vector<OpTicket> ticket(at(n), -1);
   std::vector<int> in_flight;  // launched, unfinished, in launch order
   enum class Role { Header, Tensor };
@@ -96,6 +101,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
   const bool debug_idle = std::getenv("CONDUCTOR_DEBUG_IDLE") != nullptr;
   const std::int64_t step_begin = clock_.now_ns();
+  // The driver's clock: ns since the step began, as a double (exact below 2^53 ns, about 104 days).
+  const auto since_begin = [step_begin](std::int64_t t) { return static_cast<double>(t - step_begin); };
+  driver.begin(0.0);
 
   // Post every receive of the step now: arrival, not the list, decides when an op can run.
   for (int i = 0; i < n; ++i) {
@@ -116,12 +124,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed;
   std::int64_t last_end = step_begin;
 
-  auto note_newly_ready = [&](std::int64_t now) {
-    for (int i : state.take_newly_ready()) ready_ns[at(i)] = now;
-  };
-  // Input i is usable from `when` on (its arrival, or the injected ready time stamped by the sender).
+  // Input i is usable from `when` on: its arrival, or (held until then) the injected ready time stamped by the
+  // sender. `when` is the time the driver learns of it, so a replay of the trace sees what the driver saw.
   auto accept = [&](int i, std::int64_t when) {
-    state.input_arrived(i);
+    driver.input_arrived(i, since_begin(when));
     if (options_.comm_events) {
       const auto in = sched::input_of(order, rank_, actions[at(i)]);
       outcome.events.push_back(transfer_event(step, rank_, trace::EventKind::RECV, *in, step_begin, when, bytes));
@@ -177,10 +183,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       }
     }
     while (!delayed.empty() && delayed.top().first <= now) {
-      accept(delayed.top().second, delayed.top().first);
+      accept(delayed.top().second, now);
       delayed.pop();
     }
-    note_newly_ready(now);
   };
   auto post_tensor_send = [&](int i, const sched::Transfer& out) {
     data_ids[data_.post_send(out.to_rank, tag_of(order, out), out_buf[at(i)], payload_bytes)] = {Role::Tensor, i, true};
@@ -204,7 +209,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       }
     }
     if (out && has_payload) out_buf[at(i)] = compute_.take_buffer();
-    state.start(i);
+    driver.start(i, since_begin(clock_.now_ns()));
     ticket[at(i)] = compute_.launch(step, a, stage, in_ptr, out_buf[at(i)]);
     in_flight.push_back(i);
     // A device transport queues the send behind the producer now; the GPU sends as soon as the op is done.
@@ -221,7 +226,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       if (!compute_.finished(ticket[at(i)], span)) break;
       in_flight.erase(in_flight.begin());
       const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
-      state.complete(i);
+      driver.complete(i, since_begin(end));
       const auto& a = actions[at(i)];
       trace::OpEvent e;
       e.step = step;
@@ -230,7 +235,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       e.chunk = a.chunk;
       e.microbatch = a.microbatch;
       e.kind = static_cast<trace::EventKind>(a.kind);
-      e.ready_ns = ready_ns[at(i)] >= 0 ? std::min(ready_ns[at(i)], start) : start;
+      e.ready_ns = std::min(step_begin + static_cast<std::int64_t>(driver.ready_at(i)), start);
       e.start_ns = start;
       e.end_ns = end;
       e.bytes = bytes;
@@ -261,17 +266,15 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
             Role::Header, i, true};
         if (has_payload && !early_sends) post_tensor_send(i, *out);
       }
-      note_newly_ready(end);
     }
   };
 
-  note_newly_ready(step_begin);
   std::int64_t idle_sleep_ns = 5'000;
-  while (!state.finished()) {
+  while (!driver.finished()) {
     drain();
     retire();
     if (static_cast<int>(in_flight.size()) < depth) {
-      const int i = state.pick(options_.execution, options_.hint);
+      const int i = driver.next();
       if (i >= 0) {
         idle_sleep_ns = 5'000;
         launch(i);

@@ -39,7 +39,7 @@ Hint parse_hint(const std::string& s) {
 const char* to_string(Execution e) { return e == Execution::Strict ? "strict" : "readiness"; }
 const char* to_string(Hint h) { return h == Hint::Schedule ? "schedule" : h == Hint::BF ? "bf" : "bfw"; }
 
-RankState::RankState(const Schedule& schedule, int rank, double memory_limit, double memory_after_b)
+Arbiter::Arbiter(const Schedule& schedule, int rank, double memory_limit, double memory_after_b)
     : schedule_(&schedule), actions_(&schedule.ranks.at(rank)), rank_(rank) {
   limit_ = (memory_limit > 0 && std::isfinite(memory_limit)) ? memory_limit : std::numeric_limits<double>::infinity();
   for (int k = 0; k < 4; ++k) delta_[k] = memory_delta(static_cast<OpKind>(k), schedule.v, memory_after_b);
@@ -73,7 +73,7 @@ RankState::RankState(const Schedule& schedule, int rank, double memory_limit, do
   reset();
 }
 
-void RankState::reset() {
+void Arbiter::reset() {
   const int n = size();
   for (int i = 0; i < n; ++i) {
     slot_[i].deps = deps0_[i];
@@ -90,6 +90,7 @@ void RankState::reset() {
   }
   cursor_ = 0;
   num_done_ = 0;
+  num_ready_ = 0;
   memory_ = peak_ = 0.0;
   for (int i = 0; i < n; ++i) {
     if (slot_[i].deps == 0) {
@@ -99,21 +100,22 @@ void RankState::reset() {
   }
 }
 
-void RankState::fenwick_add(int index, double delta) {
+void Arbiter::fenwick_add(int index, double delta) {
   for (int i = index + 1; i < static_cast<int>(fenwick_.size()); i += i & -i) fenwick_[i] += delta;
 }
 
-double RankState::reserved_through(int index) const {
+double Arbiter::reserved_through(int index) const {
   double s = 0.0;
   for (int i = index + 1; i > 0; i -= i & -i) s += fenwick_[i];
   return s;
 }
 
-void RankState::satisfy(int index) {
+void Arbiter::satisfy(int index) {
   if (index < 0) return;
   Slot& sl = slot_[index];
   if (sl.deps <= 0 || --sl.deps != 0 || sl.started) return;
   newly_ready_.push_back(index);
+  ++num_ready_;
   switch ((*actions_)[index].kind) {
     case OpKind::F: heap_push(heap_f_, index); break;
     case OpKind::W: heap_push(heap_w_, index); break;
@@ -121,14 +123,14 @@ void RankState::satisfy(int index) {
   }
 }
 
-void RankState::input_arrived(int index) { satisfy(index); }
+void Arbiter::input_arrived(int index) { satisfy(index); }
 
-bool RankState::fits(int index) const {
+bool Arbiter::fits(int index) const {
   if ((*actions_)[index].kind != OpKind::F) return true;
   return memory_ + reserved_through(index) <= limit_ + kEps;
 }
 
-int RankState::pick(Execution mode, Hint hint) const {
+int Arbiter::pick(Execution mode, Hint hint) const {
   if (mode == Execution::Strict) {
     if (cursor_ >= size()) return -1;
     return (slot_[cursor_].deps == 0 && fits(cursor_)) ? cursor_ : -1;
@@ -146,16 +148,39 @@ int RankState::pick(Execution mode, Hint hint) const {
   return best == kNone ? -1 : best;
 }
 
-void RankState::clean_heaps() {
+void Arbiter::candidates(Execution mode, Hint hint, std::vector<int>& out) const {
+  out.clear();
+  if (mode == Execution::Strict) {
+    if (const int i = pick(mode, hint); i >= 0) out.push_back(i);
+    return;
+  }
+  // The ranking classes of pick(): smaller first, then list position.
+  auto rank_class = [hint](OpKind k) {
+    if (hint == Hint::Schedule) return 0;
+    if (hint == Hint::BF) return k == OpKind::F ? 1 : 0;
+    return k == OpKind::F ? 1 : k == OpKind::W ? 2 : 0;
+  };
+  std::vector<std::pair<int, int>> keyed;  // (class, position)
+  for (const auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
+    for (int i : *h) {
+      if (!slot_[i].started && fits(i)) keyed.emplace_back(rank_class((*actions_)[i].kind), i);
+    }
+  }
+  std::sort(keyed.begin(), keyed.end());
+  for (const auto& [cls, i] : keyed) out.push_back(i);
+}
+
+void Arbiter::clean_heaps() {
   for (auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
     while (!h->empty() && slot_[h->front()].started) heap_pop(*h);
   }
 }
 
-void RankState::start(int index) {
+void Arbiter::start(int index) {
   if (index < 0 || index >= size() || slot_[index].started) {
     throw Error("arbiter: rank " + std::to_string(rank_) + " cannot start action " + std::to_string(index));
   }
+  if (slot_[index].deps == 0) --num_ready_;
   slot_[index].started = 1;
   const OpKind k = (*actions_)[index].kind;
   if (k == OpKind::F) {
@@ -167,7 +192,7 @@ void RankState::start(int index) {
   while (cursor_ < size() && slot_[cursor_].started) ++cursor_;
 }
 
-void RankState::complete(int index) {
+void Arbiter::complete(int index) {
   if (index < 0 || index >= size() || !slot_[index].started || slot_[index].done) {
     throw Error("arbiter: rank " + std::to_string(rank_) + " cannot complete action " + std::to_string(index));
   }
@@ -179,13 +204,13 @@ void RankState::complete(int index) {
   satisfy(slot_[index].local_consumer);
 }
 
-std::vector<int> RankState::take_newly_ready() {
+std::vector<int> Arbiter::take_newly_ready() {
   std::vector<int> out;
   out.swap(newly_ready_);
   return out;
 }
 
-int RankState::index_of(OpKind kind, int chunk, int microbatch) const {
+int Arbiter::index_of(OpKind kind, int chunk, int microbatch) const {
   if (chunk < 0 || chunk >= schedule_->v || microbatch < 0 || microbatch >= schedule_->m) return -1;
   const std::size_t slot = static_cast<std::size_t>(chunk) * schedule_->m + microbatch;
   if (kind == OpKind::F) return f_index_[slot];
@@ -194,12 +219,12 @@ int RankState::index_of(OpKind kind, int chunk, int microbatch) const {
   return (i >= 0 && (*actions_)[i].kind == kind) ? i : -1;
 }
 
-int RankState::backward_index(int chunk, int microbatch) const {
+int Arbiter::backward_index(int chunk, int microbatch) const {
   if (chunk < 0 || chunk >= schedule_->v || microbatch < 0 || microbatch >= schedule_->m) return -1;
   return b_index_[static_cast<std::size_t>(chunk) * schedule_->m + microbatch];
 }
 
-int RankState::consumer_of(const Transfer& t) const {
+int Arbiter::consumer_of(const Transfer& t) const {
   return t.payload == Payload::Activation ? index_of(OpKind::F, t.to_chunk, t.microbatch)
                                           : backward_index(t.to_chunk, t.microbatch);
 }

@@ -1,8 +1,10 @@
 #include "conductor/sched/engine.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <queue>
 #include <string>
+#include <utility>
 
 #include "conductor/util/error.hpp"
 
@@ -32,13 +34,71 @@ struct Event {
 
 }  // namespace
 
+namespace {
+
+// The input action `index` of rank `r` waits for: its producer's (rank, list position), or (-1, -1).
+std::pair<int, int> producer_of(const Schedule& s, const std::vector<RankDriver>& d, int r, int index) {
+  const auto in = input_of(s, r, d[static_cast<std::size_t>(r)].arbiter().actions()[static_cast<std::size_t>(index)]);
+  if (!in) return {-1, -1};
+  const Arbiter& from = d[static_cast<std::size_t>(in->from_rank)].arbiter();
+  const int pos = in->payload == Payload::Activation ? from.index_of(OpKind::F, in->from_chunk, in->microbatch)
+                                                     : from.backward_index(in->from_chunk, in->microbatch);
+  return {in->from_rank, pos};
+}
+
+std::string fmt_mem(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+// Why each unfinished rank is stuck; ranks stuck on memory first (they are the cause), then by rank.
+std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>& d) {
+  std::vector<Stuck> out;
+  for (int r = 0; r < s.p; ++r) {
+    const Arbiter& a = d[static_cast<std::size_t>(r)].arbiter();
+    if (a.finished()) continue;
+    Stuck st;
+    st.rank = r;
+    st.position = a.next_in_list();
+    const Action& x = a.actions()[static_cast<std::size_t>(st.position)];
+    if (a.is_ready(st.position) && !a.fits(st.position)) {
+      st.memory = true;
+      st.reason = "memory in use " + fmt_mem(a.memory_in_use() + memory_delta(OpKind::F, s.v, 0.0)) + " M_F after " +
+                  to_string(x) + " exceeds the limit of " + fmt_mem(a.memory_limit()) + " M_F";
+    } else if (const auto [pr, pp] = producer_of(s, d, r, st.position); pr >= 0 && pp >= 0) {
+      const Arbiter& b = d[static_cast<std::size_t>(pr)].arbiter();
+      const Action& y = b.actions()[static_cast<std::size_t>(pp)];
+      const int behind = b.next_in_list();
+      st.reason = to_string(x) + " waits for " + to_string(y) + " (stage " + std::to_string(s.stage_of(pr, y.chunk)) +
+                  ") on rank " + std::to_string(pr) + ", position " + std::to_string(pp) +
+                  ", which waits behind rank " + std::to_string(pr) + "'s position " + std::to_string(behind) + " (" +
+                  (behind < b.size() ? to_string(b.actions()[static_cast<std::size_t>(behind)]) : std::string("end")) +
+                  "): a circular wait, the lists deadlock";
+    } else {
+      st.reason = to_string(x) + " never becomes ready (" + std::to_string(a.num_done()) + "/" +
+                  std::to_string(a.size()) + " done)";
+    }
+    out.push_back(std::move(st));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Stuck& x, const Stuck& y) { return x.memory && !y.memory; });
+  return out;
+}
+
+}  // namespace
+
 ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
   const int p = s.p;
-  std::vector<RankState> st;
-  st.reserve(p);
+  std::vector<RankDriver> drivers;
+  drivers.reserve(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
-    const double limit = opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(r);
-    st.emplace_back(s, r, limit, opt.memory_after_b);
+    DriverOptions d;
+    d.execution = opt.execution;
+    d.hint = opt.hint;
+    d.memory_limit =
+        opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    d.memory_after_b = opt.memory_after_b;
+    drivers.emplace_back(s, r, d);
   }
 
   ExecResult res;
@@ -51,33 +111,23 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   // Cross-rank consumer of each action's output (list index on the destination rank), or -1.
   std::vector<std::vector<std::int32_t>> dest(p);
   for (int r = 0; r < p; ++r) {
-    dest[r].assign(st[r].size(), -1);
-    for (int i = 0; i < st[r].size(); ++i) {
-      if (auto out = output_of(s, r, st[r].actions()[i]); out && !out->local())
-        dest[r][i] = st[out->to_rank].consumer_of(*out);
+    const Arbiter& a = drivers[r].arbiter();
+    dest[r].assign(a.size(), -1);
+    for (int i = 0; i < a.size(); ++i) {
+      if (auto out = output_of(s, r, a.actions()[i]); out && !out->local()) {
+        dest[r][i] = drivers[out->to_rank].arbiter().consumer_of(*out);
+      }
     }
+    res.order[r].reserve(a.size());
   }
-  std::vector<std::vector<double>> ready_at(p);
-  for (int r = 0; r < p; ++r) {
-    ready_at[r].assign(st[r].size(), 0.0);
-    res.order[r].reserve(st[r].size());
-  }
-  std::vector<char> running(p, 0);
-  std::vector<double> free_since(p, 0.0);
-  std::vector<char> started_any(p, 0);
-  // Kept only for a custom picker (the policy environment): ready lists, busy horizons, idle time.
+  // Kept only for a custom picker (the policy environment): busy horizons and idle time.
   const bool custom = static_cast<bool>(opt.picker);
-  std::vector<std::vector<int>> ready(custom ? p : 0);
   std::vector<double> busy_until(custom ? p : 0, 0.0);
   EngineView view;
   if (custom) {
-    view.ranks = &st;
-    view.running = &running;
-    view.free_since = &free_since;
+    view.ranks = &drivers;
     view.busy_until = &busy_until;
-    view.ready_at = &ready_at;
-    view.ready = &ready;
-    for (int r = 0; r < p; ++r) view.total += st[r].size();
+    for (int r = 0; r < p; ++r) view.total += drivers[r].arbiter().size();
   }
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
@@ -90,73 +140,49 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       touched.push_back(r);
     }
   };
-  auto stamp_ready = [&](int r, double t) {
-    for (int i : st[r].newly_ready()) {
-      ready_at[r][i] = t;
-      if (custom) ready[r].push_back(i);
-    }
-    st[r].clear_newly_ready();
-  };
 
   double now = 0.0;
-  for (int r = 0; r < p; ++r) {
-    stamp_ready(r, 0.0);
-    touch(r);
-  }
+  for (int r = 0; r < p; ++r) touch(r);
   bool first = true;
   for (;;) {
     // Free ranks pick, in rank order.
     std::sort(touched.begin(), touched.end());
     for (int r : touched) {
       is_touched[r] = 0;
-      if (running[r]) continue;
+      RankDriver& drv = drivers[r];
+      if (drv.running()) continue;
       int i = -1;
       if (custom) {
         view.now = now;
-        i = opt.picker(r, view);
-        if (i >= 0) {
-          const auto it = std::find(ready[r].begin(), ready[r].end(), i);
-          if (it == ready[r].end() || !st[r].fits(i)) {
-            throw Error("engine: the picker chose list position " + std::to_string(i) + " on rank " +
-                        std::to_string(r) + ", which is not ready or does not fit in memory");
-          }
-          ready[r].erase(it);
+        i = opt.picker(r, drv, view);
+        if (i >= 0 && !(drv.arbiter().is_ready(i) && drv.arbiter().fits(i))) {
+          throw Error("engine: the picker chose list position " + std::to_string(i) + " on rank " + std::to_string(r) +
+                      ", which is not ready or does not fit in memory");
         }
       } else {
-        i = st[r].pick(opt.execution, opt.hint);
+        i = drv.next();
       }
       if (i < 0) continue;
-      st[r].start(i);
-      const Action& a = st[r].actions()[i];
-      const double dur = compute(r, a);
-      OpTiming op;
-      op.rank = r;
-      op.index = i;
-      op.ready = ready_at[r][i];
-      op.start = now;
-      op.end = now + dur;
-      op.wait = started_any[r] ? now - free_since[r] : now;
-      if (!started_any[r]) res.first_start[r] = now;
+      const OpStart op = drv.start(i, now);
+      const double dur = compute(r, drv.arbiter().actions()[i]);
       if (first) {
         res.start = now;
         first = false;
       }
-      started_any[r] = 1;
-      running[r] = 1;
-      if (opt.record_ops) res.ops.push_back(op);
+      if (opt.record_ops) res.ops.push_back(OpTiming{r, i, op.ready, now, now + dur, op.wait});
       res.order[r].push_back(i);
       res.busy[r] += dur;
       if (custom) {
-        busy_until[r] = op.end;
-        view.horizon = std::max(view.horizon, op.end);
+        busy_until[r] = now + dur;
+        view.horizon = std::max(view.horizon, now + dur);
       }
-      queue.push(Event{op.end, seq++, EventType::Done, r, i, -1});
+      queue.push(Event{now + dur, seq++, EventType::Done, r, i, -1});
     }
     touched.clear();
     if (queue.empty()) break;
     if (custom && !first) {
       int idle_ranks = 0;
-      for (int q = 0; q < p; ++q) idle_ranks += running[q] ? 0 : 1;
+      for (int q = 0; q < p; ++q) idle_ranks += drivers[q].running() ? 0 : 1;
       view.idle += idle_ranks * (queue.top().time - now);
     }
     now = queue.top().time;
@@ -165,49 +191,40 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       const Event e = queue.top();
       queue.pop();
       if (e.type == EventType::Done) {
-        RankState& rs = st[e.rank];
-        rs.complete(e.index);
+        drivers[e.rank].complete(e.index, now);
         ++view.done;
-        running[e.rank] = 0;
-        free_since[e.rank] = now;
-        res.last_end[e.rank] = now;
         res.end = std::max(res.end, now);
-        const Action& a = rs.actions()[e.index];
         if (const int consumer = dest[e.rank][e.index]; consumer >= 0) {
-          const auto out = output_of(s, e.rank, a);
-          {
-            int tidx = -1;
-            const double arrive = now + comm(*out);
-            if (opt.record_transfers) {
-              tidx = static_cast<int>(res.transfers.size());
-              res.transfers.push_back(TransferTiming{*out, now, arrive});
-            }
-            queue.push(Event{arrive, seq++, EventType::Arrive, out->to_rank, consumer, tidx});
+          const auto out = output_of(s, e.rank, drivers[e.rank].arbiter().actions()[e.index]);
+          int tidx = -1;
+          const double arrive = now + comm(*out);
+          if (opt.record_transfers) {
+            tidx = static_cast<int>(res.transfers.size());
+            res.transfers.push_back(TransferTiming{*out, now, arrive});
           }
+          queue.push(Event{arrive, seq++, EventType::Arrive, out->to_rank, consumer, tidx});
         }
-        stamp_ready(e.rank, now);
-        touch(e.rank);
       } else {
-        st[e.rank].input_arrived(e.index);
-        stamp_ready(e.rank, now);
-        touch(e.rank);
+        drivers[e.rank].input_arrived(e.index, now);
       }
+      touch(e.rank);
     }
   }
 
-  std::string stuck;
   for (int r = 0; r < p; ++r) {
-    res.peak_memory[r] = st[r].peak_memory();
-    if (!st[r].finished()) {
-      const int next = st[r].next_in_list();
-      stuck += " rank " + std::to_string(r) + " at position " + std::to_string(next) + " (" +
-               (next < st[r].size() ? to_string(st[r].actions()[next]) : std::string("end")) + ", " +
-               std::to_string(st[r].num_done()) + "/" + std::to_string(st[r].size()) + " done);";
-    }
+    res.peak_memory[r] = drivers[r].arbiter().peak_memory();
+    res.first_start[r] = drivers[r].started_any() ? drivers[r].first_start() : 0.0;
+    res.last_end[r] = drivers[r].started_any() ? drivers[r].last_end() : 0.0;
   }
+  std::vector<Stuck> stuck = stuck_ranks(s, drivers);
   if (!stuck.empty()) {
-    throw Error("schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) + " execution (memory limit " +
-                std::to_string(opt.memory_limit) + " M_F):" + stuck);
+    std::string what = "schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) +
+                       " execution (memory limit " + std::to_string(opt.memory_limit) + " M_F):";
+    for (const Stuck& st : stuck) {
+      what +=
+          " rank " + std::to_string(st.rank) + " at position " + std::to_string(st.position) + ": " + st.reason + ";";
+    }
+    throw DeadlockError(what, std::move(stuck));
   }
   return res;
 }

@@ -1,8 +1,8 @@
 #include "conductor/sched/validate.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "conductor/sched/engine.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::sched {
@@ -23,12 +23,6 @@ Violation fail(int rank, int position, std::string reason) {
   v.position = position;
   v.reason = std::move(reason);
   return v;
-}
-
-std::string fmt_mem(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", x);
-  return buf;
 }
 
 }  // namespace
@@ -102,64 +96,19 @@ Violation validate(const Schedule& s, double memory_limit, double a) {
     }
   }
 
-  // 3. cross-stage order: strict in-order execution with unit times must finish.
-  std::vector<int> cursor(s.p, 0);
-  std::vector<std::vector<char>> done(s.p);
-  for (int r = 0; r < s.p; ++r) done[r].assign(s.ranks[r].size(), 0);
-  std::vector<std::vector<int>> waiters(s.p);  // ranks blocked on a producer of rank r
-  std::vector<int> blocked_on(s.p, -1);
-  std::vector<int> active;
-  for (int r = s.p - 1; r >= 0; --r) active.push_back(r);
-  auto producer = [&](int r, const Action& x) -> std::pair<int, int> {  // (rank, position) or (-1, -1)
-    auto in = input_of(s, r, x);
-    if (!in) return {-1, -1};
-    const std::size_t slot = static_cast<std::size_t>(in->from_stage) * s.m + in->microbatch;
-    const int k = in->payload == Payload::Activation ? 0 : (pos[3][slot] >= 0 ? 3 : 1);
-    return {in->from_rank, pos[k][slot]};
-  };
-  while (!active.empty()) {
-    const int r = active.back();
-    active.pop_back();
-    blocked_on[r] = -1;
-    while (cursor[r] < static_cast<int>(s.ranks[r].size())) {
-      const auto [pr, pp] = producer(r, s.ranks[r][cursor[r]]);
-      if (pr >= 0 && !done[pr][pp]) {
-        blocked_on[r] = pr;
-        waiters[pr].push_back(r);
-        break;
-      }
-      done[r][cursor[r]] = 1;
-      ++cursor[r];
-      for (int w : waiters[r]) active.push_back(w);
-      waiters[r].clear();
-    }
-  }
-  for (int r = 0; r < s.p; ++r) {
-    if (cursor[r] < static_cast<int>(s.ranks[r].size())) {
-      const Action& x = s.ranks[r][cursor[r]];
-      const auto [pr, pp] = producer(r, x);
-      const Action& y = s.ranks[pr][pp];
-      return fail(r, cursor[r],
-                  to_string(x) + " waits for " + to_string(y) + " (stage " + std::to_string(s.stage_of(pr, y.chunk)) +
-                      ") on rank " + std::to_string(pr) + ", position " + std::to_string(pp) +
-                      ", which waits behind rank " + std::to_string(pr) + "'s position " + std::to_string(cursor[pr]) +
-                      " (" + to_string(s.ranks[pr][cursor[pr]]) + "): a circular wait, the lists deadlock");
-    }
-  }
-
-  // 4. memory.
-  if (memory_limit > 0) {
-    for (int r = 0; r < s.p; ++r) {
-      double mem = 0.0;
-      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
-        mem += memory_delta(s.ranks[r][i].kind, s.v, a);
-        if (mem > memory_limit + 1e-9) {
-          return fail(r, i,
-                      "memory in use " + fmt_mem(mem) + " M_F after " + to_string(s.ranks[r][i]) +
-                          " exceeds the limit of " + fmt_mem(memory_limit) + " M_F");
-        }
-      }
-    }
+  // 3. cross-stage order and memory: the lists executed in order (strict, unit op times, no comm time) must
+  // finish within the memory limit. The engine is the one executor: its deadlock report names the cause.
+  ExecOptions eo;
+  eo.execution = Execution::Strict;
+  eo.memory_limit = memory_limit;
+  eo.memory_after_b = a;
+  eo.record_ops = false;
+  try {
+    execute(
+        s, eo, [](int, const Action&) { return 1.0; }, [](const Transfer&) { return 0.0; });
+  } catch (const DeadlockError& e) {
+    const Stuck& first = e.stuck.front();
+    return fail(first.rank, first.position, first.reason);
   }
   return Violation{};
 }

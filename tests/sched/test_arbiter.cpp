@@ -22,7 +22,7 @@ Schedule one_rank(std::vector<Action> list, int m, int p = 1) {
 
 TEST(Arbiter, StrictRunsTheListInOrderAndWaitsForInputs) {
   const Schedule s = one_f_one_b(2, 4);  // rank 1 (last): F0 BW0 F1 BW1 ...
-  RankState st(s, 1, 2, 0);
+  Arbiter st(s, 1, 2, 0);
   EXPECT_EQ(st.pick(Execution::Strict, Hint::Schedule), -1);  // F0 waits for rank 0's activation
   const int f1 = st.index_of(OpKind::F, 0, 1);
   st.input_arrived(f1);
@@ -52,7 +52,7 @@ TEST(Arbiter, HintsRankReadyWork) {
                                {OpKind::B, 2, 0},
                                {OpKind::W, 2, 0}},
                               3);
-  RankState st(s, 0, 10, 0.5);
+  Arbiter st(s, 0, 10, 0.5);
   st.start(0);
   st.complete(0);  // F0
   st.start(3);
@@ -77,7 +77,7 @@ TEST(Arbiter, MemoryLimitAndReservation) {
                                {OpKind::BW, 1, 0},
                                {OpKind::BW, 2, 0}},
                               3);
-  RankState st(s, 0, 2, 0);
+  Arbiter st(s, 0, 2, 0);
   for (int i : {0, 1}) {
     EXPECT_EQ(st.pick(Execution::Readiness, Hint::Schedule), i);
     st.start(i);
@@ -107,7 +107,7 @@ TEST(Arbiter, ReservationKeepsEarlierListedForwards) {
       s.ranks[0].push_back(a);
     }
   }
-  RankState st(s, 0, 1.0, 0);
+  Arbiter st(s, 0, 1.0, 0);
   // All chunk-0 forwards are ready at once (stage 0 has no input).
   st.start(0);     // 0F0: 0.5 in use, 1F0 (listed next) reserves 0.5 more
   st.complete(0);  // delivers 1F0's input on the same rank
@@ -120,7 +120,7 @@ TEST(Arbiter, ReservationKeepsEarlierListedForwards) {
 
 TEST(Arbiter, NewlyReadyAndErrors) {
   const Schedule s = one_f_one_b(2, 2);
-  RankState st(s, 0, 2, 0);
+  Arbiter st(s, 0, 2, 0);
   const auto first = st.take_newly_ready();
   EXPECT_EQ(first.size(), 2u);  // rank 0: both forwards are ready at the start
   EXPECT_TRUE(st.take_newly_ready().empty());

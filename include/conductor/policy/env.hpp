@@ -1,11 +1,11 @@
 #pragma once
 // The PPO environment: one training step of a schedule in virtual time, run BY sched::execute (engine.hpp,
-// the simulator's engine, with the same per-rank arbiter state sched::RankState), with a picker
+// the simulator's engine, with the same per-rank arbiter state sched::Arbiter), with a picker
 // (ExecOptions::picker) through which, at each decision point, the caller's chooser picks among the feasible
 // ops instead of the hint ranking.
 //
 // Decision point: a rank is free and its feasible set (the ready actions that fit the memory rule, i.e.
-// exactly what RankState::pick(readiness, .) chooses from) is not empty. The candidates offered are, per
+// exactly what Arbiter::pick(readiness, .) chooses from) is not empty. The candidates offered are, per
 // (op kind, chunk), the earliest-listed feasible op (at most 3v of them): the arbiter's own choice is always
 // among them, and a later microbatch of the same kind and chunk would only delay the earlier one. Events at equal times
 // are all applied before any free rank picks, and free ranks pick in rank order, as in execute(). With a chooser that

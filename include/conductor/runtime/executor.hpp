@@ -1,8 +1,8 @@
 #pragma once
 // One rank's readiness-driven execution of one training step. Receives for every cross-rank input of the
 // step are posted up front; an arrival makes its op ready; whenever the rank can queue an op (fewer than
-// Compute::queue_depth() launched and unfinished) it asks the shared arbiter (sched::RankState::pick, the same
-// call the simulator makes) what to run. In strict mode the arbiter returns the next op of the list or
+// Compute::queue_depth() launched and unfinished) it asks its per-rank driver (sched::RankDriver::next, the same
+// code the simulator runs) what to run. In strict mode the arbiter returns the next op of the list or
 // nothing; in readiness mode the best-ranked ready op within memory.
 //
 // Two planes. The data transport carries the tensors (MPI on host memory; NCCL or host-staged copies on GPU
@@ -21,7 +21,7 @@
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/transport.hpp"
-#include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/driver.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/trace/event.hpp"
 

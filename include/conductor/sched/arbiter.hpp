@@ -3,7 +3,7 @@
 // runtime (runtime/) with the same inputs, so the simulator's prediction is the runtime's behaviour on a
 // different clock. Never fork this logic.
 //
-// Per-rank state (RankState) holds the rank's actions in hint order (the schedule's list for that rank),
+// The Arbiter holds one rank's actions in hint order (the schedule's list for that rank),
 // which are started / done, which are ready, and the activation memory in use against the limit (units of
 // M_F, see schedule.hpp). An action is READY when all its dependencies are satisfied:
 //   - its cross-stage input (input_of() in schedule.hpp) arrived: the caller reports it with input_arrived()
@@ -24,14 +24,13 @@
 // only free memory and always fit.
 //
 // Cost: pick() is O(1) (three min-heaps of ready positions, one Fenwick prefix sum, O(log n)); start(),
-// complete() and input_arrived() are O(log n). One RankState per rank per step; reset() reuses it.
+// complete() and input_arrived() are O(log n). One Arbiter per rank per step; reset() reuses it.
 //
-// Typical loop (runtime or simulator), per rank:
-//   RankState st(schedule, rank, limit, memory_after_b);
-//   while (!st.finished()) {
-//     on input message for action i: st.input_arrived(i);
-//     if idle: i = st.pick(mode, hint); if (i >= 0) { st.start(i); run action i; st.complete(i); send output; }
-//   }
+// candidates(mode, hint) is the same ranking as a list (every feasible choice, best first; its first element is
+// pick()'s answer): a custom picker such as the PPO environment chooses among them instead of re-ranking.
+//
+// Callers do not drive an Arbiter directly: sched::RankDriver (driver.hpp) owns one per rank together with the
+// step's times, and the engine, the MPI executor and the PPO environment all go through it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,10 +47,10 @@ Hint parse_hint(const std::string& s);            // "schedule" | "bf" | "bfw"; 
 const char* to_string(Execution e);
 const char* to_string(Hint h);
 
-class RankState {
+class Arbiter {
  public:
   // memory_limit in M_F (<= 0 or infinity: unlimited); memory_after_b: the fraction a (schedule.hpp).
-  RankState(const Schedule& schedule, int rank, double memory_limit, double memory_after_b);
+  Arbiter(const Schedule& schedule, int rank, double memory_limit, double memory_after_b);
 
   void reset();  // back to the start of a step (nothing started, no input arrived)
 
@@ -59,6 +58,9 @@ class RankState {
   void input_arrived(int index);
   // The action to run now, or -1. Does not change the state.
   int pick(Execution mode, Hint hint) const;
+  // Every action pick() could choose now, best first (pick() == out.front() when not empty). O(r log r) in the
+  // r ready actions: for custom pickers, not for the hot path.
+  void candidates(Execution mode, Hint hint, std::vector<int>& out) const;
   // Action `index` starts (allocates its memory); normally the result of pick().
   void start(int index);
   // Action `index` finished: frees memory, satisfies same-stage dependents, delivers same-rank outputs.
@@ -85,6 +87,7 @@ class RankState {
   bool is_done(int index) const { return slot_[index].done != 0; }
   bool finished() const { return num_done_ == size(); }
   int num_done() const { return num_done_; }
+  int num_ready() const { return num_ready_; }  // ready, not started (whether or not they fit in memory)
   int next_in_list() const { return cursor_; }  // first action not started (strict's next op)
   double memory_in_use() const { return memory_; }
   double peak_memory() const { return peak_; }
@@ -121,6 +124,7 @@ class RankState {
   std::vector<int> newly_ready_;
   int cursor_ = 0;
   int num_done_ = 0;
+  int num_ready_ = 0;
   double memory_ = 0.0, peak_ = 0.0;
 };
 

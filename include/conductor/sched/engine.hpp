@@ -1,36 +1,35 @@
 #pragma once
-// The discrete-event execution engine in virtual time: every rank runs the arbiter (arbiter.hpp) whenever it
-// is free; op and transfer durations come from the caller. The simulator (sim/) drives it with the noisy
-// cost model, generators drive it noise-free to measure candidate schedules. Events at equal times are all
-// applied before any free rank picks, and ranks pick in rank order, so results are deterministic.
+// The discrete-event execution engine in virtual time: p per-rank drivers (driver.hpp) fed from one event
+// queue; each free rank starts its driver's choice; op and transfer durations come from the caller. The simulator
+// (sim/) drives it with the noisy cost model, generators drive it noise-free to measure candidate schedules. Events at
+// equal times are all applied before any free rank picks, and ranks pick in rank order, so results are deterministic.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/driver.hpp"
 #include "conductor/sched/schedule.hpp"
+#include "conductor/util/error.hpp"
 
 namespace conductor::sched {
 
-struct ExecOptions;
-
-// What a custom picker (ExecOptions::picker) sees when a free rank picks: the engine's state at `now`.
+// What a custom picker (ExecOptions::picker) sees when a free rank picks: the engine's state at `now`. Each
+// rank's past (readiness, ready times, memory, when it became free) is in its driver; the engine adds what only
+// virtual time knows (when running ops will end).
 struct EngineView {
   double now = 0;
-  const std::vector<RankState>* ranks = nullptr;
-  const std::vector<char>* running = nullptr;                  // per rank: an op is running
-  const std::vector<double>* free_since = nullptr;             // per rank: end of its last op
-  const std::vector<double>* busy_until = nullptr;             // per rank: end of its running (or last) op
-  const std::vector<std::vector<double>>* ready_at = nullptr;  // per rank and list position
-  const std::vector<std::vector<int>>* ready = nullptr;        // per rank: ready, not started list positions
-  double horizon = 0;                                          // latest end of any started op
+  const std::vector<RankDriver>* ranks = nullptr;
+  const std::vector<double>* busy_until = nullptr;  // per rank: end of its running (or last) op
+  double horizon = 0;                               // latest end of any started op
   double idle = 0;  // rank-time spent idle so far (ranks not running, from the first start on), ms x ranks
   int done = 0;     // ops finished, all ranks
   int total = 0;    // ops of the step, all ranks
 };
 
-// Chooses the list position a free rank starts now, or -1 to leave it idle until the next event. It may pick
-// any ready op that fits the memory rule (RankState::fits); the arbiter (RankState::pick) is the default.
-using Picker = std::function<int(int rank, const EngineView& view)>;
+// Chooses the list position a free rank starts now, or -1 to leave it idle until the next event. It chooses
+// among the rank's candidates (RankDriver::candidates(), best first); the arbiter's choice is the default.
+using Picker = std::function<int(int rank, RankDriver& driver, const EngineView& view)>;
 
 struct ExecOptions {
   Execution execution = Execution::Strict;
@@ -41,6 +40,22 @@ struct ExecOptions {
   bool record_transfers = false;
   bool record_ops = true;  // fill ExecResult::ops (per-op timings); off saves memory on huge runs
   Picker picker;           // empty: the arbiter picks (execution, hint); set: the policy environment's
+};
+
+// A rank that cannot finish: the action it is stuck at and why (an input whose producer never runs, or memory).
+struct Stuck {
+  int rank = 0;
+  int position = 0;     // list position of the first action not started
+  bool memory = false;  // ready, but starting it would exceed the memory limit
+  std::string reason;
+};
+
+// Thrown by execute() when ranks cannot finish; what() names every stuck rank, `stuck` lists them with the
+// root cause first (a rank stuck on memory, else the lowest stuck rank).
+class DeadlockError : public Error {
+ public:
+  DeadlockError(const std::string& what, std::vector<Stuck> stuck) : Error(what), stuck(std::move(stuck)) {}
+  std::vector<Stuck> stuck;
 };
 
 struct OpTiming {
@@ -74,7 +89,7 @@ struct ExecResult {
 using ComputeTimeFn = std::function<double(int rank, const Action& action)>;
 using CommTimeFn = std::function<double(const Transfer& transfer)>;
 
-// Runs one step. Throws Error naming each stuck rank's next action when the schedule deadlocks.
+// Runs one step. Throws DeadlockError naming each stuck rank's next action when the schedule deadlocks.
 ExecResult execute(const Schedule& schedule, const ExecOptions& options, const ComputeTimeFn& compute,
                    const CommTimeFn& comm);
 

@@ -4,10 +4,11 @@
 //   1. structure: every action names a chunk < v and a microbatch < m; every (stage, microbatch) has exactly
 //      one F and either one B plus one W or one BW, all on the rank that holds the stage;
 //   2. same-stage order on a rank: B/BW after its F, W after its B;
-//   3. cross-stage order: F(s, mb) after F(s-1, mb) and B(s, mb) after B(s+1, mb) (after F on the last stage)
-//      must be satisfiable by the per-rank lists, i.e. strict in-order execution does not deadlock
-//      (a circular wait is reported at the stuck rank with the action it waits for);
-//   4. memory: following each rank's list, memory in use never exceeds the limit (M_F per rank).
+//   3. cross-stage order and memory: F(s, mb) after F(s-1, mb) and B(s, mb) after B(s+1, mb) (after F on the
+//      last stage) must be satisfiable by the per-rank lists within the memory limit (M_F per rank): the lists
+//      run to the end under strict execution (sched::execute, unit op times). A rank stuck on memory is
+//      reported first ("memory in use 4 M_F after 0F3 exceeds the limit of 3 M_F"), else a circular wait at the
+//      lowest stuck rank with the action it waits for.
 // Times (comm included) do not matter for validity: a valid list runs under any positive op and comm times.
 #include <string>
 

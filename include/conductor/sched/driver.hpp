@@ -1,0 +1,82 @@
+#pragma once
+// The per-rank driver: everything one rank decides and remembers during one training step, written once and run
+// by every consumer on its own clock:
+//   - the virtual-time engine (engine.hpp: the simulator, the schedule generators, the validator and the PPO
+//     environment) runs p drivers from an event queue;
+//   - the MPI executor (runtime/executor.hpp) runs one driver fed by message polls and op completions;
+//   - a replay of a runtime trace (trace events in time order) feeds fresh drivers and gets the runtime's picks.
+//
+// The driver owns the rank's Arbiter (arbiter.hpp: readiness, memory, ranking) and the step's times: when each
+// action became ready, when the rank last became free, its first start and last end. Times are in the caller's
+// unit (ms in the engine, ns since the step began in the runtime); the driver never reads a clock.
+//
+// A step, per rank:
+//   driver.begin(t0);                                   // actions without inputs are ready at t0
+//   on an input for action i arriving at t:  driver.input_arrived(i, t);
+//   when the rank can start an op at t:      i = driver.next();  if (i >= 0) driver.start(i, t);
+//   when op i ends at t:                     driver.complete(i, t);
+// next() is the arbiter's choice under the driver's execution mode and hint; candidates() lists every feasible
+// choice best first (next() is its first element), for a picker that chooses differently (the PPO environment).
+#include <vector>
+
+#include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/schedule.hpp"
+
+namespace conductor::sched {
+
+struct DriverOptions {
+  Execution execution = Execution::Strict;
+  Hint hint = Hint::Schedule;
+  double memory_limit = 0.0;  // this rank's limit, M_F; <= 0: unlimited
+  double memory_after_b = 0.0;
+};
+
+// What the driver knows of an op when it starts.
+struct OpStart {
+  int index = 0;      // position in the rank's list
+  double ready = 0;   // inputs arrived and same-stage predecessor done
+  double start = 0;   // now
+  double wait = 0;    // the rank's idle time right before this op (since its last op ended, or since begin)
+};
+
+class RankDriver {
+ public:
+  RankDriver(const Schedule& schedule, int rank, const DriverOptions& options);
+
+  // A new step begins at `now`: nothing started, no input arrived.
+  void begin(double now);
+  // The cross-rank input of action `index` is usable from `now` on.
+  void input_arrived(int index, double now);
+  // The arbiter's choice now, or -1 (stay idle until the next event). Does not change the state.
+  int next() const { return arbiter_.pick(options_.execution, options_.hint); }
+  // Every action that could start now, best first (empty when next() is -1).
+  const std::vector<int>& candidates();
+  // Action `index` starts at `now` (normally next() or one of candidates()).
+  OpStart start(int index, double now);
+  // Action `index` ended at `now`: frees memory, readies same-stage dependents and same-rank consumers.
+  void complete(int index, double now);
+
+  const Arbiter& arbiter() const { return arbiter_; }
+  const DriverOptions& options() const { return options_; }
+  int rank() const { return arbiter_.rank(); }
+  bool finished() const { return arbiter_.finished(); }
+  int in_flight() const { return started_ - arbiter_.num_done(); }  // started, not complete
+  bool running() const { return in_flight() > 0; }
+  double ready_at(int index) const { return ready_at_[static_cast<std::size_t>(index)]; }
+  double free_since() const { return free_since_; }  // end of the last op (or begin)
+  bool started_any() const { return started_ > 0; }
+  double first_start() const { return first_start_; }
+  double last_end() const { return last_end_; }
+
+ private:
+  void stamp_ready(double now);
+
+  Arbiter arbiter_;
+  DriverOptions options_;
+  std::vector<double> ready_at_;
+  std::vector<int> candidates_;
+  double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0;
+  int started_ = 0;
+};
+
+}  // namespace conductor::sched
