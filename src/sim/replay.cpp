@@ -80,10 +80,10 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
         const int choice = driver.next();
         if (choice != it.index && res.same) {
           res.same = false;
-          res.message = where(step, r, it.time, t0) + ": the runtime started " +
-                        sched::to_string(a.actions()[static_cast<std::size_t>(it.index)]) + " but the driver chooses " +
-                        (choice < 0 ? std::string("to wait")
-                                    : sched::to_string(a.actions()[static_cast<std::size_t>(choice)]));
+          res.message =
+              where(step, r, it.time, t0) + ": the runtime started " +
+              sched::to_string(a.actions()[static_cast<std::size_t>(it.index)]) + " but the driver chooses " +
+              (choice < 0 ? std::string("to wait") : sched::to_string(a.actions()[static_cast<std::size_t>(choice)]));
         }
         if (it.index != a.next_in_list()) ++res.reordered;
         ++res.picks;

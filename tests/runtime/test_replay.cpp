@@ -74,10 +74,10 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
 
 // Runs the case under MPI; rank 0 replays every step. Returns the picks that were not the next listed op.
 int run_and_replay(const Case& c) {
-  const std::string out = (std::filesystem::temp_directory_path() /
-                           ("conductor-replay-" + std::to_string(world_size()) + "-" + c.backend + "-" + c.kind +
-                            "-" + c.execution + "-" + c.hint))
-                              .string();
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("conductor-replay-" + std::to_string(world_size()) + "-" + c.backend +
+                                                 "-" + c.kind + "-" + c.execution + "-" + c.hint))
+          .string();
   if (world_rank() == 0) std::filesystem::remove_all(out);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::Deck deck = replay_deck(c, out);

@@ -21,7 +21,7 @@ double jittered(std::mt19937& rng) { return std::uniform_real_distribution<doubl
 TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
   for (const Hint hint : {Hint::Schedule, Hint::BF, Hint::BFW}) {
     for (const Schedule& s : {zb_h1(4, 8), one_f_one_b(4, 8), interleaved_1f1b(4, 8, 2),
-                               zb_v(4, 8, uniform_cost(1, 1, 1), default_memory_limit("zb-v", 4, 8, 2))}) {
+                              zb_v(4, 8, uniform_cost(1, 1, 1), default_memory_limit("zb-v", 4, 8, 2))}) {
       std::mt19937 rng(7);
       ExecOptions eo;
       eo.execution = Execution::Readiness;

@@ -33,10 +33,10 @@ struct DriverOptions {
 
 // What the driver knows of an op when it starts.
 struct OpStart {
-  int index = 0;      // position in the rank's list
-  double ready = 0;   // inputs arrived and same-stage predecessor done
-  double start = 0;   // now
-  double wait = 0;    // the rank's idle time right before this op (since its last op ended, or since begin)
+  int index = 0;     // position in the rank's list
+  double ready = 0;  // inputs arrived and same-stage predecessor done
+  double start = 0;  // now
+  double wait = 0;   // the rank's idle time right before this op (since its last op ended, or since begin)
 };
 
 class RankDriver {
