@@ -9,7 +9,7 @@ build=${1:-build-nopolicy}
 jobs=${JOBS:-$(nproc)}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_POLICY=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON \
+cmake --no-warn-unused-cli -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_POLICY=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON \
   -DTorch_DIR=/nonexistent -DCMAKE_PREFIX_PATH=/nonexistent ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 linked=()
