@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build run test test-fast bench policy format format-check clean
+.PHONY: all deps configure build run test test-fast test-no-policy bench policy format format-check clean
 
 all: build
 
@@ -33,6 +33,10 @@ test: deps build
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|slurm'
+
+# The build without the global tier (-DCONDUCTOR_POLICY=OFF, no LibTorch) in build-nopolicy, and its test suite.
+test-no-policy: deps
+	JOBS=$(JOBS) scripts/test-no-policy.sh build-nopolicy
 
 # Regenerates the shipped PPO policy (minutes on 2 cores) from its deck.
 policy: build

@@ -16,10 +16,10 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/policy/compare.hpp"
-#include "conductor/policy/global_scheduler.hpp"
 #include "conductor/policy/policy.hpp"
-#include "conductor/policy/simulate.hpp"
+#include "conductor/policy/ppo_planner.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 
 using namespace conductor;
@@ -44,8 +44,8 @@ void latency(const policy::Policy& pol, int verify) {
   const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
   sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
   opt.record_events = false;
-  auto gs = policy::make_ppo_scheduler(deck, gen, pol);
-  const auto run = policy::simulate_with_scheduler(noise, opt, 60, *gs);
+  auto planner = policy::make_ppo_planner(deck, gen, pol);
+  const auto run = sim::simulate_with_planner(noise, opt, 60, *planner);
   std::vector<double> lat(run.latency_ms.begin() + 1, run.latency_ms.end());  // next_order calls only
   std::sort(lat.begin(), lat.end());
   double mean = 0;

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "conductor/cli/cli.hpp"
-#include "conductor/policy/global_scheduler.hpp"
-#include "conductor/policy/simulate.hpp"
+#include "conductor/cli/global_tier.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
 #include "conductor/trace/summary.hpp"
@@ -106,7 +106,8 @@ int cmd_simulate(const Invocation& inv) {
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
   sim::RunResult run;
-  if (deck.scheduler.kind == "static") {
+  const sched::PlannerFactory make_planner = planner_factory(deck);
+  if (!make_planner) {
     run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
       if (r.events.empty()) return;
       // The shared definition of the per-step figures (trace/summary.hpp).
@@ -124,15 +125,15 @@ int cmd_simulate(const Invocation& inv) {
   } else {
     // The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler
     // sees that step's timings and produces the next step's order.
-    std::unique_ptr<policy::GlobalScheduler> scheduler;
+    std::unique_ptr<sched::OrderPlanner> planner;
     try {
-      scheduler = policy::make_global_scheduler(deck, schedule);
+      planner = make_planner(schedule);
     } catch (const InputError& e) {
       std::fprintf(stderr, "conductor: %s\n", e.what());
       return kExitUsage;
     }
-    const policy::ScheduledRun scheduled = policy::simulate_with_scheduler(
-        *noise, options, deck.run.steps, *scheduler, [&](const sim::StepResult& r, const sched::Schedule&) {
+    const sim::PlannedRun scheduled = sim::simulate_with_planner(
+        *noise, options, deck.run.steps, *planner, [&](const sim::StepResult& r, const sched::Schedule&) {
           if (!writer || r.events.empty()) return;
           trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
           writer->append_events(r.events);
@@ -143,7 +144,7 @@ int cmd_simulate(const Invocation& inv) {
     double total_latency = 0.0;
     for (double l : scheduled.latency_ms) total_latency += l;
     if (!scheduled.latency_ms.empty()) {
-      std::fprintf(stderr, "global scheduler %s: mean latency %.3f ms per order\n", scheduler->name(),
+      std::fprintf(stderr, "global scheduler %s: mean latency %.3f ms per order\n", planner->name(),
                    total_latency / static_cast<double>(scheduled.latency_ms.size()));
     }
   }

@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "conductor/policy/global_scheduler.hpp"
-#include "conductor/policy/simulate.hpp"
+#include "conductor/policy/ppo_planner.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
 
@@ -35,11 +35,11 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
     d.scheduler.kind = row.ppo ? "ppo" : "static";
     sim::SimOptions opt = sim::SimOptions::from_deck(d, generated);
     opt.record_events = false;
-    std::unique_ptr<GlobalScheduler> gs =
-        row.ppo ? make_ppo_scheduler(d, generated, policy) : make_global_scheduler(d, generated);
+    std::unique_ptr<sched::OrderPlanner> planner =
+        row.ppo ? make_ppo_planner(d, generated, policy) : std::make_unique<sched::StaticPlanner>(generated);
     int policy_steps = 0;
-    const ScheduledRun run =
-        simulate_with_scheduler(noise, opt, steps, *gs, [&](const sim::StepResult&, const sched::Schedule& s) {
+    const sim::PlannedRun run =
+        sim::simulate_with_planner(noise, opt, steps, *planner, [&](const sim::StepResult&, const sched::Schedule& s) {
           if (s.name.rfind("ppo:", 0) == 0) ++policy_steps;
         });
     MethodResult m;

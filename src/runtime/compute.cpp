@@ -10,8 +10,8 @@
 #include "conductor/model/stage.hpp"
 #ifdef CONDUCTOR_HAVE_CUDA
 #include "conductor/model/cuda/cuda_backend.hpp"
-#include "conductor/model/cuda/device.hpp"
-#include "conductor/model/cuda/gpu_clock.hpp"
+#include "conductor/runtime/cuda/device_selection.hpp"
+#include "conductor/runtime/cuda/gpu_clock.hpp"
 #endif
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sched/cost.hpp"
@@ -164,7 +164,7 @@ class DeviceModelCompute final : public StageCompute {
                      std::unique_ptr<model::cuda::CudaBackend> backend)
       : StageCompute(s, rank, noise), backend_(std::move(backend)), depth_(deck.cuda.queue_depth) {
     build(deck, backend_.get());
-    clock_ = std::make_unique<model::cuda::GpuClock>(backend_->stream());
+    clock_ = std::make_unique<cuda::GpuClock>(backend_->stream());
   }
   ~DeviceModelCompute() override {
     // Everything that owns device memory or events goes before the backend (its stream and context).
@@ -209,7 +209,7 @@ class DeviceModelCompute final : public StageCompute {
   };
   std::unique_ptr<model::cuda::CudaBackend> backend_;
   int depth_ = 2;  // cuda.queue_depth
-  std::unique_ptr<model::cuda::GpuClock> clock_;
+  std::unique_ptr<cuda::GpuClock> clock_;
   std::map<OpTicket, Marks> in_flight_;
   OpTicket tickets_ = 0;
 };
@@ -259,7 +259,7 @@ std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Sch
   if (deck.backend == "cuda") {
     // Collective: every rank fails together when a rank has no GPU (or too few GPUs without sharing).
     model::cuda::CudaOptions options;
-    options.device = model::cuda::select_device(comm, deck.cuda.allow_gpu_sharing);
+    options.device = cuda::select_device(comm, deck.cuda.allow_gpu_sharing);
     options.precision = model::cuda::parse_precision(deck.model.precision);
     options.tf32 = deck.cuda.tf32;
     return std::make_unique<DeviceModelCompute>(deck, s, rank, noise,

@@ -7,6 +7,8 @@
 #include "conductor/util/mpi.hpp"
 #ifdef CONDUCTOR_HAVE_CUDA
 #include "conductor/model/cuda/device.hpp"
+#include "conductor/runtime/cuda/device_selection.hpp"
+#include "conductor/runtime/host_staged_transport.hpp"
 #include "conductor/runtime/nccl_transport.hpp"
 #endif
 
@@ -34,7 +36,7 @@ std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const s
   }
 #ifdef CONDUCTOR_HAVE_CUDA
   int local_rank = 0, local_size = 1;
-  model::cuda::node_local_rank(data_comm, local_rank, local_size);
+  cuda::node_local_rank(data_comm, local_rank, local_size);
   const int gpus = model::cuda::device_count();
   int shared_here = local_size > gpus ? 1 : 0, shared_anywhere = 0;
   MPI_Allreduce(&shared_here, &shared_anywhere, 1, MPI_INT, MPI_MAX, data_comm);

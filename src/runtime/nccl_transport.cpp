@@ -1,13 +1,11 @@
-// Transports for tensors in GPU memory: NCCL point-to-point and host-staged MPI (see nccl_transport.hpp).
+// Tensors in GPU memory over NCCL point-to-point (see nccl_transport.hpp).
 // Compiled into every build (src/runtime/*.cpp); empty without CUDA.
 #ifdef CONDUCTOR_HAVE_CUDA
 
 #include "conductor/runtime/nccl_transport.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "conductor/model/cuda/check.hpp"
@@ -15,6 +13,10 @@
 #include "conductor/util/mpi.hpp"
 
 namespace conductor::runtime {
+
+using cuda::Backoff;
+using cuda::event_done;
+using cuda::make_comm_stream;
 
 namespace {
 constexpr int kIdTag = 7301;    // NCCL unique ids, constructor only
@@ -28,60 +30,7 @@ void mpi_check(int rc, const char* what) {
   throw Error(std::string("NCCL transport: ") + what + " failed: " + std::string(text, len));
 }
 
-// True once `e` has completed; false while pending; throws on a device error.
-bool event_done(cudaEvent_t e) {
-  const cudaError_t r = cudaEventQuery(e);
-  if (r == cudaSuccess) return true;
-  if (r == cudaErrorNotReady) {
-    cudaGetLastError();  // not-ready is an answer, not an error; keep the error state clean
-    return false;
-  }
-  cudaCheck(r);
-  return false;
-}
-
-// Blocking waits poll: spin briefly (transfers of a pipeline step are short), then back off in small sleeps so
-// a rank waiting long does not burn the core its GPU driver threads need.
-class Backoff {
- public:
-  void pause() {
-    if (++spins_ < 200) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
- private:
-  int spins_ = 0;
-};
-
-cudaStream_t make_comm_stream() {
-  // Highest priority: a transfer's small kernel should not wait behind a queue of compute kernels.
-  int lowest = 0, highest = 0;
-  cudaCheck(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-  cudaStream_t s = nullptr;
-  cudaCheck(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, highest));
-  return s;
-}
 }  // namespace
-
-// ------------------------------------------------------------------------------------------------ events
-EventPool::~EventPool() {
-  for (cudaEvent_t e : all_) cudaEventDestroy(e);
-}
-
-cudaEvent_t EventPool::take() {
-  if (!free_.empty()) {
-    cudaEvent_t e = free_.back();
-    free_.pop_back();
-    return e;
-  }
-  cudaEvent_t e = nullptr;
-  cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  all_.push_back(e);
-  return e;
-}
 
 // ------------------------------------------------------------------------------------------------ NCCL
 NcclTransport::NcclTransport(MPI_Comm comm, const std::vector<int>& peers, cudaStream_t compute_stream)
@@ -364,138 +313,6 @@ std::vector<TransferId> NcclTransport::wait_some() {
     auto done = poll();
     if (!done.empty()) return done;
     if (i % 256 == 255) check_async_errors();  // a failed peer would otherwise leave us waiting forever
-    backoff.pause();
-  }
-  return {};
-}
-
-// ------------------------------------------------------------------------------------------------ host-staged
-HostStagedTransport::HostStagedTransport(std::unique_ptr<Transport> host_transport, cudaStream_t compute_stream)
-    : host_(std::move(host_transport)), compute_(compute_stream) {
-  copy_ = make_comm_stream();
-  ready_ = events_.take();
-}
-
-HostStagedTransport::~HostStagedTransport() {
-  if (copy_) cudaStreamSynchronize(copy_);
-  host_.reset();  // cancels pending host receives before their staging buffers go
-  for (void* p : pinned_all_) cudaFreeHost(p);
-  if (copy_) cudaStreamDestroy(copy_);
-}
-
-void* HostStagedTransport::take_pinned(std::size_t bytes, std::size_t& capacity) {
-  auto it = pinned_free_.lower_bound(bytes);
-  if (it != pinned_free_.end() && it->first <= 2 * bytes + 4096) {  // reuse a buffer of about this size
-    capacity = it->first;
-    void* p = it->second;
-    pinned_free_.erase(it);
-    return p;
-  }
-  void* p = nullptr;
-  capacity = std::max<std::size_t>(bytes, 1);
-  cudaCheck(cudaMallocHost(&p, capacity));
-  pinned_all_.push_back(p);
-  return p;
-}
-
-void HostStagedTransport::give_pinned(void* p, std::size_t capacity) { pinned_free_.emplace(capacity, p); }
-
-TransferId HostStagedTransport::post_send(int peer, int tag, const void* data, std::size_t bytes) {
-  const TransferId id = next_++;
-  Transfer t;
-  t.send = true;
-  t.peer = peer;
-  t.tag = tag;
-  t.device = const_cast<void*>(data);
-  t.bytes = bytes;
-  t.host = take_pinned(bytes, t.host_bytes);
-  cudaCheck(cudaEventRecord(ready_, compute_));
-  cudaCheck(cudaStreamWaitEvent(copy_, ready_, 0));  // the wait binds to this record; ready_ is free again
-  cudaCheck(cudaMemcpyAsync(t.host, data, bytes, cudaMemcpyDeviceToHost, copy_));
-  t.event = events_.take();
-  cudaCheck(cudaEventRecord(t.event, copy_));
-  t.phase = Phase::DeviceToHost;
-  transfers_.emplace(id, t);
-  progress();
-  return id;
-}
-
-TransferId HostStagedTransport::post_recv(int peer, int tag, void* data, std::size_t bytes) {
-  const TransferId id = next_++;
-  Transfer t;
-  t.peer = peer;
-  t.tag = tag;
-  t.device = data;
-  t.bytes = bytes;
-  t.host = take_pinned(bytes, t.host_bytes);
-  t.event = events_.take();
-  cudaCheck(cudaEventRecord(t.event, compute_));  // the device copy waits for work queued before this call
-  t.phase = Phase::Host;
-  t.inner = host_->post_recv(peer, tag, t.host, bytes);
-  by_inner_[t.inner] = id;
-  transfers_.emplace(id, t);
-  progress();
-  return id;
-}
-
-void HostStagedTransport::complete(TransferId id) {
-  auto it = transfers_.find(id);
-  give_pinned(it->second.host, it->second.host_bytes);
-  events_.give(it->second.event);
-  transfers_.erase(it);
-  completed_.push_back(id);
-}
-
-void HostStagedTransport::progress() {
-  std::vector<TransferId> finished;
-  for (auto& [id, t] : transfers_) {
-    if (t.phase == Phase::DeviceToHost && event_done(t.event)) {
-      t.inner = host_->post_send(t.peer, t.tag, t.host, t.bytes);
-      by_inner_[t.inner] = id;
-      t.phase = Phase::Host;
-    }
-  }
-  for (TransferId inner : host_->poll()) {
-    auto m = by_inner_.find(inner);
-    if (m == by_inner_.end()) continue;
-    const TransferId id = m->second;
-    by_inner_.erase(m);
-    Transfer& t = transfers_.at(id);
-    if (t.send) {
-      finished.push_back(id);
-    } else {
-      cudaCheck(cudaStreamWaitEvent(copy_, t.event, 0));
-      cudaCheck(cudaMemcpyAsync(t.device, t.host, t.bytes, cudaMemcpyHostToDevice, copy_));
-      cudaCheck(cudaEventRecord(t.event, copy_));
-      t.phase = Phase::HostToDevice;
-    }
-  }
-  for (auto& [id, t] : transfers_) {
-    if (t.phase == Phase::HostToDevice && event_done(t.event)) finished.push_back(id);
-  }
-  for (TransferId id : finished) complete(id);
-}
-
-bool HostStagedTransport::test(TransferId id) {
-  progress();
-  auto it = std::find(completed_.begin(), completed_.end(), id);
-  if (it != completed_.end()) {
-    completed_.erase(it);
-    return true;
-  }
-  return transfers_.count(id) == 0;  // unknown ids were reported before
-}
-
-std::vector<TransferId> HostStagedTransport::poll() {
-  progress();
-  return std::exchange(completed_, {});
-}
-
-std::vector<TransferId> HostStagedTransport::wait_some() {
-  Backoff backoff;
-  while (!transfers_.empty() || !completed_.empty()) {
-    auto done = poll();
-    if (!done.empty()) return done;
     backoff.pause();
   }
   return {};

@@ -3,14 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,7 +16,6 @@
 #include <thread>
 
 #include "conductor/model/stage.hpp"
-#include "conductor/policy/global_scheduler.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
@@ -26,6 +23,7 @@
 #include "conductor/runtime/transport.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sched/planner.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
@@ -160,7 +158,7 @@ void maybe_inject_failure(int rank, int step) {
 
 }  // namespace
 
-RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
+RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFactory& make_planner) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -171,18 +169,19 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
   const std::filesystem::path out_dir(deck.run.output);
 
   // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
-  std::optional<sched::Schedule> generated;
-  std::unique_ptr<policy::GlobalScheduler> scheduler;
+  std::unique_ptr<sched::OrderPlanner> planner;
+  std::optional<sched::PlanAhead> ahead;  // rank 0, replanning: the global tier's loop (a planner thread)
   sched::Schedule order0;
-  const bool replanning = deck.scheduler.kind != "static";
-  std::vector<double> scheduler_latency_ms;  // rank 0: wall time of each next_order (on the planner thread)
-  int orders_from_policy = 0;                // steps that ran an order the global tier computed
-  std::future<sched::Schedule> planning;     // rank 0: the order being computed while the ranks train
+  const bool replanning = static_cast<bool>(make_planner);
   collectively(comm, kExitUsage, [&] {
     if (rank != 0) return;
-    generated = sched::make_schedule(deck);
-    scheduler = policy::make_global_scheduler(deck, *generated);
-    order0 = scheduler->initial_order();
+    if (!replanning && deck.scheduler.kind != "static")
+      throw InputError("scheduler.kind = '" + deck.scheduler.kind +
+                       "' needs its planner (the conductor command wires it in)");
+    const sched::Schedule generated = sched::make_schedule(deck);
+    planner = replanning ? make_planner(generated) : std::make_unique<sched::StaticPlanner>(generated);
+    if (replanning) ahead.emplace(*planner, deck.run.steps, sched::PlanAhead::Threading::Background);
+    order0 = planner->initial_order();
     std::filesystem::create_directories(out_dir);
     write_file(out_dir / "resolved.yaml", config::to_yaml(deck));
   });
@@ -310,24 +309,10 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
     if (!last && !stopping && replanning) {
       collectively(comm, kExitFailure, [&] {
         if (rank != 0) return;
-        if (planning.valid()) {
-          order0 = planning.get();  // rethrows the planner's error
-          sched::validate_or_throw(order0, memory_limit, cost.memory_after_b, "the global scheduler's order");
-          ++orders_from_policy;
-        }
-        if (step + 2 >= deck.run.steps) return;  // its order would run after the last step
-        planning = std::async(std::launch::async, [&scheduler, &scheduler_latency_ms, obs_order = order,
-                                                   obs_events = std::move(all), step] {
-          policy::StepObservation obs;
-          obs.step = step;
-          obs.order = &obs_order;
-          obs.events = &obs_events;
-          const auto t0 = std::chrono::steady_clock::now();
-          sched::Schedule next = scheduler->next_order(obs);
-          scheduler_latency_ms.push_back(
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-          return next;
-        });
+        std::optional<sched::Schedule> next = ahead->after_step(step, order, std::move(all));  // planner errors too
+        if (!next) return;
+        sched::validate_or_throw(*next, memory_limit, cost.memory_after_b, "the global scheduler's order");
+        order0 = std::move(*next);
       });
       order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
     }
@@ -340,7 +325,9 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm) {
 
   if (rank == 0) {
     if (writer) writer->close();
-    if (planning.valid()) planning.wait();  // stopped early: let the planner finish before reading its figures
+    if (ahead) ahead->finish();  // stopped early: let the planner finish before reading its figures
+    const std::vector<double> scheduler_latency_ms = ahead ? ahead->latency_ms() : std::vector<double>();
+    const int orders_from_policy = ahead ? ahead->orders_from_planner() : 0;
     sim::finish_run(measured, size);
     std::string json = sim::summary_json(measured, deck, order, memory_limit);
     // The runtime's summary is the simulator's plus the training figures.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "conductor/model/cuda/device.hpp"
+#include "conductor/runtime/cuda/device_selection.hpp"
 #include "conductor/util/error.hpp"
 
 namespace cu = conductor::model::cuda;
@@ -25,7 +26,7 @@ void expect(bool ok, const std::string& what, int rank) {
 // -1: select_device ended with CollectiveExit on this rank; else the device it chose.
 int try_select(bool allow_sharing) {
   try {
-    return cu::select_device(MPI_COMM_WORLD, allow_sharing);
+    return conductor::runtime::cuda::select_device(MPI_COMM_WORLD, allow_sharing);
   } catch (const conductor::CollectiveExit&) {
     return -1;
   }
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int local = -1, local_size = -1;
-  cu::node_local_rank(MPI_COMM_WORLD, local, local_size);
+  conductor::runtime::cuda::node_local_rank(MPI_COMM_WORLD, local, local_size);
   expect(size == 2, "run with 2 ranks", rank);
   expect(local == rank && local_size == size,
          "node-local rank " + std::to_string(local) + " of " + std::to_string(local_size) + " on a single node", rank);

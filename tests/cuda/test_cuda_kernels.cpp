@@ -15,7 +15,7 @@
 #include "../model/model_test_util.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
-#include "conductor/model/cuda/gpu_clock.hpp"
+#include "conductor/runtime/cuda/gpu_clock.hpp"
 
 namespace {
 
@@ -325,7 +325,7 @@ TEST_F(CudaKernels, GpuClockMapsMarksIntoHostTime) {
   float *da = up(a), *dc = up(std::vector<float>(a.size()));
   gpu.synchronize();
   const std::int64_t t0 = now();
-  cu::GpuClock clock(gpu.stream());
+  conductor::runtime::cuda::GpuClock clock(gpu.stream());
   cudaEvent_t before = clock.mark();
   for (int i = 0; i < 20; i++) gpu.gemm(dc, da, da, n, n, n, false, false, 1.0f, 0.0f);
   cudaEvent_t after = clock.mark();

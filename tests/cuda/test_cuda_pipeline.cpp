@@ -18,8 +18,9 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
-#include "conductor/model/cuda/device.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/runtime/cuda/device_selection.hpp"
+#include "conductor/runtime/host_staged_transport.hpp"
 #include "conductor/runtime/nccl_transport.hpp"
 #include "conductor/runtime/transport.hpp"
 #include "conductor/util/error.hpp"
@@ -71,7 +72,7 @@ std::vector<double> cpu_reference() {
 std::vector<double> run_pipeline(const std::string& mode, int rank) {
   cu::CudaOptions options;
   if (mode == "nccl") {
-    cu::select_device(MPI_COMM_WORLD, false);  // one GPU per rank, by node-local rank
+    conductor::runtime::cuda::select_device(MPI_COMM_WORLD, false);  // one GPU per rank, by node-local rank
   } else {
     options.device = 0;  // both ranks share GPU 0
   }

@@ -1,6 +1,6 @@
 // Policy layer: the environment reproduces the engine, PPO learns where the heuristic is wrong, policy files
 // round-trip, training is deterministic per seed, bad files are clear errors, the shipped policy loads and
-// carries over from p=4 to p=8, and the ppo scheduler replans from measured times.
+// carries over from p=4 to p=8, and the ppo planner replans from measured times.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,13 +13,13 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/policy/env.hpp"
-#include "conductor/policy/global_scheduler.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
-#include "conductor/policy/simulate.hpp"
+#include "conductor/policy/ppo_planner.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/validate.hpp"
+#include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/util/error.hpp"
 
@@ -263,9 +263,9 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
   std::ofstream(other, std::ios::binary) << old;
   expect_error(other, "feature version " + std::to_string(policy::kFeatureVersion + 41));
 
-  // The scheduler factory reports the same error.
+  // The planner factory reports the same error.
   config::Deck deck = deck_of({"scheduler.kind=ppo", "scheduler.policy=" + other});
-  EXPECT_THROW(policy::make_global_scheduler(deck, sched::make_schedule(deck)), InputError);
+  EXPECT_THROW(policy::make_ppo_planner(deck, sched::make_schedule(deck)), InputError);
 }
 
 // The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid
@@ -291,7 +291,7 @@ TEST(PolicyShipped, LoadsAndCarriesOverToP8) {
   }
 }
 
-// The ppo scheduler: orders keep p, m, v and validate; the online estimate learns a persistent straggler and the
+// The ppo planner: orders keep p, m, v and validate; the online estimate learns a persistent straggler and the
 // noise level from the measured times; its orders never do worse than the static generator order (the
 // straggler is the bottleneck here, so no order does much better: the gain is the migration tier's job).
 TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
@@ -304,10 +304,10 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
     const sched::Schedule gen = sched::make_schedule(deck);
     const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
     const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
-    auto ppo = policy::make_ppo_scheduler(deck, gen, pol);
+    auto ppo = policy::make_ppo_planner(deck, gen, pol);
     int checked = 0;
     const auto with_ppo =
-        policy::simulate_with_scheduler(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
+        sim::simulate_with_planner(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
           EXPECT_EQ(s.p, gen.p);
           EXPECT_EQ(s.m, gen.m);
           EXPECT_TRUE(sched::validate(s, sched::memory_limit_for(deck, gen), deck.cost.memory_after_b).ok);
@@ -323,10 +323,9 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
     EXPECT_NEAR(st->estimate.forward[1] / st->estimate.forward[0], 1.6, 0.15);
     EXPECT_NEAR(st->estimate.backward_weight[1] / st->estimate.backward_weight[2], 1.6, 0.15);
     EXPECT_NEAR(st->estimate.comm, 0.05, 0.01);
-    deck.scheduler.kind = "static";
-    auto fixed_gs = policy::make_global_scheduler(deck, gen);
-    EXPECT_EQ(policy::ppo_stats(*fixed_gs), nullptr);
-    const auto fixed = policy::simulate_with_scheduler(noise, opt, 12, *fixed_gs);
+    sched::StaticPlanner fixed_planner(gen);
+    EXPECT_EQ(policy::ppo_stats(fixed_planner), nullptr);
+    const auto fixed = sim::simulate_with_planner(noise, opt, 12, fixed_planner);
     EXPECT_LE(with_ppo.run.mean_makespan_ms, fixed.run.mean_makespan_ms * 1.005) << exec;
   }
 }
@@ -337,7 +336,7 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
   config::Deck deck =
       deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-h1", "trace.enabled=false"});
   const sched::Schedule gen = sched::make_schedule(deck);
-  struct Recorder final : policy::GlobalScheduler {
+  struct Recorder final : sched::OrderPlanner {
     sched::Schedule base;
     std::vector<int> observed_steps;
     std::vector<std::size_t> observed_events;
@@ -347,7 +346,7 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
       s.name = "initial";
       return s;
     }
-    sched::Schedule next_order(const policy::StepObservation& obs) override {
+    sched::Schedule next_order(const sched::StepObservation& obs) override {
       observed_steps.push_back(obs.step);
       observed_events.push_back(obs.events ? obs.events->size() : 0);
       sched::Schedule s = base;
@@ -359,7 +358,7 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
   const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
   const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
   std::vector<std::string> ran;
-  const auto run = policy::simulate_with_scheduler(
+  const auto run = sim::simulate_with_planner(
       noise, opt, 6, rec, [&](const sim::StepResult&, const sched::Schedule& s) { ran.push_back(s.name); });
   EXPECT_EQ(ran, (std::vector<std::string>{"initial", "initial", "from-0", "from-1", "from-2", "from-3"}));
   EXPECT_EQ(rec.observed_steps, (std::vector<int>{0, 1, 2, 3}));
@@ -376,22 +375,22 @@ TEST(PolicyScheduler, PlanningLeavesTheCallersThreadsAlone) {
   config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-2p",
                                "scheduler.kind=ppo", "trace.enabled=false"});
   const sched::Schedule gen = sched::make_schedule(deck);
-  auto gs = policy::make_global_scheduler(deck, gen);  // loads the shipped policy
-  sched::Schedule first = gs->initial_order();
+  auto planner = policy::make_ppo_planner(deck, gen);  // loads the shipped policy
+  sched::Schedule first = planner->initial_order();
   const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
   sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
   opt.record_events = true;
   double clock = 0;
   const sim::StepResult r = sim::simulate_step(first, noise, opt, 0, clock);
-  std::thread planner([&] {
-    policy::StepObservation obs;
+  std::thread planning([&] {
+    sched::StepObservation obs;
     obs.step = 0;
     obs.order = &first;
     obs.events = &r.events;
-    const sched::Schedule next = gs->next_order(obs);
+    const sched::Schedule next = planner->next_order(obs);
     EXPECT_EQ(next.m, gen.m);
   });
-  planner.join();
+  planning.join();
   EXPECT_EQ(omp_get_max_threads(), 3);
   omp_set_num_threads(before);
 }

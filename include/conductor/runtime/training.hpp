@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/sched/planner.hpp"
 
 namespace conductor::runtime {
 
@@ -19,8 +20,10 @@ struct RunOutcome {
   std::string output_dir;
 };
 
-// Collective over comm, whose size must equal parallel.pipeline. Throws CollectiveExit after a collective
-// failure (message already printed), Error/InputError on a local failure (the caller aborts the job).
-RunOutcome train(const config::Deck& deck, MPI_Comm comm);
+// Collective over comm, whose size must equal parallel.pipeline. make_planner (the same on every rank) builds
+// the global tier's planner on rank 0, which replans every step (sched::PlanAhead, on a planner thread); empty:
+// the generator's order every step, which only scheduler.kind static allows. Throws CollectiveExit after a
+// collective failure (message already printed), Error/InputError on a local failure (the caller aborts the job).
+RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFactory& make_planner = {});
 
 }  // namespace conductor::runtime

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace conductor::model::cuda {
+namespace conductor::runtime::cuda {
 
 class GpuClock {
  public:
@@ -36,4 +36,4 @@ class GpuClock {
   std::vector<cudaEvent_t> free_, all_;
 };
 
-}  // namespace conductor::model::cuda
+}  // namespace conductor::runtime::cuda

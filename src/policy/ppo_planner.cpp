@@ -1,4 +1,4 @@
-#include "conductor/policy/global_scheduler.hpp"
+#include "conductor/policy/ppo_planner.hpp"
 
 #include <torch/torch.h>
 
@@ -6,11 +6,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <optional>
 
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
-#include "conductor/policy/simulate.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/generators.hpp"
@@ -20,17 +18,6 @@
 namespace conductor::policy {
 
 namespace {
-
-class StaticScheduler final : public GlobalScheduler {
- public:
-  explicit StaticScheduler(sched::Schedule schedule) : schedule_(std::move(schedule)) {}
-  const char* name() const override { return "static"; }
-  sched::Schedule initial_order() override { return schedule_; }
-  sched::Schedule next_order(const StepObservation&) override { return schedule_; }
-
- private:
-  sched::Schedule schedule_;
-};
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -47,9 +34,9 @@ void single_threaded_inference() {
   }
 }
 
-class PpoScheduler final : public GlobalScheduler {
+class PpoPlanner final : public sched::OrderPlanner {
  public:
-  PpoScheduler(const config::Deck& deck, sched::Schedule generated, Policy policy)
+  PpoPlanner(const config::Deck& deck, sched::Schedule generated, Policy policy)
       : policy_(std::move(policy)), base_(std::move(generated)), estimate_(sched::from_deck(deck)) {
     const int p = base_.p, v = base_.v;
     // Per-rank vectors, so per-rank estimates can replace them.
@@ -82,7 +69,7 @@ class PpoScheduler final : public GlobalScheduler {
     return out;
   }
 
-  sched::Schedule next_order(const StepObservation& obs) override {
+  sched::Schedule next_order(const sched::StepObservation& obs) override {
     single_threaded_inference();
     const auto t0 = Clock::now();
     if (obs.events) observe(*obs.events);
@@ -193,69 +180,18 @@ class PpoScheduler final : public GlobalScheduler {
 
 }  // namespace
 
-std::unique_ptr<GlobalScheduler> make_global_scheduler(const config::Deck& deck, const sched::Schedule& generated) {
-  if (deck.scheduler.kind == "static") return std::make_unique<StaticScheduler>(generated);
-  if (deck.scheduler.kind == "ppo") {
-    Policy policy = load_policy(resolve_policy_path(deck.policy.path));
-    return std::make_unique<PpoScheduler>(deck, generated, std::move(policy));
-  }
-  throw InputError("scheduler.kind = '" + deck.scheduler.kind + "' is not available (allowed: static, ppo)");
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated) {
+  return std::make_unique<PpoPlanner>(deck, generated, load_policy(resolve_policy_path(deck.policy.path)));
 }
 
-std::unique_ptr<GlobalScheduler> make_ppo_scheduler(const config::Deck& deck, const sched::Schedule& generated,
-                                                    const Policy& policy) {
-  return std::make_unique<PpoScheduler>(deck, generated, policy);
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated,
+                                                      const Policy& policy) {
+  return std::make_unique<PpoPlanner>(deck, generated, policy);
 }
 
-const PpoStats* ppo_stats(const GlobalScheduler& scheduler) {
-  const auto* ppo = dynamic_cast<const PpoScheduler*>(&scheduler);
+const PpoStats* ppo_stats(const sched::OrderPlanner& planner) {
+  const auto* ppo = dynamic_cast<const PpoPlanner*>(&planner);
   return ppo ? &ppo->stats() : nullptr;
-}
-
-ScheduledRun simulate_with_scheduler(
-    const sim::NoiseModel& noise, const sim::SimOptions& options, int steps, GlobalScheduler& scheduler,
-    const std::function<void(const sim::StepResult&, const sched::Schedule&)>& on_step) {
-  ScheduledRun out;
-  sim::SimOptions internal = options;
-  internal.record_events = true;
-  internal.comm_events = true;
-  auto t0 = Clock::now();
-  sched::Schedule order = scheduler.initial_order();
-  out.latency_ms.push_back(ms_since(t0));
-  double clock = 0.0;
-  int p = order.p;
-  // As at run time, the order planned from step k's timings is computed while step k+1 runs and is used by
-  // step k+2 (std::optional: nothing planned yet).
-  std::optional<sched::Schedule> planned;
-  for (int k = 0; k < steps; ++k) {
-    sim::StepResult r = sim::simulate_step(order, noise, internal, k, clock);
-    clock = r.start_ms + r.makespan_ms;
-    std::optional<sched::Schedule> next;
-    if (k + 2 < steps) {
-      StepObservation obs;
-      obs.step = k;
-      obs.order = &order;
-      obs.events = &r.events;
-      t0 = Clock::now();
-      next = scheduler.next_order(obs);
-      out.latency_ms.push_back(ms_since(t0));
-    }
-    if (!options.record_events) {
-      r.events.clear();
-    } else if (!options.comm_events) {
-      std::erase_if(r.events, [](const trace::OpEvent& e) {
-        return e.kind == trace::EventKind::SEND || e.kind == trace::EventKind::RECV;
-      });
-    }
-    if (on_step) on_step(r, order);
-    r.events.clear();
-    r.events.shrink_to_fit();
-    out.run.steps.push_back(std::move(r));
-    if (planned) order = std::move(*planned);
-    planned = std::move(next);
-  }
-  sim::finish_run(out.run, p);
-  return out;
 }
 
 }  // namespace conductor::policy

@@ -1,5 +1,5 @@
 // GPU op timing on CUDA events, mapped to the host steady clock (see gpu_clock.hpp).
-#include "conductor/model/cuda/gpu_clock.hpp"
+#include "conductor/runtime/cuda/gpu_clock.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "conductor/model/cuda/check.hpp"
 #include "conductor/util/error.hpp"
 
-namespace conductor::model::cuda {
+namespace conductor::runtime::cuda {
 
 namespace {
 std::int64_t steady_now_ns() {
@@ -66,4 +66,4 @@ std::int64_t GpuClock::steady_ns(cudaEvent_t e) const {
   return anchor_ns_ + static_cast<std::int64_t>(std::llround(static_cast<double>(ms) * 1e6));
 }
 
-}  // namespace conductor::model::cuda
+}  // namespace conductor::runtime::cuda

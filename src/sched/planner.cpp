@@ -1,0 +1,53 @@
+#include "conductor/sched/planner.hpp"
+
+#include <chrono>
+#include <utility>
+
+namespace conductor::sched {
+
+PlanAhead::PlanAhead(OrderPlanner& planner, int steps, Threading threading)
+    : planner_(planner), steps_(steps), threading_(threading) {}
+
+// A future of std::async blocks in its destructor until the planner thread is done: the thread uses planner_.
+PlanAhead::~PlanAhead() = default;
+
+std::optional<Schedule> PlanAhead::after_step(int step, const Schedule& ran, std::vector<trace::OpEvent> events) {
+  std::optional<Schedule> next;
+  if (planning_.valid()) {
+    Planned planned = planning_.get();  // rethrows the planner's error
+    latency_ms_.push_back(planned.latency_ms);
+    next = std::move(planned.order);
+    ++orders_from_planner_;
+  }
+  if (step + 2 >= steps_) return next;  // an order planned now would run after the last step
+  // The observation owns copies: the caller's order and events change while the planner thread reads them.
+  auto plan = [&planner = planner_, step, order = ran, events = std::move(events)] {
+    StepObservation obs;
+    obs.step = step;
+    obs.order = &order;
+    obs.events = &events;
+    const auto t0 = std::chrono::steady_clock::now();
+    Planned out{planner.next_order(obs), 0.0};
+    out.latency_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  };
+  if (threading_ == Threading::Background) {
+    planning_ = std::async(std::launch::async, std::move(plan));
+  } else {
+    std::promise<Planned> done;  // an error propagates from here, at once
+    done.set_value(plan());
+    planning_ = done.get_future();
+  }
+  return next;
+}
+
+void PlanAhead::finish() {
+  if (!planning_.valid()) return;
+  try {
+    latency_ms_.push_back(planning_.get().latency_ms);
+  } catch (...) {
+    // The order would have run after the stop: its planner's error has no step to report it for.
+  }
+}
+
+}  // namespace conductor::sched
