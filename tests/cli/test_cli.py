@@ -69,6 +69,14 @@ class CliTest(unittest.TestCase):
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout, proc.stdout)
 
+    def test_resolved_numbers_are_shortest_text(self):
+        # A double prints as the shortest text that reads back the same: 0.006, not 0.0060000000000000001.
+        proc = conductor("validate", self.deck("optim: {lr: 0.006, beta2: 0.95}\n"), "noise.level=1e-7")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("  lr: 0.006\n", proc.stdout)
+        self.assertIn("  beta2: 0.95\n", proc.stdout)
+        self.assertIn("  level: 1e-07\n", proc.stdout)
+
     def test_misspelled_section(self):
         path = self.deck("run:\n  steps: 2\nschedul:\n  kind: 1f1b\n")
         proc = conductor("validate", path)
