@@ -10,7 +10,7 @@ packages=(
   libtorch-dev
   libgtest-dev
   libopenblas-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev
   python3 python3-h5py python3-numpy python3-matplotlib
   munge slurmctld slurmd slurm-client  # the real Slurm test (ctest -L slurm)
 )

@@ -12,6 +12,7 @@
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
+#include "conductor/sim/summary_json.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
@@ -152,7 +153,7 @@ int cmd_simulate(const Invocation& inv) {
   sim::finish_run(run, schedule.p);
 
   const double limit = options.memory_limit;
-  const std::string json = sim::summary_json(run, deck, schedule, limit);
+  const std::string json = sim::dump_json(sim::summary_json(run, deck, schedule, limit));
   write_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

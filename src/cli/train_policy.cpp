@@ -11,6 +11,7 @@
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
 
 namespace conductor::cli {
@@ -55,10 +56,11 @@ int cmd_train_policy(const Invocation& inv) {
                   s.heuristic_makespan, 100.0 * (s.greedy_makespan / s.heuristic_makespan - 1.0), s.policy_loss,
                   s.value_loss, s.entropy, s.seconds);
     log::info(line);
-    std::snprintf(line, sizeof line, "%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f\n", s.iteration, s.decisions,
-                  s.sampled_makespan, s.greedy_makespan, s.heuristic_makespan, s.policy_loss, s.value_loss, s.entropy,
-                  s.seconds);
-    curve << line << std::flush;
+    curve << s.iteration << ',' << s.decisions;
+    for (double v : {s.sampled_makespan, s.greedy_makespan, s.heuristic_makespan, s.policy_loss, s.value_loss,
+                     s.entropy, s.seconds})
+      curve << ',' << format_double(v);
+    curve << '\n' << std::flush;
   });
   const std::string policy_path = (out / "policy.pt").string();
   policy::save_policy(result.policy, policy_path);

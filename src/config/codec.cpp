@@ -1,10 +1,10 @@
 // Conversions between YAML nodes and the deck's C++ types, with messages that quote what the user wrote.
 #include <cmath>
 #include <limits>
-#include <sstream>
 
 #include "conductor/config/schema.hpp"
 #include "conductor/config/suggest.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config::codec {
 
@@ -14,13 +14,6 @@ std::string shown(const YAML::Node& n) {
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a mapping";
   return "nothing";
-}
-
-std::string format_number(double v) {
-  std::ostringstream ss;
-  ss.precision(17);
-  ss << v;
-  return ss.str();
 }
 
 template <class Int>
@@ -159,7 +152,7 @@ std::string parse(const YAML::Node& n, std::vector<std::string>& out) { return p
 YAML::Node emit(int v) { return YAML::Node(v); }
 YAML::Node emit(long long v) { return YAML::Node(v); }
 YAML::Node emit(unsigned long long v) { return YAML::Node(v); }
-YAML::Node emit(double v) { return YAML::Node(format_number(v)); }
+YAML::Node emit(double v) { return YAML::Node(format_double(v)); }
 YAML::Node emit(bool v) { return YAML::Node(v); }
 YAML::Node emit(const std::string& v) { return YAML::Node(v); }
 YAML::Node emit(const std::vector<double>& v) { return emit_list(v); }
@@ -172,13 +165,13 @@ std::string check_range(double v, const Field& f) {
   if (!low && !high) return {};
   std::string allowed;
   if (f.min && f.max) {
-    allowed = format_number(*f.min) + " .. " + format_number(*f.max);
+    allowed = format_double(*f.min) + " .. " + format_double(*f.max);
   } else if (f.min) {
-    allowed = ">= " + format_number(*f.min);
+    allowed = ">= " + format_double(*f.min);
   } else {
-    allowed = "<= " + format_number(*f.max);
+    allowed = "<= " + format_double(*f.max);
   }
-  return "value " + format_number(v) + " is out of range (allowed: " + allowed + ")";
+  return "value " + format_double(v) + " is out of range (allowed: " + allowed + ")";
 }
 
 std::string check_choice(const std::string& v, const Field& f) {

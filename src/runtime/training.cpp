@@ -27,6 +27,7 @@
 #include "conductor/sched/validate.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
+#include "conductor/sim/summary_json.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
@@ -329,33 +330,19 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
     const std::vector<double> scheduler_latency_ms = ahead ? ahead->latency_ms() : std::vector<double>();
     const int orders_from_policy = ahead ? ahead->orders_from_planner() : 0;
     sim::finish_run(measured, size);
-    std::string json = sim::summary_json(measured, deck, order, memory_limit);
-    // The runtime's summary is the simulator's plus the training figures.
-    std::string losses = "[";
-    for (std::size_t i = 0; i < outcome.losses.size(); ++i) losses += (i ? ", " : "") + json_number(outcome.losses[i]);
-    losses += "]";
     const double final_loss = outcome.losses.empty() ? std::numeric_limits<double>::quiet_NaN() : outcome.losses.back();
-    json.pop_back();  // the closing brace
-    std::string latencies = "[";
-    double latency_sum = 0;
-    for (std::size_t i = 0; i < scheduler_latency_ms.size(); ++i) {
-      latencies += (i ? ", " : "") + json_number(scheduler_latency_ms[i]);
-      latency_sum += scheduler_latency_ms[i];
-    }
-    latencies += "]";
-    json += ", \"scheduler\": {\"kind\": \"" + deck.scheduler.kind +
-            "\", \"orders_from_policy\": " + std::to_string(orders_from_policy) + ", \"latency_ms\": " + latencies +
-            "}";
+    const sim::TrainingFigures training{first_step, outcome.losses, orders_from_policy, scheduler_latency_ms};
+    write_file(out_dir / "summary.json",
+               sim::dump_json(sim::summary_json(measured, deck, order, memory_limit, training)) + "\n");
     if (!scheduler_latency_ms.empty()) {
+      double latency_sum = 0;
+      for (double l : scheduler_latency_ms) latency_sum += l;
       char line[160];
       std::snprintf(line, sizeof line,
                     "global tier: %d steps ran its orders, planning latency mean %.3f ms (overlapped with training)",
                     orders_from_policy, latency_sum / static_cast<double>(scheduler_latency_ms.size()));
       log::info(line);
     }
-    json += ", \"backend\": \"" + deck.backend + "\", \"first_step\": " + std::to_string(first_step) +
-            ", \"losses\": " + losses + ", \"final_loss\": " + json_number(final_loss) + "}";
-    write_file(out_dir / "summary.json", json + "\n");
     char line[256];
     std::snprintf(
         line, sizeof line,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
@@ -123,70 +122,6 @@ void finish_run(RunResult& run, int p) {
 
 RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps) {
   return simulate_run(schedule, noise, options, steps, [](const StepResult&) {});
-}
-
-namespace {
-std::string num(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.10g", x);
-  return buf;
-}
-std::string str(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-std::string list(const std::vector<double>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + num(v[i]);
-  return out + "]";
-}
-}  // namespace
-
-std::string summary_json(const RunResult& run, const config::Deck& d, const sched::Schedule& schedule,
-                         double memory_limit) {
-  std::string kinds = "[";
-  for (std::size_t i = 0; i < d.noise.kind.size(); ++i) kinds += (i ? ", " : "") + str(d.noise.kind[i]);
-  kinds += "]";
-  std::string out = "{";
-  out += "\"makespan_ms\": " + num(run.mean_makespan_ms);
-  out += ", \"bubble_ratio\": " + num(run.mean_bubble_ratio);
-  out += ", \"lower_bound_ms\": " + num(run.mean_lower_bound_ms);
-  out += ", \"makespan_over_lower_bound\": " +
-         num(run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
-  out += ", \"throughput\": " + num(run.mean_throughput);
-  out += ", \"schedule\": " + str(d.schedule.kind);
-  out += ", \"execution\": " + str(d.schedule.execution);
-  out += ", \"hint\": " + str(d.schedule.hint);
-  out += ", \"pipeline\": " + std::to_string(schedule.p);
-  out += ", \"microbatches\": " + std::to_string(schedule.m);
-  out += ", \"virtual\": " + std::to_string(schedule.v);
-  out += ", \"memory_limit\": " + num(memory_limit);
-  out += ", \"noise\": {\"kind\": " + kinds + ", \"level\": " + num(d.noise.level) +
-         ", \"seed\": " + std::to_string(d.noise.seed) + "}";
-  out += ", \"num_steps\": " + std::to_string(run.steps.size());
-  out += ", \"busy_ms\": " + list(run.mean_busy_ms);
-  out += ", \"idle_ms\": " + list(run.mean_idle_ms);
-  out += ", \"peak_memory\": " + list(run.peak_memory);
-  out += ", \"steps\": [";
-  for (std::size_t i = 0; i < run.steps.size(); ++i) {
-    const auto& s = run.steps[i];
-    out += std::string(i ? ", " : "") + "{\"step\": " + std::to_string(s.step) +
-           ", \"makespan_ms\": " + num(s.makespan_ms) + ", \"bubble_ratio\": " + num(s.bubble_ratio) +
-           ", \"lower_bound_ms\": " + num(s.lower_bound_ms) + ", \"throughput\": " + num(s.throughput) + "}";
-  }
-  out += "]}";
-  return out;
 }
 
 }  // namespace conductor::sim

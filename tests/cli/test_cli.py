@@ -69,6 +69,34 @@ class CliTest(unittest.TestCase):
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout, proc.stdout)
 
+    def test_resolved_numbers_are_shortest_text(self):
+        # A double prints as the shortest text that reads back the same: 0.006, not 0.0060000000000000001.
+        proc = conductor("validate", self.deck("optim: {lr: 0.006, beta2: 0.95}\n"), "noise.level=1e-7")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("  lr: 0.006\n", proc.stdout)
+        self.assertIn("  beta2: 0.95\n", proc.stdout)
+        self.assertIn("  level: 1e-07\n", proc.stdout)
+
+    def test_train_policy_curve_is_exact(self):
+        # curve.csv holds one row per PPO iteration, every number written exactly (shortest round-trip text),
+        # not cut to 6 decimals.
+        out = os.path.join(self.tmp.name, "tp")
+        deck = self.deck("run: {output: %s}\nparallel: {pipeline: 2, microbatches: 4}\n"
+                         "ppo: {iterations: 2, episodes: 2, eval_steps: 2}\n" % out)
+        proc = conductor("train-policy", deck)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "curve.csv")) as f:
+            header, *rows = [line.rstrip("\n").split(",") for line in f]
+        self.assertEqual(header[2], "sampled_makespan_ms")
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            self.assertEqual(len(row), len(header))
+            float(row[-1])  # seconds: wall time, a number of any size
+            for text in row[2:-1]:
+                if text != "0":
+                    self.assertEqual(repr(float(text)), text)  # shortest text of that double
+            self.assertGreater(len(row[2].split(".")[1]), 6, row[2])  # this seed's makespan is not a round number
+
     def test_misspelled_section(self):
         path = self.deck("run:\n  steps: 2\nschedul:\n  kind: 1f1b\n")
         proc = conductor("validate", path)

@@ -78,10 +78,4 @@ RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise,
   return run;
 }
 
-// One JSON object: makespan_ms, bubble_ratio, lower_bound_ms, throughput (means over steps), makespan_over_lb,
-// the schedule and settings, per-rank mean busy/idle and peak memory, and steps: [{step, makespan_ms,
-// bubble_ratio, lower_bound_ms, throughput}].
-std::string summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule,
-                         double memory_limit);
-
 }  // namespace conductor::sim

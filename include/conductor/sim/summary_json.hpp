@@ -1,0 +1,41 @@
+#pragma once
+// summary.json, the one place it is assembled: `conductor simulate` writes this object as it is, `conductor run`
+// (rank 0) adds its training figures to it (runtime/training.cpp), so both share these fields by construction.
+// The fields and their units: docs/trace.md, "summary.json".
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+#include "conductor/sched/schedule.hpp"
+#include "conductor/sim/simulator.hpp"
+
+namespace conductor::sim {
+
+// Keys stay in the order they are written (the order docs/trace.md lists them), not sorted.
+using Json = nlohmann::ordered_json;
+
+// The run's means (makespan_ms, bubble_ratio, lower_bound_ms, makespan_over_lower_bound, throughput), the
+// settings they came from (schedule, execution, hint, pipeline, microbatches, virtual, memory_limit, noise),
+// num_steps, per-rank busy_ms, idle_ms and peak_memory, and steps: [{step, makespan_ms, bubble_ratio,
+// lower_bound_ms, throughput}].
+Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit);
+
+// What `conductor run` measures beyond the simulator's figures.
+struct TrainingFigures {
+  int first_step = 0;                        // the step the run started from (> 0 after checkpoint.resume)
+  std::vector<double> losses;                // one per step run; NaN where no loss exists (emulated backend)
+  int orders_from_policy = 0;                // steps that ran an order the global tier computed
+  std::vector<double> scheduler_latency_ms;  // wall time of each next_order
+};
+
+// The simulator's summary above plus scheduler: {kind, orders_from_policy, latency_ms}, backend, first_step,
+// losses and final_loss (the last loss; null when none).
+Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit,
+                  const TrainingFigures& training);
+
+// `json` as one line of text: non-finite numbers (a NaN loss) become null, so the file stays valid JSON; bytes
+// that are not UTF-8 in strings become U+FFFD instead of failing the write.
+std::string dump_json(const Json& json);
+
+}  // namespace conductor::sim

@@ -1,0 +1,58 @@
+#include "conductor/sim/summary_json.hpp"
+
+namespace conductor::sim {
+
+namespace {
+
+Json step_json(const StepResult& s) {
+  return {{"step", s.step},
+          {"makespan_ms", s.makespan_ms},
+          {"bubble_ratio", s.bubble_ratio},
+          {"lower_bound_ms", s.lower_bound_ms},
+          {"throughput", s.throughput}};
+}
+
+}  // namespace
+
+Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule,
+                  double memory_limit) {
+  Json out;
+  out["makespan_ms"] = run.mean_makespan_ms;
+  out["bubble_ratio"] = run.mean_bubble_ratio;
+  out["lower_bound_ms"] = run.mean_lower_bound_ms;
+  out["makespan_over_lower_bound"] = run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0;
+  out["throughput"] = run.mean_throughput;
+  out["schedule"] = deck.schedule.kind;
+  out["execution"] = deck.schedule.execution;
+  out["hint"] = deck.schedule.hint;
+  out["pipeline"] = schedule.p;
+  out["microbatches"] = schedule.m;
+  out["virtual"] = schedule.v;
+  out["memory_limit"] = memory_limit;
+  out["noise"] = {{"kind", deck.noise.kind}, {"level", deck.noise.level}, {"seed", deck.noise.seed}};
+  out["num_steps"] = run.steps.size();
+  out["busy_ms"] = run.mean_busy_ms;
+  out["idle_ms"] = run.mean_idle_ms;
+  out["peak_memory"] = run.peak_memory;
+  Json steps = Json::array();
+  for (const StepResult& s : run.steps) steps.push_back(step_json(s));
+  out["steps"] = std::move(steps);
+  return out;
+}
+
+Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit,
+                  const TrainingFigures& training) {
+  Json out = summary_json(run, deck, schedule, memory_limit);
+  out["scheduler"] = {{"kind", deck.scheduler.kind},
+                      {"orders_from_policy", training.orders_from_policy},
+                      {"latency_ms", training.scheduler_latency_ms}};
+  out["backend"] = deck.backend;
+  out["first_step"] = training.first_step;
+  out["losses"] = training.losses;
+  out["final_loss"] = training.losses.empty() ? Json() : Json(training.losses.back());
+  return out;
+}
+
+std::string dump_json(const Json& json) { return json.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace conductor::sim

@@ -1,0 +1,56 @@
+// format_double: the shortest text that reads back as the same double, in the notation %.17g would choose.
+#include "conductor/util/format.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+using conductor::format_double;
+
+TEST(FormatDouble, ShortestTextOfDeckValues) {
+  EXPECT_EQ(format_double(0.006), "0.006");  // %.17g: 0.0060000000000000001
+  EXPECT_EQ(format_double(0.1), "0.1");
+  EXPECT_EQ(format_double(0.95), "0.95");
+  EXPECT_EQ(format_double(1.0), "1");
+  EXPECT_EQ(format_double(12.5), "12.5");
+  EXPECT_EQ(format_double(-3.25), "-3.25");
+  EXPECT_EQ(format_double(0.0), "0");
+  EXPECT_EQ(format_double(1e6), "1000000");
+  EXPECT_EQ(format_double(1e12), "1000000000000");
+  EXPECT_EQ(format_double(1e-5), "0.00001");
+}
+
+TEST(FormatDouble, ScientificOutsidePlainRange) {
+  EXPECT_EQ(format_double(1e-7), "1e-07");
+  EXPECT_EQ(format_double(1e17), "1e+17");
+  EXPECT_EQ(format_double(-2.5e20), "-2.5e+20");
+  EXPECT_EQ(format_double(std::numeric_limits<double>::denorm_min()), "5e-324");
+}
+
+TEST(FormatDouble, NonFinite) {
+  EXPECT_EQ(format_double(std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(format_double(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(format_double(-std::numeric_limits<double>::infinity()), "-inf");
+}
+
+// Every finite double, whatever its magnitude, reads back bit for bit.
+TEST(FormatDouble, RoundTripsEveryBitPattern) {
+  std::mt19937_64 bits(12);
+  std::mt19937_64 decimal(34);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-12, 20);
+  for (int i = 0; i < 200000; ++i) {
+    const double from_bits = std::bit_cast<double>(bits());
+    const double plain_range = unit(decimal) * std::pow(10.0, exponent(decimal));
+    for (double v : {from_bits, plain_range}) {
+      if (!std::isfinite(v)) continue;
+      const std::string text = format_double(v);
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(std::strtod(text.c_str(), nullptr)), std::bit_cast<std::uint64_t>(v))
+          << text;
+    }
+  }
+}
