@@ -8,6 +8,7 @@
 #include <string>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
 
