@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "conductor/model/matmul.hpp"
 #include "conductor/model/stage.hpp"
 #include "torch_gpt.hpp"
 
@@ -117,27 +118,49 @@ void bench_step(const Size& s, int steps) {
       1e3 * b, a / b, loss_ours, loss_torch);
 }
 
+// Our matmul kernels against the bare cblas_sgemm each of them runs, on the model's product shapes.
 void bench_gemm(const Size& s, int reps) {
   Backend& be = cpu_backend();
   const int N = s.B * s.T, C = s.C, F = 4 * s.C, V = s.V;
+  enum class Pass { forward, backward_input, backward_weight };
   struct Shape {
     const char* what;
-    int m, n, k;
+    Pass pass;
+    int C, OC;  // the matmul's input and output channels
+    WeightLayout layout;
+    int m, n, k;  // the GEMM it runs
     bool ta, tb;
   };
   const Shape shapes[] = {
-      {"qkv fwd  ln@W^T", N, 3 * C, C, false, true}, {"fc fwd   ln@W^T", N, F, C, false, true},
-      {"fcproj fwd g@W", N, C, F, false, false},     {"fc dW    dh^T@ln", F, C, N, true, false},
-      {"fc dX    dh@W", N, C, F, false, false},      {"lm head  ln@W^T", N, V, C, false, true},
+      {"qkv fwd  ln@W^T", Pass::forward, C, 3 * C, WeightLayout::out_in, N, 3 * C, C, false, true},
+      {"fc fwd   ln@W^T", Pass::forward, C, F, WeightLayout::out_in, N, F, C, false, true},
+      {"fcproj fwd g@W", Pass::forward, F, C, WeightLayout::in_out, N, C, F, false, false},
+      {"fc dW    dh^T@ln", Pass::backward_weight, C, F, WeightLayout::out_in, F, C, N, true, false},
+      {"fc dX    dh@W", Pass::backward_input, C, F, WeightLayout::out_in, N, C, F, false, false},
+      {"lm head  ln@W^T", Pass::forward, C, V, WeightLayout::out_in, N, V, C, false, true},
   };
   double ours_total = 0, raw_total = 0, flops_total = 0;
   for (const auto& sh : shapes) {
     std::vector<float> a(static_cast<std::size_t>(sh.m) * sh.k, 0.01f), b(static_cast<std::size_t>(sh.k) * sh.n, 0.02f),
         c(static_cast<std::size_t>(sh.m) * sh.n, 0.0f);
-    auto ours = [&] { be.gemm(c.data(), a.data(), b.data(), sh.m, sh.n, sh.k, sh.ta, sh.tb, 1.0f, 0.0f); };
+    // The weight gradient accumulates (beta 1); the others overwrite (beta 0).
+    const float beta = sh.pass == Pass::backward_weight ? 1.0f : 0.0f;
+    auto ours = [&] {
+      switch (sh.pass) {
+        case Pass::forward:
+          matmul_forward(c.data(), a.data(), b.data(), nullptr, 1, N, sh.C, sh.OC, sh.layout, Accumulate::no, be);
+          break;
+        case Pass::backward_input:
+          matmul_backward_input(c.data(), a.data(), b.data(), 1, N, sh.C, sh.OC, sh.layout, Accumulate::no, be);
+          break;
+        case Pass::backward_weight:
+          matmul_backward_weight(c.data(), nullptr, a.data(), b.data(), 1, N, sh.C, sh.OC, sh.layout, be);
+          break;
+      }
+    };
     auto raw = [&] {
       cblas_sgemm(CblasRowMajor, sh.ta ? CblasTrans : CblasNoTrans, sh.tb ? CblasTrans : CblasNoTrans, sh.m, sh.n, sh.k,
-                  1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, 0.0f, c.data(), sh.n);
+                  1.0f, a.data(), sh.ta ? sh.m : sh.k, b.data(), sh.tb ? sh.k : sh.n, beta, c.data(), sh.n);
     };
     ours();
     raw();

@@ -1,8 +1,8 @@
-// CPU kernels: fp32, OpenMP over independent rows or channel blocks, GEMMs through OpenBLAS. Every reduction
-// runs in a fixed order (no atomics, no OpenMP reduction clauses across threads), so results are bit-identical
-// run to run for a given thread count; checkpoint restarts rely on this.
-// We never read floating-point exception flags; without this GCC refuses to if-convert (and so to vectorise)
-// loops holding a float comparison or a float -> int conversion.
+// CPU implementations of the model kernels (declared once in matmul.hpp ... adamw.hpp): fp32, OpenMP over independent
+// rows or channel blocks, GEMMs through OpenBLAS. Every reduction runs in a fixed order (no atomics, no OpenMP
+// reduction clauses across threads), so results are bit-identical run to run for a given thread count; checkpoint
+// restarts rely on this. We never read floating-point exception flags; without this GCC refuses to if-convert (and so
+// to vectorise) loops holding a float comparison or a float -> int conversion.
 #pragma GCC optimize("no-trapping-math")
 
 #include <cblas.h>
@@ -15,13 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "conductor/model/adamw.hpp"
-#include "conductor/model/attention.hpp"
-#include "conductor/model/crossentropy.hpp"
-#include "conductor/model/encoder.hpp"
-#include "conductor/model/gelu.hpp"
-#include "conductor/model/gemm.hpp"
-#include "conductor/model/layernorm.hpp"
+#include "kernel_table.hpp"
 
 // The pointwise and row kernels are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time
 // (the library itself is built for baseline x86-64). GEMMs dispatch inside OpenBLAS.
@@ -73,17 +67,23 @@ inline void axpy(float* y, float a, const float* x, int n) {
 }  // namespace
 
 // ---------------------------------------------------------------- dense
-void gemm(float* c, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b, float alpha,
-          float beta) {
+namespace {
+// c [m,n] = op(a) @ op(b) (+ c when acc), op(a) [m,k] (a stored [k,m] when trans_a), op(b) [k,n] (b stored [n,k]
+// when trans_b). The one place the CPU calls BLAS.
+void gemm(float* c, const float* a, const float* b, int m, int n, int k, CBLAS_TRANSPOSE trans_a,
+          CBLAS_TRANSPOSE trans_b, Accumulate acc) {
+  const float beta = acc == Accumulate::yes ? 1.0f : 0.0f;
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // c = beta * c
     for (long i = 0; i < static_cast<long>(m) * n; i++) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
-              a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, 1.0f, a, trans_a == CblasTrans ? m : k, b,
+              trans_b == CblasTrans ? k : n, beta, c, n);
 }
+}  // namespace
 
+// out [N,OC] += bias [OC]. (Not in the anonymous namespace: target_clones wants external linkage.)
 CONDUCTOR_SIMD_CLONES void bias_forward(float* out, const float* bias, int N, int OC) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -93,6 +93,7 @@ CONDUCTOR_SIMD_CLONES void bias_forward(float* out, const float* bias, int N, in
   }
 }
 
+// dbias [OC] += column sums of dout [N,OC]
 CONDUCTOR_SIMD_CLONES void bias_backward(float* dbias, const float* dout, int N, int OC) {
   const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
@@ -107,9 +108,32 @@ CONDUCTOR_SIMD_CLONES void bias_backward(float* dbias, const float* dout, int N,
   }
 }
 
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C, int OC,
+                    WeightLayout layout, Accumulate acc, Backend&) {
+  const int N = B * T;
+  gemm(out, inp, weight, N, OC, C, CblasNoTrans, layout == WeightLayout::out_in ? CblasTrans : CblasNoTrans, acc);
+  if (bias) bias_forward(out, bias, N, OC);
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int B, int T, int C, int OC,
+                           WeightLayout layout, Accumulate acc, Backend&) {
+  gemm(dinp, dout, weight, B * T, C, OC, CblasNoTrans, layout == WeightLayout::out_in ? CblasNoTrans : CblasTrans, acc);
+}
+
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int B, int T, int C,
+                            int OC, WeightLayout layout, Backend&) {
+  const int N = B * T;
+  if (layout == WeightLayout::out_in) {
+    gemm(dweight, dout, inp, OC, C, N, CblasTrans, CblasNoTrans, Accumulate::yes);  // (OC,C) += dout^T @ inp
+  } else {
+    gemm(dweight, inp, dout, C, OC, N, CblasTrans, CblasNoTrans, Accumulate::yes);  // (C,OC) += inp^T @ dout
+  }
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
 // ---------------------------------------------------------------- embedding
 CONDUCTOR_SIMD_CLONES void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B,
-                                           int T, int C) {
+                                           int T, int C, Backend&) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
@@ -123,7 +147,7 @@ CONDUCTOR_SIMD_CLONES void encoder_forward(float* out, const int* tokens, const 
 }
 
 CONDUCTOR_SIMD_CLONES void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
-                                            int T, int C) {
+                                            int T, int C, Backend&) {
   // Tokens repeat, so rows of dwte collide; each thread owns a block of channels instead.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
@@ -145,7 +169,7 @@ CONDUCTOR_SIMD_CLONES void encoder_backward(float* dwte, float* dwpe, const floa
 
 // ---------------------------------------------------------------- layernorm
 CONDUCTOR_SIMD_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                             const float* weight, const float* bias, int B, int T, int C) {
+                                             const float* weight, const float* bias, int B, int T, int C, Backend&) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -169,7 +193,7 @@ CONDUCTOR_SIMD_CLONES void layernorm_forward(float* out, float* mean, float* rst
 
 CONDUCTOR_SIMD_CLONES void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
                                                     const float* weight, const float* mean, const float* rstd, int B,
-                                                    int T, int C) {
+                                                    int T, int C, Backend&) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -195,7 +219,8 @@ CONDUCTOR_SIMD_CLONES void layernorm_backward_input(float* dinp, const float* do
 }
 
 CONDUCTOR_SIMD_CLONES void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
-                                                     const float* mean, const float* rstd, int B, int T, int C) {
+                                                     const float* mean, const float* rstd, int B, int T, int C,
+                                                     Backend&) {
   const int N = B * T;
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
@@ -219,7 +244,10 @@ CONDUCTOR_SIMD_CLONES void layernorm_backward_weight(float* dweight, float* dbia
 }
 
 // ---------------------------------------------------------------- attention
-CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) {
+CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                                             Backend&) {
+  if (NH <= 0) return;  // an empty head range
+  const int HS = C / NH;
   const long C3 = 3L * NH * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(3) schedule(static)
@@ -254,7 +282,9 @@ CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* att, const float
 }
 
 CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                              const float* att, int B, int T, int NH, int HS) {
+                                              const float* att, int B, int T, int C, int NH, Backend&) {
+  if (NH <= 0) return;  // an empty head range
+  const int HS = C / NH;
   const long C3 = 3L * NH * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // Keys and values of a head receive gradient from every later query, so a (b, h) pair is one task.
@@ -294,7 +324,7 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 }
 
-CONDUCTOR_SIMD_CLONES void gelu_forward(float* out, const float* inp, std::size_t N) {
+CONDUCTOR_SIMD_CLONES void gelu_forward(float* out, const float* inp, std::size_t N, Backend&) {
 #pragma omp parallel for simd schedule(static)
   for (long i = 0; i < static_cast<long>(N); i++) {
     const float x = inp[i];
@@ -302,7 +332,7 @@ CONDUCTOR_SIMD_CLONES void gelu_forward(float* out, const float* inp, std::size_
   }
 }
 
-CONDUCTOR_SIMD_CLONES void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N) {
+CONDUCTOR_SIMD_CLONES void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N, Backend&) {
 #pragma omp parallel for simd schedule(static)
   for (long i = 0; i < static_cast<long>(N); i++) {
     const float x = inp[i];
@@ -314,14 +344,14 @@ CONDUCTOR_SIMD_CLONES void gelu_backward(float* dinp, const float* dout, const f
   }
 }
 
-CONDUCTOR_SIMD_CLONES void residual_forward(float* out, const float* a, const float* b, std::size_t N) {
+CONDUCTOR_SIMD_CLONES void residual_forward(float* out, const float* inp1, const float* inp2, std::size_t N, Backend&) {
 #pragma omp parallel for schedule(static)
-  for (long i = 0; i < static_cast<long>(N); i++) out[i] = a[i] + b[i];
+  for (long i = 0; i < static_cast<long>(N); i++) out[i] = inp1[i] + inp2[i];
 }
 
 // ---------------------------------------------------------------- loss
 CONDUCTOR_SIMD_CLONES void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets,
-                                                int B, int T, int V) {
+                                                int B, int T, int V, Backend&) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
@@ -342,23 +372,25 @@ CONDUCTOR_SIMD_CLONES void crossentropy_forward(float* losses, float* probs, con
   }
 }
 
-CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale,
-                                                 int B, int T, int V) {
+CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float dloss,
+                                                 int B, int T, int V, Backend&) {
   const int N = B * T;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
     const float* p = probs + static_cast<long>(i) * V;
     float* d = dlogits + static_cast<long>(i) * V;
 #pragma omp simd
-    for (int v = 0; v < V; v++) d[v] = scale * p[v];
-    d[targets[i]] -= scale;
+    for (int v = 0; v < V; v++) d[v] = dloss * p[v];
+    d[targets[i]] -= dloss;
   }
 }
 
 // ---------------------------------------------------------------- optimizer
-CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float lr,
-                                        float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                                        int t) {
+CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N,
+                                        const AdamWStep& step, Backend&) {
+  const float lr = step.lr, beta1 = step.beta1, beta2 = step.beta2, eps = step.eps, grad_scale = step.grad_scale;
+  const int t = step.t;
+  const float weight_decay = step.weight_decay;
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, static_cast<float>(t)));
   const float step_size = lr / bc1;
@@ -374,7 +406,7 @@ CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const
   }
 }
 
-double sum_squares(const float* x, std::size_t N) {
+double sum_squares(const float* x, std::size_t N, Backend&) {
   constexpr std::size_t kChunk = 1 << 14;  // fixed chunks: the sum's order does not depend on the thread count
   const long chunks = static_cast<long>((N + kChunk - 1) / kChunk);
   std::vector<double> partial(chunks, 0.0);
@@ -390,4 +422,38 @@ double sum_squares(const float* x, std::size_t N) {
   return total;
 }
 
+void sum_squares_each(double* out, const float* const* xs, const std::size_t* ns, int count, Backend& be) {
+  for (int i = 0; i < count; ++i) out[i] = cpu::sum_squares(xs[i], ns[i], be);
+}
+
 }  // namespace conductor::model::cpu
+
+namespace conductor::model {
+
+const KernelTable& cpu_kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable k;
+    k.matmul_forward = cpu::matmul_forward;
+    k.matmul_backward_input = cpu::matmul_backward_input;
+    k.matmul_backward_weight = cpu::matmul_backward_weight;
+    k.encoder_forward = cpu::encoder_forward;
+    k.encoder_backward = cpu::encoder_backward;
+    k.layernorm_forward = cpu::layernorm_forward;
+    k.layernorm_backward_input = cpu::layernorm_backward_input;
+    k.layernorm_backward_weight = cpu::layernorm_backward_weight;
+    k.attention_forward = cpu::attention_forward;
+    k.attention_backward = cpu::attention_backward;
+    k.gelu_forward = cpu::gelu_forward;
+    k.gelu_backward = cpu::gelu_backward;
+    k.residual_forward = cpu::residual_forward;
+    k.crossentropy_forward = cpu::crossentropy_forward;
+    k.crossentropy_backward = cpu::crossentropy_backward;
+    k.adamw_update = cpu::adamw_update;
+    k.sum_squares = cpu::sum_squares;
+    k.sum_squares_each = cpu::sum_squares_each;
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace conductor::model

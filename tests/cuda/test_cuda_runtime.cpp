@@ -16,6 +16,7 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/model/cuda/device.hpp"
+#include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
 #include "conductor/util/error.hpp"

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"

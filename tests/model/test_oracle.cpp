@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "conductor/model/optimizer.hpp"
 #include "conductor/model/stage.hpp"
 #include "model_test_util.hpp"
 #include "torch_gpt.hpp"

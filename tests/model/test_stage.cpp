@@ -10,6 +10,9 @@
 #include <sstream>
 
 #include "conductor/config/schema.hpp"
+#include "conductor/model/layer_split.hpp"
+#include "conductor/model/optimizer.hpp"
+#include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"

@@ -9,6 +9,7 @@
 
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/config/deck.hpp"
+#include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
 

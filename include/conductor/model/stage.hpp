@@ -2,9 +2,9 @@
 // The trainer a pipeline rank runs: the virtual stages it holds, each with its layers, parameters, gradients,
 // AdamW state and one set of activation buffers per in-flight microbatch.
 //
-// The model is split over S = parallel.pipeline x parallel.virtual virtual stages (model.layers_per_stage, or
-// as even as possible). Virtual stage 0 also holds the embeddings, virtual stage S-1 the final LayerNorm, the
-// LM head and the loss. Per (virtual stage, microbatch) the runtime calls
+// The model is split over S = parallel.pipeline x parallel.virtual virtual stages (layer_split.hpp). Virtual
+// stage 0 also holds the embeddings, virtual stage S-1 the final LayerNorm, the LM head and the loss. Per
+// (virtual stage, microbatch) the runtime calls
 //   forward -> backward_input (B) -> backward_weight (W)        or  forward -> backward_full (= B then W)
 // Microbatches may be processed in any order and interleaved freely (F of mb 3 before F of mb 1, W long after
 // B): each in-flight microbatch owns its buffers, taken at F and given back after W.
@@ -15,6 +15,9 @@
 //
 // Activation tensors passed between stages are [microbatch_size, seq_len, d_model] floats in the backend's
 // memory space (host memory for the cpu backend). Calls on one StageModel must not run concurrently.
+//
+// Sources: stage.cpp (parameters, buffers, access), stage_passes.cpp (F, B, W, losses), optimizer.cpp (the
+// gradient norm and the AdamW step), checkpoint.cpp; the single-process reference trainer is reference.hpp.
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -27,14 +30,6 @@
 #include "conductor/model/data.hpp"
 
 namespace conductor::model {
-
-// Layers held by each of the num_virtual_stages virtual stages. Throws InputError if the deck's explicit list
-// does not fit (wrong length or sum) or there are fewer layers than virtual stages without an explicit list.
-std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages);
-
-// Learning rate at 0-based step: linear warm-up over optim.warmup_steps, then cosine decay to
-// optim.lr * optim.lr_min_ratio at optim.decay_steps (0: run.steps).
-double learning_rate(const config::Deck& deck, int step);
 
 struct TensorInfo {
   std::string name;  // "wte", "layer3.qkv_w", "lnf_w", ... (layer index is global)
@@ -89,7 +84,7 @@ class StageModel {
   // Sum of squared gradients over the held virtual stages (double, fixed order). The runtime sums it over all
   // ranks and passes sqrt of the total to optimizer_step.
   double local_grad_sq_norm() const;
-  // AdamW with gradient scale min(1, optim.grad_clip / (global_grad_norm + 1e-6)) and learning_rate(step).
+  // AdamW with gradient scale clip_scale(global_grad_norm) and learning_rate(step) (optimizer.hpp).
   void optimizer_step(double global_grad_norm, int step);
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
@@ -113,13 +108,22 @@ class StageModel {
   Backend& backend() const { return *backend_; }
   const DataSource& data() const { return data_; }
 
- private:
-  struct Micro;
+  // Internals, defined in src/model/stage_internal.hpp: one held virtual stage, one in-flight microbatch.
   struct VStage;
+  struct Micro;
+
+ private:
+  // Where a microbatch of a virtual stage is between its F and its W.
+  enum class Phase { idle, after_forward, after_backward_input };
+
   VStage& stage(int vs);
   const VStage& stage(int vs) const;
-  Micro& micro(VStage& s, int vs, int mb, int expected_phase, const char* op);
+  void allocate_step_buffers();
+  std::unique_ptr<VStage> make_stage(int vs, const std::vector<int>& split) const;
+  Micro& micro(VStage& s, int mb, Phase expected, const char* op);
   void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats, std::size_t& nints) const;
+  void head_forward(VStage& s, Micro& m, int mb);
+  void head_backward_input(VStage& s, Micro& m);
 
   config::Deck deck_;
   std::unique_ptr<Backend> owned_backend_;
@@ -142,11 +146,5 @@ class StageModel {
   DeviceBuffer scratch_dy_, scratch_datt_;
   std::vector<int> host_inputs_, host_targets_;
 };
-
-// Single-process reference trainer: every virtual stage of the deck's split (parallel.pipeline x
-// parallel.virtual) in one StageModel, microbatches in plain order (F then full backward per microbatch).
-// Starts at step 0 or at the checkpoint in checkpoint.resume, runs until step `until_step` (-1: run.steps),
-// writes checkpoints per checkpoint.path / checkpoint.every, and returns the loss of every step it ran.
-std::vector<double> train_reference(const config::Deck& deck, int until_step = -1);
 
 }  // namespace conductor::model

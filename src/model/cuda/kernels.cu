@@ -2,15 +2,19 @@
 // reductions (LayerNorm, softmax), one block per row when rows are long (cross-entropy over the vocabulary).
 // Every reduction has a fixed order that depends only on the shapes, never on scheduling, and no kernel uses
 // floating-point atomics: results are bit-identical run to run, as on the CPU (checkpoint restarts rely on it).
-// The formulas mirror cpu_kernels.cpp operation by operation so the two agree to fp32 rounding.
+// The formulas mirror cpu_kernels.cpp operation by operation so the two agree to fp32 rounding. Below the device
+// kernels: the CUDA implementations of the model kernels (one signature with the CPU's, from matmul.hpp ...
+// adamw.hpp), all queued on the backend's stream, and the backend's kernel table.
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <cmath>
 
 #include "conductor/model/cuda/check.hpp"
+#include "conductor/model/cuda/cuda_backend.hpp"
 #include "kernels.cuh"
 
-namespace conductor::model::cuda::kernels {
+namespace conductor::model::cuda {
 
 namespace {
 
@@ -380,151 +384,22 @@ __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t 
 
 unsigned row_grid(int rows) { return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)); }
 
-}  // namespace
-
-// ================================================================================================ launchers
-void scale(float* c, float beta, std::size_t n, cudaStream_t s) {
-  if (n == 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, s>>>(c, beta, n);
-  cudaCheckLaunch();
-}
-
-void bias_forward(float* out, const float* bias, int N, int OC, cudaStream_t s) {
-  const std::size_t n = static_cast<std::size_t>(N) * OC;
-  if (n == 0) return;
-  bias_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, bias, n, OC);
-  cudaCheckLaunch();
+// ================================================================================================ helpers
+CudaContext& context(Backend& be) {
+  // This file's kernels sit only in the table of CudaBackend (kernel_table()), so be is a CudaBackend.
+  return static_cast<CudaBackend&>(be).context();
 }
 
 int column_chunks(int N) { return N <= 0 ? 1 : (N + kColumnRowsPerChunk - 1) / kColumnRowsPerChunk; }
 
-void bias_backward(float* dbias, const float* dout, int N, int OC, float* partial, cudaStream_t s) {
-  if (N <= 0 || OC <= 0) return;
-  const int chunks = column_chunks(N);
-  const dim3 grid((OC + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, 8);
-  column_partial_kernel<<<grid, block, 0, s>>>(partial, dout, N, OC);
-  cudaCheckLaunch();
-  column_finish_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, s>>>(dbias, partial, chunks, OC);
-  cudaCheckLaunch();
-}
-
-void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                     cudaStream_t s) {
-  const std::size_t n = static_cast<std::size_t>(B) * T * C;
-  if (n == 0) return;
-  encoder_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n);
-  cudaCheckLaunch();
-}
-
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C,
-                      cudaStream_t s) {
-  if (B <= 0 || T <= 0 || C <= 0) return;
-  encoder_backward_wpe_kernel<<<grid_for(static_cast<std::size_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
-  cudaCheckLaunch();
-  encoder_backward_wte_kernel<<<B * T, 128, 0, s>>>(dwte, dout, tokens, B * T, C);
-  cudaCheckLaunch();
-}
-
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       int N, int C, cudaStream_t s) {
-  if (N <= 0) return;
-  layernorm_forward_kernel<<<row_grid(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
-  cudaCheckLaunch();
-}
-
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean,
-                              const float* rstd, int N, int C, cudaStream_t s) {
-  if (N <= 0) return;
-  layernorm_backward_input_kernel<<<row_grid(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  cudaCheckLaunch();
-}
-
-void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
-                               const float* rstd, int N, int C, float* partial, cudaStream_t s) {
-  if (N <= 0 || C <= 0) return;
+// out [N,C] = column sums of in [N,C] in two deterministic passes: partial sums over fixed row chunks (written
+// to partial, column_chunks(N) * C floats), then the chunks in order, added to out.
+void column_sums(float* out, const float* in, int N, int C, float* partial, cudaStream_t s) {
   const int chunks = column_chunks(N);
   const dim3 grid((C + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, 8);
-  layernorm_weight_partial_kernel<<<grid, block, 0, s>>>(partial, dout, inp, mean, rstd, N, C);
+  column_partial_kernel<<<grid, block, 0, s>>>(partial, in, N, C);
   cudaCheckLaunch();
-  const unsigned g = (C + kThreads - 1) / kThreads;
-  column_finish_kernel<<<g, kThreads, 0, s>>>(dweight, partial, chunks, C);
-  cudaCheckLaunch();
-  column_finish_kernel<<<g, kThreads, 0, s>>>(dbias, partial + static_cast<std::size_t>(chunks) * C, chunks, C);
-  cudaCheckLaunch();
-}
-
-void causal_softmax_forward(float* att, int BNH, int T, cudaStream_t s) {
-  const int rows = BNH * T;
-  if (rows <= 0) return;
-  causal_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, s>>>(att, rows, T);
-  cudaCheckLaunch();
-}
-
-void causal_softmax_backward(float* datt, const float* att, float scale, int BNH, int T, cudaStream_t s) {
-  const int rows = BNH * T;
-  if (rows <= 0) return;
-  causal_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, s>>>(datt, att, scale, rows, T);
-  cudaCheckLaunch();
-}
-
-void gelu_forward(float* out, const float* inp, std::size_t N, cudaStream_t s) {
-  if (N == 0) return;
-  gelu_forward_kernel<<<grid_for(N), kThreads, 0, s>>>(out, inp, N);
-  cudaCheckLaunch();
-}
-
-void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N, cudaStream_t s) {
-  if (N == 0) return;
-  gelu_backward_kernel<<<grid_for(N), kThreads, 0, s>>>(dinp, dout, inp, N);
-  cudaCheckLaunch();
-}
-
-void residual_forward(float* out, const float* a, const float* b, std::size_t N, cudaStream_t s) {
-  if (N == 0) return;
-  residual_forward_kernel<<<grid_for(N), kThreads, 0, s>>>(out, a, b, N);
-  cudaCheckLaunch();
-}
-
-void delay(long long ns, cudaStream_t s) {
-  if (ns <= 0) return;
-  delay_kernel<<<1, 1, 0, s>>>(ns);
-  cudaCheckLaunch();
-}
-
-void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int N, int V,
-                          cudaStream_t s) {
-  if (N <= 0) return;
-  crossentropy_forward_kernel<<<N, 512, 0, s>>>(losses, probs, logits, targets, V);
-  cudaCheckLaunch();
-}
-
-void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float scale, int N, int V,
-                           cudaStream_t s) {
-  const std::size_t n = static_cast<std::size_t>(N) * V;
-  if (n == 0) return;
-  crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dlogits, probs, targets, scale, V, n);
-  cudaCheckLaunch();
-}
-
-void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, float beta1, float beta2,
-                  float eps, float grad_scale, float step_size, float bc2_sqrt, float decay, cudaStream_t s) {
-  if (N == 0) return;
-  adamw_kernel<<<grid_for(N), kThreads, 0, s>>>(params, m, v, grads, N, beta1, beta2, eps, grad_scale, step_size,
-                                                bc2_sqrt, decay);
-  cudaCheckLaunch();
-}
-
-int sum_squares_blocks(std::size_t N) {
-  const std::size_t per_block = static_cast<std::size_t>(kThreads) * 16;  // >= 16 elements per thread
-  const std::size_t b = (N + per_block - 1) / per_block;
-  return static_cast<int>(b < 1 ? 1 : (b > kSumSquaresMaxBlocks ? kSumSquaresMaxBlocks : b));
-}
-
-void sum_squares(double* result, double* partial, const float* x, std::size_t N, cudaStream_t s) {
-  const int blocks = sum_squares_blocks(N);
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(partial, x, N);
-  cudaCheckLaunch();
-  sum_squares_finish_kernel<<<1, 1, 0, s>>>(result, partial, blocks);
+  column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(out, partial, chunks, C);
   cudaCheckLaunch();
 }
 
@@ -534,4 +409,333 @@ void to_bf16(void* out, const float* in, std::size_t N, cudaStream_t s) {
   cudaCheckLaunch();
 }
 
-}  // namespace conductor::model::cuda::kernels
+// Row-major C[m,n] = alpha op(A) op(B) + beta C with explicit leading dimensions and a batch of `batch`
+// products separated by the given strides (elements); fp32 / TF32 (the strided operands of attention).
+// Row-major C = A B is column-major C^T = B^T A^T: swap the operands and the m/n roles; a stored row-major
+// matrix read column-major is its transpose, so each operand keeps its own transpose flag.
+struct Strided {
+  const float* p;
+  bool trans;
+  int ld;
+  long long stride;
+};
+void sgemm_strided(CudaContext& cx, float* c, int ldc, long long stride_c, Strided a, Strided b, int m, int n, int k,
+                   int batch, float alpha, float beta) {
+  const cublasOperation_t op_a = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (batch == 1) {
+    cublasCheck(cublasSgemm(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, a.p, a.ld, &beta, c, ldc));
+  } else {
+    cublasCheck(cublasSgemmStridedBatched(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, b.stride, a.p, a.ld,
+                                          a.stride, &beta, c, ldc, stride_c, batch));
+  }
+}
+
+// c [m,n] = op(a) @ op(b) (+ c when acc), op(a) [m,k] (a stored [k,m] when trans_a), op(b) [k,n] (b stored [n,k]
+// when trans_b): the one GEMM of the linear layers, fp32 / TF32 or bf16 operands per the backend's precision.
+void gemm(CudaContext& cx, float* c, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b,
+          Accumulate acc) {
+  const float alpha = 1.0f, beta = acc == Accumulate::yes ? 1.0f : 0.0f;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // c = beta * c, as the CPU kernel
+    const std::size_t n_c = static_cast<std::size_t>(m) * n;
+    scale_kernel<<<grid_for(n_c), kThreads, 0, cx.stream>>>(c, beta, n_c);
+    cudaCheckLaunch();
+    return;
+  }
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  if (cx.precision == Precision::fp32) {
+    sgemm_strided(cx, c, ldc, 0, {a, trans_a, lda, 0}, {b, trans_b, ldb, 0}, m, n, k, 1, alpha, beta);
+    return;
+  }
+  // bf16: operands rounded to bf16 (tensor cores), products accumulated in fp32 and written to fp32 C.
+  const std::size_t na = static_cast<std::size_t>(m) * k, nb = static_cast<std::size_t>(k) * n;
+  void* a16 = cx.operand_a.get(na * 2, cx.stream);
+  void* b16 = cx.operand_b.get(nb * 2, cx.stream);
+  to_bf16(a16, a, na, cx.stream);
+  to_bf16(b16, b, nb, cx.stream);
+  cublasCheck(cublasGemmEx(cx.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                           &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+int sum_squares_blocks(std::size_t N) {
+  const std::size_t per_block = static_cast<std::size_t>(kThreads) * 16;  // >= 16 elements per thread
+  const std::size_t b = (N + per_block - 1) / per_block;
+  return static_cast<int>(b < 1 ? 1 : (b > kSumSquaresMaxBlocks ? kSumSquaresMaxBlocks : b));
+}
+
+// *result = sum x^2 in double; partial: sum_squares_blocks(N) doubles
+void launch_sum_squares(double* result, double* partial, const float* x, std::size_t N, cudaStream_t s) {
+  const int blocks = sum_squares_blocks(N);
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(partial, x, N);
+  cudaCheckLaunch();
+  sum_squares_finish_kernel<<<1, 1, 0, s>>>(result, partial, blocks);
+  cudaCheckLaunch();
+}
+
+}  // namespace
+
+// ================================================================================================ dense
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C, int OC,
+                    WeightLayout layout, Accumulate acc, Backend& be) {
+  CudaContext& cx = context(be);
+  const int N = B * T;
+  gemm(cx, out, inp, weight, N, OC, C, false, layout == WeightLayout::out_in, acc);
+  const std::size_t n = static_cast<std::size_t>(N) * OC;
+  if (!bias || n == 0) return;
+  bias_forward_kernel<<<grid_for(n), kThreads, 0, cx.stream>>>(out, bias, n, OC);
+  cudaCheckLaunch();
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int B, int T, int C, int OC,
+                           WeightLayout layout, Accumulate acc, Backend& be) {
+  gemm(context(be), dinp, dout, weight, B * T, C, OC, false, layout == WeightLayout::in_out, acc);
+}
+
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int B, int T, int C,
+                            int OC, WeightLayout layout, Backend& be) {
+  CudaContext& cx = context(be);
+  const int N = B * T;
+  if (layout == WeightLayout::out_in) {
+    gemm(cx, dweight, dout, inp, OC, C, N, true, false, Accumulate::yes);  // (OC,C) += dout^T @ inp
+  } else {
+    gemm(cx, dweight, inp, dout, C, OC, N, true, false, Accumulate::yes);  // (C,OC) += inp^T @ dout
+  }
+  if (!dbias || N <= 0 || OC <= 0) return;
+  const std::size_t floats = static_cast<std::size_t>(column_chunks(N)) * OC;
+  column_sums(dbias, dout, N, OC, static_cast<float*>(cx.reduce.get(floats * sizeof(float), cx.stream)), cx.stream);
+}
+
+// ================================================================================================ embedding
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C, Backend& be) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  if (n == 0) return;
+  encoder_forward_kernel<<<grid_for(n), kThreads, 0, context(be).stream>>>(out, inp, wte, wpe, T, C, n);
+  cudaCheckLaunch();
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C, Backend& be) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  const cudaStream_t s = context(be).stream;
+  encoder_backward_wpe_kernel<<<grid_for(static_cast<std::size_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
+  cudaCheckLaunch();
+  encoder_backward_wte_kernel<<<B * T, 128, 0, s>>>(dwte, dout, inp, B * T, C);
+  cudaCheckLaunch();
+}
+
+// ================================================================================================ layernorm
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int B, int T, int C, Backend& be) {
+  const int N = B * T;
+  if (N <= 0) return;
+  layernorm_forward_kernel<<<row_grid(N), kThreads, 0, context(be).stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  cudaCheckLaunch();
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int B, int T, int C, Backend& be) {
+  const int N = B * T;
+  if (N <= 0) return;
+  layernorm_backward_input_kernel<<<row_grid(N), kThreads, 0, context(be).stream>>>(dinp, dout, inp, weight, mean, rstd,
+                                                                                    N, C);
+  cudaCheckLaunch();
+}
+
+void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                               const float* rstd, int B, int T, int C, Backend& be) {
+  const int N = B * T;
+  if (N <= 0 || C <= 0) return;
+  CudaContext& cx = context(be);
+  const int chunks = column_chunks(N);
+  auto* partial =
+      static_cast<float*>(cx.reduce.get(2 * static_cast<std::size_t>(chunks) * C * sizeof(float), cx.stream));
+  const dim3 grid((C + kColumnTile - 1) / kColumnTile, chunks), block(kColumnTile, 8);
+  layernorm_weight_partial_kernel<<<grid, block, 0, cx.stream>>>(partial, dout, inp, mean, rstd, N, C);
+  cudaCheckLaunch();
+  const unsigned g = (C + kThreads - 1) / kThreads;
+  column_finish_kernel<<<g, kThreads, 0, cx.stream>>>(dweight, partial, chunks, C);
+  cudaCheckLaunch();
+  column_finish_kernel<<<g, kThreads, 0, cx.stream>>>(dbias, partial + static_cast<std::size_t>(chunks) * C, chunks, C);
+  cudaCheckLaunch();
+}
+
+// ================================================================================================ attention
+// Per sequence b, the NH heads are one strided batch: head h's q, k, v are [T,HS] row blocks of qkv with row
+// stride 3*C and head stride 3*HS, its scores a [T,T] block of att. The products cover the full T x T square
+// (the masked half is overwritten with zeros by the softmax), as in llm.c.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Backend& be) {
+  if (NH <= 0) return;  // an empty head range
+  CudaContext& cx = context(be);
+  const int HS = C / NH, C3 = 3 * C;
+  const long long TT = static_cast<long long>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  for (int b = 0; b < B; b++) {
+    const float* q = qkv + static_cast<long long>(b) * T * C3;
+    // att[h] = scale * q[h] k[h]^T
+    sgemm_strided(cx, att + b * NH * TT, T, TT, {q, false, C3, 3 * HS}, {q + HS, true, C3, 3 * HS}, T, T, HS, NH, scale,
+                  0.0f);
+  }
+  const int rows = B * NH * T;
+  if (rows > 0) {
+    causal_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, cx.stream>>>(att, rows, T);
+    cudaCheckLaunch();
+  }
+  for (int b = 0; b < B; b++) {
+    const float* q = qkv + static_cast<long long>(b) * T * C3;
+    // out[h] = att[h] v[h]
+    sgemm_strided(cx, out + static_cast<long long>(b) * T * C, C, HS, {att + b * NH * TT, false, T, TT},
+                  {q + 2 * HS, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
+  }
+}
+
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
+                        int C, int NH, Backend& be) {
+  if (NH <= 0) return;  // an empty head range
+  CudaContext& cx = context(be);
+  const int HS = C / NH, C3 = 3 * C;
+  const long long TT = static_cast<long long>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  for (int b = 0; b < B; b++) {
+    const float* q = qkv + static_cast<long long>(b) * T * C3;
+    float* dq = dqkv + static_cast<long long>(b) * T * C3;
+    const float* d = dout + static_cast<long long>(b) * T * C;
+    const float* a = att + b * NH * TT;
+    // datt[h] = dout[h] v[h]^T
+    sgemm_strided(cx, datt + b * NH * TT, T, TT, {d, false, C, HS}, {q + 2 * HS, true, C3, 3 * HS}, T, T, HS, NH, 1.0f,
+                  0.0f);
+    // dv[h] = att[h]^T dout[h]
+    sgemm_strided(cx, dq + 2 * HS, C3, 3 * HS, {a, true, T, TT}, {d, false, C, HS}, T, HS, T, NH, 1.0f, 0.0f);
+  }
+  const int rows = B * NH * T;
+  if (rows > 0) {  // datt := d(scores) * scale
+    causal_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, cx.stream>>>(datt, att, scale, rows, T);
+    cudaCheckLaunch();
+  }
+  for (int b = 0; b < B; b++) {
+    const float* q = qkv + static_cast<long long>(b) * T * C3;
+    float* dq = dqkv + static_cast<long long>(b) * T * C3;
+    const float* ds = datt + b * NH * TT;
+    // dq[h] = ds[h] k[h];  dk[h] = ds[h]^T q[h]
+    sgemm_strided(cx, dq, C3, 3 * HS, {ds, false, T, TT}, {q + HS, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
+    sgemm_strided(cx, dq + HS, C3, 3 * HS, {ds, true, T, TT}, {q, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
+  }
+}
+
+// ================================================================================================ pointwise
+void gelu_forward(float* out, const float* inp, std::size_t N, Backend& be) {
+  if (N == 0) return;
+  gelu_forward_kernel<<<grid_for(N), kThreads, 0, context(be).stream>>>(out, inp, N);
+  cudaCheckLaunch();
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, std::size_t N, Backend& be) {
+  if (N == 0) return;
+  gelu_backward_kernel<<<grid_for(N), kThreads, 0, context(be).stream>>>(dinp, dout, inp, N);
+  cudaCheckLaunch();
+}
+
+void residual_forward(float* out, const float* inp1, const float* inp2, std::size_t N, Backend& be) {
+  if (N == 0) return;
+  residual_forward_kernel<<<grid_for(N), kThreads, 0, context(be).stream>>>(out, inp1, inp2, N);
+  cudaCheckLaunch();
+}
+
+// ================================================================================================ loss
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int* targets, int B, int T, int V,
+                          Backend& be) {
+  const int N = B * T;
+  if (N <= 0) return;
+  crossentropy_forward_kernel<<<N, 512, 0, context(be).stream>>>(losses, probs, logits, targets, V);
+  cudaCheckLaunch();
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets, float dloss, int B, int T, int V,
+                           Backend& be) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * V;
+  if (n == 0) return;
+  crossentropy_backward_kernel<<<grid_for(n), kThreads, 0, context(be).stream>>>(dlogits, probs, targets, dloss, V, n);
+  cudaCheckLaunch();
+}
+
+// ================================================================================================ optimizer
+void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, const AdamWStep& step,
+                  Backend& be) {
+  if (N == 0) return;
+  // The same float expressions as the CPU kernel, evaluated once on the host.
+  const float bc1 = 1.0f - std::pow(step.beta1, static_cast<float>(step.t));
+  const float bc2_sqrt = std::sqrt(1.0f - std::pow(step.beta2, static_cast<float>(step.t)));
+  const float step_size = step.lr / bc1;
+  const float decay = 1.0f - step.lr * step.weight_decay;
+  adamw_kernel<<<grid_for(N), kThreads, 0, context(be).stream>>>(params, m, v, grads, N, step.beta1, step.beta2,
+                                                                 step.eps, step.grad_scale, step_size, bc2_sqrt, decay);
+  cudaCheckLaunch();
+}
+
+double sum_squares(const float* x, std::size_t N, Backend& be) {
+  if (N == 0) return 0.0;
+  CudaContext& cx = context(be);
+  const int blocks = sum_squares_blocks(N);
+  auto* dev = static_cast<double*>(cx.reduce.get((blocks + 1) * sizeof(double), cx.stream));
+  launch_sum_squares(dev + blocks, dev, x, N, cx.stream);
+  cudaCheck(cudaMemcpyAsync(cx.host_result, dev + blocks, sizeof(double), cudaMemcpyDeviceToHost, cx.stream));
+  cudaCheck(cudaStreamSynchronize(cx.stream));  // the value is returned to the host
+  return *cx.host_result;
+}
+
+void sum_squares_each(double* out, const float* const* xs, const std::size_t* ns, int count, Backend& be) {
+  if (count <= 0) return;
+  CudaContext& cx = context(be);
+  // Layout in the scratch: count results, then each tensor's partial sums.
+  std::size_t slots = static_cast<std::size_t>(count);
+  for (int i = 0; i < count; ++i) {
+    if (ns[i] > 0) slots += static_cast<std::size_t>(sum_squares_blocks(ns[i]));
+  }
+  auto* dev = static_cast<double*>(cx.reduce.get(slots * sizeof(double), cx.stream));
+  cudaCheck(cudaMemsetAsync(dev, 0, static_cast<std::size_t>(count) * sizeof(double), cx.stream));  // empty tensors
+  std::size_t partial = static_cast<std::size_t>(count);
+  for (int i = 0; i < count; ++i) {
+    if (ns[i] == 0) continue;
+    launch_sum_squares(dev + i, dev + partial, xs[i], ns[i], cx.stream);
+    partial += static_cast<std::size_t>(sum_squares_blocks(ns[i]));
+  }
+  // To pageable memory: returns once the copy is done (the one host round trip of the whole norm).
+  cudaCheck(
+      cudaMemcpyAsync(out, dev, static_cast<std::size_t>(count) * sizeof(double), cudaMemcpyDeviceToHost, cx.stream));
+  cudaCheck(cudaStreamSynchronize(cx.stream));
+}
+
+// ================================================================================================ backend
+void launch_delay(long long ns, cudaStream_t s) {
+  if (ns <= 0) return;
+  delay_kernel<<<1, 1, 0, s>>>(ns);
+  cudaCheckLaunch();
+}
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable k;
+    k.matmul_forward = cuda::matmul_forward;
+    k.matmul_backward_input = cuda::matmul_backward_input;
+    k.matmul_backward_weight = cuda::matmul_backward_weight;
+    k.encoder_forward = cuda::encoder_forward;
+    k.encoder_backward = cuda::encoder_backward;
+    k.layernorm_forward = cuda::layernorm_forward;
+    k.layernorm_backward_input = cuda::layernorm_backward_input;
+    k.layernorm_backward_weight = cuda::layernorm_backward_weight;
+    k.attention_forward = cuda::attention_forward;
+    k.attention_backward = cuda::attention_backward;
+    k.gelu_forward = cuda::gelu_forward;
+    k.gelu_backward = cuda::gelu_backward;
+    k.residual_forward = cuda::residual_forward;
+    k.crossentropy_forward = cuda::crossentropy_forward;
+    k.crossentropy_backward = cuda::crossentropy_backward;
+    k.adamw_update = cuda::adamw_update;
+    k.sum_squares = cuda::sum_squares;
+    k.sum_squares_each = cuda::sum_squares_each;
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace conductor::model::cuda

@@ -1,0 +1,63 @@
+// The optimizer step of a StageModel: learning-rate schedule, global-norm clipping, AdamW over every held tensor.
+#include "conductor/model/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "conductor/model/adamw.hpp"
+#include "conductor/model/stage.hpp"
+#include "stage_internal.hpp"
+
+namespace conductor::model {
+
+double learning_rate(const config::Deck& deck, int step) {
+  const auto& o = deck.optim;
+  const double lr_min = o.lr * o.lr_min_ratio;
+  if (step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
+  const int decay = o.decay_steps > 0 ? o.decay_steps : deck.run.steps;
+  if (decay <= o.warmup_steps) return o.lr;
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / (decay - o.warmup_steps));
+  return lr_min + 0.5 * (o.lr - lr_min) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+double clip_scale(const config::Deck& deck, double global_grad_norm) {
+  const double clip = deck.optim.grad_clip;
+  return clip > 0 ? std::min(1.0, clip / (global_grad_norm + 1e-6)) : 1.0;
+}
+
+double StageModel::local_grad_sq_norm() const {
+  std::vector<const float*> xs;
+  std::vector<std::size_t> ns;
+  for (const auto& s : stages_) {
+    for (const auto& t : s->tensors) {
+      xs.push_back(s->grads.f() + t.offset);
+      ns.push_back(t.numel);
+    }
+  }
+  std::vector<double> each(xs.size(), 0.0);
+  sum_squares_each(each.data(), xs.data(), ns.data(), static_cast<int>(xs.size()), *backend_);
+  double total = 0.0;
+  for (double v : each) total += v;  // the tensors' order: the same sum on every backend and rank count
+  return total;
+}
+
+void StageModel::optimizer_step(double global_grad_norm, int step) {
+  const auto& o = deck_.optim;
+  AdamWStep update;
+  update.lr = static_cast<float>(learning_rate(deck_, step));
+  update.beta1 = static_cast<float>(o.beta1);
+  update.beta2 = static_cast<float>(o.beta2);
+  update.eps = static_cast<float>(o.eps);
+  update.grad_scale = static_cast<float>(clip_scale(deck_, global_grad_norm));
+  update.t = step + 1;
+  for (auto& s : stages_) {
+    for (const auto& t : s->tensors) {
+      update.weight_decay = t.decay ? static_cast<float>(o.weight_decay) : 0.0f;
+      adamw_update(s->params.f() + t.offset, s->adam_m.f() + t.offset, s->adam_v.f() + t.offset,
+                   s->grads.f() + t.offset, t.numel, update, *backend_);
+    }
+  }
+}
+
+}  // namespace conductor::model

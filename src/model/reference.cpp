@@ -1,0 +1,53 @@
+// The single-process reference trainer (reference.hpp).
+#include "conductor/model/reference.hpp"
+
+#include <cmath>
+
+#include "conductor/model/stage.hpp"
+
+namespace conductor::model {
+
+namespace {
+
+// One step's forwards and full backwards, microbatch by microbatch, through every virtual stage in order;
+// act / grad hold the tensors passed between virtual stages.
+void run_microbatches(StageModel& model, std::vector<std::vector<float>>& act, std::vector<std::vector<float>>& grad) {
+  const int S = model.num_virtual_stages();
+  for (int mb = 0; mb < model.num_microbatches(); mb++) {
+    for (int vs = 0; vs < S; vs++) {
+      model.forward(vs, mb, vs == 0 ? nullptr : act[vs].data(), vs == S - 1 ? nullptr : act[vs + 1].data());
+    }
+    for (int vs = S - 1; vs >= 0; vs--) {
+      model.backward_full(vs, mb, vs == S - 1 ? nullptr : grad[vs + 1].data(), vs == 0 ? nullptr : grad[vs].data());
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<double> train_reference(const config::Deck& deck, int until_step) {
+  const int S = deck.parallel.pipeline * deck.parallel.virtual_chunks;
+  std::vector<int> all(S);
+  for (int i = 0; i < S; i++) all[i] = i;
+  StageModel model(deck, all, S);
+  int step = 0;
+  if (!deck.checkpoint.resume.empty()) step = model.load_checkpoint(deck.checkpoint.resume);
+  const int last = until_step < 0 ? deck.run.steps : until_step;
+  const std::size_t n = model.activation_elements();
+  std::vector<std::vector<float>> act(S + 1, std::vector<float>(n)), grad(S + 1, std::vector<float>(n));
+  std::vector<double> losses;
+  for (; step < last; step++) {
+    model.begin_step(step);
+    run_microbatches(model, act, grad);
+    model.optimizer_step(std::sqrt(model.local_grad_sq_norm()), step);
+    losses.push_back(model.step_loss());
+    const int done = step + 1;
+    if (!deck.checkpoint.path.empty() &&
+        ((deck.checkpoint.every > 0 && done % deck.checkpoint.every == 0) || done == last)) {
+      model.save_checkpoint(deck.checkpoint.path, done);
+    }
+  }
+  return losses;
+}
+
+}  // namespace conductor::model

@@ -1,0 +1,181 @@
+// StageModel's passes over one virtual stage and microbatch: forward (F), backward_input (B), backward_weight (W),
+// and the step's losses. See stage.hpp for the contract.
+#include <algorithm>
+#include <limits>
+
+#include "conductor/model/crossentropy.hpp"
+#include "conductor/model/encoder.hpp"
+#include "conductor/model/layernorm.hpp"
+#include "conductor/model/matmul.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/util/error.hpp"
+#include "stage_internal.hpp"
+
+namespace conductor::model {
+
+void StageModel::begin_step(int step) {
+  for (auto& s : stages_) {
+    for (int mb = 0; mb < microbatches_; mb++) {
+      if (s->phase[mb] != Phase::idle) {
+        throw Error("model: begin_step(" + std::to_string(step) + ") while microbatch " + std::to_string(mb) +
+                    " of virtual stage " + std::to_string(s->vs) + " is still in flight");
+      }
+    }
+    backend_->zero(s->grads.get(), s->n_params * sizeof(float));
+  }
+  step_ = step;
+  std::fill(losses_.begin(), losses_.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(loss_pending_.begin(), loss_pending_.end(), 0);
+  upload_step_tokens();
+}
+
+void StageModel::upload_step_tokens() {
+  // All microbatches of the step in one upload each, at the step boundary: a per-forward upload from pageable
+  // host memory may synchronise the device stream (CUDA), stalling the ops queued behind it.
+  if (!step_tokens_.get() || tokens_step_ == step_) return;
+  const std::size_t bt = dims_.BT();
+  std::vector<int> inputs(static_cast<std::size_t>(microbatches_) * bt), targets(inputs.size());
+  for (int mb = 0; mb < microbatches_; mb++) {
+    data_.microbatch(step_, mb, host_inputs_, host_targets_);
+    std::copy(host_inputs_.begin(), host_inputs_.end(), inputs.begin() + static_cast<std::ptrdiff_t>(mb * bt));
+    std::copy(host_targets_.begin(), host_targets_.end(), targets.begin() + static_cast<std::ptrdiff_t>(mb * bt));
+  }
+  backend_->upload(step_tokens_.get(), inputs.data(), inputs.size() * sizeof(int));
+  backend_->upload(step_targets_.get(), targets.data(), targets.size() * sizeof(int));
+  tokens_step_ = step_;
+}
+
+// ------------------------------------------------------------------------------------------------ F
+void StageModel::forward(int vs, int mb, const float* in, float* out) {
+  VStage& s = stage(vs);
+  if (!s.embedding && !in) {
+    throw Error("model: forward of virtual stage " + std::to_string(vs) + " needs an input tensor");
+  }
+  if (!s.head && !out) throw Error("model: forward of virtual stage " + std::to_string(vs) + " needs an output tensor");
+  Micro& m = micro(s, mb, Phase::idle, "forward");
+  const Dims& d = dims_;
+  const std::size_t btc_bytes = activation_elements() * sizeof(float);
+  if (s.embedding || s.head) upload_step_tokens();
+  if (s.embedding) {
+    m.tokens = step_tokens_.i() + static_cast<std::size_t>(mb) * d.BT();
+    const float* p = s.params.f();
+    encoder_forward(m.res[0], m.tokens, p + s.offset("wte"), p + s.offset("wpe"), d.B, d.T, d.C, *backend_);
+  } else {
+    backend_->copy(m.res[0], in, btc_bytes);
+  }
+  for (int l = 0; l < s.n_layers; l++) layer_forward(*backend_, m.layers[l], s.w[l], d);
+  if (s.head) {
+    head_forward(s, m, mb);
+  } else {
+    backend_->copy(out, m.res[s.n_layers], btc_bytes);
+  }
+  s.phase[mb] = Phase::after_forward;
+}
+
+// Final LayerNorm, LM head and the token losses of microbatch mb.
+void StageModel::head_forward(VStage& s, Micro& m, int mb) {
+  const Dims& d = dims_;
+  const float* p = s.params.f();
+  m.targets = step_targets_.i() + static_cast<std::size_t>(mb) * d.BT();
+  layernorm_forward(m.lnf, m.meanf, m.rstdf, m.res[s.n_layers], p + s.offset("lnf_w"), p + s.offset("lnf_b"), d.B, d.T,
+                    d.C, *backend_);
+  matmul_forward(m.logits, m.lnf, p + s.offset("lm_head_w"), nullptr, d.B, d.T, d.C, d.V, WeightLayout::out_in,
+                 Accumulate::no, *backend_);
+  crossentropy_forward(m.losses, m.probs, m.logits, m.targets, d.B, d.T, d.V, *backend_);
+  // The token losses stay on the backend until someone asks (loss(), step_loss()): reading them here would
+  // block the host on the device after every last-stage forward.
+  backend_->copy(step_token_losses_.f() + static_cast<std::size_t>(mb) * d.BT(), m.losses, d.BT() * sizeof(float));
+  loss_pending_[mb] = 1;
+}
+
+// ------------------------------------------------------------------------------------------------ B
+void StageModel::backward_input(int vs, int mb, const float* grad_out, float* grad_in) {
+  VStage& s = stage(vs);
+  if (!s.head && !grad_out) {
+    throw Error("model: backward_input of virtual stage " + std::to_string(vs) + " needs an output gradient");
+  }
+  if (!s.embedding && !grad_in) {
+    throw Error("model: backward_input of virtual stage " + std::to_string(vs) + " needs an input-gradient tensor");
+  }
+  Micro& m = micro(s, mb, Phase::after_forward, "backward_input");
+  const std::size_t btc_bytes = activation_elements() * sizeof(float);
+  if (s.head) {
+    head_backward_input(s, m);
+  } else {
+    backend_->copy(m.dres[s.n_layers], grad_out, btc_bytes);
+  }
+  for (int l = s.n_layers - 1; l >= 0; l--) layer_backward_input(*backend_, m.layers[l], s.w[l], dims_);
+  if (!s.embedding) backend_->copy(grad_in, m.dres[0], btc_bytes);
+  s.phase[mb] = Phase::after_backward_input;
+}
+
+// Gradient of the loss through the LM head and the final LayerNorm into the residual stream's last entry.
+void StageModel::head_backward_input(VStage& s, Micro& m) {
+  const Dims& d = dims_;
+  const int L = s.n_layers;
+  const float* p = s.params.f();
+  // d(loss)/d(token loss), with loss = (1/m) sum over microbatches of the mean over its B*T tokens.
+  const float dloss = 1.0f / (static_cast<float>(microbatches_) * static_cast<float>(d.BT()));
+  crossentropy_backward(m.probs, m.probs, m.targets, dloss, d.B, d.T, d.V, *backend_);
+  matmul_backward_input(m.dlnf, m.probs, p + s.offset("lm_head_w"), d.B, d.T, d.C, d.V, WeightLayout::out_in,
+                        Accumulate::no, *backend_);
+  backend_->zero(m.dres[L], activation_elements() * sizeof(float));
+  layernorm_backward_input(m.dres[L], m.dlnf, m.res[L], p + s.offset("lnf_w"), m.meanf, m.rstdf, d.B, d.T, d.C,
+                           *backend_);
+}
+
+// ------------------------------------------------------------------------------------------------ W
+void StageModel::backward_weight(int vs, int mb) {
+  VStage& s = stage(vs);
+  Micro& m = micro(s, mb, Phase::after_backward_input, "backward_weight");
+  const Dims& d = dims_;
+  const int L = s.n_layers;
+  float* g = s.grads.f();
+  if (s.head) {
+    matmul_backward_weight(g + s.offset("lm_head_w"), nullptr, m.probs, m.lnf, d.B, d.T, d.C, d.V, WeightLayout::out_in,
+                           *backend_);
+    layernorm_backward_weight(g + s.offset("lnf_w"), g + s.offset("lnf_b"), m.dlnf, m.res[L], m.meanf, m.rstdf, d.B,
+                              d.T, d.C, *backend_);
+  }
+  for (int l = L - 1; l >= 0; l--) layer_backward_weight(*backend_, m.layers[l], s.g[l], d);
+  if (s.embedding) {
+    encoder_backward(g + s.offset("wte"), g + s.offset("wpe"), m.dres[0], m.tokens, d.B, d.T, d.C, *backend_);
+  }
+  s.pool.push_back(std::move(s.active[mb]));
+  s.phase[mb] = Phase::idle;
+}
+
+void StageModel::backward_full(int vs, int mb, const float* grad_out, float* grad_in) {
+  backward_input(vs, mb, grad_out, grad_in);
+  backward_weight(vs, mb);
+}
+
+// ------------------------------------------------------------------------------------------------ losses
+double StageModel::loss(int mb) const {
+  if (!holds(num_vs_ - 1)) throw Error("model: loss() is only known on the rank holding the last virtual stage");
+  if (mb < 0 || mb >= microbatches_) throw Error("model: loss of microbatch " + std::to_string(mb) + " out of range");
+  fetch_losses();
+  return losses_[mb];
+}
+
+void StageModel::fetch_losses() const {
+  if (std::find(loss_pending_.begin(), loss_pending_.end(), 1) == loss_pending_.end()) return;
+  const std::size_t bt = dims_.BT();
+  std::vector<float> host(static_cast<std::size_t>(microbatches_) * bt);
+  backend_->download(host.data(), step_token_losses_.get(), host.size() * sizeof(float));
+  for (int mb = 0; mb < microbatches_; mb++) {
+    if (!loss_pending_[mb]) continue;
+    double sum = 0.0;
+    for (std::size_t i = 0; i < bt; i++) sum += host[static_cast<std::size_t>(mb) * bt + i];
+    losses_[mb] = sum / static_cast<double>(bt);
+    loss_pending_[mb] = 0;
+  }
+}
+
+double StageModel::step_loss() const {
+  double sum = 0.0;
+  for (int mb = 0; mb < microbatches_; mb++) sum += loss(mb);
+  return sum / microbatches_;
+}
+
+}  // namespace conductor::model
