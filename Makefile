@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build run test test-fast test-no-policy bench policy format format-check clean
+.PHONY: all deps configure build run test test-faults test-fast test-no-policy bench policy format format-check clean
 
 all: build
 
@@ -30,6 +30,10 @@ run: deps build
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The fault suite alone (tests/faults): bad input, killed ranks, full disks, signals; part of `make test` too.
+test-faults: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L faults
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|slurm'
