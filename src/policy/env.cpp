@@ -72,7 +72,7 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
     // chunk is the same decision made worse, it only delays the earlier one.
     std::fill(head.begin(), head.end(), 0);
     cand.clear();
-    for (int i : drv.candidates()) {
+    for (int i : drv.candidates(now)) {
       const sched::Action& a = rs.actions()[i];
       int& seen = head[static_cast<std::size_t>(a.chunk) * 4 + static_cast<int>(a.kind)];
       if (seen) continue;

@@ -274,7 +274,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     drain();
     retire();
     if (static_cast<int>(in_flight.size()) < depth) {
-      const int i = driver.next();
+      const int i = driver.next(since_begin(clock_.now_ns()));
       if (i >= 0) {
         idle_sleep_ns = 5'000;
         launch(i);

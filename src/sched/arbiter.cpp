@@ -33,11 +33,20 @@ Hint parse_hint(const std::string& s) {
   if (s == "schedule") return Hint::Schedule;
   if (s == "bf") return Hint::BF;
   if (s == "bfw") return Hint::BFW;
-  throw InputError("schedule.hint must be schedule, bf or bfw, got '" + s + "'");
+  if (s == "backfill") return Hint::Backfill;
+  throw InputError("schedule.hint must be schedule, bf, bfw or backfill, got '" + s + "'");
 }
 
 const char* to_string(Execution e) { return e == Execution::Strict ? "strict" : "readiness"; }
-const char* to_string(Hint h) { return h == Hint::Schedule ? "schedule" : h == Hint::BF ? "bf" : "bfw"; }
+const char* to_string(Hint h) {
+  switch (h) {
+    case Hint::Schedule: return "schedule";
+    case Hint::BF: return "bf";
+    case Hint::BFW: return "bfw";
+    case Hint::Backfill: return "backfill";
+  }
+  return "?";
+}
 
 Arbiter::Arbiter(const Schedule& schedule, int rank, double memory_limit, double memory_after_b)
     : schedule_(&schedule), actions_(&schedule.ranks.at(rank)), rank_(rank) {
@@ -69,6 +78,7 @@ Arbiter::Arbiter(const Schedule& schedule, int rank, double memory_limit, double
     if (a.kind == OpKind::F) slot_[i].local_next = backward_index(a.chunk, a.microbatch);
     if (a.kind == OpKind::B) slot_[i].local_next = index_of(OpKind::W, a.chunk, a.microbatch);
     if (auto out = output_of(schedule, rank, a); out && out->local()) slot_[i].local_consumer = consumer_of(*out);
+    if (auto out = output_of(schedule, rank, a); out && !out->local()) slot_[i].remote_out = 1;
   }
   reset();
 }
@@ -144,6 +154,11 @@ int Arbiter::pick(Execution mode, Hint hint) const {
     case Hint::Schedule: best = std::min({b, f, w}); break;
     case Hint::BF: best = (b != kNone || w != kNone) ? std::min(b, w) : f; break;
     case Hint::BFW: best = b != kNone ? b : f != kNone ? f : w; break;
+    case Hint::Backfill: {
+      std::vector<int> ranked;
+      candidates(mode, hint, ranked);
+      return ranked.empty() ? -1 : ranked.front();
+    }
   }
   return best == kNone ? -1 : best;
 }
@@ -155,15 +170,17 @@ void Arbiter::candidates(Execution mode, Hint hint, std::vector<int>& out) const
     return;
   }
   // The ranking classes of pick(): smaller first, then list position.
-  auto rank_class = [hint](OpKind k) {
+  auto rank_class = [&](int i) {
+    const OpKind k = (*actions_)[i].kind;
     if (hint == Hint::Schedule) return 0;
     if (hint == Hint::BF) return k == OpKind::F ? 1 : 0;
+    if (hint == Hint::Backfill) return slot_[i].remote_out ? 0 : 1;  // unblock another rank first
     return k == OpKind::F ? 1 : k == OpKind::W ? 2 : 0;
   };
   std::vector<std::pair<int, int>> keyed;  // (class, position)
   for (const auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
     for (int i : *h) {
-      if (!slot_[i].started && fits(i)) keyed.emplace_back(rank_class((*actions_)[i].kind), i);
+      if (!slot_[i].started && fits(i)) keyed.emplace_back(rank_class(i), i);
     }
   }
   std::sort(keyed.begin(), keyed.end());

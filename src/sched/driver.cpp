@@ -1,12 +1,36 @@
 #include "conductor/sched/driver.hpp"
 
+#include "conductor/sched/validate.hpp"
+
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace conductor::sched {
 
+namespace {
+const double kNotAnnounced = std::numeric_limits<double>::quiet_NaN();
+constexpr double kSlack = 1e-9;  // an op that ends exactly when the input arrives delays nothing
+}  // namespace
+
+namespace {
+
+// Backfilling's memory budget: what the hint list itself holds on this rank at its peak (its own plan), capped
+// by the configured limit. A global limit (p M_F for 1F1B) would let later ranks run forwards beyond their own
+// in-flight depth and delay the backward chain.
+double budget(const Schedule& s, int rank, const DriverOptions& o) {
+  const bool backfill = o.execution == Execution::Readiness && o.hint == Hint::Backfill;
+  if (!backfill) return o.memory_limit;
+  const double peak = list_peak_memory(s, rank, o.memory_after_b);
+  return o.memory_limit > 0 ? std::min(o.memory_limit, peak) : peak;
+}
+
+}  // namespace
+
 RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& options)
-    : arbiter_(schedule, rank, options.memory_limit, options.memory_after_b), options_(options) {
+    : arbiter_(schedule, rank, budget(schedule, rank, options), options.memory_after_b), options_(options) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
+  if (backfilling()) expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
   begin(0.0);
 }
 
@@ -14,6 +38,7 @@ void RankDriver::begin(double now) {
   arbiter_.reset();
   begin_ = free_since_ = first_start_ = last_end_ = now;
   started_ = 0;
+  std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
   stamp_ready(now);
 }
 
@@ -27,9 +52,53 @@ void RankDriver::input_arrived(int index, double now) {
   stamp_ready(now);
 }
 
-const std::vector<int>& RankDriver::candidates() {
-  arbiter_.candidates(options_.execution, options_.hint, candidates_);
+void RankDriver::announce(int index, double expected_ready) {
+  if (backfilling()) expected_[static_cast<std::size_t>(index)] = expected_ready;
+}
+
+int RankDriver::next(double now) const {
+  if (!backfilling()) return arbiter_.pick(options_.execution, options_.hint);
+  const int i = arbiter_.next_in_list();
+  if (i >= arbiter_.size()) return -1;
+  if (arbiter_.is_ready(i) && arbiter_.fits(i)) return i;  // the reservation holder runs as soon as it can
+  std::vector<int> out;
+  backfill_candidates(now, out);
+  return out.empty() ? -1 : out.front();
+}
+
+const std::vector<int>& RankDriver::candidates(double now) {
+  if (backfilling()) {
+    backfill_candidates(now, candidates_);
+  } else {
+    arbiter_.candidates(options_.execution, options_.hint, candidates_);
+  }
   return candidates_;
+}
+
+void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
+  out.clear();
+  const int next = arbiter_.next_in_list();
+  if (next >= arbiter_.size()) return;
+  if (arbiter_.is_ready(next) && arbiter_.fits(next)) {
+    out.push_back(next);
+    return;
+  }
+  // Until when may other ops run without delaying `next`? Blocked on memory: only this rank's own ops free it,
+  // so anything may run. Waiting for an input: until its announced arrival; once that has passed (the input is
+  // late) nothing is started: it may arrive any moment (tried: running anything when late loses to strict under
+  // jitter, a long op started just before the input arrives).
+  double until = std::numeric_limits<double>::infinity();
+  if (!arbiter_.is_ready(next)) {
+    const double expected = expected_[static_cast<std::size_t>(next)];
+    if (std::isnan(expected)) return;  // its producer has not started: nothing is known, nothing is backfilled
+    until = expected;
+  }
+  arbiter_.candidates(Execution::Readiness, Hint::Backfill, out);
+  if (std::isinf(until)) return;
+  const auto& actions = arbiter_.actions();
+  std::erase_if(out, [&](int j) {
+    return !options_.estimate || now + options_.estimate(actions[static_cast<std::size_t>(j)]) > until + kSlack;
+  });
 }
 
 OpStart RankDriver::start(int index, double now) {

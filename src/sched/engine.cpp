@@ -20,7 +20,7 @@ double ExecResult::max_rank_bubble() const {
 
 namespace {
 
-enum class EventType : std::uint8_t { Done = 0, Arrive = 1 };
+enum class EventType : std::uint8_t { Done = 0, Arrive = 1, Announce = 2 };
 
 struct Event {
   double time;
@@ -28,7 +28,8 @@ struct Event {
   EventType type;
   int rank;
   int index;
-  int transfer;  // index into transfers (Arrive with record_transfers), else -1
+  int transfer;         // index into transfers (Arrive with record_transfers), else -1
+  double expected = 0;  // Announce: when the input is expected
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
@@ -98,6 +99,11 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     d.memory_limit =
         opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
     d.memory_after_b = opt.memory_after_b;
+    if (opt.estimate) {
+      d.estimate = [&opt, r](const Action& a) { return opt.estimate(r, a); };
+    } else {
+      d.estimate = [&compute, r](const Action& a) { return compute(r, a); };
+    }
     drivers.emplace_back(s, r, d);
   }
 
@@ -120,6 +126,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     }
     res.order[r].reserve(a.size());
   }
+  const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
   // Kept only for a custom picker (the policy environment): busy horizons and idle time.
   const bool custom = static_cast<bool>(opt.picker);
   std::vector<double> busy_until(custom ? p : 0, 0.0);
@@ -160,7 +167,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
                       ", which is not ready or does not fit in memory");
         }
       } else {
-        i = drv.next();
+        i = drv.next(now);
       }
       if (i < 0) continue;
       const OpStart op = drv.start(i, now);
@@ -177,6 +184,12 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         view.horizon = std::max(view.horizon, now + dur);
       }
       queue.push(Event{now + dur, seq++, EventType::Done, r, i, -1});
+      if (announcing && dest[r][i] >= 0) {
+        const Action& a = drv.arbiter().actions()[i];
+        const int to = output_of(s, r, a)->to_rank;
+        const double expected = now + (opt.estimate ? opt.estimate(r, a) : dur) + opt.comm_estimate;
+        queue.push(Event{now + opt.announce_latency, seq++, EventType::Announce, to, dest[r][i], -1, expected});
+      }
     }
     touched.clear();
     if (queue.empty()) break;
@@ -204,8 +217,10 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
           }
           queue.push(Event{arrive, seq++, EventType::Arrive, out->to_rank, consumer, tidx});
         }
-      } else {
+      } else if (e.type == EventType::Arrive) {
         drivers[e.rank].input_arrived(e.index, now);
+      } else {
+        drivers[e.rank].announce(e.index, e.expected);
       }
       touch(e.rank);
     }

@@ -118,15 +118,18 @@ void validate_or_throw(const Schedule& s, double memory_limit, double a, const s
   if (!v.ok) throw InputError(what + ": invalid schedule: " + v.message());
 }
 
+double list_peak_memory(const Schedule& s, int rank, double a) {
+  double mem = 0.0, peak = 0.0;
+  for (const auto& x : s.ranks.at(static_cast<std::size_t>(rank))) {
+    mem += memory_delta(x.kind, s.v, a);
+    peak = std::max(peak, mem);
+  }
+  return peak;
+}
+
 std::vector<double> list_peak_memory(const Schedule& s, double a) {
   std::vector<double> peak(s.p, 0.0);
-  for (int r = 0; r < s.p && r < static_cast<int>(s.ranks.size()); ++r) {
-    double mem = 0.0;
-    for (const auto& x : s.ranks[r]) {
-      mem += memory_delta(x.kind, s.v, a);
-      peak[r] = std::max(peak[r], mem);
-    }
-  }
+  for (int r = 0; r < s.p && r < static_cast<int>(s.ranks.size()); ++r) peak[r] = list_peak_memory(s, r, a);
   return peak;
 }
 

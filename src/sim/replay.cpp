@@ -77,7 +77,7 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
       } else if (it.what == What::End) {
         driver.complete(it.index, t);
       } else {
-        const int choice = driver.next();
+        const int choice = driver.next(t);
         if (choice != it.index && res.same) {
           res.same = false;
           res.message =

@@ -34,6 +34,10 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   eo.memory_after_b = noise.cost().memory_after_b;
   eo.record_transfers = options.record_events && options.comm_events;
   eo.record_ops = options.record_events;
+  // Backfilling plans with the noise-free cost model: the straggler or the jitter is what it does not know.
+  eo.estimate = [&](int rank, const sched::Action& a) { return noise.cost().op_time(rank, a.kind, s.v); };
+  eo.comm_estimate = noise.cost().comm_time();
+  eo.announce_latency = noise.cost().comm_time();
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) {

@@ -1,4 +1,4 @@
-// The per-rank driver (driver.hpp): its candidates are the arbiter's ranking as a list (first == next()), every
+// The per-rank driver (driver.hpp): its candidates are the arbiter's ranking as a list (first == next(now)), every
 // candidate may start, and the engine run through drivers with a picker that takes a random candidate still
 // finishes every list; ready and wait times are the driver's, on the caller's clock.
 #include <gtest/gtest.h>
@@ -29,12 +29,12 @@ TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
       eo.memory_limit = default_memory_limit(s.name, s.p, s.m, s.v);
       int decisions = 0, multi = 0;
       eo.picker = [&](int, RankDriver& d, const EngineView&) {
-        const std::vector<int> c = d.candidates();
+        const std::vector<int> c = d.candidates(0);
         if (c.empty()) {
-          EXPECT_EQ(d.next(), -1);
+          EXPECT_EQ(d.next(0), -1);
           return -1;
         }
-        EXPECT_EQ(c.front(), d.next());
+        EXPECT_EQ(c.front(), d.next(0));
         for (int i : c) EXPECT_TRUE(d.arbiter().is_ready(i) && d.arbiter().fits(i));
         ++decisions;
         multi += c.size() > 1 ? 1 : 0;
@@ -51,19 +51,19 @@ TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
 
 TEST(RankDriver, StrictHasAtMostOneCandidate) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Strict, Hint::Schedule, 2, 0});
-  EXPECT_TRUE(d.candidates().empty());
+  RankDriver d(s, 1, DriverOptions{Execution::Strict, Hint::Schedule, 2, 0, {}});
+  EXPECT_TRUE(d.candidates(0).empty());
   d.input_arrived(d.arbiter().index_of(OpKind::F, 0, 1), 1.0);
-  EXPECT_TRUE(d.candidates().empty());  // F1 is ready, F0 is next
+  EXPECT_TRUE(d.candidates(0).empty());  // F1 is ready, F0 is next
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0);
   d.input_arrived(f0, 2.0);
-  ASSERT_EQ(d.candidates().size(), 1u);
-  EXPECT_EQ(d.candidates().front(), f0);
+  ASSERT_EQ(d.candidates(0).size(), 1u);
+  EXPECT_EQ(d.candidates(0).front(), f0);
 }
 
 TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Schedule, 2, 0});
+  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Schedule, 2, 0, {}});
   d.begin(100.0);
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0);
   d.input_arrived(f0, 130.0);

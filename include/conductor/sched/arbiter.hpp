@@ -16,7 +16,10 @@
 //   readiness:  the best-ranked ready action within memory, never -1 while such an action exists. Ranking:
 //                 schedule  the list position (the schedule's own order);
 //                 bf        backward work (B, BW, W) before F, list position within each class;
-//                 bfw       B/BW, then F, then W (W fills otherwise idle time), list position within a class.
+//                 bfw       B/BW, then F, then W (W fills otherwise idle time), list position within a class;
+//                 backfill  (decided by the driver, driver.hpp, which knows time): the list's next op when it can
+//                           run, else a ready op that ends before the next op's input is expected. Here (no
+//                           clock) it ranks ops whose output another rank waits for first, then list position.
 // Memory: an F may start only if  in_use + (allocations of every not-started F listed up to and including it)
 // <= limit. The list's memory plan is a reservation: a ready F overtaking the list may not take memory that an
 // earlier-listed F was promised. This keeps readiness as deadlock-free as the list itself (e.g. under V
@@ -40,10 +43,10 @@
 namespace conductor::sched {
 
 enum class Execution : std::int8_t { Strict = 0, Readiness = 1 };
-enum class Hint : std::int8_t { Schedule = 0, BF = 1, BFW = 2 };
+enum class Hint : std::int8_t { Schedule = 0, BF = 1, BFW = 2, Backfill = 3 };
 
 Execution parse_execution(const std::string& s);  // "strict" | "readiness"; InputError otherwise
-Hint parse_hint(const std::string& s);            // "schedule" | "bf" | "bfw"; InputError otherwise
+Hint parse_hint(const std::string& s);            // "schedule" | "bf" | "bfw" | "backfill"; InputError otherwise
 const char* to_string(Execution e);
 const char* to_string(Hint h);
 
@@ -93,6 +96,7 @@ class Arbiter {
   double peak_memory() const { return peak_; }
   double memory_limit() const { return limit_; }
   bool fits(int index) const;  // would starting `index` now respect the memory rule above?
+  bool feeds_another_rank(int index) const { return slot_[index].remote_out != 0; }
 
  private:
   void satisfy(int index);
@@ -115,6 +119,7 @@ class Arbiter {
     std::int32_t local_consumer = -1;
     std::uint8_t started = 0;
     std::uint8_t done = 0;
+    std::uint8_t remote_out = 0;  // its output goes to another rank (someone may be waiting for it)
   };
   std::vector<std::int32_t> deps0_;
   std::vector<Slot> slot_;

@@ -15,8 +15,19 @@
 //   on an input for action i arriving at t:  driver.input_arrived(i, t);
 //   when the rank can start an op at t:      i = driver.next();  if (i >= 0) driver.start(i, t);
 //   when op i ends at t:                     driver.complete(i, t);
-// next() is the arbiter's choice under the driver's execution mode and hint; candidates() lists every feasible
-// choice best first (next() is its first element), for a picker that chooses differently (the PPO environment).
+// next(now) is the arbiter's choice under the driver's execution mode and hint; candidates(now) lists every
+// feasible choice best first (next(now) is its first element), for a picker that chooses differently (the PPO
+// environment).
+//
+// Backfilling (readiness with Hint::Backfill; the idea of EASY backfilling in batch schedulers): the hint list is
+// a reservation. The list's next op runs as soon as it can. While it waits for an input, another ready op may
+// start only if its estimated end is no later than the time that input is expected (announce(): the producer
+// announces when it starts the op; until then nothing is expected and nothing is backfilled; a late input, one
+// expected by now, stops backfilling). Among those, ops whose output another rank waits for go first. The
+// rank's memory budget is the list's own peak on that rank (capped by the configured limit). With
+// exact estimates this never delays the list's order, so backfilling is never slower than strict when nothing
+// varies; under noise it fills the gaps late inputs open.
+#include <functional>
 #include <vector>
 
 #include "conductor/sched/arbiter.hpp"
@@ -24,11 +35,17 @@
 
 namespace conductor::sched {
 
+// Expected duration of one of this rank's actions (ms, or the caller's unit): the noise-free cost model in the
+// simulator, measured durations at run time. Backfilling (Hint::Backfill) starts an op out of list order only if
+// it is expected to end before the list's next op can start.
+using OpEstimate = std::function<double(const Action& action)>;
+
 struct DriverOptions {
   Execution execution = Execution::Strict;
   Hint hint = Hint::Schedule;
   double memory_limit = 0.0;  // this rank's limit, M_F; <= 0: unlimited
   double memory_after_b = 0.0;
+  OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
 };
 
 // What the driver knows of an op when it starts.
@@ -47,10 +64,12 @@ class RankDriver {
   void begin(double now);
   // The cross-rank input of action `index` is usable from `now` on.
   void input_arrived(int index, double now);
-  // The arbiter's choice now, or -1 (stay idle until the next event). Does not change the state.
-  int next() const { return arbiter_.pick(options_.execution, options_.hint); }
-  // Every action that could start now, best first (empty when next() is -1).
-  const std::vector<int>& candidates();
+  // The producer of action `index`'s cross-rank input started it: the input is expected at `expected_ready`.
+  void announce(int index, double expected_ready);
+  // The choice now, or -1 (stay idle until the next event). Does not change the state.
+  int next(double now) const;
+  // Every action that could start now, best first (empty when next(now) is -1).
+  const std::vector<int>& candidates(double now);
   // Action `index` starts at `now` (normally next() or one of candidates()).
   OpStart start(int index, double now);
   // Action `index` ended at `now`: frees memory, readies same-stage dependents and same-rank consumers.
@@ -70,10 +89,14 @@ class RankDriver {
 
  private:
   void stamp_ready(double now);
+  bool backfilling() const { return options_.execution == Execution::Readiness && options_.hint == Hint::Backfill; }
+  // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
+  void backfill_candidates(double now, std::vector<int>& out) const;
 
   Arbiter arbiter_;
   DriverOptions options_;
   std::vector<double> ready_at_;
+  std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
   double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0;
   int started_ = 0;

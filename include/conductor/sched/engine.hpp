@@ -40,6 +40,12 @@ struct ExecOptions {
   bool record_transfers = false;
   bool record_ops = true;  // fill ExecResult::ops (per-op timings); off saves memory on huge runs
   Picker picker;           // empty: the arbiter picks (execution, hint); set: the policy environment's
+  // Backfilling (Hint::Backfill, driver.hpp): expected op durations (noise-free; empty: the actual durations,
+  // i.e. exact estimates) and expected transfer time. A rank announces each op whose output goes to another
+  // rank when it starts it; the announcement takes announce_latency to arrive.
+  std::function<double(int rank, const Action& action)> estimate;
+  double comm_estimate = 0.0;
+  double announce_latency = 0.0;
 };
 
 // A rank that cannot finish: the action it is stuck at and why (an input whose producer never runs, or memory).

@@ -32,5 +32,6 @@ void validate_or_throw(const Schedule& s, double memory_limit, double memory_aft
 
 // Peak memory per rank following each list in order (M_F).
 std::vector<double> list_peak_memory(const Schedule& s, double memory_after_b);
+double list_peak_memory(const Schedule& s, int rank, double memory_after_b);  // one rank's
 
 }  // namespace conductor::sched
