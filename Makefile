@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build run test test-faults test-fast test-no-policy bench policy format format-check clean
+.PHONY: all deps configure build run test test-faults test-fast test-no-policy test-asan test-tsan bench policy format format-check clean
 
 all: build
 
@@ -41,6 +41,28 @@ test-fast: build
 # The build without the global tier (-DCONDUCTOR_POLICY=OFF, no LibTorch) in build-nopolicy, and its test suite.
 test-no-policy: deps
 	JOBS=$(JOBS) scripts/test-no-policy.sh build-nopolicy
+
+# Sanitizer builds (own build folders; CUDA off): AddressSanitizer + UndefinedBehaviorSanitizer over the unit
+# and MPI tests, ThreadSanitizer over the global tier's planner thread (the PolicyScheduler tests and the
+# runtime's ppo run). The first finding fails the test; scripts/sanitizers/ holds the dependencies' suppressions.
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+
+$(ASAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCONDUCTOR_SANITIZE=address,undefined $(CMAKE_ARGS)
+
+$(TSAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCONDUCTOR_SANITIZE=thread $(CMAKE_ARGS)
+
+test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1200 -L 'unit|mpi'
+
+test-tsan: deps $(TSAN_BUILD)/CMakeCache.txt
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target conductor policy_tests
+	cd $(TSAN_BUILD) && ctest --output-on-failure --timeout 1200 -R '^policy_tests$$'
+	. $(TSAN_BUILD)/tests/sanitizer_env.sh && CONDUCTOR_BINARY=$(CURDIR)/$(TSAN_BUILD)/conductor OMP_NUM_THREADS=1 \
+	  MPIEXEC=mpiexec /usr/bin/python3 tests/runtime/test_runtime.py GlobalTierTest
 
 # Regenerates the shipped PPO policy (minutes on 2 cores) from its deck.
 policy: build

@@ -39,12 +39,20 @@ class CpuBackend final : public Backend {
     return p;
   }
   void release(void* ptr) override { std::free(ptr); }
-  void upload(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void download(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (dst != src) std::memcpy(dst, src, bytes);
+  // A zero-byte buffer has no allocation (DeviceBuffer holds nullptr), and memcpy/memset of a null pointer is
+  // undefined even for 0 bytes, so empty transfers return early.
+  void upload(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
   }
-  void zero(void* dst, std::size_t bytes) override { std::memset(dst, 0, bytes); }
+  void download(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes && dst != src) std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
 };
 
 }  // namespace
