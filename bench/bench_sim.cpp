@@ -78,7 +78,9 @@ void table(int p, int m, int seeds, int steps) {
       "\n### p = %d, m = %d (F = B = W = 1 ms, comm 0.05 ms, memory_after_b 0.5, lognormal jitter; "
       "mean over %d seeds x %d steps; cells: bubble ratio / makespan:LB)\n\n",
       p, m, seeds, steps);
-  std::printf("| schedule | noise | strict | ready schedule | ready bf | ready bfw |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| schedule | noise | strict | ready schedule | ready bf | ready bfw | ready backfill |\n"
+      "|---|---|---|---|---|---|---|\n");
   const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p",
                                           "zb-2p", "zb-v"};
   for (const auto& kind : kinds) {
@@ -89,7 +91,7 @@ void table(int p, int m, int seeds, int steps) {
       std::printf("| %s | %2.0f%% |", kind.c_str(), level * 100);
       const Cell strict = measure(s, cost, level, sched::Execution::Strict, sched::Hint::Schedule, limit, seeds, steps);
       std::printf(" %.3f / %.3f |", strict.bubble, strict.ratio);
-      for (sched::Hint h : {sched::Hint::Schedule, sched::Hint::BF, sched::Hint::BFW}) {
+      for (sched::Hint h : {sched::Hint::Schedule, sched::Hint::BF, sched::Hint::BFW, sched::Hint::Backfill}) {
         const Cell c = measure(s, cost, level, sched::Execution::Readiness, h, limit, seeds, steps);
         std::printf(" %.3f / %.3f |", c.bubble, c.ratio);
       }
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
   for (const char* kind : {"1f1b", "zb-h1", "zb-2p", "zb-v"}) {
     speed(kind, 64, 512, sched::Execution::Strict, sched::Hint::Schedule, 5);
     speed(kind, 64, 512, sched::Execution::Readiness, sched::Hint::BFW, 5);
+    speed(kind, 64, 512, sched::Execution::Readiness, sched::Hint::Backfill, 5);
   }
   if (!quick) {
     speed("1f1b", 1024, 4096, sched::Execution::Strict, sched::Hint::Schedule, 1);

@@ -46,8 +46,7 @@ ExecResult run(const Schedule& s, const CostModel& cost, Execution mode, Hint hi
   eo.comm_estimate = cost.comm_time();
   eo.announce_latency = cost.comm_time();
   return execute(
-      s, eo,
-      [&](int r, const Action& a) { return cost.op_time(r, a.kind, s.v) * (r == factor_rank ? factor : 1.0); },
+      s, eo, [&](int r, const Action& a) { return cost.op_time(r, a.kind, s.v) * (r == factor_rank ? factor : 1.0); },
       [&](const Transfer&) { return cost.comm_time(); });
 }
 
