@@ -41,6 +41,7 @@ int main() {
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/cuda/device.hpp"
 #include "conductor/model/stage.hpp"
@@ -128,7 +129,7 @@ int bench_stage(const Args& a) {
   d.parallel.microbatches = a.microbatches;
   d.parallel.microbatch_size = a.batch;
   d.run.steps = a.steps + 1;
-  StageModel model(d, {1}, 3, &gpu);
+  StageModel model(conductor::config::resolve(d), {1}, 3, &gpu);
 
   const std::size_t n = model.activation_elements(), bytes = n * sizeof(float);
   std::vector<float> host(n);
@@ -175,7 +176,7 @@ std::vector<double> train(const conductor::config::Deck& d, Backend* backend, in
   const int S = d.parallel.pipeline * d.parallel.virtual_chunks;
   std::vector<int> all(S);
   for (int i = 0; i < S; i++) all[i] = i;
-  StageModel m(d, all, S, backend);
+  StageModel m(conductor::config::resolve(d), all, S, backend);
   Backend& be = m.backend();
   const std::size_t bytes = m.activation_elements() * sizeof(float);
   std::vector<DeviceBuffer> act, grad;

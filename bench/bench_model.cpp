@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/matmul.hpp"
 #include "conductor/model/stage.hpp"
 #include "torch_gpt.hpp"
@@ -63,7 +64,7 @@ double model_flops(const Size& s) {
 
 void bench_step(const Size& s, int steps) {
   const config::Deck deck = deck_for(s);
-  StageModel ours(deck, {0}, 1);
+  StageModel ours(config::resolve(deck), {0}, 1);
   TorchGpt ref(ours);
   auto mk = [&](double wd) {
     auto o = std::make_unique<torch::optim::AdamWOptions>(deck.optim.lr);

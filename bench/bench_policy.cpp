@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/policy/compare.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo_planner.hpp"
@@ -40,11 +41,11 @@ config::Deck make_deck(const std::vector<std::string>& overrides) {
 void latency(const policy::Policy& pol, int verify) {
   const config::Deck deck = make_deck({"parallel.microbatches=32", "noise.kind=gaussian", "noise.level=0.1",
                                        "scheduler.verify_samples=" + std::to_string(verify)});
-  const sched::Schedule gen = sched::make_schedule(deck);
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
-  sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+  const sched::Schedule gen = sched::make_schedule(config::resolve(deck));
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), gen);
+  sim::SimOptions opt = sim::SimOptions::from_plan(config::resolve(deck), gen);
   opt.record_events = false;
-  auto planner = policy::make_ppo_planner(deck, gen, pol);
+  auto planner = policy::make_ppo_planner(config::resolve(deck), gen, pol);
   const auto run = sim::simulate_with_planner(noise, opt, 60, *planner);
   std::vector<double> lat(run.latency_ms.begin() + 1, run.latency_ms.end());  // next_order calls only
   std::sort(lat.begin(), lat.end());
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
   };
   for (const auto& c : cases) {
     const config::Deck deck = make_deck(c.overrides);
-    const auto rows = policy::compare_methods(deck, pol, steps);
+    const auto rows = policy::compare_methods(config::resolve(deck), pol, steps);
     std::printf("\n== %s ==\n%s", c.title.c_str(), policy::format_table(rows).c_str());
   }
   return 0;

@@ -19,8 +19,8 @@ namespace {
 
 double cpu_seconds_since(std::clock_t t0) { return static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC; }
 
-config::NoiseConfig lognormal(double level, unsigned long long seed) {
-  config::NoiseConfig n;
+plan::Noise lognormal(double level, unsigned long long seed) {
+  plan::Noise n;
   n.kind = {level > 0 ? "lognormal" : "none"};
   n.level = level;
   n.seed = seed;

@@ -27,12 +27,12 @@ std::string no_global_tier(const std::string& what) {
          "and configure with -DCONDUCTOR_POLICY=ON.";
 }
 
-sched::PlannerFactory planner_factory(const config::Deck& deck) {
-  if (deck.scheduler.kind == "static") return {};
+sched::PlannerFactory planner_factory(const plan::Plan& plan) {
+  if (plan.scheduler.kind == "static") return {};
 #if CONDUCTOR_HAVE_POLICY
-  return [deck](const sched::Schedule& generated) { return policy::make_ppo_planner(deck, generated); };
+  return [plan](const sched::Schedule& generated) { return policy::make_ppo_planner(plan, generated); };
 #else
-  fail_without_global_tier("scheduler.kind: " + deck.scheduler.kind);
+  fail_without_global_tier("scheduler.kind: " + plan.scheduler.kind);
 #endif
 }
 

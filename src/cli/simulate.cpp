@@ -8,6 +8,7 @@
 
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/global_tier.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
@@ -67,13 +68,14 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
 
 int cmd_simulate(const Invocation& inv) {
   const config::Deck deck = load_deck(inv, config::Command::Simulate);
+  const plan::Plan plan = config::resolve(deck);
   sched::Schedule schedule;
   sim::SimOptions options;
   std::unique_ptr<sim::NoiseModel> noise;
   try {
-    schedule = sched::make_schedule(deck);
-    options = sim::SimOptions::from_deck(deck, schedule);
-    noise = std::make_unique<sim::NoiseModel>(sim::NoiseModel::from_deck(deck, schedule));
+    schedule = sched::make_schedule(plan);
+    options = sim::SimOptions::from_plan(plan, schedule);
+    noise = std::make_unique<sim::NoiseModel>(sim::NoiseModel::from_plan(plan, schedule));
   } catch (const InputError& e) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
     return kExitUsage;
@@ -107,7 +109,7 @@ int cmd_simulate(const Invocation& inv) {
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
   sim::RunResult run;
-  const sched::PlannerFactory make_planner = planner_factory(deck);
+  const sched::PlannerFactory make_planner = planner_factory(plan);
   if (!make_planner) {
     run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
       if (r.events.empty()) return;
@@ -153,7 +155,7 @@ int cmd_simulate(const Invocation& inv) {
   sim::finish_run(run, schedule.p);
 
   const double limit = options.memory_limit;
-  const std::string json = sim::dump_json(sim::summary_json(run, deck, schedule, limit));
+  const std::string json = sim::dump_json(sim::summary_json(run, plan, schedule, limit));
   write_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "conductor/cli/cli.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/policy/compare.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -66,7 +67,7 @@ int cmd_train_policy(const Invocation& inv) {
   policy::save_policy(result.policy, policy_path);
   log::info("wrote " + policy_path + " and " + (out / "curve.csv").string());
 
-  const auto rows = policy::compare_methods(deck, result.policy, deck.policy.eval_steps);
+  const auto rows = policy::compare_methods(config::resolve(deck), result.policy, deck.policy.eval_steps);
   const std::string table = policy::format_table(rows);
   write_file(out / "summary.csv", policy::to_csv(rows));
   write_file(out / "summary.txt", table);

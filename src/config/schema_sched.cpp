@@ -1,4 +1,5 @@
 // Deck keys of the scheduling layers: schedule, cost, noise, scheduler.
+#include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 
 namespace conductor::config {
@@ -152,23 +153,9 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
                        " is not a rank (0 .. " + std::to_string(p - 1) + ", or -1 for a drawn one)");
   }
 
-  // Derived defaults, written back so resolved.yaml shows the values actually used.
-  if (deck.cost.memory_after_b < 0) {
-    // Zero Bubble paper (GPT layer, 16-bit activations): B frees what only the input gradient needs; W still
-    // holds 32sbh of the layer's 34sbh + 5as^2b, i.e. the fraction 32h / (34h + 5as).
-    const double h = deck.model.d_model, a = deck.model.n_heads, sl = deck.model.seq_len;
-    deck.cost.memory_after_b = 32.0 * h / (34.0 * h + 5.0 * a * sl);
-  }
-  if (deck.schedule.memory_limit == 0 && !from_file) {
-    double limit = p;  // 1F1B-like: rank 0 holds p microbatches
-    if (kind == "gpipe")
-      limit = m;
-    else if (kind == "zb-h2" || kind == "zb-2p")
-      limit = 2.0 * p;
-    else if (kind == "1f1b-interleaved" && v >= 1)
-      limit = ((v + 1.0) * p - 1.0) / v;  // Megatron's warm-up
-    deck.schedule.memory_limit = limit;
-  }
+  // Derived defaults (config::resolve computes them), written back so resolved.yaml shows the values used.
+  deck.cost.memory_after_b = resolved_memory_after_b(deck);
+  deck.schedule.memory_limit = resolved_memory_limit(deck);
 }
 
 }  // namespace conductor::config

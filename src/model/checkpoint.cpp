@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <sstream>
 
-#include "conductor/config/deck.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 
@@ -91,7 +90,7 @@ void StageModel::save_checkpoint(const std::string& dir, int steps_done) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("checkpoint: cannot create folder '" + dir + "': " + ec.message());
-  const std::string deck_text = config::to_yaml(deck_);
+  const std::string& deck_text = plan_.deck_yaml;
   for (int vs : held_) {
     const std::string file = checkpoint_file(dir, vs);
     const std::string tmp = file + ".tmp";  // written then renamed, so a crash never leaves half a checkpoint
@@ -105,7 +104,7 @@ void StageModel::save_checkpoint(const std::string& dir, int steps_done) const {
         write_i64(meta.get(), "num_virtual_stages", num_vs_, file);
         write_i64(meta.get(), "first_layer", first_layer(vs), file);
         write_i64(meta.get(), "n_layers", num_layers(vs), file);
-        const unsigned long long rng[2] = {deck_.run.seed, static_cast<unsigned long long>(steps_done)};
+        const unsigned long long rng[2] = {plan_.run.seed, static_cast<unsigned long long>(steps_done)};
         const hsize_t two = 2;
         H5Id space(H5Screate_simple(1, &two, nullptr), H5Sclose);
         H5Id ds(H5Dcreate2(meta.get(), "rng_state", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -170,9 +169,9 @@ int StageModel::load_checkpoint(const std::string& dir) {
       H5Id ds(quietly([&] { return H5Dopen2(f.get(), "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
       if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
       check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
-      if (rng[0] != deck_.run.seed) {
+      if (rng[0] != plan_.run.seed) {
         throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
-                         " but the deck has run.seed = " + std::to_string(deck_.run.seed) +
+                         " but the deck has run.seed = " + std::to_string(plan_.run.seed) +
                          "; the data stream would not continue");
       }
     }

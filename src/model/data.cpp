@@ -21,12 +21,12 @@ inline double uniform(std::uint64_t stream, std::uint64_t i) {
 }
 }  // namespace
 
-DataSource::DataSource(const config::Deck& deck)
-    : source_(deck.data.source),
-      batch_(deck.parallel.microbatch_size),
-      seq_len_(deck.model.seq_len),
-      vocab_(deck.model.vocab),
-      seed_(deck.run.seed) {
+DataSource::DataSource(const plan::Plan& plan)
+    : source_(plan.data.source),
+      batch_(plan.pipeline.microbatch_size),
+      seq_len_(plan.model.seq_len),
+      vocab_(plan.model.vocab),
+      seed_(plan.run.seed) {
   if (source_ == "synthetic") {
     successors_.resize(static_cast<std::size_t>(vocab_) * kSuccessors);
     const std::uint64_t table = mix(seed_, 0x5eed7ab1eull);
@@ -39,12 +39,12 @@ DataSource::DataSource(const config::Deck& deck)
     if (vocab_ < 256) {
       throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
     }
-    std::ifstream in(deck.data.path, std::ios::binary);
-    if (!in) throw InputError("data.path: cannot open '" + deck.data.path + "'");
+    std::ifstream in(plan.data.path, std::ios::binary);
+    if (!in) throw InputError("data.path: cannot open '" + plan.data.path + "'");
     bytes_ = std::make_shared<std::vector<std::uint8_t>>(std::istreambuf_iterator<char>(in),
                                                          std::istreambuf_iterator<char>());
     if (bytes_->size() < static_cast<std::size_t>(seq_len_) + 1) {
-      throw InputError("data.path: '" + deck.data.path + "' has " + std::to_string(bytes_->size()) +
+      throw InputError("data.path: '" + plan.data.path + "' has " + std::to_string(bytes_->size()) +
                        " bytes; model.seq_len = " + std::to_string(seq_len_) + " needs at least " +
                        std::to_string(seq_len_ + 1));
     }

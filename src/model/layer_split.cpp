@@ -10,8 +10,8 @@ namespace conductor::model {
 namespace {
 
 // model.layers_per_stage as given: one entry per virtual stage, each >= 0, summing to model.n_layers.
-std::vector<int> checked_explicit_split(const config::Deck& deck, int num_virtual_stages) {
-  const auto& explicit_list = deck.model.layers_per_stage;
+std::vector<int> checked_explicit_split(const plan::ModelDims& model, int num_virtual_stages) {
+  const auto& explicit_list = model.layers_per_stage;
   if (static_cast<int>(explicit_list.size()) != num_virtual_stages) {
     throw InputError("model.layers_per_stage has " + std::to_string(explicit_list.size()) + " entries but there are " +
                      std::to_string(num_virtual_stages) + " virtual stages");
@@ -21,19 +21,19 @@ std::vector<int> checked_explicit_split(const config::Deck& deck, int num_virtua
     if (l < 0) throw InputError("model.layers_per_stage: entries must be >= 0, got " + std::to_string(l));
     sum += l;
   }
-  if (sum != deck.model.n_layers) {
+  if (sum != model.n_layers) {
     throw InputError("model.layers_per_stage sums to " + std::to_string(sum) +
-                     " but model.n_layers = " + std::to_string(deck.model.n_layers));
+                     " but model.n_layers = " + std::to_string(model.n_layers));
   }
   return explicit_list;
 }
 
 }  // namespace
 
-std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages) {
-  const int L = deck.model.n_layers;
+std::vector<int> split_layers(const plan::ModelDims& model, int num_virtual_stages) {
+  const int L = model.n_layers;
   if (num_virtual_stages < 1) throw InputError("model: number of virtual stages must be >= 1");
-  if (!deck.model.layers_per_stage.empty()) return checked_explicit_split(deck, num_virtual_stages);
+  if (!model.layers_per_stage.empty()) return checked_explicit_split(model, num_virtual_stages);
   if (L < num_virtual_stages) {
     throw InputError("model.n_layers = " + std::to_string(L) + " is fewer than the " +
                      std::to_string(num_virtual_stages) +

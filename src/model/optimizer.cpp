@@ -11,18 +11,17 @@
 
 namespace conductor::model {
 
-double learning_rate(const config::Deck& deck, int step) {
-  const auto& o = deck.optim;
+double learning_rate(const plan::Optim& o, int step) {
   const double lr_min = o.lr * o.lr_min_ratio;
   if (step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
-  const int decay = o.decay_steps > 0 ? o.decay_steps : deck.run.steps;
+  const int decay = o.decay_steps;
   if (decay <= o.warmup_steps) return o.lr;
   const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / (decay - o.warmup_steps));
   return lr_min + 0.5 * (o.lr - lr_min) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-double clip_scale(const config::Deck& deck, double global_grad_norm) {
-  const double clip = deck.optim.grad_clip;
+double clip_scale(const plan::Optim& optim, double global_grad_norm) {
+  const double clip = optim.grad_clip;
   return clip > 0 ? std::min(1.0, clip / (global_grad_norm + 1e-6)) : 1.0;
 }
 
@@ -43,13 +42,13 @@ double StageModel::local_grad_sq_norm() const {
 }
 
 void StageModel::optimizer_step(double global_grad_norm, int step) {
-  const auto& o = deck_.optim;
+  const auto& o = plan_.optim;
   AdamWStep update;
-  update.lr = static_cast<float>(learning_rate(deck_, step));
+  update.lr = static_cast<float>(learning_rate(plan_.optim, step));
   update.beta1 = static_cast<float>(o.beta1);
   update.beta2 = static_cast<float>(o.beta2);
   update.eps = static_cast<float>(o.eps);
-  update.grad_scale = static_cast<float>(clip_scale(deck_, global_grad_norm));
+  update.grad_scale = static_cast<float>(clip_scale(plan_.optim, global_grad_norm));
   update.t = step + 1;
   for (auto& s : stages_) {
     for (const auto& t : s->tensors) {

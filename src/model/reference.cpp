@@ -25,14 +25,14 @@ void run_microbatches(StageModel& model, std::vector<std::vector<float>>& act, s
 
 }  // namespace
 
-std::vector<double> train_reference(const config::Deck& deck, int until_step) {
-  const int S = deck.parallel.pipeline * deck.parallel.virtual_chunks;
+std::vector<double> train_reference(const plan::Plan& plan, int until_step) {
+  const int S = plan.pipeline.p * plan.pipeline.v;
   std::vector<int> all(S);
   for (int i = 0; i < S; i++) all[i] = i;
-  StageModel model(deck, all, S);
+  StageModel model(plan, all, S);
   int step = 0;
-  if (!deck.checkpoint.resume.empty()) step = model.load_checkpoint(deck.checkpoint.resume);
-  const int last = until_step < 0 ? deck.run.steps : until_step;
+  if (!plan.checkpoint.resume.empty()) step = model.load_checkpoint(plan.checkpoint.resume);
+  const int last = until_step < 0 ? plan.run.steps : until_step;
   const std::size_t n = model.activation_elements();
   std::vector<std::vector<float>> act(S + 1, std::vector<float>(n)), grad(S + 1, std::vector<float>(n));
   std::vector<double> losses;
@@ -42,9 +42,9 @@ std::vector<double> train_reference(const config::Deck& deck, int until_step) {
     model.optimizer_step(std::sqrt(model.local_grad_sq_norm()), step);
     losses.push_back(model.step_loss());
     const int done = step + 1;
-    if (!deck.checkpoint.path.empty() &&
-        ((deck.checkpoint.every > 0 && done % deck.checkpoint.every == 0) || done == last)) {
-      model.save_checkpoint(deck.checkpoint.path, done);
+    if (!plan.checkpoint.path.empty() &&
+        ((plan.checkpoint.every > 0 && done % plan.checkpoint.every == 0) || done == last)) {
+      model.save_checkpoint(plan.checkpoint.path, done);
     }
   }
   return losses;

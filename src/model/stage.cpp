@@ -16,13 +16,13 @@ namespace conductor::model {
 
 namespace {
 
-Dims dims_of(const config::Deck& deck) {
-  const auto& m = deck.model;
+Dims dims_of(const plan::Plan& plan) {
+  const auto& m = plan.model;
   if (m.d_model % m.n_heads != 0) {
     throw InputError("model.n_heads = " + std::to_string(m.n_heads) +
                      " does not divide model.d_model = " + std::to_string(m.d_model));
   }
-  return Dims{deck.parallel.microbatch_size, m.seq_len, m.d_model, m.n_heads, m.d_model / m.n_heads,
+  return Dims{plan.pipeline.microbatch_size, m.seq_len, m.d_model, m.n_heads, m.d_model / m.n_heads,
               m.d_model * m.mlp_ratio,       m.vocab};
 }
 
@@ -102,8 +102,8 @@ void init_tensor(std::vector<float>& host, const TensorInfo& t, unsigned long lo
 
 // Initialisation (GPT-2): N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers), LN = (1, 0).
 std::vector<float> initial_parameters(const std::vector<TensorInfo>& tensors, std::size_t n_params,
-                                      const config::Deck& deck) {
-  const float proj_std = 0.02f / std::sqrt(2.0f * deck.model.n_layers);
+                                      const plan::Plan& plan) {
+  const float proj_std = 0.02f / std::sqrt(2.0f * plan.model.n_layers);
   std::vector<float> host(n_params, 0.0f);
   for (const auto& t : tensors) {
     const std::string kind = t.name.substr(t.name.find('.') + 1);
@@ -114,7 +114,7 @@ std::vector<float> initial_parameters(const std::vector<TensorInfo>& tensors, st
       std = proj_std;
     else if (t.decay)
       std = 0.02f;
-    init_tensor(host, t, deck.model.init_seed, std, constant);
+    init_tensor(host, t, plan.model.init_seed, std, constant);
   }
   return host;
 }
@@ -186,22 +186,22 @@ void layout_layer(LayerActs& a, const std::vector<float*>& res, const std::vecto
 
 }  // namespace
 
-StageModel::StageModel(const config::Deck& deck, std::vector<int> virtual_stages_held, int num_virtual_stages,
+StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_held, int num_virtual_stages,
                        Backend* backend)
-    : deck_(deck),
+    : plan_(plan),
       held_(std::move(virtual_stages_held)),
       num_vs_(num_virtual_stages),
-      microbatches_(deck.parallel.microbatches),
-      data_(deck) {
+      microbatches_(plan.pipeline.m),
+      data_(plan) {
   if (backend) {
     backend_ = backend;
   } else {
-    owned_backend_ = make_backend(deck.backend == "emulated" ? "cpu" : deck.backend);
+    owned_backend_ = make_backend(plan.backend == "emulated" ? "cpu" : plan.backend);
     backend_ = owned_backend_.get();
   }
-  dims_ = dims_of(deck);
+  dims_ = dims_of(plan);
   if (held_.empty()) throw InputError("model: a stage model must hold at least one virtual stage");
-  const std::vector<int> split = split_layers(deck, num_vs_);
+  const std::vector<int> split = split_layers(plan.model, num_vs_);
   losses_.assign(microbatches_, std::numeric_limits<double>::quiet_NaN());
   loss_pending_.assign(microbatches_, 0);
   allocate_step_buffers();
@@ -243,7 +243,7 @@ std::unique_ptr<StageModel::VStage> StageModel::make_stage(int vs, const std::ve
   TensorList list = stage_tensors(dims_, s->first_layer, s->n_layers, s->embedding, s->head);
   s->tensors = std::move(list.tensors());
   s->n_params = list.floats();
-  const std::vector<float> host = initial_parameters(s->tensors, s->n_params, deck_);
+  const std::vector<float> host = initial_parameters(s->tensors, s->n_params, plan_);
   const std::size_t bytes = s->n_params * sizeof(float);
   s->params = DeviceBuffer(*backend_, bytes);
   s->grads = DeviceBuffer(*backend_, bytes);

@@ -10,14 +10,14 @@
 
 namespace conductor::policy {
 
-std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy& policy, int steps) {
-  const sched::Schedule generated = sched::make_schedule(deck);
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, generated);
+std::vector<MethodResult> compare_methods(const plan::Plan& plan, const Policy& policy, int steps) {
+  const sched::Schedule generated = sched::make_schedule(plan);
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, generated);
   struct Row {
     std::string label, execution, hint;
     bool ppo;
   };
-  const std::string base = deck.schedule.kind;
+  const std::string base = plan.schedule.kind;
   const std::vector<Row> rows = {
       {base + " strict", "strict", "schedule", false},
       {base + " readiness bf", "readiness", "bf", false},
@@ -29,11 +29,11 @@ std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy
   };
   std::vector<MethodResult> out;
   for (const Row& row : rows) {
-    config::Deck d = deck;
+    plan::Plan d = plan;
     d.schedule.execution = row.execution;
     d.schedule.hint = row.hint;
     d.scheduler.kind = row.ppo ? "ppo" : "static";
-    sim::SimOptions opt = sim::SimOptions::from_deck(d, generated);
+    sim::SimOptions opt = sim::SimOptions::from_plan(d, generated);
     opt.record_events = false;
     std::unique_ptr<sched::OrderPlanner> planner =
         row.ppo ? make_ppo_planner(d, generated, policy) : std::make_unique<sched::StaticPlanner>(generated);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/util/error.hpp"
@@ -13,10 +14,11 @@
 namespace conductor::policy {
 
 TrainSetup setup_from_deck(const config::Deck& deck) {
+  const plan::Plan plan = config::resolve(deck);
   TrainSetup su;
-  su.base = sched::make_schedule(deck);
-  su.cost = sched::from_deck(deck);
-  su.env.memory_limit = sched::memory_limit_for(deck, su.base);
+  su.base = sched::make_schedule(plan);
+  su.cost = plan.costs;
+  su.env.memory_limit = sched::memory_limit_for(plan, su.base);
   su.env.memory_after_b = su.cost.memory_after_b;
   su.env.heuristic = sched::parse_hint(deck.policy.heuristic);
   su.ppo = deck.policy;

@@ -36,8 +36,8 @@ void single_threaded_inference() {
 
 class PpoPlanner final : public sched::OrderPlanner {
  public:
-  PpoPlanner(const config::Deck& deck, sched::Schedule generated, Policy policy)
-      : policy_(std::move(policy)), base_(std::move(generated)), estimate_(sched::from_deck(deck)) {
+  PpoPlanner(const plan::Plan& resolved, sched::Schedule generated, Policy policy)
+      : policy_(std::move(policy)), base_(std::move(generated)), estimate_(resolved.costs) {
     const int p = base_.p, v = base_.v;
     // Per-rank vectors, so per-rank estimates can replace them.
     sched::CostModel c = estimate_;
@@ -50,15 +50,15 @@ class PpoPlanner final : public sched::OrderPlanner {
       estimate_.backward_weight[r] = c.op_time(r, sched::OpKind::W, v) * v;
     }
     env_.heuristic = policy_.heuristic;
-    env_.memory_limit = sched::memory_limit_for(deck, base_);
+    env_.memory_limit = sched::memory_limit_for(resolved, base_);
     env_.memory_after_b = estimate_.memory_after_b;
-    exec_.execution = sched::parse_execution(deck.schedule.execution);
-    exec_.hint = sched::parse_hint(deck.schedule.hint);
+    exec_.execution = sched::parse_execution(resolved.schedule.execution);
+    exec_.hint = sched::parse_hint(resolved.schedule.hint);
     exec_.memory_limit = env_.memory_limit;
     exec_.memory_after_b = env_.memory_after_b;
-    ema_ = deck.policy.ema;
-    verify_ = deck.policy.verify_samples;
-    seed_ = deck.run.seed;
+    ema_ = resolved.scheduler.ema;
+    verify_ = resolved.scheduler.verify_samples;
+    seed_ = resolved.run.seed;
   }
   const char* name() const override { return "ppo"; }
 
@@ -180,13 +180,13 @@ class PpoPlanner final : public sched::OrderPlanner {
 
 }  // namespace
 
-std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated) {
-  return std::make_unique<PpoPlanner>(deck, generated, load_policy(resolve_policy_path(deck.policy.path)));
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated) {
+  return std::make_unique<PpoPlanner>(plan, generated, load_policy(resolve_policy_path(plan.scheduler.policy_path)));
 }
 
-std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated,
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated,
                                                       const Policy& policy) {
-  return std::make_unique<PpoPlanner>(deck, generated, policy);
+  return std::make_unique<PpoPlanner>(plan, generated, policy);
 }
 
 const PpoStats* ppo_stats(const sched::OrderPlanner& planner) {

@@ -106,11 +106,11 @@ class StageCompute : public Compute {
  protected:
   StageCompute(const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
       : schedule_(s), rank_(rank), noise_(noise) {}
-  // backend: the device backend the model runs on, or nullptr for the deck's cpu backend (owned by the model).
-  void build(const config::Deck& deck, model::Backend* backend) {
+  // backend: the device backend the model runs on, or nullptr for the plan's cpu backend (owned by the model).
+  void build(const plan::Plan& plan, model::Backend* backend) {
     std::vector<int> held;
     for (int c = 0; c < schedule_.v; ++c) held.push_back(schedule_.stage_of(rank_, c));
-    model_ = std::make_unique<model::StageModel>(deck, held, schedule_.num_stages(), backend);
+    model_ = std::make_unique<model::StageModel>(plan, held, schedule_.num_stages(), backend);
     holds_last_ = model_->holds(schedule_.num_stages() - 1);
     pool_ = std::make_unique<BufferPool>(backend ? *backend : model::cpu_backend(), model_->activation_elements());
   }
@@ -128,9 +128,9 @@ class StageCompute : public Compute {
 // or jitter slows the real run as modelled.
 class HostModelCompute final : public StageCompute {
  public:
-  HostModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+  HostModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
       : StageCompute(s, rank, noise) {
-    build(deck, nullptr);
+    build(plan, nullptr);
   }
   void begin_step(int step) override { model_->begin_step(step); }
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
@@ -160,10 +160,10 @@ class HostModelCompute final : public StageCompute {
 // memory: the data transport moves them (NCCL, or host-staged MPI for ranks that share a GPU).
 class DeviceModelCompute final : public StageCompute {
  public:
-  DeviceModelCompute(const config::Deck& deck, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
+  DeviceModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
                      std::unique_ptr<model::cuda::CudaBackend> backend)
-      : StageCompute(s, rank, noise), backend_(std::move(backend)), depth_(deck.cuda.queue_depth) {
-    build(deck, backend_.get());
+      : StageCompute(s, rank, noise), backend_(std::move(backend)), depth_(plan.cuda.queue_depth) {
+    build(plan, backend_.get());
     clock_ = std::make_unique<cuda::GpuClock>(backend_->stream());
   }
   ~DeviceModelCompute() override {
@@ -218,8 +218,8 @@ class DeviceModelCompute final : public StageCompute {
 // No math: each op sleeps for its (noisy) cost-model time.
 class EmulatedCompute final : public Compute {
  public:
-  EmulatedCompute(const config::Deck& deck, int rank, const sim::NoiseModel& noise)
-      : rank_(rank), noise_(noise), bytes_(static_cast<std::int64_t>(sched::activation_bytes(deck))) {}
+  EmulatedCompute(const plan::Plan& plan, int rank, const sim::NoiseModel& noise)
+      : rank_(rank), noise_(noise), bytes_(static_cast<std::int64_t>(plan.activation_bytes)) {}
   std::size_t payload_floats() const override { return 0; }
   std::int64_t tensor_bytes() const override { return bytes_; }
   float* take_buffer() override { return nullptr; }
@@ -251,23 +251,23 @@ class EmulatedCompute final : public Compute {
 
 }  // namespace
 
-std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Schedule& s, int rank,
+std::unique_ptr<Compute> make_compute(const plan::Plan& plan, const sched::Schedule& s, int rank,
                                       const sim::NoiseModel& noise, MPI_Comm comm) {
-  if (deck.backend == "emulated") return std::make_unique<EmulatedCompute>(deck, rank, noise);
-  if (deck.backend == "cpu") return std::make_unique<HostModelCompute>(deck, s, rank, noise);
+  if (plan.backend == "emulated") return std::make_unique<EmulatedCompute>(plan, rank, noise);
+  if (plan.backend == "cpu") return std::make_unique<HostModelCompute>(plan, s, rank, noise);
 #ifdef CONDUCTOR_HAVE_CUDA
-  if (deck.backend == "cuda") {
+  if (plan.backend == "cuda") {
     // Collective: every rank fails together when a rank has no GPU (or too few GPUs without sharing).
     model::cuda::CudaOptions options;
-    options.device = cuda::select_device(comm, deck.cuda.allow_gpu_sharing);
-    options.precision = model::cuda::parse_precision(deck.model.precision);
-    options.tf32 = deck.cuda.tf32;
-    return std::make_unique<DeviceModelCompute>(deck, s, rank, noise,
+    options.device = cuda::select_device(comm, plan.cuda.allow_gpu_sharing);
+    options.precision = model::cuda::parse_precision(plan.model.precision);
+    options.tf32 = plan.cuda.tf32;
+    return std::make_unique<DeviceModelCompute>(plan, s, rank, noise,
                                                 std::make_unique<model::cuda::CudaBackend>(options));
   }
 #endif
   (void)comm;
-  throw InputError("backend = '" + deck.backend + "' cannot run in this build (allowed: cpu, emulated)");
+  throw InputError("backend = '" + plan.backend + "' cannot run in this build (allowed: cpu, emulated)");
 }
 
 }  // namespace conductor::runtime

@@ -28,9 +28,9 @@ std::vector<int> tensor_peers(const sched::Schedule& order, int rank) {
 #endif
 }  // namespace
 
-std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const sched::Schedule& order, int rank,
+std::unique_ptr<Transport> make_data_transport(const plan::Plan& plan, const sched::Schedule& order, int rank,
                                                Compute& compute, MPI_Comm data_comm, std::string& chosen) {
-  if (deck.backend != "cuda") {
+  if (plan.backend != "cuda") {
     chosen = "mpi";
     return std::make_unique<MpiTransport>(data_comm);
   }
@@ -41,14 +41,14 @@ std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const s
   int shared_here = local_size > gpus ? 1 : 0, shared_anywhere = 0;
   MPI_Allreduce(&shared_here, &shared_anywhere, 1, MPI_INT, MPI_MAX, data_comm);
   std::string problem;
-  if (deck.cuda.transport == "nccl" && shared_here) {
+  if (plan.cuda.transport == "nccl" && shared_here) {
     problem = "cuda.transport = 'nccl' needs one GPU per rank, but " + std::to_string(local_size) + " ranks share " +
               std::to_string(gpus) + " GPU(s) on this node (allowed with shared GPUs: mpi, auto)";
   }
   mpi::check_all(problem.empty(), problem, kExitUsage, data_comm);
   auto stream = static_cast<cudaStream_t>(compute.device_stream());
   // One answer for the whole pipeline: a transfer's two ends must use the same transport.
-  const bool nccl = deck.cuda.transport == "nccl" || (deck.cuda.transport == "auto" && !shared_anywhere);
+  const bool nccl = plan.cuda.transport == "nccl" || (plan.cuda.transport == "auto" && !shared_anywhere);
   if (nccl) {
     chosen = "nccl";
     return std::make_unique<NcclTransport>(data_comm, tensor_peers(order, rank), stream);

@@ -159,15 +159,15 @@ void maybe_inject_failure(int rank, int step) {
 
 }  // namespace
 
-RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFactory& make_planner) {
+RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   install_stop_handlers();
 
   RunOutcome outcome;
-  outcome.output_dir = deck.run.output;
-  const std::filesystem::path out_dir(deck.run.output);
+  outcome.output_dir = plan.run.output;
+  const std::filesystem::path out_dir(plan.run.output);
 
   // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
   std::unique_ptr<sched::OrderPlanner> planner;
@@ -176,21 +176,21 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
   const bool replanning = static_cast<bool>(make_planner);
   collectively(comm, kExitUsage, [&] {
     if (rank != 0) return;
-    if (!replanning && deck.scheduler.kind != "static")
-      throw InputError("scheduler.kind = '" + deck.scheduler.kind +
+    if (!replanning && plan.scheduler.kind != "static")
+      throw InputError("scheduler.kind = '" + plan.scheduler.kind +
                        "' needs its planner (the conductor command wires it in)");
-    const sched::Schedule generated = sched::make_schedule(deck);
+    const sched::Schedule generated = sched::make_schedule(plan);
     planner = replanning ? make_planner(generated) : std::make_unique<sched::StaticPlanner>(generated);
-    if (replanning) ahead.emplace(*planner, deck.run.steps, sched::PlanAhead::Threading::Background);
+    if (replanning) ahead.emplace(*planner, plan.run.steps, sched::PlanAhead::Threading::Background);
     order0 = planner->initial_order();
     std::filesystem::create_directories(out_dir);
-    write_file(out_dir / "resolved.yaml", config::to_yaml(deck));
+    write_file(out_dir / "resolved.yaml", plan.deck_yaml);
   });
   sched::Schedule order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
 
-  const double memory_limit = sched::memory_limit_for(deck, order);
-  const sched::CostModel cost = sched::from_deck(deck);
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, order);
+  const double memory_limit = sched::memory_limit_for(plan, order);
+  const sched::CostModel cost = plan.costs;
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, order);
   const CommonClock clock(comm);
   const std::vector<std::string> hosts = gather_hostnames(rank, size, comm);
 
@@ -198,19 +198,19 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
   std::unique_ptr<trace::TraceWriter> writer;
   int first_step = 0;
   collectively(comm, kExitUsage, [&] {
-    compute = make_compute(deck, order, rank, noise, comm);
-    if (!deck.checkpoint.resume.empty()) {
+    compute = make_compute(plan, order, rank, noise, comm);
+    if (!plan.checkpoint.resume.empty()) {
       if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
-      first_step = compute->model()->load_checkpoint(deck.checkpoint.resume);
+      first_step = compute->model()->load_checkpoint(plan.checkpoint.resume);
     }
-    if (rank == 0 && deck.trace.enabled) {
+    if (rank == 0 && plan.trace.enabled) {
       trace::RunInfo info;
-      info.deck = config::to_yaml(deck);
+      info.deck = plan.deck_yaml;
       info.world_size = size;
-      info.schedule = deck.schedule.kind;
-      info.execution = deck.schedule.execution;
-      info.hint = deck.schedule.hint;
-      info.backend = deck.backend;
+      info.schedule = plan.schedule.kind;
+      info.execution = plan.schedule.execution;
+      info.hint = plan.schedule.hint;
+      info.backend = plan.backend;
       info.source = "runtime";
       info.hostnames = hosts;
       info.git_revision = kGitRevision;
@@ -223,12 +223,12 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
   outcome.first_step = first_step;
 
   ExecutorOptions eo;
-  eo.execution = sched::parse_execution(deck.schedule.execution);
-  eo.hint = sched::parse_hint(deck.schedule.hint);
-  eo.memory_limit = memory_limit;
+  eo.execution = sched::parse_execution(plan.schedule.execution);
+  eo.hint = sched::parse_hint(plan.schedule.hint);
+  eo.memory_limit = sched::rank_memory_limits(plan, order).at(static_cast<std::size_t>(rank));  // this rank's own
   eo.memory_after_b = cost.memory_after_b;
-  eo.comm_events = deck.trace.enabled && deck.trace.comm_events;
-  eo.inject_full_comm_time = deck.backend == "emulated";
+  eo.comm_events = plan.trace.comm_events;
+  eo.inject_full_comm_time = plan.backend == "emulated";
   {
     MPI_Comm node;
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
@@ -245,20 +245,20 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
   std::unique_ptr<Transport> data;
   std::string data_transport;
   collectively(comm, kExitFailure,
-               [&] { data = make_data_transport(deck, order, rank, *compute, data_comm.get(), data_transport); });
+               [&] { data = make_data_transport(plan, order, rank, *compute, data_comm.get(), data_transport); });
   Executor executor(rank, control, *data, *compute, clock, noise, eo);
 
-  const double samples = static_cast<double>(deck.parallel.microbatches) * deck.parallel.microbatch_size;
+  const double samples = static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size;
   sim::RunResult measured;
   if (rank == 0) {
-    log::info("conductor run: " + deck.run.name + ", " + std::to_string(size) + " ranks, schedule " +
-              deck.schedule.kind + " (" + deck.schedule.execution +
-              (eo.execution == sched::Execution::Readiness ? ", hint " + deck.schedule.hint : "") + "), backend " +
-              deck.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) +
-              " microbatches, steps " + std::to_string(first_step) + ".." + std::to_string(deck.run.steps - 1));
+    log::info("conductor run: " + plan.run.name + ", " + std::to_string(size) + " ranks, schedule " +
+              plan.schedule.kind + " (" + plan.schedule.execution +
+              (eo.execution == sched::Execution::Readiness ? ", hint " + plan.schedule.hint : "") + "), backend " +
+              plan.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) +
+              " microbatches, steps " + std::to_string(first_step) + ".." + std::to_string(plan.run.steps - 1));
   }
 
-  for (int step = first_step; step < deck.run.steps; ++step) {
+  for (int step = first_step; step < plan.run.steps; ++step) {
     maybe_inject_failure(rank, step);
     StepOutcome so = executor.run_step(step, order);
 
@@ -292,18 +292,18 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
       outcome.losses.push_back(loss);
       char line[256];
       std::snprintf(line, sizeof line, "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f", step + 1,
-                    deck.run.steps, has_math ? json_number(loss).c_str() : "  -   ",
+                    plan.run.steps, has_math ? json_number(loss).c_str() : "  -   ",
                     static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
       log::info(line);
     }
     outcome.steps_done = step + 1 - first_step;
 
     const bool stopping = global[2] > 0;
-    const bool last = step + 1 == deck.run.steps;
-    if (compute->model() && !deck.checkpoint.path.empty()) {
-      const bool due = last || stopping || (deck.checkpoint.every > 0 && (step + 1) % deck.checkpoint.every == 0);
+    const bool last = step + 1 == plan.run.steps;
+    if (compute->model() && !plan.checkpoint.path.empty()) {
+      const bool due = last || stopping || (plan.checkpoint.every > 0 && (step + 1) % plan.checkpoint.every == 0);
       if (due)
-        collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
+        collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(plan.checkpoint.path, step + 1); });
     }
     // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
     // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
@@ -333,7 +333,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
     const double final_loss = outcome.losses.empty() ? std::numeric_limits<double>::quiet_NaN() : outcome.losses.back();
     const sim::TrainingFigures training{first_step, outcome.losses, orders_from_policy, scheduler_latency_ms};
     write_file(out_dir / "summary.json",
-               sim::dump_json(sim::summary_json(measured, deck, order, memory_limit, training)) + "\n");
+               sim::dump_json(sim::summary_json(measured, plan, order, memory_limit, training)) + "\n");
     if (!scheduler_latency_ms.empty()) {
       double latency_sum = 0;
       for (double l : scheduler_latency_ms) latency_sum += l;

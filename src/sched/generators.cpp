@@ -17,13 +17,6 @@ const std::vector<std::string>& generator_kinds() {
   return kinds;
 }
 
-double default_memory_limit(const std::string& kind, int p, int m, int v) {
-  if (kind == "gpipe") return m;
-  if (kind == "zb-h2" || kind == "zb-2p") return 2.0 * p;
-  if (kind == "1f1b-interleaved") return ((v + 1.0) * p - 1.0) / v;  // Megatron's rank-0 warm-up + 1
-  return p;
-}
-
 namespace {
 
 std::string fmt(double x) {
@@ -418,20 +411,29 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   return s;
 }
 
-double memory_limit_for(const config::Deck& d, const Schedule& s) {
-  if (d.schedule.memory_limit > 0) return d.schedule.memory_limit;
-  const std::string& kind = d.schedule.kind;
-  if (kind.rfind("file:", 0) == 0) {
-    const auto peak = list_peak_memory(s, from_deck(d).memory_after_b);
-    return peak.empty() ? 0.0 : *std::max_element(peak.begin(), peak.end());
-  }
-  return default_memory_limit(kind, d.parallel.pipeline, d.parallel.microbatches, d.parallel.virtual_chunks);
+namespace {
+double plan_limit(const plan::Plan& plan) {
+  const auto& l = plan.memory.rank_limit;
+  return l.empty() ? 0.0 : *std::max_element(l.begin(), l.end());
+}
+}  // namespace
+
+std::vector<double> rank_memory_limits(const plan::Plan& plan, const Schedule& s) {
+  if (!plan.memory.rank_limit.empty()) return plan.memory.rank_limit;
+  const auto peak = list_peak_memory(s, plan.costs.memory_after_b);
+  const double limit = peak.empty() ? 0.0 : *std::max_element(peak.begin(), peak.end());
+  return std::vector<double>(static_cast<std::size_t>(s.p), limit);
 }
 
-Schedule make_schedule(const config::Deck& d) {
-  const CostModel cost = from_deck(d);
-  const std::string& kind = d.schedule.kind;
-  const int p = d.parallel.pipeline, m = d.parallel.microbatches, v = d.parallel.virtual_chunks;
+double memory_limit_for(const plan::Plan& plan, const Schedule& s) {
+  const std::vector<double> limits = rank_memory_limits(plan, s);
+  return limits.empty() ? 0.0 : *std::max_element(limits.begin(), limits.end());
+}
+
+Schedule make_schedule(const plan::Plan& plan) {
+  const CostModel cost = plan.costs;
+  const std::string& kind = plan.schedule.kind;
+  const int p = plan.pipeline.p, m = plan.pipeline.m, v = plan.pipeline.v;
   if (kind.rfind("file:", 0) == 0) {
     const std::string path = kind.substr(5);
     Schedule s = load_schedule(path);
@@ -440,10 +442,10 @@ Schedule make_schedule(const config::Deck& d) {
                        std::to_string(s.m) + ", virtual " + std::to_string(s.v) + " but the deck has " +
                        std::to_string(p) + ", " + std::to_string(m) + ", " + std::to_string(v));
     }
-    validate_or_throw(s, d.schedule.memory_limit, cost.memory_after_b, path);
+    validate_or_throw(s, plan_limit(plan), cost.memory_after_b, path);
     return s;
   }
-  return generate(kind, p, m, v, cost, d.schedule.memory_limit);
+  return generate(kind, p, m, v, cost, plan_limit(plan));
 }
 
 }  // namespace conductor::sched

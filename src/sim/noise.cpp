@@ -33,7 +33,7 @@ double hash_normal(std::uint64_t h) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-NoiseModel::NoiseModel(const sched::Schedule& s, sched::CostModel cost, const config::NoiseConfig& noise)
+NoiseModel::NoiseModel(const sched::Schedule& s, sched::CostModel cost, const plan::Noise& noise)
     : p_(s.p), v_(s.v), placement_(s.placement), cost_(std::move(cost)), cfg_(noise) {
   for (const auto& k : noise.kind) {
     if (k == "gaussian")
@@ -75,8 +75,8 @@ NoiseModel::NoiseModel(const sched::Schedule& s, sched::CostModel cost, const co
   }
 }
 
-NoiseModel NoiseModel::from_deck(const config::Deck& deck, const sched::Schedule& schedule) {
-  return NoiseModel(schedule, sched::from_deck(deck), deck.noise);
+NoiseModel NoiseModel::from_plan(const plan::Plan& plan, const sched::Schedule& schedule) {
+  return NoiseModel(schedule, plan.costs, plan.noise);
 }
 
 double NoiseModel::compute_factor(int step, int rank, int chunk, int microbatch, sched::OpKind kind) const {

@@ -8,15 +8,16 @@
 
 namespace conductor::sim {
 
-SimOptions SimOptions::from_deck(const config::Deck& d, const sched::Schedule& schedule) {
+SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& schedule) {
   SimOptions o;
-  o.execution = sched::parse_execution(d.schedule.execution);
-  o.hint = sched::parse_hint(d.schedule.hint);
-  o.memory_limit = sched::memory_limit_for(d, schedule);
-  o.record_events = d.trace.enabled;
-  o.comm_events = d.trace.enabled && d.trace.comm_events;
-  o.samples_per_step = static_cast<double>(d.parallel.microbatches) * d.parallel.microbatch_size;
-  o.activation_bytes = static_cast<std::int64_t>(sched::activation_bytes(d));
+  o.execution = sched::parse_execution(plan.schedule.execution);
+  o.hint = sched::parse_hint(plan.schedule.hint);
+  o.rank_memory_limit = sched::rank_memory_limits(plan, schedule);
+  o.memory_limit = sched::memory_limit_for(plan, schedule);
+  o.record_events = plan.trace.enabled;
+  o.comm_events = plan.trace.comm_events;
+  o.samples_per_step = static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size;
+  o.activation_bytes = static_cast<std::int64_t>(plan.activation_bytes);
   return o;
 }
 

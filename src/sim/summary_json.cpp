@@ -14,22 +14,21 @@ Json step_json(const StepResult& s) {
 
 }  // namespace
 
-Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule,
-                  double memory_limit) {
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit) {
   Json out;
   out["makespan_ms"] = run.mean_makespan_ms;
   out["bubble_ratio"] = run.mean_bubble_ratio;
   out["lower_bound_ms"] = run.mean_lower_bound_ms;
   out["makespan_over_lower_bound"] = run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0;
   out["throughput"] = run.mean_throughput;
-  out["schedule"] = deck.schedule.kind;
-  out["execution"] = deck.schedule.execution;
-  out["hint"] = deck.schedule.hint;
+  out["schedule"] = plan.schedule.kind;
+  out["execution"] = plan.schedule.execution;
+  out["hint"] = plan.schedule.hint;
   out["pipeline"] = schedule.p;
   out["microbatches"] = schedule.m;
   out["virtual"] = schedule.v;
   out["memory_limit"] = memory_limit;
-  out["noise"] = {{"kind", deck.noise.kind}, {"level", deck.noise.level}, {"seed", deck.noise.seed}};
+  out["noise"] = {{"kind", plan.noise.kind}, {"level", plan.noise.level}, {"seed", plan.noise.seed}};
   out["num_steps"] = run.steps.size();
   out["busy_ms"] = run.mean_busy_ms;
   out["idle_ms"] = run.mean_idle_ms;
@@ -40,13 +39,13 @@ Json summary_json(const RunResult& run, const config::Deck& deck, const sched::S
   return out;
 }
 
-Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit,
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
                   const TrainingFigures& training) {
-  Json out = summary_json(run, deck, schedule, memory_limit);
-  out["scheduler"] = {{"kind", deck.scheduler.kind},
+  Json out = summary_json(run, plan, schedule, memory_limit);
+  out["scheduler"] = {{"kind", plan.scheduler.kind},
                       {"orders_from_policy", training.orders_from_policy},
                       {"latency_ms", training.scheduler_latency_ms}};
-  out["backend"] = deck.backend;
+  out["backend"] = plan.backend;
   out["first_step"] = training.first_step;
   out["losses"] = training.losses;
   out["final_loss"] = training.losses.empty() ? Json() : Json(training.losses.back());

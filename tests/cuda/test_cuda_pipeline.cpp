@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/cuda/device_selection.hpp"
@@ -51,7 +52,7 @@ conductor::config::Deck deck() {
 
 std::vector<double> cpu_reference() {
   const auto d = deck();
-  StageModel m(d, {0, 1}, 2);
+  StageModel m(conductor::config::resolve(d), {0, 1}, 2);
   const std::size_t n = m.activation_elements();
   std::vector<float> act(n), grad(n);
   std::vector<double> losses;
@@ -78,7 +79,7 @@ std::vector<double> run_pipeline(const std::string& mode, int rank) {
   }
   cu::CudaBackend gpu(options);
   const auto d = deck();
-  StageModel model(d, {rank}, 2, &gpu);
+  StageModel model(conductor::config::resolve(d), {rank}, 2, &gpu);
   std::unique_ptr<rt::Transport> transport;
   if (mode == "nccl") {
     transport = std::make_unique<rt::NcclTransport>(MPI_COMM_WORLD, std::vector<int>{1 - rank}, gpu.stream());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/cuda/device.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
@@ -59,9 +60,10 @@ int run_checks(const std::string& transport, int rank) {
   for (const auto& [schedule, execution] : std::vector<std::pair<std::string, std::string>>{
            {"zb-2p", "readiness"}, {"1f1b", "strict"}, {"zb-v", "readiness"}}) {
     const config::Deck deck = deck_for(transport, schedule, execution, "cuda");
-    const runtime::RunOutcome outcome = runtime::train(deck, MPI_COMM_WORLD);
+    const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
     if (rank != 0) continue;
-    const std::vector<double> reference = model::train_reference(deck_for(transport, schedule, execution, "cpu"));
+    const std::vector<double> reference =
+        model::train_reference(config::resolve(deck_for(transport, schedule, execution, "cpu")));
     if (outcome.losses.size() != reference.size()) {
       std::fprintf(stderr, "FAIL %s %s: %zu losses, reference has %zu\n", schedule.c_str(), execution.c_str(),
                    outcome.losses.size(), reference.size());

@@ -8,6 +8,7 @@
 
 #include "../model/model_test_util.hpp"
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/model/stage.hpp"
@@ -66,8 +67,8 @@ double run_step(StageModel& m, int step) {
 void compare_training(cu::CudaOptions options, double loss0_tol, double grad_tol, double later_loss_tol) {
   const auto deck = small_deck();
   cu::CudaBackend gpu(options);
-  StageModel cpu_model(deck, {0, 1}, 2);
-  StageModel gpu_model(deck, {0, 1}, 2, &gpu);
+  StageModel cpu_model(conductor::config::resolve(deck), {0, 1}, 2);
+  StageModel gpu_model(conductor::config::resolve(deck), {0, 1}, 2, &gpu);
   for (int step = 0; step < deck.run.steps; step++) {
     const double lc = run_step(cpu_model, step), lg = run_step(gpu_model, step);
     EXPECT_LE(std::abs(lg - lc) / std::abs(lc), step == 0 ? loss0_tol : later_loss_tol)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
@@ -37,19 +38,19 @@ TEST(Checkpoint, RestartIsBitIdentical) {
   const int N = 6, k = 2;
   auto straight = restart_deck();
   straight.checkpoint.path = fresh_dir("straight");
-  const std::vector<double> all = train_reference(straight);
+  const std::vector<double> all = train_reference(config::resolve(straight));
   ASSERT_EQ(all.size(), static_cast<std::size_t>(N));
 
   auto first = restart_deck();
   first.checkpoint.path = fresh_dir("first");
   first.checkpoint.every = 100;  // only the final (step k) checkpoint is written
-  const std::vector<double> head = train_reference(first, k);
+  const std::vector<double> head = train_reference(config::resolve(first), k);
   ASSERT_EQ(head.size(), static_cast<std::size_t>(k));
 
   auto second = restart_deck();
   second.checkpoint.resume = first.checkpoint.path;
   second.checkpoint.path = fresh_dir("second");
-  const std::vector<double> tail = train_reference(second);
+  const std::vector<double> tail = train_reference(config::resolve(second));
   ASSERT_EQ(tail.size(), static_cast<std::size_t>(N - k));
 
   for (int i = 0; i < N; i++) {
@@ -57,7 +58,7 @@ TEST(Checkpoint, RestartIsBitIdentical) {
     EXPECT_EQ(std::memcmp(&all[i], &resumed, sizeof(double)), 0) << "step " << i << ": " << all[i] << " vs " << resumed;
   }
   // Final weights and AdamW moments, loaded back from both final checkpoints, are identical.
-  StageModel a(straight, {0, 1}, 2), b(straight, {0, 1}, 2);
+  StageModel a(config::resolve(straight), {0, 1}, 2), b(config::resolve(straight), {0, 1}, 2);
   EXPECT_EQ(a.load_checkpoint(straight.checkpoint.path), N);
   EXPECT_EQ(b.load_checkpoint(second.checkpoint.path), N);
   for (int vs : {0, 1}) {
@@ -68,17 +69,17 @@ TEST(Checkpoint, RestartIsBitIdentical) {
     }
   }
   // And they differ from the initialisation (training happened).
-  StageModel init(straight, {0, 1}, 2);
+  StageModel init(config::resolve(straight), {0, 1}, 2);
   EXPECT_NE(init.read(0, Buffer::Params), a.read(0, Buffer::Params));
 }
 
 TEST(Checkpoint, WrongShapeIsRefusedNamingFileDatasetAndShapes) {
   auto deck = tiny_deck();
   const std::string dir = fresh_dir("shape");
-  StageModel small(deck, {0}, 1);
+  StageModel small(config::resolve(deck), {0}, 1);
   small.save_checkpoint(dir, 3);
   deck.model.d_model = 12;
-  StageModel wide(deck, {0}, 1);
+  StageModel wide(config::resolve(deck), {0}, 1);
   try {
     wide.load_checkpoint(dir);
     FAIL() << "expected InputError";
@@ -94,22 +95,22 @@ TEST(Checkpoint, WrongShapeIsRefusedNamingFileDatasetAndShapes) {
 TEST(Checkpoint, OtherSplitMissingFilesAndOtherSeedAreRefused) {
   auto deck = tiny_deck();
   const std::string dir = fresh_dir("split");
-  StageModel one(deck, {0}, 1);
+  StageModel one(config::resolve(deck), {0}, 1);
   one.save_checkpoint(dir, 1);
   auto two_deck = deck;
   two_deck.parallel.pipeline = 2;
-  StageModel two(two_deck, {0}, 2);
+  StageModel two(config::resolve(two_deck), {0}, 2);
   try {
     two.load_checkpoint(dir);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("virtual-stage split"), std::string::npos) << e.what();
   }
-  StageModel last(two_deck, {1}, 2);
+  StageModel last(config::resolve(two_deck), {1}, 2);
   EXPECT_THROW(last.load_checkpoint(dir), InputError);  // vstage_1.h5 does not exist
   auto seeded = deck;
   seeded.run.seed += 1;
-  StageModel other(seeded, {0}, 1);
+  StageModel other(config::resolve(seeded), {0}, 1);
   try {
     other.load_checkpoint(dir);
     FAIL() << "expected InputError";

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/optimizer.hpp"
 #include "conductor/model/stage.hpp"
 #include "model_test_util.hpp"
@@ -54,7 +55,7 @@ torch::Tensor to_torch(const std::vector<float>& v, const std::vector<int>& shap
 TEST(Oracle, LogitsLossGradientsAndAdamWMatchLibTorch) {
   torch::set_num_threads(1);
   const config::Deck deck = oracle_deck();
-  StageModel ours(deck, {0, 1}, 2);
+  StageModel ours(config::resolve(deck), {0, 1}, 2);
   // Perturb the GPT-2 init so LayerNorm weights, biases and every path carry non-trivial values.
   {
     std::mt19937 gen(11);
@@ -144,7 +145,7 @@ TEST(Oracle, LogitsLossGradientsAndAdamWMatchLibTorch) {
       opt = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(deck.optim.lr));
     }
     for (auto& group : opt->param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate(deck, step));
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate(config::resolve(deck).optim, step));
     }
     torch::NoGradGuard guard;
     opt->step();

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/model/layer_split.hpp"
 #include "conductor/model/optimizer.hpp"
@@ -23,7 +24,7 @@ using namespace model_test;
 
 TEST(Data, MicrobatchIsPureFunctionOfSeedStepAndIndex) {
   auto deck = tiny_deck();
-  DataSource a(deck), b(deck);
+  DataSource a(config::resolve(deck)), b(config::resolve(deck));
   std::vector<int> i1, t1, i2, t2;
   a.microbatch(7, 2, i1, t1);
   b.microbatch(7, 2, i2, t2);
@@ -39,14 +40,14 @@ TEST(Data, MicrobatchIsPureFunctionOfSeedStepAndIndex) {
   a.microbatch(7, 1, i2, t2);
   EXPECT_NE(i1, i2);
   deck.run.seed += 1;
-  DataSource c(deck);
+  DataSource c(config::resolve(deck));
   c.microbatch(7, 2, i2, t2);
   EXPECT_NE(i1, i2);
 }
 
 TEST(Data, SyntheticSourceHasStructureBelowUnigramEntropy) {
   config::Deck deck;  // quickstart-sized defaults
-  DataSource src(deck);
+  DataSource src(config::resolve(deck));
   const double h1 = src.empirical_unigram_entropy(20, 8), hc = src.empirical_conditional_entropy(20, 8);
   EXPECT_GT(h1, 4.0);  // close to log(256) = 5.55
   EXPECT_LT(hc, 1.5);  // four successors with probabilities .55 .25 .12 .08: 1.13 nats
@@ -61,13 +62,13 @@ TEST(Data, FileSourceReadsBytesAndRejectsShortFiles) {
   deck.data.source = "file";
   deck.data.path = path;
   deck.model.seq_len = 8;
-  DataSource src(deck);
+  DataSource src(config::resolve(deck));
   std::vector<int> in, tg;
   src.microbatch(0, 0, in, tg);
   for (int v : in) EXPECT_TRUE(v >= ' ' && v <= 'z');
   deck.model.seq_len = 100;
   try {
-    DataSource bad(deck);
+    DataSource bad(config::resolve(deck));
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
@@ -77,14 +78,14 @@ TEST(Data, FileSourceReadsBytesAndRejectsShortFiles) {
 TEST(Split, EvenExplicitAndErrors) {
   auto deck = tiny_deck();
   deck.model.n_layers = 7;
-  EXPECT_EQ(split_layers(deck, 3), (std::vector<int>{3, 2, 2}));
+  EXPECT_EQ(split_layers(config::resolve(deck).model, 3), (std::vector<int>{3, 2, 2}));
   deck.model.layers_per_stage = {0, 5, 2};
-  EXPECT_EQ(split_layers(deck, 3), (std::vector<int>{0, 5, 2}));
-  EXPECT_THROW(split_layers(deck, 2), InputError);
+  EXPECT_EQ(split_layers(config::resolve(deck).model, 3), (std::vector<int>{0, 5, 2}));
+  EXPECT_THROW(split_layers(config::resolve(deck).model, 2), InputError);
   deck.model.layers_per_stage = {1, 5, 2};
-  EXPECT_THROW(split_layers(deck, 3), InputError);
+  EXPECT_THROW(split_layers(config::resolve(deck).model, 3), InputError);
   deck.model.layers_per_stage.clear();
-  EXPECT_THROW(split_layers(deck, 8), InputError);
+  EXPECT_THROW(split_layers(config::resolve(deck).model, 8), InputError);
 }
 
 TEST(Split, DeckKeysAreChecked) {
@@ -116,21 +117,21 @@ TEST(Optim, WarmupThenCosineToFloor) {
   deck.optim.lr_min_ratio = 0.1;
   deck.optim.warmup_steps = 4;
   deck.run.steps = 14;
-  EXPECT_DOUBLE_EQ(learning_rate(deck, 0), 0.25);
-  EXPECT_DOUBLE_EQ(learning_rate(deck, 3), 1.0);
-  EXPECT_DOUBLE_EQ(learning_rate(deck, 4), 1.0);
-  EXPECT_NEAR(learning_rate(deck, 9), 0.55, 1e-12);  // halfway through the cosine
-  EXPECT_NEAR(learning_rate(deck, 14), 0.1, 1e-12);
-  EXPECT_NEAR(learning_rate(deck, 100), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(config::resolve(deck).optim, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(config::resolve(deck).optim, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(config::resolve(deck).optim, 4), 1.0);
+  EXPECT_NEAR(learning_rate(config::resolve(deck).optim, 9), 0.55, 1e-12);  // halfway through the cosine
+  EXPECT_NEAR(learning_rate(config::resolve(deck).optim, 14), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(config::resolve(deck).optim, 100), 0.1, 1e-12);
   deck.optim.decay_steps = 24;
-  EXPECT_NEAR(learning_rate(deck, 14), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(config::resolve(deck).optim, 14), 0.55, 1e-12);
 }
 
 // B then W for every microbatch equals the full backward, bit for bit when W runs in the same order.
 TEST(Stage, BackwardInputThenWeightEqualsFullBackward) {
   auto deck = tiny_deck();
   deck.parallel.pipeline = 2;
-  StageModel full(deck, {0, 1}, 2), split(deck, {0, 1}, 2);
+  StageModel full(config::resolve(deck), {0, 1}, 2), split(config::resolve(deck), {0, 1}, 2);
   const std::size_t n = full.activation_elements();
   std::vector<float> a(n), g_full(n), g_split(n), g0(n);
   full.begin_step(0);
@@ -170,7 +171,7 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
   auto deck = tiny_deck();
   deck.parallel.microbatches = 4;
   deck.parallel.pipeline = 2;
-  StageModel ref(deck, {0, 1}, 2), odd(deck, {0, 1}, 2);
+  StageModel ref(config::resolve(deck), {0, 1}, 2), odd(config::resolve(deck), {0, 1}, 2);
   run_step(ref, 3);
   const std::size_t n = ref.activation_elements();
   std::map<int, std::vector<float>> act, grad;
@@ -201,7 +202,7 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
 
 TEST(Stage, OutOfOrderCallsAreRefused) {
   auto deck = tiny_deck();
-  StageModel m(deck, {0}, 1);
+  StageModel m(config::resolve(deck), {0}, 1);
   m.begin_step(0);
   EXPECT_THROW(m.backward_input(0, 0, nullptr, nullptr), Error);
   m.forward(0, 0, nullptr, nullptr);
@@ -218,10 +219,10 @@ TEST(Stage, OutOfOrderCallsAreRefused) {
 TEST(Stage, SplitOverVirtualStagesComputesTheSameModel) {
   auto deck = tiny_deck();
   deck.model.n_layers = 4;
-  StageModel one(deck, {0}, 1);
+  StageModel one(config::resolve(deck), {0}, 1);
   deck.parallel.pipeline = 3;
   deck.model.layers_per_stage = {1, 0, 3};
-  StageModel three(deck, {0, 1, 2}, 3);
+  StageModel three(config::resolve(deck), {0, 1, 2}, 3);
   EXPECT_EQ(one.parameter_count(0), three.parameter_count(0) + three.parameter_count(1) + three.parameter_count(2));
   for (int step = 0; step < 2; step++) {
     EXPECT_EQ(run_step(one, step), run_step(three, step));
@@ -240,7 +241,7 @@ TEST(Stage, GradientsMatchFiniteDifferences) {
   auto deck = tiny_deck();
   deck.model.n_layers = 2;
   deck.parallel.microbatches = 2;
-  StageModel m(deck, {0}, 1);
+  StageModel m(config::resolve(deck), {0}, 1);
   // Larger weights than the GPT-2 init so every gradient is well above fp32 noise.
   std::vector<float> p = m.read(0, Buffer::Params);
   std::mt19937 gen(3);
@@ -276,7 +277,7 @@ TEST(Stage, ActivationBytesCountLayersAndHead) {
   deck.model.n_layers = 4;
   deck.parallel.pipeline = 2;
   deck.model.layers_per_stage = {3, 1};
-  StageModel m(deck, {0, 1}, 2);
+  StageModel m(config::resolve(deck), {0, 1}, 2);
   EXPECT_EQ(m.activation_elements(), 2u * 6 * 8);
   EXPECT_GT(m.activation_bytes_per_microbatch(0), m.activation_bytes_per_microbatch(1) / 2);
   // One layer of this shape keeps at least x, ln1, x2, ln2, y, qkv (3x), dqkv (3x), h, gelu, dh and 4 grads.
@@ -300,10 +301,12 @@ TEST(Training, QuickstartLearnsBelowUnigramEntropy) {
   opt.source_name = path;
   const config::Deck deck = config::parse_deck(text.str(), opt);
   ASSERT_EQ(deck.model.vocab, 256);
-  const double unigram = DataSource(deck).empirical_unigram_entropy(deck.run.steps, deck.parallel.microbatches);
-  const double conditional = DataSource(deck).empirical_conditional_entropy(deck.run.steps, deck.parallel.microbatches);
+  const double unigram =
+      DataSource(config::resolve(deck)).empirical_unigram_entropy(deck.run.steps, deck.parallel.microbatches);
+  const double conditional =
+      DataSource(config::resolve(deck)).empirical_conditional_entropy(deck.run.steps, deck.parallel.microbatches);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<double> losses = train_reference(deck);
+  const std::vector<double> losses = train_reference(config::resolve(deck));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
       "quickstart: %zu steps, loss %.4f -> %.4f, unigram entropy %.4f, conditional entropy %.4f nats; "

@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/policy/env.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -265,7 +266,8 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
 
   // The planner factory reports the same error.
   config::Deck deck = deck_of({"scheduler.kind=ppo", "scheduler.policy=" + other});
-  EXPECT_THROW(policy::make_ppo_planner(deck, sched::make_schedule(deck)), InputError);
+  EXPECT_THROW(policy::make_ppo_planner(config::resolve(deck), sched::make_schedule(config::resolve(deck))),
+               InputError);
 }
 
 // The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid
@@ -301,16 +303,17 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
                                  std::string("schedule.execution=") + exec, "schedule.hint=bfw", "cost.comm=0.05",
                                  "noise.kind=[gaussian, straggler]", "noise.level=0.05", "noise.straggler_rank=1",
                                  "noise.straggler_factor=1.6", "trace.enabled=false", "scheduler.kind=ppo"});
-    const sched::Schedule gen = sched::make_schedule(deck);
-    const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
-    const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
-    auto ppo = policy::make_ppo_planner(deck, gen, pol);
+    const sched::Schedule gen = sched::make_schedule(config::resolve(deck));
+    const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), gen);
+    const sim::SimOptions opt = sim::SimOptions::from_plan(config::resolve(deck), gen);
+    auto ppo = policy::make_ppo_planner(config::resolve(deck), gen, pol);
     int checked = 0;
     const auto with_ppo =
         sim::simulate_with_planner(noise, opt, 12, *ppo, [&](const sim::StepResult& r, const sched::Schedule& s) {
           EXPECT_EQ(s.p, gen.p);
           EXPECT_EQ(s.m, gen.m);
-          EXPECT_TRUE(sched::validate(s, sched::memory_limit_for(deck, gen), deck.cost.memory_after_b).ok);
+          EXPECT_TRUE(
+              sched::validate(s, sched::memory_limit_for(config::resolve(deck), gen), deck.cost.memory_after_b).ok);
           EXPECT_TRUE(r.events.empty());  // trace.enabled=false: the caller asked for none
           ++checked;
         });
@@ -335,7 +338,7 @@ TEST(PolicyScheduler, ReplansFromMeasuredTimes) {
 TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
   config::Deck deck =
       deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-h1", "trace.enabled=false"});
-  const sched::Schedule gen = sched::make_schedule(deck);
+  const sched::Schedule gen = sched::make_schedule(config::resolve(deck));
   struct Recorder final : sched::OrderPlanner {
     sched::Schedule base;
     std::vector<int> observed_steps;
@@ -355,8 +358,8 @@ TEST(PolicyScheduler, ControlLoopPlansOneStepAhead) {
     }
   } rec;
   rec.base = gen;
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
-  const sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), gen);
+  const sim::SimOptions opt = sim::SimOptions::from_plan(config::resolve(deck), gen);
   std::vector<std::string> ran;
   const auto run = sim::simulate_with_planner(
       noise, opt, 6, rec, [&](const sim::StepResult&, const sched::Schedule& s) { ran.push_back(s.name); });
@@ -374,11 +377,11 @@ TEST(PolicyScheduler, PlanningLeavesTheCallersThreadsAlone) {
   omp_set_num_threads(3);
   config::Deck deck = deck_of({"parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-2p",
                                "scheduler.kind=ppo", "trace.enabled=false"});
-  const sched::Schedule gen = sched::make_schedule(deck);
-  auto planner = policy::make_ppo_planner(deck, gen);  // loads the shipped policy
+  const sched::Schedule gen = sched::make_schedule(config::resolve(deck));
+  auto planner = policy::make_ppo_planner(config::resolve(deck), gen);  // loads the shipped policy
   sched::Schedule first = planner->initial_order();
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, gen);
-  sim::SimOptions opt = sim::SimOptions::from_deck(deck, gen);
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), gen);
+  sim::SimOptions opt = sim::SimOptions::from_plan(config::resolve(deck), gen);
   opt.record_events = true;
   double clock = 0;
   const sim::StepResult r = sim::simulate_step(first, noise, opt, 0, clock);

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
@@ -214,14 +215,14 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
                  "cost.backward_weight=1",
                  "cost.comm=0.01"};
   const config::Deck deck = config::parse_deck("", o);
-  const sched::Schedule order = sched::make_schedule(deck);
-  const sim::NoiseModel noise = sim::NoiseModel::from_deck(deck, order);
+  const sched::Schedule order = sched::make_schedule(config::resolve(deck));
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), order);
   const runtime::CommonClock clock(MPI_COMM_WORLD);
   runtime::ExecutorOptions eo;
   eo.execution = sched::Execution::Readiness;
   eo.hint = sched::Hint::Schedule;
-  eo.memory_limit = sched::memory_limit_for(deck, order);
-  eo.memory_after_b = sched::from_deck(deck).memory_after_b;
+  eo.memory_limit = sched::memory_limit_for(config::resolve(deck), order);
+  eo.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
   eo.comm_events = true;
   mpi::DupComm control_comm(MPI_COMM_WORLD), data_comm(MPI_COMM_WORLD);
   QueuedCompute compute(order.num_stages(), depth);

@@ -9,6 +9,7 @@
 
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
@@ -60,9 +61,9 @@ class LossEquality : public ::testing::TestWithParam<std::tuple<std::string, std
 TEST_P(LossEquality, MatchesSingleRank) {
   const auto& [kind, execution, hint] = GetParam();
   const config::Deck deck = tiny_deck(kind, execution, hint);
-  const runtime::RunOutcome outcome = runtime::train(deck, MPI_COMM_WORLD);
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
-  const std::vector<double> reference = model::train_reference(deck);
+  const std::vector<double> reference = model::train_reference(config::resolve(deck));
   ASSERT_EQ(outcome.losses.size(), reference.size());
   for (std::size_t k = 0; k < reference.size(); ++k) {
     EXPECT_NEAR(outcome.losses[k], reference[k], 1e-5 * std::max(1.0, std::abs(reference[k])))
@@ -98,9 +99,10 @@ TEST(LossEqualityGlobalTier, PpoOrdersMatchSingleRank) {
     const config::Deck deck = tiny_deck("zb-2p", execution, "schedule",
                                         {"run.steps=5", "scheduler.kind=ppo", "noise.kind=straggler",
                                          "noise.straggler_rank=0", "noise.straggler_factor=1.5"});
-    const runtime::RunOutcome outcome = runtime::train(deck, MPI_COMM_WORLD, cli::planner_factory(deck));
+    const runtime::RunOutcome outcome =
+        runtime::train(config::resolve(deck), MPI_COMM_WORLD, cli::planner_factory(config::resolve(deck)));
     if (world_rank() != 0) continue;
-    const std::vector<double> reference = model::train_reference(deck);
+    const std::vector<double> reference = model::train_reference(config::resolve(deck));
     ASSERT_EQ(outcome.losses.size(), reference.size());
     for (std::size_t k = 0; k < reference.size(); ++k) {
       EXPECT_NEAR(outcome.losses[k], reference[k], 1e-5 * std::max(1.0, std::abs(reference[k])))

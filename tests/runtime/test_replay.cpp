@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/runtime/training.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
@@ -67,8 +68,8 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
   sched::DriverOptions d;
   d.execution = sched::parse_execution(deck.schedule.execution);
   d.hint = sched::parse_hint(deck.schedule.hint);
-  d.memory_limit = sched::memory_limit_for(deck, order);
-  d.memory_after_b = sched::from_deck(deck).memory_after_b;
+  d.memory_limit = sched::memory_limit_for(config::resolve(deck), order);
+  d.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
   return std::vector<sched::DriverOptions>(static_cast<std::size_t>(order.p), d);
 }
 
@@ -81,11 +82,11 @@ int run_and_replay(const Case& c) {
   if (world_rank() == 0) std::filesystem::remove_all(out);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::Deck deck = replay_deck(c, out);
-  runtime::train(deck, MPI_COMM_WORLD);
+  runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   int reordered = 0;
   if (world_rank() == 0) {
     const trace::Trace t = trace::read_trace(out + "/trace.h5");
-    const sched::Schedule order = sched::make_schedule(deck);
+    const sched::Schedule order = sched::make_schedule(config::resolve(deck));
     const auto options = runtime_options(deck, order);
     for (int step = 0; step < deck.run.steps; ++step) {
       const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
@@ -130,10 +131,10 @@ TEST(Replay, WrongOptionsDiverge) {
   if (world_rank() == 0) std::filesystem::remove_all(out);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::Deck deck = replay_deck(c, out);
-  runtime::train(deck, MPI_COMM_WORLD);
+  runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
   const trace::Trace t = trace::read_trace(out + "/trace.h5");
-  const sched::Schedule order = sched::make_schedule(deck);
+  const sched::Schedule order = sched::make_schedule(config::resolve(deck));
   auto options = runtime_options(deck, order);
   bool any_reordered = false, any_diverged = false;
   for (int step = 0; step < deck.run.steps; ++step) {

@@ -11,8 +11,8 @@ using namespace conductor;
 using namespace conductor::sim;
 
 namespace {
-config::NoiseConfig noise_of(std::vector<std::string> kinds, double level, unsigned long long seed = 3) {
-  config::NoiseConfig n;
+plan::Noise noise_of(std::vector<std::string> kinds, double level, unsigned long long seed = 3) {
+  plan::Noise n;
   n.kind = std::move(kinds);
   n.level = level;
   n.seed = seed;
@@ -73,7 +73,7 @@ TEST(Noise, JitterStatistics) {
 }
 
 TEST(Noise, StragglerWindowAndRank) {
-  config::NoiseConfig cfg = noise_of({"straggler"}, 0);
+  plan::Noise cfg = noise_of({"straggler"}, 0);
   cfg.straggler_rank = 2;
   cfg.straggler_factor = 3;
   cfg.straggler_start = 1;
@@ -92,7 +92,7 @@ TEST(Noise, StragglerWindowAndRank) {
 }
 
 TEST(Noise, CongestionIsBurstyAndHitsTheConfiguredFraction) {
-  config::NoiseConfig cfg = noise_of({"congestion"}, 0);
+  plan::Noise cfg = noise_of({"congestion"}, 0);
   cfg.congestion_prob = 0.25;
   cfg.congestion_burst = 4;
   cfg.congestion_delay = 2.0;

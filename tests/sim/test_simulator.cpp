@@ -18,8 +18,8 @@ using namespace conductor::sim;
 
 namespace {
 
-config::NoiseConfig noise_of(const std::string& kind, double level, unsigned long long seed) {
-  config::NoiseConfig n;
+plan::Noise noise_of(const std::string& kind, double level, unsigned long long seed) {
+  plan::Noise n;
   n.kind = {kind};
   n.level = level;
   n.seed = seed;
@@ -56,7 +56,7 @@ TEST(Simulator, SameSeedSameResultBitForBit) {
   const CostModel c = uniform_cost(1, 1.2, 0.8, 0.05, 0.4);
   for (const char* kind : {"zb-2p", "zb-v", "1f1b-interleaved"}) {
     const Schedule s = generate(kind, 4, 8, v_of(kind), c);
-    config::NoiseConfig cfg = noise_of("lognormal", 0.2, 11);
+    plan::Noise cfg = noise_of("lognormal", 0.2, 11);
     cfg.kind = {"lognormal", "congestion", "straggler"};
     const NoiseModel n1(s, c, cfg), n2(s, c, cfg);
     std::vector<trace::OpEvent> e1, e2;

@@ -1,6 +1,7 @@
 // summary.json (sim/summary_json.hpp): every field with its type and exact value, parsed back with nlohmann's
 // strict parser; the run summary is the simulator's plus the training fields; non-finite values stay valid
 // JSON; docs/trace.md lists every key.
+#include "conductor/config/resolve.hpp"
 #include "conductor/sim/summary_json.hpp"
 
 #include <gtest/gtest.h>
@@ -35,9 +36,10 @@ Simulated simulate_deck() {
       "run: {steps: 3}\nparallel: {pipeline: 4, microbatches: 8}\nschedule: {kind: 1f1b}\n"
       "noise: {kind: lognormal, level: 0.2, seed: 3}\n",
       load);
-  s.schedule = sched::make_schedule(s.deck);
-  s.options = sim::SimOptions::from_deck(s.deck, s.schedule);
-  s.run = sim::simulate_run(s.schedule, sim::NoiseModel::from_deck(s.deck, s.schedule), s.options, s.deck.run.steps);
+  s.schedule = sched::make_schedule(config::resolve(s.deck));
+  s.options = sim::SimOptions::from_plan(config::resolve(s.deck), s.schedule);
+  s.run = sim::simulate_run(s.schedule, sim::NoiseModel::from_plan(config::resolve(s.deck), s.schedule), s.options,
+                            s.deck.run.steps);
   return s;
 }
 
@@ -65,7 +67,7 @@ std::vector<std::string> keys_of(const std::string& text) {
 TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
   const Simulated s = simulate_deck();
   const sim::RunResult& run = s.run;
-  const sim::Json summary = sim::summary_json(run, s.deck, s.schedule, s.options.memory_limit);
+  const sim::Json summary = sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit);
   EXPECT_EQ(
       keys_of(sim::dump_json(summary)),
       (std::vector<std::string>{"makespan_ms", "bubble_ratio", "lower_bound_ms", "makespan_over_lower_bound",
@@ -102,9 +104,10 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
 
 TEST(SummaryJson, RunSummaryIsTheSimulatorsPlusTrainingFields) {
   const Simulated s = simulate_deck();
-  const json simulated = written(sim::summary_json(s.run, s.deck, s.schedule, s.options.memory_limit));
+  const json simulated = written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
   const sim::TrainingFigures training{2, {5.5, 5.125}, 1, {0.25}};
-  const sim::Json summary = sim::summary_json(s.run, s.deck, s.schedule, s.options.memory_limit, training);
+  const sim::Json summary =
+      sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit, training);
   std::vector<std::string> keys = keys_of(sim::dump_json(summary));
   const std::vector<std::string> added(keys.begin() + static_cast<std::ptrdiff_t>(simulated.size()), keys.end());
   EXPECT_EQ(added, (std::vector<std::string>{"scheduler", "backend", "first_step", "losses", "final_loss"}));
@@ -124,7 +127,7 @@ TEST(SummaryJson, NonFiniteLossesAreNullAndTheFileStaysValid) {
   const double inf = std::numeric_limits<double>::infinity();
   sim::TrainingFigures training{0, {4.0, inf, nan}, 0, {}};
   const std::string text =
-      sim::dump_json(sim::summary_json(s.run, s.deck, s.schedule, s.options.memory_limit, training));
+      sim::dump_json(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit, training));
   EXPECT_EQ(text.find("NaN"), std::string::npos);
   EXPECT_EQ(text.find("nan"), std::string::npos);
   const json j = json::parse(text);  // throws on anything that is not JSON
@@ -133,8 +136,9 @@ TEST(SummaryJson, NonFiniteLossesAreNullAndTheFileStaysValid) {
   EXPECT_TRUE(j["scheduler"]["latency_ms"].is_array());
 
   training.losses.clear();  // stopped before the first step completed
-  EXPECT_TRUE(
-      written(sim::summary_json(s.run, s.deck, s.schedule, s.options.memory_limit, training))["final_loss"].is_null());
+  EXPECT_TRUE(written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit,
+                                        training))["final_loss"]
+                  .is_null());
 }
 
 TEST(SummaryJson, BytesThatAreNotUtf8DoNotBreakTheFile) {
@@ -159,7 +163,7 @@ TEST(SummaryJson, DocsListEveryKey) {
 
   const Simulated s = simulate_deck();
   const sim::Json summary =
-      sim::summary_json(s.run, s.deck, s.schedule, s.options.memory_limit, sim::TrainingFigures{});
+      sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit, sim::TrainingFigures{});
   std::set<std::string> written_keys;
   for (const auto& item : summary.items()) written_keys.insert(item.key());
   EXPECT_EQ(documented, written_keys);

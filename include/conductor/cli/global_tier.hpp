@@ -4,7 +4,7 @@
 // -DCONDUCTOR_POLICY=OFF leaves out; only this file knows whether it is there.
 #include <string>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/planner.hpp"
 
 namespace conductor::cli {
@@ -12,7 +12,7 @@ namespace conductor::cli {
 // Empty for scheduler.kind static (the generator's order, no replanning); the PPO planner's factory for ppo.
 // Without the policy layer, ppo prints no_global_tier() once (rank 0) and throws CollectiveExit(2) on every
 // rank.
-sched::PlannerFactory planner_factory(const config::Deck& deck);
+sched::PlannerFactory planner_factory(const plan::Plan& plan);
 
 // The message of a build without the policy layer when `what` ("scheduler.kind: ppo", "conductor
 // train-policy") needs it: what is missing and how to build it in.

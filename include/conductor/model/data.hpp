@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
 
 class DataSource {
  public:
-  explicit DataSource(const config::Deck& deck);
+  explicit DataSource(const plan::Plan& plan);
   int batch_size() const { return batch_; }
   int seq_len() const { return seq_len_; }
   int vocab() const { return vocab_; }

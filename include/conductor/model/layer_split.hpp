@@ -5,13 +5,13 @@
 // choice (sched::Schedule::stage_of), passed to StageModel.
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
 
 // Layers held by each of the num_virtual_stages virtual stages. Throws InputError if the deck's explicit list
 // does not fit (wrong length or sum) or there are fewer layers than virtual stages without an explicit list.
-std::vector<int> split_layers(const config::Deck& deck, int num_virtual_stages);
+std::vector<int> split_layers(const plan::ModelDims& model, int num_virtual_stages);
 
 // Global index of the first layer of virtual stage vs under `split`.
 int first_layer(const std::vector<int>& split, int vs);

@@ -1,16 +1,16 @@
 #pragma once
 // The optimizer schedule of a training step: the learning rate per step and the global-norm clipping scale. The
 // update itself is StageModel::optimizer_step (defined in optimizer.cpp), through the AdamW kernel (adamw.hpp).
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
 
 // Learning rate at 0-based step: linear warm-up over optim.warmup_steps, then cosine decay to
-// optim.lr * optim.lr_min_ratio at optim.decay_steps (0: run.steps).
-double learning_rate(const config::Deck& deck, int step);
+// optim.lr * optim.lr_min_ratio at optim.decay_steps (resolved: run.steps when the deck gave 0).
+double learning_rate(const plan::Optim& optim, int step);
 
 // Gradient scale of global-norm clipping: min(1, optim.grad_clip / (global_grad_norm + 1e-6)); 1 when
 // optim.grad_clip <= 0 (no clipping).
-double clip_scale(const config::Deck& deck, double global_grad_norm);
+double clip_scale(const plan::Optim& optim, double global_grad_norm);
 
 }  // namespace conductor::model

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/block.hpp"
 #include "conductor/model/data.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
 
@@ -43,8 +43,8 @@ enum class Buffer { Params, Grads, AdamM, AdamV };
 
 class StageModel {
  public:
-  // backend: nullptr = the deck's `backend` when it names a math backend, else cpu.
-  StageModel(const config::Deck& deck, std::vector<int> virtual_stages_held, int num_virtual_stages,
+  // backend: nullptr = the plan's `backend` when it names a math backend, else cpu.
+  StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_held, int num_virtual_stages,
              Backend* backend = nullptr);
   ~StageModel();
   StageModel(const StageModel&) = delete;
@@ -125,7 +125,7 @@ class StageModel {
   void head_forward(VStage& s, Micro& m, int mb);
   void head_backward_input(VStage& s, Micro& m);
 
-  config::Deck deck_;
+  plan::Plan plan_;
   std::unique_ptr<Backend> owned_backend_;
   Backend* backend_ = nullptr;
   std::vector<int> held_;

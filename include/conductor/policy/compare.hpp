@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/policy/policy.hpp"
 
 namespace conductor::policy {
@@ -21,7 +21,7 @@ struct MethodResult {
   double policy_share = 0;  // ppo: fraction of steps run with the policy's order (rest: the generator's)
 };
 
-std::vector<MethodResult> compare_methods(const config::Deck& deck, const Policy& policy, int steps);
+std::vector<MethodResult> compare_methods(const plan::Plan& plan, const Policy& policy, int steps);
 
 // A fixed-width table of the results (one line per method) and the same as CSV.
 std::string format_table(const std::vector<MethodResult>& results);

@@ -30,7 +30,8 @@ struct TrainSetup {
   config::PolicyConfig ppo;  // hyper-parameters (the ppo.* keys)
 };
 
-// The deck's setup: make_schedule(deck), from_deck(deck), the deck's memory limit, ppo.heuristic.
+// The deck's setup: the schedule, costs and memory limit of config::resolve(deck), and ppo.heuristic. The
+// policy layer keeps the deck here for train-policy's ppo.* keys (the plan carries only what runs need).
 TrainSetup setup_from_deck(const config::Deck& deck);
 
 struct IterationStats {

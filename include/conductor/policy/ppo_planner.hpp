@@ -4,7 +4,7 @@
 // simulator's control loop drive it through sched::PlanAhead like any other planner.
 #include <memory>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/planner.hpp"
 #include "conductor/sched/schedule.hpp"
@@ -28,11 +28,11 @@ const PpoStats* ppo_stats(const sched::OrderPlanner& planner);  // nullptr unles
 
 // Loads scheduler.policy (InputError naming the file when it is missing, corrupt or of another feature
 // version).
-std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated);
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated);
 
 struct Policy;
 // A ppo planner with a policy already in memory (train-policy's summary, tests, benchmarks).
-std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const config::Deck& deck, const sched::Schedule& generated,
+std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated,
                                                       const Policy& policy);
 
 }  // namespace conductor::policy

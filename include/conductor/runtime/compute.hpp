@@ -1,14 +1,14 @@
 #pragma once
 // What an op does on this rank. `cpu` (and later `cuda`) run the real trainer (model::StageModel); `emulated`
 // runs no math: each op takes its cost-model time, so the runtime's logic can be exercised with many ranks on
-// few cores and compared with the simulator. Both inject the deck's noise model as real delays.
+// few cores and compared with the simulator. Both inject the plan's noise model as real delays.
 #include <cstddef>
 #include <memory>
 #include <vector>
 
 #include <mpi.h>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/noise.hpp"
 
@@ -59,9 +59,9 @@ class Compute {
   virtual void* device_stream() const { return nullptr; }
 };
 
-// The deck's backend for `rank` of schedule `s`; noise is the deck's noise model (applied as real delays).
+// The plan's backend for `rank` of schedule `s`; noise is the plan's noise model (applied as real delays).
 // Collective over comm for backend cuda (GPU selection by the node-local rank).
-std::unique_ptr<Compute> make_compute(const config::Deck& deck, const sched::Schedule& s, int rank,
+std::unique_ptr<Compute> make_compute(const plan::Plan& plan, const sched::Schedule& s, int rank,
                                       const sim::NoiseModel& noise, MPI_Comm comm);
 
 // Sleeps until `deadline_ns` on the steady clock (sleep, not spin: oversubscribed ranks share cores).

@@ -17,7 +17,6 @@
 
 #include <mpi.h>
 
-#include "conductor/config/deck.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/transport.hpp"
@@ -35,7 +34,7 @@ struct StepOutcome {
 struct ExecutorOptions {
   sched::Execution execution = sched::Execution::Strict;
   sched::Hint hint = sched::Hint::Schedule;
-  double memory_limit = 0.0;
+  double memory_limit = 0.0;  // this rank's limit (M_F; sched::rank_memory_limits of the plan); <= 0: unlimited
   double memory_after_b = 0.0;
   bool comm_events = false;
   bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise

@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/planner.hpp"
 
 namespace conductor::runtime {
@@ -24,6 +24,6 @@ struct RunOutcome {
 // the global tier's planner on rank 0, which replans every step (sched::PlanAhead, on a planner thread); empty:
 // the generator's order every step, which only scheduler.kind static allows. Throws CollectiveExit after a
 // collective failure (message already printed), Error/InputError on a local failure (the caller aborts the job).
-RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFactory& make_planner = {});
+RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner = {});
 
 }  // namespace conductor::runtime

@@ -10,7 +10,7 @@
 
 #include <mpi.h>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/schedule.hpp"
 
 namespace conductor::runtime {
@@ -58,11 +58,11 @@ class MpiTransport final : public Transport {
 
 class Compute;
 
-// The tensor (data-plane) transport for the deck's backend, over `data_comm` (a communicator of its own):
+// The tensor (data-plane) transport for the plan's backend, over `data_comm` (a communicator of its own):
 // MpiTransport on host memory for cpu and emulated; for cuda, per cuda.transport: NcclTransport (auto when
 // every rank of a node has its own GPU) or the host-staged MPI transport (auto when ranks share a GPU).
 // Collective over data_comm; `chosen` receives the transport's name ("mpi", "nccl", "mpi-host-staged").
-std::unique_ptr<Transport> make_data_transport(const config::Deck& deck, const sched::Schedule& order, int rank,
+std::unique_ptr<Transport> make_data_transport(const plan::Plan& plan, const sched::Schedule& order, int rank,
                                                Compute& compute, MPI_Comm data_comm, std::string& chosen);
 
 }  // namespace conductor::runtime

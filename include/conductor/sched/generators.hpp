@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/schedule.hpp"
 
@@ -26,18 +26,22 @@ namespace conductor::sched {
 const std::vector<std::string>& generator_kinds();
 
 // The kind's default activation-memory limit (M_F per rank) when schedule.memory_limit is 0.
-double default_memory_limit(const std::string& kind, int p, int m, int v);
+using plan::default_memory_limit;
 
 // Builds `kind` for p ranks, m microbatches, v chunks; memory_limit <= 0 = the kind's default. Throws
 // InputError for impossible requests (interleaved with m % p != 0, zb-v with v != 2, ...).
 Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit = 0);
 
-// The deck's schedule: schedule.kind (a generator, or file:PATH loaded and validated against the deck's p, m, v
-// and memory limit), planned with from_deck(deck).
-Schedule make_schedule(const config::Deck& deck);
+// The plan's schedule: schedule.kind (a generator, or file:PATH loaded and validated against the plan's p, m, v
+// and memory limit), planned with the plan's costs.
+Schedule make_schedule(const plan::Plan& plan);
 
-// The memory limit make_schedule() used / the runtime should enforce for the deck (M_F per rank).
-double memory_limit_for(const config::Deck& deck, const Schedule& schedule);
+// The memory limit of each rank (M_F) that make_schedule() used and the simulator and runtime enforce: the
+// plan's, or for a file: schedule given without a limit, the schedule's own peak (the one default that depends
+// on the schedule, hence here and not in config::resolve).
+std::vector<double> rank_memory_limits(const plan::Plan& plan, const Schedule& schedule);
+// The largest of them (the figure reported in summaries).
+double memory_limit_for(const plan::Plan& plan, const Schedule& schedule);
 
 // Individual generators.
 Schedule gpipe(int p, int m);

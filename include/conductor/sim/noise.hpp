@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/schedule.hpp"
 
@@ -32,8 +32,9 @@ double hash_normal(std::uint64_t h);   // N(0, 1) by Box-Muller on two derived u
 class NoiseModel {
  public:
   // p, v and placement come from the schedule (the hash uses virtual stages); the cost model gives base times.
-  NoiseModel(const sched::Schedule& schedule, sched::CostModel cost, const config::NoiseConfig& noise);
-  static NoiseModel from_deck(const config::Deck& deck, const sched::Schedule& schedule);
+  NoiseModel(const sched::Schedule& schedule, sched::CostModel cost, const plan::Noise& noise);
+  // The plan's noise over the plan's costs.
+  static NoiseModel from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 
   // Time of one compute op (ms): base time of (rank, kind) for one chunk, times the compute factor.
   double compute_time_ms(int step, int rank, int chunk, int microbatch, sched::OpKind kind) const;
@@ -54,7 +55,7 @@ class NoiseModel {
   int p_, v_;
   sched::Placement placement_;
   sched::CostModel cost_;
-  config::NoiseConfig cfg_;
+  plan::Noise cfg_;
   bool gaussian_ = false, lognormal_ = false, heterogeneous_ = false, straggler_ = false, congestion_ = false;
   int straggler_rank_ = -1;
   double congestion_delay_ = 0.0;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/arbiter.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/schedule.hpp"
@@ -25,7 +25,8 @@ struct SimOptions {
   bool comm_events = false;               // also SEND/RECV events
   double samples_per_step = 1.0;          // m x microbatch_size, for throughput
   std::int64_t activation_bytes = 0;      // bytes of one transfer, for SEND/RECV events
-  static SimOptions from_deck(const config::Deck& deck, const sched::Schedule& schedule);
+  // The plan's options for `schedule` (its per-rank memory limits: sched::rank_memory_limits).
+  static SimOptions from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 };
 
 // Figures of one step; definitions as trace/summary.hpp (makespan = last compute end - first compute start).

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "conductor/config/deck.hpp"
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/simulator.hpp"
 
@@ -19,7 +19,7 @@ using Json = nlohmann::ordered_json;
 // settings they came from (schedule, execution, hint, pipeline, microbatches, virtual, memory_limit, noise),
 // num_steps, per-rank busy_ms, idle_ms and peak_memory, and steps: [{step, makespan_ms, bubble_ratio,
 // lower_bound_ms, throughput}].
-Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit);
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit);
 
 // What `conductor run` measures beyond the simulator's figures.
 struct TrainingFigures {
@@ -31,7 +31,7 @@ struct TrainingFigures {
 
 // The simulator's summary above plus scheduler: {kind, orders_from_policy, latency_ms}, backend, first_step,
 // losses and final_loss (the last loss; null when none).
-Json summary_json(const RunResult& run, const config::Deck& deck, const sched::Schedule& schedule, double memory_limit,
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
                   const TrainingFigures& training);
 
 // `json` as one line of text: non-finite numbers (a NaN loss) become null, so the file stays valid JSON; bytes

@@ -1,0 +1,152 @@
+#pragma once
+// The resolved plan: what the layers below config (sched, sim, model, runtime, policy) need from a deck, as
+// plain structs with every derived default already filled in. config::resolve (config/resolve.hpp) builds it
+// once from a deck; nothing below config ever sees the deck. Header-only, standard library only.
+#include <string>
+#include <vector>
+
+namespace conductor::plan {
+
+// The kind's default activation-memory limit (M_F per rank) when schedule.memory_limit is 0: rank 0 of a
+// 1F1B-like schedule holds p microbatches; gpipe all m; zb-h2 and zb-2p 2p; interleaved Megatron's warm-up + 1.
+inline double default_memory_limit(const std::string& kind, int p, int m, int v) {
+  if (kind == "gpipe") return m;
+  if (kind == "zb-h2" || kind == "zb-2p") return 2.0 * p;
+  if (kind == "1f1b-interleaved") return ((v + 1.0) * p - 1.0) / v;
+  return p;
+}
+
+// The Zero Bubble paper's fraction of a GPT layer's activations still needed by W after B (16-bit activations:
+// B frees what only the input gradient needs; W still holds 32sbh of the layer's 34sbh + 5as^2b):
+// 32h / (34h + 5as) (h width, a heads, s sequence length).
+inline double memory_after_b_from_model(int d_model, int n_heads, int seq_len) {
+  const double h = d_model, a = n_heads, s = seq_len;
+  return 32.0 * h / (34.0 * h + 5.0 * a * s);
+}
+
+struct Run {
+  std::string name = "conductor";
+  int steps = 10;
+  unsigned long long seed = 1234;  // data order and every derived random stream
+  std::string output;              // the run's folder
+};
+
+struct Pipeline {
+  int p = 4;                // pipeline ranks
+  int m = 8;                // microbatches per step
+  int v = 1;                // chunks (virtual stages) per rank
+  int microbatch_size = 4;  // sequences per microbatch
+};
+
+struct ScheduleOptions {
+  std::string kind = "1f1b";         // a generator, or file:PATH
+  std::string execution = "strict";  // strict | readiness (sched::parse_execution)
+  std::string hint = "schedule";     // schedule | bf | bfw (sched::parse_hint)
+};
+
+// The noise-free cost model's numbers (sched::CostModel adds its queries): per-rank F, B, W times (ms per
+// microbatch for the rank's whole share; one value = every rank), one transfer's time (bandwidth folded in),
+// and the memory model's fraction a of M_F held between B and W.
+struct Costs {
+  std::vector<double> forward{1.0};
+  std::vector<double> backward_input{1.0};
+  std::vector<double> backward_weight{1.0};
+  double comm = 0.0;
+  double memory_after_b = 0.0;
+};
+
+struct Memory {
+  // Activation-memory limit of each rank (M_F), one entry per rank. Empty only for a file: schedule given
+  // without schedule.memory_limit: its limit is then its own peak (sched::memory_limit_for, a function of the
+  // loaded schedule).
+  std::vector<double> rank_limit;
+};
+
+struct Noise {
+  std::vector<std::string> kind = {"none"};  // none | gaussian | lognormal | straggler | congestion | heterogeneous
+  double level = 0.0;
+  unsigned long long seed = 0;
+  int straggler_rank = -1;  // -1 = a rank drawn from the seed (sim::NoiseModel)
+  double straggler_factor = 2.0;
+  int straggler_start = 0;
+  int straggler_steps = 0;  // 0 = until the last step
+  double congestion_prob = 0.2;
+  int congestion_burst = 4;
+  double congestion_delay = -1;  // <0 = level x the mean forward time of the costs the noise model perturbs
+};
+
+struct ModelDims {
+  std::string precision = "fp32";
+  int vocab = 256;
+  int seq_len = 64;
+  int d_model = 64;
+  int n_heads = 4;
+  int n_layers = 4;
+  int mlp_ratio = 4;
+  unsigned long long init_seed = 42;
+  std::vector<int> layers_per_stage;  // empty = even split (model::split_layers)
+};
+
+struct Data {
+  std::string source = "synthetic";  // synthetic | file
+  std::string path;
+};
+
+struct Optim {
+  double lr = 6e-3;
+  double lr_min_ratio = 0.1;
+  int warmup_steps = 0;
+  int decay_steps = 10;  // resolved: run.steps when the deck gave 0
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0 = no clipping
+};
+
+struct Checkpoint {
+  std::string path;  // "" = none written
+  int every = 0;     // 0 = after the last step only
+  std::string resume;
+};
+
+struct Trace {
+  bool enabled = true;
+  bool comm_events = true;  // resolved: false when tracing is off
+};
+
+struct Cuda {
+  bool tf32 = false;
+  bool allow_gpu_sharing = false;
+  std::string transport = "auto";  // auto | nccl | mpi
+  int queue_depth = 2;
+};
+
+// The global tier's settings a run needs (scheduler.*); train-policy's ppo.* stay in the policy layer's deck.
+struct GlobalTier {
+  std::string kind = "static";  // static | ppo
+  std::string policy_path;      // "" = the shipped policy
+  double ema = 0.5;
+  int verify_samples = 2;
+};
+
+struct Plan {
+  std::string backend = "cpu";  // cpu | cuda | emulated
+  Run run;
+  Pipeline pipeline;
+  ScheduleOptions schedule;
+  Costs costs;
+  Memory memory;
+  Noise noise;
+  ModelDims model;
+  Data data;
+  Optim optim;
+  Checkpoint checkpoint;
+  Trace trace;
+  Cuda cuda;
+  GlobalTier scheduler;
+  double activation_bytes = 0;  // bytes of one microbatch crossing a stage boundary (fp32)
+  std::string deck_yaml;        // the resolved deck as YAML, recorded verbatim (resolved.yaml, traces, checkpoints)
+};
+
+}  // namespace conductor::plan

@@ -1,0 +1,117 @@
+#include "conductor/config/resolve.hpp"
+
+namespace conductor::config {
+
+namespace {
+
+bool from_file(const Deck& d) { return d.schedule.kind.rfind("file:", 0) == 0; }
+
+plan::Costs resolved_costs(const Deck& d) {
+  plan::Costs c;
+  if (d.cost.device_tflops > 0) {
+    c = costs_from_model(d);
+  } else {
+    c.forward = d.cost.forward;
+    c.backward_input = d.cost.backward_input;
+    c.backward_weight = d.cost.backward_weight;
+  }
+  c.comm = d.cost.comm;
+  if (d.cost.bandwidth_gbps > 0) c.comm += activation_bytes(d) / (d.cost.bandwidth_gbps * 1e9) * 1e3;
+  c.memory_after_b = resolved_memory_after_b(d);
+  return c;
+}
+
+plan::Noise resolved_noise(const NoiseConfig& n) {
+  return plan::Noise{n.kind,
+                     n.level,
+                     n.seed,
+                     n.straggler_rank,
+                     n.straggler_factor,
+                     n.straggler_start,
+                     n.straggler_steps,
+                     n.congestion_prob,
+                     n.congestion_burst,
+                     n.congestion_delay};
+}
+
+plan::ModelDims resolved_model(const ModelConfig& m) {
+  return plan::ModelDims{m.precision, m.vocab,     m.seq_len,   m.d_model,         m.n_heads,
+                         m.n_layers,  m.mlp_ratio, m.init_seed, m.layers_per_stage};
+}
+
+plan::Optim resolved_optim(const Deck& d) {
+  const OptimConfig& o = d.optim;
+  const int decay = o.decay_steps > 0 ? o.decay_steps : d.run.steps;
+  return plan::Optim{o.lr, o.lr_min_ratio, o.warmup_steps, decay, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
+}
+
+}  // namespace
+
+double resolved_memory_after_b(const Deck& d) {
+  return d.cost.memory_after_b >= 0
+             ? d.cost.memory_after_b
+             : plan::memory_after_b_from_model(d.model.d_model, d.model.n_heads, d.model.seq_len);
+}
+
+double resolved_memory_limit(const Deck& d) {
+  if (d.schedule.memory_limit > 0) return d.schedule.memory_limit;
+  if (from_file(d)) return 0.0;
+  const ParallelConfig& par = d.parallel;
+  return plan::default_memory_limit(d.schedule.kind, par.pipeline, par.microbatches, par.virtual_chunks);
+}
+
+double activation_bytes(const Deck& d) {
+  return 4.0 * d.parallel.microbatch_size * static_cast<double>(d.model.seq_len) * d.model.d_model;
+}
+
+plan::Costs costs_from_model(const Deck& d) {
+  const int p = d.parallel.pipeline;
+  const double tokens = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
+  const double h = d.model.d_model, s = d.model.seq_len;
+  const double mm = 24.0 * tokens * h * h, att = 4.0 * tokens * s * h;
+  const double head = 2.0 * tokens * h * d.model.vocab;
+  const double flops_per_ms = d.cost.device_tflops * 1e12 / 1e3;
+  plan::Costs c;
+  c.forward.assign(p, 0.0);
+  c.backward_input.assign(p, 0.0);
+  c.backward_weight.assign(p, 0.0);
+  for (int r = 0; r < p; ++r) {
+    // Layers split as evenly as possible, the first ranks taking the remainder.
+    const int layers = d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
+    double f = layers * (mm + att), b = layers * (mm + 2 * att), w = layers * mm;
+    if (r == p - 1) {
+      f += head;
+      b += head;
+      w += head;
+    }
+    c.forward[r] = f / flops_per_ms;
+    c.backward_input[r] = b / flops_per_ms;
+    c.backward_weight[r] = w / flops_per_ms;
+  }
+  return c;
+}
+
+plan::Plan resolve(const Deck& d) {
+  plan::Plan out;
+  out.backend = d.backend;
+  out.run = plan::Run{d.run.name, d.run.steps, d.run.seed, d.run.output};
+  out.pipeline = plan::Pipeline{d.parallel.pipeline, d.parallel.microbatches, d.parallel.virtual_chunks,
+                                d.parallel.microbatch_size};
+  out.schedule = plan::ScheduleOptions{d.schedule.kind, d.schedule.execution, d.schedule.hint};
+  out.costs = resolved_costs(d);
+  const double limit = resolved_memory_limit(d);
+  if (limit > 0) out.memory.rank_limit.assign(static_cast<std::size_t>(d.parallel.pipeline), limit);
+  out.noise = resolved_noise(d.noise);
+  out.model = resolved_model(d.model);
+  out.data = plan::Data{d.data.source, d.data.path};
+  out.optim = resolved_optim(d);
+  out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume};
+  out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
+  out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};
+  out.scheduler = plan::GlobalTier{d.scheduler.kind, d.policy.path, d.policy.ema, d.policy.verify_samples};
+  out.activation_bytes = activation_bytes(d);
+  out.deck_yaml = to_yaml(d);
+  return out;
+}
+
+}  // namespace conductor::config
