@@ -84,8 +84,8 @@ void probe_writable(const std::string& key, const fs::path& dir) {
   const fs::path probe = at / (".conductor-write-probe-" + std::to_string(::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
-    throw InputError(key + " = '" + dir.string() + "': cannot write in '" + at.string() + "' (" +
-                     std::strerror(errno) + "); choose a writable folder");
+    throw InputError(key + " = '" + dir.string() + "': cannot write in '" + at.string() + "' (" + std::strerror(errno) +
+                     "); choose a writable folder");
   }
   ::close(fd);
   ::unlink(probe.c_str());

@@ -94,13 +94,12 @@ void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
   std::string source;
   const std::uint64_t limit = memory_limit_bytes(deck, source);
   if (limit == 0 || estimate <= limit) return;
-  throw InputError("the simulation needs about " + gb(estimate) + " of memory (" + std::to_string(sim::ops_per_step(size)) +
-                   " ops per step: parallel.pipeline " + std::to_string(size.p) + " x microbatches " +
-                   std::to_string(size.m) + " x virtual " + std::to_string(size.v) + " x " +
-                   std::to_string(size.ops_per_microbatch) + (size.events ? ", with trace events" : "") +
-                   "), above the limit of " + gb(limit) + " set by " + source +
-                   "; make the pipeline or the microbatch count smaller" +
-                   (size.events ? ", or set trace.enabled=false" : ""));
+  throw InputError(
+      "the simulation needs about " + gb(estimate) + " of memory (" + std::to_string(sim::ops_per_step(size)) +
+      " ops per step: parallel.pipeline " + std::to_string(size.p) + " x microbatches " + std::to_string(size.m) +
+      " x virtual " + std::to_string(size.v) + " x " + std::to_string(size.ops_per_microbatch) +
+      (size.events ? ", with trace events" : "") + "), above the limit of " + gb(limit) + " set by " + source +
+      "; make the pipeline or the microbatch count smaller" + (size.events ? ", or set trace.enabled=false" : ""));
 }
 
 void check_run_size(const config::Deck& deck) {

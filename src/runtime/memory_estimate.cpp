@@ -23,7 +23,8 @@ RankMemory estimate_rank_memory(const RankModelShape& s) {
   const std::uint64_t C = static_cast<std::uint64_t>(s.d_model), F = static_cast<std::uint64_t>(s.mlp_hidden);
   const std::uint64_t V = static_cast<std::uint64_t>(s.vocab), T = static_cast<std::uint64_t>(s.seq_len);
   const std::uint64_t BT = static_cast<std::uint64_t>(s.microbatch_size) * T;
-  const std::uint64_t att = static_cast<std::uint64_t>(s.microbatch_size) * static_cast<std::uint64_t>(s.n_heads) * T * T;
+  const std::uint64_t att =
+      static_cast<std::uint64_t>(s.microbatch_size) * static_cast<std::uint64_t>(s.n_heads) * T * T;
   RankMemory r;
   std::uint64_t act_floats = 0;
   for (int layers : s.layers) {
