@@ -3,6 +3,8 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 NP        ?= 4
 DECK      ?= inputs/quickstart.yaml
+# `make run` replaces the previous quickstart results (`conductor run` itself refuses to write over a run).
+RUN_OVERRIDES ?= run.overwrite=true
 CMAKE_ARGS ?=
 # Open MPI refuses root without these; vader's single-copy mechanism fails in containers without ptrace.
 export OMPI_ALLOW_RUN_AS_ROOT = 1
@@ -26,7 +28,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
-	$(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK)
+	$(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK) $(RUN_OVERRIDES)
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600

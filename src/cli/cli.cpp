@@ -1,6 +1,7 @@
 #include "conductor/cli/cli.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -76,12 +77,34 @@ int usage_error(const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+// What is wrong with the deck file before a byte of it is read ("" when nothing): a folder reads as an empty
+// deck (every default, exit 0), and a huge file costs the YAML parser about 150 times its size on every rank.
+std::string deck_file_problem(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) return {};  // read_and_broadcast names a missing file
+  if (std::filesystem::is_directory(status)) return path + ": is a folder; the deck is a YAML file";
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxDeckBytes) {
+    return path + ": " + std::to_string(bytes) + " bytes; a deck is at most " + std::to_string(kMaxDeckBytes) +
+           " bytes (1 MB); large inputs (schedules, data) are files the deck names";
+  }
+  return {};
+}
+
+}  // namespace
+
 config::Deck load_deck(const Invocation& inv, config::Command command) {
   config::LoadOptions options;
   options.source_name = inv.deck_path;
   options.overrides = inv.overrides;
   options.command = command;
   options.world_size = mpi::world_size();
+  options.from_file = true;
+  const std::string problem = mpi::world_rank() == 0 ? deck_file_problem(inv.deck_path) : std::string();
+  mpi::check_all(problem.empty(), problem, kExitUsage);
   std::string text;
   try {
     text = mpi::read_and_broadcast(inv.deck_path);

@@ -1,5 +1,6 @@
 // `conductor simulate DECK [overrides] [--json]`: the deck's schedule, cost model and noise in virtual time.
-// Writes <run.output>/resolved.yaml, summary.json and, with trace.enabled, trace.h5 (the runtime's schema).
+// Writes <run.output>/resolved.yaml, summary.json and, with trace.enabled, trace.h5 (the runtime's schema);
+// run.output defaults to runs/<run.name>-sim, apart from the measured run's runs/<run.name>.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/config/resolve.hpp"
+#include "conductor/cli/run_folder.hpp"
+#include "conductor/cli/size_guard.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
@@ -69,22 +72,28 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
 int cmd_simulate(const Invocation& inv) {
   const config::Deck deck = load_deck(inv, config::Command::Simulate);
   const plan::Plan plan = config::resolve(deck);
+  const std::filesystem::path out_dir(deck.run.output);
   sched::Schedule schedule;
   sim::SimOptions options;
   std::unique_ptr<sim::NoiseModel> noise;
+  const sched::PlannerFactory make_planner = planner_factory(plan);
+  std::unique_ptr<sched::OrderPlanner> planner;
+  // Every check before anything is allocated or written: the size guard first (the schedule alone can outgrow
+  // the machine), then the run folder, then the inputs the schedule and the planner read.
   try {
+    check_simulate_size(deck, kSummarizeFromEventsUpTo);
+    check_output_folder(deck, config::Command::Simulate);
+    probe_writable("run.output", out_dir);
     schedule = sched::make_schedule(plan);
     options = sim::SimOptions::from_plan(plan, schedule);
     noise = std::make_unique<sim::NoiseModel>(sim::NoiseModel::from_plan(plan, schedule));
+    if (make_planner) planner = make_planner(schedule);
   } catch (const InputError& e) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
     return kExitUsage;
   }
 
-  const std::filesystem::path out_dir(deck.run.output);
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw Error("cannot create run.output '" + out_dir.string() + "': " + ec.message());
+  create_run_folder(out_dir);
   const std::string resolved = config::to_yaml(deck);
   write_file(out_dir / "resolved.yaml", resolved);
 
@@ -109,8 +118,7 @@ int cmd_simulate(const Invocation& inv) {
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
   sim::RunResult run;
-  const sched::PlannerFactory make_planner = planner_factory(plan);
-  if (!make_planner) {
+  if (!planner) {
     run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
       if (r.events.empty()) return;
       // The shared definition of the per-step figures (trace/summary.hpp).
@@ -128,13 +136,6 @@ int cmd_simulate(const Invocation& inv) {
   } else {
     // The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler
     // sees that step's timings and produces the next step's order.
-    std::unique_ptr<sched::OrderPlanner> planner;
-    try {
-      planner = make_planner(schedule);
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "conductor: %s\n", e.what());
-      return kExitUsage;
-    }
     const sim::PlannedRun scheduled = sim::simulate_with_planner(
         *noise, options, deck.run.steps, *planner, [&](const sim::StepResult& r, const sched::Schedule&) {
           if (!writer || r.events.empty()) return;

@@ -140,6 +140,12 @@ std::string parse(const YAML::Node& n, bool& out) {
 }
 
 std::string parse(const YAML::Node& n, std::string& out) {
+  // `key:` in a deck and `key=` on the command line: the empty string, which string keys document (run.output
+  // "" = the default folder, checkpoint.path "" = none).
+  if (n.IsNull()) {
+    out.clear();
+    return {};
+  }
   if (!n.IsScalar()) return "expected a string, got " + shown(n);
   out = n.Scalar();
   return {};

@@ -79,11 +79,8 @@ class Loader {
       }
       const std::string key = key_node.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
-      if (seen_.count(path)) {
-        problems_.push_back(where(path, key_node) + ": key '" + path + "' appears twice");
-        continue;
-      }
-      seen_.insert(path);
+      if (!seen_.insert(path).second) continue;  // a repeated key: reported by find_repeated_keys
+
       if (const Field* f = find_field(path)) {
         std::string problem = f->set(deck, value, *f);
         if (!problem.empty()) problems_.push_back(where(path, value) + ": " + path + ": " + problem);
@@ -100,6 +97,28 @@ class Loader {
                             suggestion(prefix, key));
       }
     }
+  }
+
+  // A key written twice in one mapping of the deck, at the deck's file:line:col of the second one (checked on
+  // the deck's own tree, before overrides, so a repeated key is never blamed on the command line).
+  void find_repeated_keys(const YAML::Node& map, const std::string& prefix) {
+    std::map<std::string, YAML::Mark> first;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) continue;
+      const std::string path = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
+      const auto [at, fresh] = first.emplace(path, it->first.Mark());
+      if (!fresh) {
+        problems_.push_back(deck_location(it->first.Mark()) + ": key '" + path + "' appears twice (first at line " +
+                            std::to_string(at->second.line + 1) + ")");
+      } else if (it->second.IsMap()) {
+        find_repeated_keys(it->second, path);
+      }
+    }
+  }
+
+  std::string deck_location(const YAML::Mark& m) const {
+    if (m.is_null()) return options_.source_name;
+    return options_.source_name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
   }
 
   // Writes each override into the tree, creating sections as needed; unknown paths are reported here.
@@ -132,7 +151,7 @@ class Loader {
       problems_.push_back("command line '" + text + "': cannot parse the value: " + e.msg);
       return;
     }
-    if (!value.IsScalar() && !value.IsSequence()) {
+    if (!value.IsNull() && !value.IsScalar() && !value.IsSequence()) {
       problems_.push_back("command line '" + text + "': " + path + ": expected a scalar or a flow list like [1, 2]");
       return;
     }
@@ -148,10 +167,24 @@ class Loader {
         // Reported when the deck's value for the section is walked.
         return;
       }
+      child = own_copy(node, parts[i], child);
       node.reset(child);
     }
+    // Assigning through node[key] would write into the node itself, which a YAML alias (`seed: *n`) shares
+    // with its anchor: the entry is replaced instead, so the override changes exactly this key.
+    node.remove(parts.back());
     node[parts.back()] = value;
     override_of_[path] = text;
+  }
+
+  // Replaces map[key] (a section) by a shallow copy of itself, so that writing into it cannot reach a section
+  // that aliases it; its entries (and their marks) are the same nodes.
+  static YAML::Node own_copy(YAML::Node& map, const std::string& key, const YAML::Node& section) {
+    YAML::Node copy(YAML::NodeType::Map);
+    for (auto it = section.begin(); it != section.end(); ++it) copy.force_insert(it->first, it->second);
+    map.remove(key);
+    map[key] = copy;
+    return map[key];
   }
 
   Deck load(const std::string& text) {
@@ -163,10 +196,19 @@ class Loader {
       throw DeckError({options_.source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
                        std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg});
     }
-    if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
+    if (root.IsNull() || !root.IsDefined()) {
+      // A deck file with no keys would run every default and look like success.
+      if (options_.from_file) {
+        throw DeckError({options_.source_name +
+                         ": the deck is empty (no keys); a deck names at least what it changes, e.g. "
+                         "`run: {name: mine}` (every other key keeps its default, see docs/deck.md)"});
+      }
+      root = YAML::Node(YAML::NodeType::Map);
+    }
     if (!root.IsMap()) {
       throw DeckError({options_.source_name + ": a deck is a mapping of sections (run, model, parallel, ...)"});
     }
+    find_repeated_keys(root, "");
     for (const auto& o : options_.overrides) apply_override(root, o);
     walk(root, "", deck);
     if (problems_.empty()) {

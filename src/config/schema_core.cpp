@@ -23,7 +23,20 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
       "run.output", [](Deck & d) -> auto& { return d.run.output; },
       "Output folder for resolved.yaml, trace.h5 and summary.json; empty means "
-      "`runs/<run.name>`."));
+      "`runs/<run.name>` (`conductor simulate`: `runs/<run.name>-sim`, so a simulation never replaces a "
+      "measured run)."));
+  f.push_back(field<bool>(
+      "run.overwrite", [](Deck & d) -> auto& { return d.run.overwrite; },
+      "Allow writing into a run.output (or checkpoint.path) that already holds another run's results "
+      "(trace.h5, summary.json, resolved.yaml, checkpoints); false: such a run is refused before it "
+      "writes anything. Resuming (checkpoint.resume set) may always continue its own folder."));
+  f.push_back(field<double>(
+                  "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },
+                  "Size guard: a deck whose estimated memory (simulator: schedule, engine state and "
+                  "events; run: parameters, optimizer state and activations per rank) exceeds this many "
+                  "GB is refused before anything is allocated; 0: the machine's available memory "
+                  "(MemAvailable).")
+                  .range(0, 1e9));
   f.push_back(field<int>(
                   "parallel.pipeline", [](Deck & d) -> auto& { return d.parallel.pipeline; },
                   "Pipeline stages p. For `conductor run` this must equal the number of MPI ranks.")
@@ -84,7 +97,8 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
     problems.push_back(options.source_name + ": model.precision = 'bf16' needs backend: cuda (backend is '" +
                        deck.backend + "'; the cpu backend computes in fp32)");
   }
-  if (deck.run.output.empty()) deck.run.output = "runs/" + deck.run.name;
+  if (deck.run.output.empty())
+    deck.run.output = "runs/" + deck.run.name + (options.command == Command::Simulate ? "-sim" : "");
   if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
                        " but the job has " + std::to_string(options.world_size) +

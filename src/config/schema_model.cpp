@@ -157,6 +157,12 @@ void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::str
                        " virtual stages (parallel.pipeline x parallel.virtual); add layers or list "
                        "model.layers_per_stage explicitly (0 layers on a stage is allowed there)");
   }
+  // A path the user named but the trainer would not read: training on synthetic bytes instead gives a
+  // plausible loss curve from the wrong data, found only after the run, so it is an error, not a warning.
+  if (deck.data.source != "file" && !deck.data.path.empty()) {
+    problems.push_back(src + ": data.path = '" + deck.data.path + "' is set but data.source = '" + deck.data.source +
+                       "' does not read it (set data.source: file to train on it, or drop data.path)");
+  }
   if (deck.data.source == "file") {
     if (deck.data.path.empty()) {
       problems.push_back(src + ": data.source = file needs data.path (a text file read as bytes)");

@@ -183,8 +183,6 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
     planner = replanning ? make_planner(generated) : std::make_unique<sched::StaticPlanner>(generated);
     if (replanning) ahead.emplace(*planner, plan.run.steps, sched::PlanAhead::Threading::Background);
     order0 = planner->initial_order();
-    std::filesystem::create_directories(out_dir);
-    write_file(out_dir / "resolved.yaml", plan.deck_yaml);
   });
   sched::Schedule order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
 
@@ -203,7 +201,16 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
       if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
       first_step = compute->model()->load_checkpoint(plan.checkpoint.resume);
     }
-    if (rank == 0 && plan.trace.enabled) {
+  });
+  // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
+  // command checked beforehand that it holds no other run's results and can be written).
+  collectively(comm, kExitUsage, [&] {
+    if (rank != 0) return;
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) throw InputError("run.output = '" + out_dir.string() + "': cannot create the folder: " + ec.message());
+    write_file(out_dir / "resolved.yaml", plan.deck_yaml);
+    if (plan.trace.enabled) {
       trace::RunInfo info;
       info.deck = plan.deck_yaml;
       info.world_size = size;

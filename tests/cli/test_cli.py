@@ -45,7 +45,7 @@ class CliTest(unittest.TestCase):
         self.assertIn("usage:", proc.stderr)
 
     def test_unknown_flag_is_usage_error(self):
-        proc = conductor("validate", self.deck(""), "--bogus")
+        proc = conductor("validate", self.deck("run: {}\n"), "--bogus")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("unknown flag '--bogus'", proc.stderr)
 
@@ -105,17 +105,17 @@ class CliTest(unittest.TestCase):
         self.assertNotIn("Traceback", proc.stderr)
 
     def test_override_type_error(self):
-        proc = conductor("validate", self.deck(""), "parallel.pipeline=abc")
+        proc = conductor("validate", self.deck("run: {}\n"), "parallel.pipeline=abc")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("parallel.pipeline: expected an integer, got 'abc'", proc.stderr)
 
     def test_unknown_override_path(self):
-        proc = conductor("validate", self.deck(""), "parallel.pipe=4")
+        proc = conductor("validate", self.deck("run: {}\n"), "parallel.pipe=4")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("unknown key 'parallel.pipe'", proc.stderr)
 
     def test_stray_argument(self):
-        proc = conductor("validate", self.deck(""), "extra")
+        proc = conductor("validate", self.deck("run: {}\n"), "extra")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("unexpected argument 'extra'", proc.stderr)
 

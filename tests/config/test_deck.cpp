@@ -215,3 +215,75 @@ TEST(Deck, LayerSplitIsCheckedForEveryMathBackend) {
   }
   EXPECT_TRUE(problems_of("backend: emulated\nparallel: {pipeline: 8}\nmodel: {n_layers: 4}\n").empty());
 }
+
+// A repeated key is located in the deck (file:line:col of the second one), even when an override sets it.
+TEST(Deck, DuplicateKeyIsLocatedInTheDeckNotOnTheCommandLine) {
+  auto p = problems_of("run:\n  steps: 3\n  steps: 4\n", {"run.steps=5"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "deck.yaml:3:3: key 'run.steps' appears twice (first at line 2)")) << p[0];
+  EXPECT_FALSE(contains(p[0], "command line")) << p[0];
+}
+
+// An override changes exactly one key, also when the deck aliases its value elsewhere (an anchor and an alias
+// share one YAML node).
+TEST(Deck, OverrideDoesNotWriteThroughAliases) {
+  const std::string text = "run:\n  steps: &n 5\n  seed: *n\nparallel: &par {pipeline: 2}\n";
+  Deck d = parse(text, {"run.steps=7"});
+  EXPECT_EQ(d.run.steps, 7);
+  EXPECT_EQ(d.run.seed, 5u);
+  Deck e = parse("run:\n  seed: &n 5\n  steps: *n\n", {"run.seed=9"});
+  EXPECT_EQ(e.run.seed, 9u);
+  EXPECT_EQ(e.run.steps, 5);
+  Deck f = parse(text);  // without overrides the alias still resolves
+  EXPECT_EQ(f.run.seed, 5u);
+}
+
+// A deck file with no keys is an error (it would run every default); parse_deck("") stays the defaults.
+TEST(Deck, EmptyDeckFileIsAnError) {
+  LoadOptions o;
+  o.source_name = "empty.yaml";
+  o.from_file = true;
+  for (const std::string text : {"", "\n\n", "# only a comment\n"}) {
+    try {
+      parse_deck(text, o);
+      ADD_FAILURE() << "accepted an empty deck: '" << text << "'";
+    } catch (const DeckError& e) {
+      ASSERT_EQ(e.problems().size(), 1u);
+      EXPECT_TRUE(contains(e.problems()[0], "empty.yaml: the deck is empty")) << e.problems()[0];
+    }
+  }
+  EXPECT_NO_THROW(parse_deck("run: {}\n", o));
+}
+
+// `run.output=` (and `output:` in a deck) means the default folder, as documented.
+TEST(Deck, EmptyOutputMeansTheDefault) {
+  EXPECT_EQ(parse("run: {name: q, output: elsewhere}\n", {"run.output="}).run.output, "runs/q");
+  EXPECT_EQ(parse("run: {name: q, output:}\n").run.output, "runs/q");
+}
+
+// simulate writes to its own folder by default, so it never replaces a measured run's results.
+TEST(Deck, SimulateDefaultsToItsOwnFolder) {
+  LoadOptions o;
+  o.command = Command::Simulate;
+  EXPECT_EQ(parse_deck("run: {name: q}\n", o).run.output, "runs/q-sim");
+  EXPECT_EQ(parse_deck("run: {name: q, output: mine}\n", o).run.output, "mine");
+  o.command = Command::Run;
+  o.world_size = 4;
+  EXPECT_EQ(parse_deck("run: {name: q}\n", o).run.output, "runs/q");
+}
+
+// data.path without data.source: file would be ignored (training on synthetic bytes): an error naming both.
+TEST(Deck, DataPathNeedsFileSource) {
+  auto p = problems_of("data: {path: /etc/hostname}\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "data.path = '/etc/hostname' is set but data.source = 'synthetic'")) << p[0];
+  EXPECT_TRUE(problems_of("data: {source: file, path: " CONDUCTOR_TEST_SOURCE_DIR "/README.md}\n").empty());
+}
+
+TEST(Deck, OverwriteAndMemoryLimitKeys) {
+  Deck d = parse("run: {overwrite: true, memory_limit_gb: 2.5}\n");
+  EXPECT_TRUE(d.run.overwrite);
+  EXPECT_DOUBLE_EQ(d.run.memory_limit_gb, 2.5);
+  EXPECT_FALSE(Deck{}.run.overwrite);
+  EXPECT_FALSE(problems_of("run: {memory_limit_gb: -1}\n").empty());
+}

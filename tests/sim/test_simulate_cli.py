@@ -28,6 +28,7 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write(f"""run:
   steps: 3
   output: {out}
+  overwrite: true
 parallel:
   pipeline: 4
   microbatches: 8

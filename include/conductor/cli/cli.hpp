@@ -1,5 +1,6 @@
 #pragma once
 // The `conductor` command line: one binary, subcommands, a deck and `key.path=value` overrides.
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,8 +35,12 @@ struct CommandSpec {
 
 const std::vector<CommandSpec>& commands();
 
-// Loads the deck named by the invocation: rank 0 reads the file and broadcasts it when MPI is running; every
-// rank parses the same text. Problems are printed once (rank 0) and every rank throws CollectiveExit(2).
+// The largest deck file read (1 MB): larger files are refused before parsing.
+inline constexpr std::uintmax_t kMaxDeckBytes = 1 << 20;
+
+// Loads the deck named by the invocation: a folder, an empty deck or one above kMaxDeckBytes is an error; rank 0 reads
+// the file and broadcasts it when MPI is running; every rank parses the same text. Problems are printed once (rank 0)
+// and every rank throws CollectiveExit(2).
 config::Deck load_deck(const Invocation& inv, config::Command command);
 
 // Command entry points, one file each.

@@ -14,7 +14,9 @@ struct RunConfig {
   std::string name = "conductor";
   int steps = 10;
   unsigned long long seed = 1234;
-  std::string output;  // "" resolves to runs/<name>
+  std::string output;          // "" resolves to runs/<name> (simulate: runs/<name>-sim)
+  bool overwrite = false;      // write into a folder that holds another run's results
+  double memory_limit_gb = 0;  // size guard: refuse decks estimated above this; 0 = the machine's available memory
 };
 
 struct ParallelConfig {
@@ -61,6 +63,7 @@ struct LoadOptions {
   std::vector<std::string> overrides;  // "key.path=value", applied after the deck, in order
   Command command = Command::Validate;
   int world_size = 1;
+  bool from_file = false;  // the text is a deck file the user named: an empty one is an error
 };
 
 // Parses, applies overrides, type- and range-checks every key, derives defaults, runs cross-field checks.

@@ -1,0 +1,30 @@
+#pragma once
+// Run folders (run.output): what a previous run left in one, the refusal to write over it, and the write probe
+// that finds an unwritable folder before any work is done. Every check here runs before anything is created.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "conductor/config/deck.hpp"
+
+namespace conductor::cli {
+
+// The results of a previous run found in `dir`: trace.h5, summary.json, resolved.yaml, checkpoint files
+// (vstage_*.h5) and, when `checkpoint_dir` is not empty, that checkpoint folder if it holds anything.
+std::vector<std::string> previous_results(const std::filesystem::path& dir,
+                                          const std::filesystem::path& checkpoint_dir = {});
+
+// Throws InputError (exit 2) naming the folder, what it holds and how to proceed when the command would write
+// over another run's results. Allowed: run.overwrite; `run` with checkpoint.resume set (continuing that run);
+// `simulate` into a folder whose resolved.yaml is this very deck (the simulator is deterministic, so writing
+// it again loses nothing).
+void check_output_folder(const config::Deck& deck, config::Command command);
+
+// Creates and removes a probe file in `dir`, or in its nearest existing ancestor when `dir` does not exist yet,
+// so nothing is left behind; throws InputError naming `key` and the reason when it cannot be written.
+void probe_writable(const std::string& key, const std::filesystem::path& dir);
+
+// Creates the run folder; InputError (exit 2) naming run.output when it cannot be.
+void create_run_folder(const std::filesystem::path& dir);
+
+}  // namespace conductor::cli

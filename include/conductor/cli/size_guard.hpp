@@ -1,0 +1,26 @@
+#pragma once
+// The size guard: a deck estimated to need more memory than the machine has available (or than
+// run.memory_limit_gb) is refused, with the estimate and the limit, before anything is allocated.
+#include <cstdint>
+#include <string>
+
+#include "conductor/config/deck.hpp"
+
+namespace conductor::cli {
+
+// MemAvailable from /proc/meminfo; elsewhere free pages x page size (sysconf); 0 when neither is known.
+std::uint64_t available_memory_bytes();
+
+// run.memory_limit_gb in bytes, or available_memory_bytes() when it is 0; `source` says which.
+std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source);
+
+// `conductor simulate`: the simulator's estimate for the deck (sim/memory_estimate.hpp), with events when
+// traced or when a step has at most `events_up_to` ops (simulate then summarizes from them); InputError above
+// the limit.
+void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to);
+
+// `conductor run`, collective over MPI_COMM_WORLD: each rank estimates its own trainer (runtime/memory_estimate.hpp),
+// the ranks of a node add theirs up, and a node above the limit ends every rank with exit 2.
+void check_run_size(const config::Deck& deck);
+
+}  // namespace conductor::cli

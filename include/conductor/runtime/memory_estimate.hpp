@@ -1,0 +1,28 @@
+#pragma once
+// The trainer's memory on one rank, from the model's dimensions, before anything is allocated (the size guard
+// of `conductor run`): parameters, gradients and AdamW's two moments (four fp32 copies) of the virtual stages
+// the rank holds, plus one microbatch's activations (as model::StageModel lays them out) times the microbatches
+// the schedule keeps in flight.
+#include <cstdint>
+#include <vector>
+
+namespace conductor::runtime {
+
+struct RankModelShape {
+  int vocab = 256, seq_len = 64, d_model = 64, n_heads = 4, mlp_hidden = 256, microbatch_size = 4;
+  std::vector<int> layers;  // per virtual stage held by the rank
+  bool embedding = false;   // holds virtual stage 0 (token and position embeddings)
+  bool head = false;        // holds the last virtual stage (final LayerNorm, LM head, loss)
+  double in_flight = 1;     // peak microbatches whose activations are held (units of M_F)
+};
+
+struct RankMemory {
+  std::uint64_t parameters = 0;   // floats of the weights held
+  std::uint64_t state_bytes = 0;  // weights, gradients, AdamW m and v
+  std::uint64_t activation_bytes = 0;
+  std::uint64_t total() const { return state_bytes + activation_bytes; }
+};
+
+RankMemory estimate_rank_memory(const RankModelShape& shape);
+
+}  // namespace conductor::runtime

@@ -1,0 +1,141 @@
+#include "conductor/cli/size_guard.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "conductor/model/layer_split.hpp"
+#include "conductor/runtime/memory_estimate.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sched/schedule.hpp"
+#include "conductor/sim/memory_estimate.hpp"
+#include "conductor/util/error.hpp"
+#include "conductor/util/mpi.hpp"
+
+namespace conductor::cli {
+
+namespace {
+
+std::string gb(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GB", static_cast<double>(bytes) / 1e9);
+  return buf;
+}
+
+int ops_per_microbatch(const std::string& kind) {
+  // Zero-bubble schedules split the backward pass into B and W; the others run one BW op. A schedule file may
+  // hold either: counted as three.
+  return kind.rfind("zb", 0) == 0 || kind.rfind("file:", 0) == 0 ? 3 : 2;
+}
+
+// The trainer of `rank` under the deck: its virtual stages' layers (the schedule's placement) and the peak
+// microbatches in flight (the schedule's memory limit, at most m).
+runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
+  sched::Schedule layout;  // placement only: which virtual stages the rank holds
+  layout.p = deck.parallel.pipeline;
+  layout.m = deck.parallel.microbatches;
+  layout.v = deck.parallel.virtual_chunks;
+  layout.placement = deck.schedule.kind == "zb-v" ? sched::Placement::V : sched::Placement::Loop;
+  const std::vector<int> split = model::split_layers(deck, layout.num_stages());
+  runtime::RankModelShape s;
+  s.vocab = deck.model.vocab;
+  s.seq_len = deck.model.seq_len;
+  s.d_model = deck.model.d_model;
+  s.n_heads = deck.model.n_heads;
+  s.mlp_hidden = deck.model.mlp_ratio * deck.model.d_model;
+  s.microbatch_size = deck.parallel.microbatch_size;
+  for (int c = 0; c < layout.v; ++c) {
+    const int stage = layout.stage_of(rank, c);
+    s.layers.push_back(split[static_cast<std::size_t>(stage)]);
+    s.embedding = s.embedding || stage == 0;
+    s.head = s.head || stage == layout.num_stages() - 1;
+  }
+  double limit = deck.schedule.memory_limit;
+  if (limit <= 0 && deck.schedule.kind.rfind("file:", 0) != 0)
+    limit = sched::default_memory_limit(deck.schedule.kind, layout.p, layout.m, layout.v);
+  s.in_flight = limit > 0 ? std::min<double>(limit, layout.m) : layout.m;
+  return s;
+}
+
+}  // namespace
+
+std::uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kb) == 1) return kb * 1024ULL;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source) {
+  if (deck.run.memory_limit_gb > 0) {
+    source = "run.memory_limit_gb";
+    return static_cast<std::uint64_t>(deck.run.memory_limit_gb * 1e9);
+  }
+  source = "the memory available on this machine (MemAvailable; run.memory_limit_gb sets another)";
+  return available_memory_bytes();
+}
+
+void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
+  sim::SimSize size;
+  size.p = deck.parallel.pipeline;
+  size.m = deck.parallel.microbatches;
+  size.v = deck.parallel.virtual_chunks;
+  size.ops_per_microbatch = ops_per_microbatch(deck.schedule.kind);
+  size.events = deck.trace.enabled || sim::ops_per_step(size) <= events_up_to;
+  size.comm_events = deck.trace.enabled && deck.trace.comm_events;
+  const std::uint64_t estimate = sim::estimate_bytes(size);
+  std::string source;
+  const std::uint64_t limit = memory_limit_bytes(deck, source);
+  if (limit == 0 || estimate <= limit) return;
+  throw InputError(
+      "the simulation needs about " + gb(estimate) + " of memory (" + std::to_string(sim::ops_per_step(size)) +
+      " ops per step: parallel.pipeline " + std::to_string(size.p) + " x microbatches " + std::to_string(size.m) +
+      " x virtual " + std::to_string(size.v) + " x " + std::to_string(size.ops_per_microbatch) +
+      (size.events ? ", with trace events" : "") + "), above the limit of " + gb(limit) + " set by " + source +
+      "; make the pipeline or the microbatch count smaller" + (size.events ? ", or set trace.enabled=false" : ""));
+}
+
+void check_run_size(const config::Deck& deck) {
+  const int rank = mpi::world_rank();
+  std::string problem;
+  std::uint64_t mine = 0;
+  runtime::RankMemory memory;
+  if (deck.backend == "cpu") {  // host memory; cuda's lives on the GPU, emulated allocates no model
+    try {
+      memory = runtime::estimate_rank_memory(rank_shape(deck, rank));
+      mine = memory.total();
+    } catch (const InputError&) {
+      // a layer split that does not fit is reported, with its key, when the model is built
+    }
+  }
+  unsigned long long node_total = mine;
+  int node_ranks = 1;
+  if (mpi::initialized()) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    unsigned long long m = mine;
+    MPI_Allreduce(&m, &node_total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+  }
+  std::string source;
+  const std::uint64_t limit = memory_limit_bytes(deck, source);
+  if (limit > 0 && node_total > limit) {
+    problem = "the run needs about " + gb(node_total) + " of memory on this node (" + std::to_string(node_ranks) +
+              " rank" + (node_ranks == 1 ? "" : "s") + "; rank " + std::to_string(rank) + ": " +
+              gb(memory.state_bytes) + " for " + std::to_string(memory.parameters) +
+              " parameters with their gradients and AdamW state, " + gb(memory.activation_bytes) +
+              " of activations), above the limit of " + gb(limit) + " set by " + source +
+              "; use a smaller model, fewer or smaller microbatches in flight, or more nodes";
+  }
+  mpi::check_all(problem.empty(), problem, kExitUsage);
+}
+
+}  // namespace conductor::cli

@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""Fault suite: deck files a user gets wrong (a folder, an empty or huge file, repeated keys, aliases, empty and
+ignored values): each an exit 2 with one message at the right place, before anything runs."""
+import os
+import re
+import unittest
+
+from faultlib import FaultCase, mpirun, run1
+
+
+class DeckLoading(FaultCase):
+    def write(self, name, text):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_folder_as_deck(self):
+        self.assertFault(run1("validate", self.tmp.name), 2, r"is a folder; the deck is a YAML file")
+        self.assertFault(mpirun(2, "run", self.tmp.name), 2, r"is a folder; the deck is a YAML file")
+
+    def test_empty_deck(self):
+        # (a file of comments only: tests/config)
+        self.assertFault(run1("validate", self.write("empty.yaml", "")), 2, r"empty\.yaml: the deck is empty \(no keys\)")
+
+    def test_oversized_deck_refused_before_parsing(self):
+        big = self.write("big.yaml", "run: {name: big}\n" + ("# padding\n" * 120000))
+        r = run1("simulate", big)
+        self.assertFault(r, 2, r"big\.yaml: 1200017 bytes; a deck is at most 1048576 bytes")
+        self.assertLess(r.seconds, 10)
+
+    def test_override_changes_one_key_through_aliases(self):
+        deck = self.write("alias.yaml", "run:\n  steps: &n 5\n  seed: *n\n")
+        r = run1("validate", deck, "run.steps=7")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.out, r"steps: 7\n")
+        self.assertRegex(r.out, r"seed: 5\n")
+
+    def test_repeated_key_located_in_deck(self):
+        deck = self.write("dup.yaml", "run:\n  steps: 3\n  steps: 4\n")
+        r = run1("validate", deck, "run.steps=5")
+        self.assertFault(r, 2, re.escape(deck) + r":3:3: key 'run\.steps' appears twice \(first at line 2\)")
+        self.assertNotIn("command line", r.text)
+
+    def test_empty_output_means_default(self):
+        r = run1("validate", self.deck(), "run.output=")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.out, r"output: runs/tiny\n")
+
+    def test_data_path_without_file_source(self):
+        self.assertFault(run1("validate", self.deck(), "data.path=/etc/hostname"), 2,
+                         r"data\.path = '/etc/hostname' is set but data\.source = 'synthetic' does not read it")
+
+
+if __name__ == "__main__":
+    unittest.main()
