@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
 
 namespace conductor::model {
@@ -31,7 +32,7 @@ std::vector<double> train_reference(const config::Deck& deck, int until_step) {
   for (int i = 0; i < S; i++) all[i] = i;
   StageModel model(deck, all, S);
   int step = 0;
-  if (!deck.checkpoint.resume.empty()) step = model.load_checkpoint(deck.checkpoint.resume);
+  if (!deck.checkpoint.resume.empty()) step = model.load_checkpoint(resolve_checkpoint(deck.checkpoint.resume));
   const int last = until_step < 0 ? deck.run.steps : until_step;
   const std::size_t n = model.activation_elements();
   std::vector<std::vector<float>> act(S + 1, std::vector<float>(n)), grad(S + 1, std::vector<float>(n));
@@ -44,7 +45,8 @@ std::vector<double> train_reference(const config::Deck& deck, int until_step) {
     const int done = step + 1;
     if (!deck.checkpoint.path.empty() &&
         ((deck.checkpoint.every > 0 && done % deck.checkpoint.every == 0) || done == last)) {
-      model.save_checkpoint(deck.checkpoint.path, done);
+      write_checkpoint(model, deck.checkpoint.path, done, deck.checkpoint.keep, deck.parallel.pipeline,
+                       deck.parallel.virtual_chunks);
     }
   }
   return losses;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "conductor/model/stage.hpp"
+#include "conductor/runtime/checkpointing.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
@@ -197,13 +198,17 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
   std::unique_ptr<Compute> compute;
   std::unique_ptr<trace::TraceWriter> writer;
   int first_step = 0;
+  collectively(comm, kExitUsage, [&] { compute = make_compute(deck, order, rank, noise, comm); });
+  // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
+  if (compute->model() && !deck.checkpoint.path.empty()) probe_checkpoint_path(deck, comm);
+  if (!deck.checkpoint.resume.empty()) first_step = resume_from_checkpoint(deck, compute->model(), comm);
   collectively(comm, kExitUsage, [&] {
-    compute = make_compute(deck, order, rank, noise, comm);
-    if (!deck.checkpoint.resume.empty()) {
-      if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
-      first_step = compute->model()->load_checkpoint(deck.checkpoint.resume);
-    }
-    if (rank == 0 && deck.trace.enabled) {
+    const std::string trace_path = (out_dir / "trace.h5").string();
+    if (rank == 0 && deck.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path)) {
+      // A resumed run (e.g. a requeued Slurm job) continues its trace: docs/trace.md, "Resumed runs".
+      writer = std::make_unique<trace::TraceWriter>(trace_path, first_step);
+      log::info("continuing the trace " + trace_path + " at step " + std::to_string(first_step + 1));
+    } else if (rank == 0 && deck.trace.enabled) {
       trace::RunInfo info;
       info.deck = config::to_yaml(deck);
       info.world_size = size;
@@ -217,7 +222,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
       info.pipeline = order.p;
       info.microbatches = order.m;
       info.virtual_chunks = order.v;
-      writer = std::make_unique<trace::TraceWriter>((out_dir / "trace.h5").string(), info);
+      writer = std::make_unique<trace::TraceWriter>(trace_path, info);
     }
   });
   outcome.first_step = first_step;
@@ -302,8 +307,7 @@ RunOutcome train(const config::Deck& deck, MPI_Comm comm, const sched::PlannerFa
     const bool last = step + 1 == deck.run.steps;
     if (compute->model() && !deck.checkpoint.path.empty()) {
       const bool due = last || stopping || (deck.checkpoint.every > 0 && (step + 1) % deck.checkpoint.every == 0);
-      if (due)
-        collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(deck.checkpoint.path, step + 1); });
+      if (due) save_checkpoint_step(deck, *compute->model(), step + 1, comm);
     }
     // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
     // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
