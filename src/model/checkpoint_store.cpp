@@ -44,8 +44,9 @@ void prune(const fs::path& root, int current, int keep) {
   for (std::size_t i = static_cast<std::size_t>(keep - 1); i < older.size(); i++) {
     std::error_code ec;
     fs::remove_all(root / step_folder_name(older[i]), ec);
-    if (ec) throw Error("checkpoint: cannot remove old step folder '" + (root / step_folder_name(older[i])).string() +
-                        "': " + ec.message());
+    if (ec)
+      throw Error("checkpoint: cannot remove old step folder '" + (root / step_folder_name(older[i])).string() +
+                  "': " + ec.message());
   }
 }
 
@@ -134,15 +135,21 @@ Manifest read_manifest(const std::string& step_dir) {
     int value = 0;
     words >> value;
     if (!words) throw bad("expected '" + key + " <integer>'");
-    if (key == "step") m.step = value, seen |= 1;
-    else if (key == "pipeline") m.pipeline = value, seen |= 2;
-    else if (key == "virtual") m.virtual_chunks = value, seen |= 4;
-    else if (key == "virtual_stages") m.num_virtual_stages = value, seen |= 8;
-    else throw bad("unknown key '" + key + "'");
+    if (key == "step")
+      m.step = value, seen |= 1;
+    else if (key == "pipeline")
+      m.pipeline = value, seen |= 2;
+    else if (key == "virtual")
+      m.virtual_chunks = value, seen |= 4;
+    else if (key == "virtual_stages")
+      m.num_virtual_stages = value, seen |= 8;
+    else
+      throw bad("unknown key '" + key + "'");
   }
   if (line_no == 0) throw bad("empty file");
   if (seen != 15 || m.files.empty())
-    throw InputError("checkpoint manifest '" + path + "' is incomplete (needs step, pipeline, virtual, "
+    throw InputError("checkpoint manifest '" + path +
+                     "' is incomplete (needs step, pipeline, virtual, "
                      "virtual_stages and at least one file line)");
   return m;
 }
@@ -185,8 +192,9 @@ void commit_step(const std::string& root, const Manifest& manifest, int keep) {
   std::error_code ec;
   if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // a stale step of an abandoned run
   if (!ec) fs::rename(partial, final_dir, ec);
-  if (ec) throw Error("checkpoint step " + std::to_string(manifest.step) + ": cannot rename '" + partial + "' to '" +
-                      final_dir.string() + "': " + ec.message());
+  if (ec)
+    throw Error("checkpoint step " + std::to_string(manifest.step) + ": cannot rename '" + partial + "' to '" +
+                final_dir.string() + "': " + ec.message());
   util::fsync_folder(root);
   const fs::path latest_tmp = r / (std::string(kLatestName) + ".tmp");
   write_text_durably(latest_tmp, step_folder_name(manifest.step) + "\n");

@@ -85,9 +85,8 @@ std::vector<model::CheckpointFile> parse_entries(const std::string& text) {
 
 void probe_checkpoint_path(const config::Deck& deck, MPI_Comm comm) {
   const int rank = rank_of(comm);
-  collectively(comm, kExitUsage, [&] {
-    model::probe_checkpoint_root(deck.checkpoint.path, ".probe-rank" + std::to_string(rank));
-  });
+  collectively(comm, kExitUsage,
+               [&] { model::probe_checkpoint_root(deck.checkpoint.path, ".probe-rank" + std::to_string(rank)); });
 }
 
 int resume_from_checkpoint(const config::Deck& deck, model::StageModel* model, MPI_Comm comm) {

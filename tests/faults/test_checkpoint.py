@@ -120,6 +120,25 @@ class Checkpoints(FaultCase):
         self.assertEqual(again.code, 0, again.text)
         self.assertRegex(again.text, r"step +2/2")
 
+    def test_resume_continues_the_trace(self):
+        # A requeued job resumes from step 2 into its own output folder, whose trace already holds step 3 (index
+        # 2) from the first attempt: that row is dropped and rewritten, the earlier ones kept, none doubled.
+        import h5py
+        root = self.copy_good()
+        shutil.copytree(os.path.join(self.base.name, "out"), self.out)
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as f:
+            before = f["steps"][:]
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(root, "step-000002"))
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"continuing the trace .*trace\.h5 at step 3")
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as f:
+            steps = f["steps"][:]
+            events = f["events"][:]
+        self.assertEqual(list(steps["step"]), [0, 1, 2])
+        self.assertEqual(list(steps["loss"][:2]), list(before["loss"][:2]))
+        self.assertEqual(steps["loss"][2], before["loss"][2])  # the same loss as the uninterrupted run
+        self.assertEqual(sorted(set(events["step"].tolist())), [0, 1, 2])
+
 
 class PolicyFiles(FaultCase):
     def test_bad_policy_checksum(self):
