@@ -20,6 +20,8 @@ void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
   int code = kExitFailure;
   try {
     f();
+  } catch (const CollectiveExit&) {
+    throw;  // already agreed on and reported by every rank
   } catch (const InputError& e) {
     ok = false;
     message = e.what();
