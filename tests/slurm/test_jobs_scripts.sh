@@ -50,9 +50,9 @@ expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$wo
 mkdir -p out1r/checkpoints && echo step-000002 >out1r/checkpoints/latest
 expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/checkpoints\$" -- \
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
-expect 0 "restart 1: resuming from $work/out1r/checkpoints (step-000002)" -- \
+expect 0 "restart 1: resuming from $work/out1r/checkpoints \\(step-000002\\)" -- \
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
-expect 0 "run.output=$work/out1c checkpoint.path=/elsewhere\$" -- \
+expect 0 "conductor run .* checkpoint.path=/elsewhere run.output=$work/out1c\$" -- \
   env OUTPUT=out1c OVERRIDES="checkpoint.path=/elsewhere" bash "$src/jobs/train-cpu.sbatch"
 for script in train.sbatch train-cpu.sbatch; do
   for line in "--signal=B:TERM@120" "--requeue" "--open-mode=append"; do
