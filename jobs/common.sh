@@ -116,6 +116,44 @@ cj_deck_value() {
   ' "$1"
 }
 
+# cj_resume_overrides OUTPUT [override ...]: sets CJ_RESUME to the overrides that make a `run` requeue-safe:
+# checkpoints in OUTPUT/checkpoints (unless an override names checkpoint.path), and, when that folder holds a
+# `latest` step (a requeued or restarted job: SLURM_RESTART_COUNT > 0, or a resubmission into the same OUTPUT),
+# checkpoint.resume from it. The run then continues OUTPUT/trace.h5 instead of replacing it.
+cj_resume_overrides() {
+  local output=$1 o
+  shift
+  local ck=$output/checkpoints
+  CJ_RESUME=()
+  for o in "$@"; do
+    [[ $o == checkpoint.path=* ]] && ck=${o#checkpoint.path=}
+  done
+  [[ $ck == "$output/checkpoints" ]] && CJ_RESUME+=("checkpoint.path=$ck")
+  if [[ -f $ck/latest ]]; then
+    for o in "$@"; do
+      [[ $o == checkpoint.resume=* ]] && return 0
+    done
+    cj_log "restart ${SLURM_RESTART_COUNT:-0}: resuming from $ck ($(cat "$ck/latest"))"
+    CJ_RESUME+=("checkpoint.resume=$ck")
+  elif [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
+    cj_log "restart $SLURM_RESTART_COUNT: no checkpoint in $ck yet; starting from step 0"
+  fi
+}
+
+# cj_run_forwarding_term COMMAND...: runs the command in the background and forwards a SIGTERM of the batch
+# shell to it (#SBATCH --signal=B:TERM@LEAD signals only the batch shell; bash would run a trap only after a
+# foreground command ends). The run then checkpoints and stops. Sets CJ_RC to the command's exit status.
+cj_run_forwarding_term() {
+  "$@" &
+  local pid=$!
+  trap 'cj_log "SIGTERM: asking the run to checkpoint and stop"; kill -TERM '"$pid"' 2>/dev/null' TERM
+  while true; do
+    wait "$pid" && CJ_RC=0 || CJ_RC=$?
+    kill -0 "$pid" 2>/dev/null || break # wait returned for the trap, not because the run ended
+  done
+  trap - TERM
+}
+
 # cj_launch COMMAND DECK OUTPUT [override ...]
 # Validates the deck with the overrides, records what runs in OUTPUT/job.txt, then launches
 #   run:              srun --mpi=pmix over all tasks of the job (one rank per pipeline stage; outside Slurm
@@ -136,6 +174,14 @@ cj_launch() {
   done
   overrides+=("run.output=$output")
   mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
+  if [[ -n ${SLURM_JOB_ID:-} && ${DRY_RUN:-0} != 1 ]]; then
+    # The job's log also lands in the run folder, appended to by every attempt of a requeued job.
+    exec > >(tee -a "$output/job.log") 2>&1
+  fi
+  if [[ $command == run ]]; then
+    cj_resume_overrides "$output" "${overrides[@]}"
+    overrides+=("${CJ_RESUME[@]}")
+  fi
 
   # Deck problems are reported once, here, instead of once per rank after a queue wait.
   cj_log "checking: $(cj_quote "$CONDUCTOR_BINARY" validate "$deck" "${overrides[@]}")"
@@ -178,7 +224,12 @@ cj_launch() {
     return 0
   fi
   local rc=0
-  "${cmd[@]}" || rc=$?
+  if [[ -n ${SLURM_JOB_ID:-} && $command == run ]]; then
+    cj_run_forwarding_term "${cmd[@]}"
+    rc=$CJ_RC
+  else
+    "${cmd[@]}" || rc=$?
+  fi
   if [[ $rc -ne 0 ]]; then
     echo "conductor-job: error: '$command' failed with exit code $rc" >&2
     exit "$rc"

@@ -105,7 +105,7 @@ plan::Plan resolve(const Deck& d) {
   out.model = resolved_model(d.model);
   out.data = plan::Data{d.data.source, d.data.path};
   out.optim = resolved_optim(d);
-  out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume};
+  out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep};
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
   out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};
   out.scheduler = plan::GlobalTier{d.scheduler.kind, d.policy.path, d.policy.ema, d.policy.verify_samples};

@@ -110,15 +110,21 @@ void add_model_fields(std::vector<Field>& f) {
 
   f.push_back(field<std::string>(
       "checkpoint.path", [](Deck & d) -> auto& { return d.checkpoint.path; },
-      "Folder for HDF5 checkpoints (one file per virtual stage); empty: none written."));
+      "Checkpoint root: one folder per step (step-NNNNNN: an HDF5 file per virtual stage and a manifest with "
+      "their CRC-32), and `latest` naming the newest complete step; empty: none written."));
   f.push_back(field<int>(
                   "checkpoint.every", [](Deck & d) -> auto& { return d.checkpoint.every; },
                   "Write a checkpoint every N steps; 0: only after the last step.")
                   .range(0, 1e9));
+  f.push_back(field<int>(
+                  "checkpoint.keep", [](Deck & d) -> auto& { return d.checkpoint.keep; },
+                  "Complete checkpoint steps kept under checkpoint.path (older ones are removed once a newer step "
+                  "is complete); 0: keep all.")
+                  .range(0, 1e6));
   f.push_back(field<std::string>(
       "checkpoint.resume", [](Deck & d) -> auto& { return d.checkpoint.resume; },
-      "Checkpoint folder to resume from (weights, optimizer state, step); empty: "
-      "start from the initialisation."));
+      "Checkpoint to resume from (weights, optimizer state, step): a checkpoint root (its `latest` step) or "
+      "one step folder; every file is checked against the manifest first. Empty: start from the initialisation."));
 }
 
 namespace {

@@ -1,15 +1,21 @@
-// HDF5 checkpoints, one file per virtual stage:
+// HDF5 checkpoint files, one per virtual stage, inside a step folder (model/checkpoint.hpp has the layout):
 //   /meta/{step, virtual_stage, num_virtual_stages, first_layer, n_layers}  int64 scalars
 //   /meta/rng_state  uint64[2] = (run.seed, step): the whole data stream state (tokens are a pure function of
 //                    (seed, step, microbatch)); the model has no other random state after initialisation
 //   /deck            the resolved deck (YAML text)
 //   /params/<tensor>, /adam_m/<tensor>, /adam_v/<tensor>   fp32, the tensor's shape
+// Each file is built in memory (HDF5's core driver) and written with checked POSIX calls and an fsync, and read
+// back whole and checked against the manifest's CRC-32 before HDF5 parses it: HDF5 never does disk I/O here,
+// so a full disk or a corrupt file is one clear error, never HDF5's error stack or a crash at close.
 #include <hdf5.h>
 
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::model {
@@ -27,11 +33,38 @@ class H5Id {
   H5Id& operator=(const H5Id&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  herr_t close() { return id_ >= 0 ? close_(std::exchange(id_, -1)) : 0; }
 
  private:
   hid_t id_;
   herr_t (*close_)(hid_t);
 };
+
+// Silences HDF5's error-stack printing while alive: failures become our own messages.
+class Silence {
+ public:
+  Silence() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~Silence() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  Silence(const Silence&) = delete;
+  Silence& operator=(const Silence&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// A file access property list of the core (in-memory) driver that never touches the disk.
+hid_t memory_fapl() {
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0 || H5Pset_fapl_core(fapl, 1 << 20, false) < 0) {
+    if (fapl >= 0) H5Pclose(fapl);
+    throw Error("checkpoint: cannot set up HDF5's in-memory driver");
+  }
+  return fapl;
+}
 
 // Runs an HDF5 open without printing HDF5's error stack (a failure becomes our own message).
 template <class F>
@@ -86,118 +119,178 @@ std::string StageModel::checkpoint_file(const std::string& dir, int vs) {
   return (std::filesystem::path(dir) / ("vstage_" + std::to_string(vs) + ".h5")).string();
 }
 
-void StageModel::save_checkpoint(const std::string& dir, int steps_done) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("checkpoint: cannot create folder '" + dir + "': " + ec.message());
+// The HDF5 image of one virtual stage's checkpoint file, built in memory.
+std::vector<unsigned char> StageModel::checkpoint_image(int vs, int steps_done, const std::string& file) const {
+  Silence quiet;
   const std::string& deck_text = plan_.deck_yaml;
-  for (int vs : held_) {
-    const std::string file = checkpoint_file(dir, vs);
-    const std::string tmp = file + ".tmp";  // written then renamed, so a crash never leaves half a checkpoint
-    {
-      H5Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      if (!f.ok()) throw Error("checkpoint: cannot create '" + tmp + "'");
-      {
-        H5Id meta(H5Gcreate2(f.get(), "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-        write_i64(meta.get(), "step", steps_done, file);
-        write_i64(meta.get(), "virtual_stage", vs, file);
-        write_i64(meta.get(), "num_virtual_stages", num_vs_, file);
-        write_i64(meta.get(), "first_layer", first_layer(vs), file);
-        write_i64(meta.get(), "n_layers", num_layers(vs), file);
-        const unsigned long long rng[2] = {plan_.run.seed, static_cast<unsigned long long>(steps_done)};
-        const hsize_t two = 2;
-        H5Id space(H5Screate_simple(1, &two, nullptr), H5Sclose);
-        H5Id ds(H5Dcreate2(meta.get(), "rng_state", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                H5Dclose);
-        check(H5Dwrite(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "write rng_state", file);
-      }
-      {
-        H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
-        check(H5Tset_size(type.get(), std::max<std::size_t>(1, deck_text.size())), "size deck string", file);
-        H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
-        H5Id ds(H5Dcreate2(f.get(), "deck", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-        check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, deck_text.c_str()), "write deck", file);
-      }
-      for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
-        const std::vector<float> host = read(vs, which);
-        H5Id g(H5Gcreate2(f.get(), group_name(which), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-        for (const auto& t : tensors(vs)) {
-          std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-          H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-          H5Id ds(
-              H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-              H5Dclose);
-          if (!ds.ok()) throw Error("checkpoint '" + file + "': cannot create dataset " + t.name);
-          check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset),
-                "write " + t.name, file);
-        }
-      }
-    }
-    std::filesystem::rename(tmp, file, ec);
-    if (ec) throw Error("checkpoint: cannot rename '" + tmp + "' to '" + file + "': " + ec.message());
+  H5Id fapl(memory_fapl(), H5Pclose);
+  const std::string label = "in-memory image of " + file;  // never touches the disk (no backing store)
+  H5Id f(H5Fcreate(label.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  if (!f.ok()) throw Error("checkpoint '" + file + "': cannot create the in-memory HDF5 file");
+  {
+    H5Id meta(H5Gcreate2(f.get(), "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!meta.ok()) throw Error("checkpoint '" + file + "': cannot create group meta");
+    write_i64(meta.get(), "step", steps_done, file);
+    write_i64(meta.get(), "virtual_stage", vs, file);
+    write_i64(meta.get(), "num_virtual_stages", num_vs_, file);
+    write_i64(meta.get(), "first_layer", first_layer(vs), file);
+    write_i64(meta.get(), "n_layers", num_layers(vs), file);
+    const unsigned long long rng[2] = {plan_.run.seed, static_cast<unsigned long long>(steps_done)};
+    const hsize_t two = 2;
+    H5Id space(H5Screate_simple(1, &two, nullptr), H5Sclose);
+    H5Id ds(H5Dcreate2(meta.get(), "rng_state", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+            H5Dclose);
+    check(H5Dwrite(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "write rng_state", file);
   }
+  {
+    H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+    check(H5Tset_size(type.get(), std::max<std::size_t>(1, deck_text.size())), "size deck string", file);
+    H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5Id ds(H5Dcreate2(f.get(), "deck", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, deck_text.c_str()), "write deck", file);
+  }
+  for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
+    const std::vector<float> host = read(vs, which);
+    H5Id g(H5Gcreate2(f.get(), group_name(which), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!g.ok()) throw Error("checkpoint '" + file + "': cannot create group " + group_name(which));
+    for (const auto& t : tensors(vs)) {
+      std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+      H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+      H5Id ds(H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+              H5Dclose);
+      if (!ds.ok()) throw Error("checkpoint '" + file + "': cannot create dataset " + t.name);
+      check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset),
+            "write " + t.name, file);
+    }
+  }
+  check(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), "flush", file);
+  const ssize_t size = H5Fget_file_image(f.get(), nullptr, 0);
+  if (size <= 0) throw Error("checkpoint '" + file + "': cannot get the HDF5 file image");
+  std::vector<unsigned char> image(static_cast<std::size_t>(size));
+  if (H5Fget_file_image(f.get(), image.data(), image.size()) != size)
+    throw Error("checkpoint '" + file + "': cannot copy the HDF5 file image");
+  check(f.close(), "close", file);
+  return image;
 }
 
-int StageModel::load_checkpoint(const std::string& dir) {
-  long long steps = -1;
+std::vector<CheckpointFile> StageModel::save_checkpoint(const std::string& dir, int steps_done) const {
+  std::vector<CheckpointFile> files;
   for (int vs : held_) {
     const std::string file = checkpoint_file(dir, vs);
-    if (!std::filesystem::is_regular_file(file)) {
-      throw InputError("checkpoint.resume = '" + dir + "': missing file '" + file + "' for virtual stage " +
-                       std::to_string(vs));
+    const std::vector<unsigned char> image = checkpoint_image(vs, steps_done, file);
+    try {
+      util::write_file_durably(file, image.data(), image.size());
+    } catch (const Error& e) {
+      throw Error("checkpoint step " + std::to_string(steps_done) + ": " + e.what());
     }
-    H5Id f(quietly([&] { return H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); }), H5Fclose);
+    files.push_back(
+        {std::filesystem::path(file).filename().string(), util::crc32(image.data(), image.size()), image.size()});
+  }
+  return files;
+}
+
+namespace {
+
+// The bytes of one checkpoint file, checked against its manifest entry before anything parses them.
+std::vector<unsigned char> verified_bytes(const std::string& file, const CheckpointFile& entry,
+                                          const std::string& dir) {
+  const std::string manifest = (std::filesystem::path(dir) / kManifestName).string();
+  if (!std::filesystem::is_regular_file(file))
+    throw InputError("checkpoint file '" + file + "' is missing (listed in '" + manifest + "')");
+  std::vector<unsigned char> bytes;
+  try {
+    bytes = util::read_file_bytes(file);
+  } catch (const Error& e) {
+    throw InputError(std::string("checkpoint: ") + e.what());
+  }
+  if (bytes.size() != entry.bytes) {
+    throw InputError("checkpoint file '" + file + "' has " + std::to_string(bytes.size()) + " bytes but '" + manifest +
+                     "' says " + std::to_string(entry.bytes) + " (truncated, or a file from another step)");
+  }
+  const std::uint32_t crc = util::crc32(bytes.data(), bytes.size());
+  if (crc != entry.crc32) {
+    throw InputError("checkpoint file '" + file + "' is corrupt: its CRC-32 is " + util::crc32_hex(crc) + " but '" +
+                     manifest + "' says " + util::crc32_hex(entry.crc32) +
+                     " (changed bytes, or a file from another step)");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int StageModel::load_checkpoint(const std::string& dir) {
+  Silence quiet;
+  const Manifest manifest = read_manifest(dir);
+  if (manifest.num_virtual_stages != num_vs_) {
+    throw InputError("checkpoint '" + dir + "' was written by a run split into " +
+                     std::to_string(manifest.num_virtual_stages) + " virtual stages (pipeline " +
+                     std::to_string(manifest.pipeline) + " x virtual " + std::to_string(manifest.virtual_chunks) +
+                     "); this run has " + std::to_string(num_vs_));
+  }
+  for (int vs : held_) {
+    const std::string file = checkpoint_file(dir, vs);
+    const CheckpointFile& entry = manifest_entry(manifest, dir, std::filesystem::path(file).filename().string());
+    std::vector<unsigned char> bytes = verified_bytes(file, entry, dir);
+    H5Id fapl(memory_fapl(), H5Pclose);
+    check(H5Pset_file_image(fapl.get(), bytes.data(), bytes.size()), "hand the file image to HDF5", file);
+    // The core driver refuses a name that exists on disk when given an image: the name is only a label here.
+    const std::string label = "in-memory image of " + file;
+    H5Id f(quietly([&] { return H5Fopen(label.c_str(), H5F_ACC_RDONLY, fapl.get()); }), H5Fclose);
     if (!f.ok()) throw InputError("checkpoint '" + file + "' is not a readable HDF5 file");
-    const long long nvs = read_i64(f.get(), "/meta/num_virtual_stages", file);
-    const long long first = read_i64(f.get(), "/meta/first_layer", file);
-    const long long nl = read_i64(f.get(), "/meta/n_layers", file);
-    if (nvs != num_vs_ || first != first_layer(vs) || nl != num_layers(vs)) {
-      throw InputError("checkpoint '" + file + "' holds layers " + std::to_string(first) + ".." +
-                       std::to_string(first + nl - 1) + " of a " + std::to_string(nvs) +
-                       "-virtual-stage split; this model's virtual stage " + std::to_string(vs) + " holds layers " +
-                       std::to_string(first_layer(vs)) + ".." + std::to_string(first_layer(vs) + num_layers(vs) - 1) +
-                       " of " + std::to_string(num_vs_));
-    }
-    const long long step = read_i64(f.get(), "/meta/step", file);
-    if (steps >= 0 && step != steps) {
-      throw InputError("checkpoint folder '" + dir + "' mixes steps " + std::to_string(steps) + " and " +
-                       std::to_string(step) + " ('" + file + "')");
-    }
-    steps = step;
-    {
-      unsigned long long rng[2] = {0, 0};
-      H5Id ds(quietly([&] { return H5Dopen2(f.get(), "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
-      if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
-      check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
-      if (rng[0] != plan_.run.seed) {
-        throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
-                         " but the deck has run.seed = " + std::to_string(plan_.run.seed) +
-                         "; the data stream would not continue");
-      }
-    }
-    for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
-      std::vector<float> host(read(vs, which).size());
-      for (const auto& t : tensors(vs)) {
-        const std::string path = std::string("/") + group_name(which) + "/" + t.name;
-        H5Id ds(quietly([&] { return H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT); }), H5Dclose);
-        if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
-        H5Id space(H5Dget_space(ds.get()), H5Sclose);
-        const int rank = H5Sget_simple_extent_ndims(space.get());
-        std::vector<hsize_t> have(std::max(rank, 0));
-        if (rank > 0) H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
-        const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
-        if (have != want) {
-          throw InputError("checkpoint '" + file + "': dataset " + path + " has shape " + shape_text(have) +
-                           " but this model needs " + shape_text(want) +
-                           " (the checkpoint is from another model shape)");
-        }
-        check(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset),
-              "read " + path, file);
-      }
-      write(vs, which, host);
+    load_stage(vs, f.get(), file, manifest.step);
+  }
+  return manifest.step;
+}
+
+// Restores one virtual stage from its open checkpoint file (already verified against the manifest).
+void StageModel::load_stage(int vs, long long file_id, const std::string& file, int manifest_step) {
+  const hid_t fid = static_cast<hid_t>(file_id);
+  const long long nvs = read_i64(fid, "/meta/num_virtual_stages", file);
+  const long long first = read_i64(fid, "/meta/first_layer", file);
+  const long long nl = read_i64(fid, "/meta/n_layers", file);
+  if (nvs != num_vs_ || first != first_layer(vs) || nl != num_layers(vs)) {
+    throw InputError("checkpoint '" + file + "' holds layers " + std::to_string(first) + ".." +
+                     std::to_string(first + nl - 1) + " of a " + std::to_string(nvs) +
+                     "-virtual-stage split; this model's virtual stage " + std::to_string(vs) + " holds layers " +
+                     std::to_string(first_layer(vs)) + ".." + std::to_string(first_layer(vs) + num_layers(vs) - 1) +
+                     " of " + std::to_string(num_vs_));
+  }
+  const long long step = read_i64(fid, "/meta/step", file);
+  if (step != manifest_step) {
+    throw InputError("checkpoint '" + file + "' holds step " + std::to_string(step) + " but its manifest says step " +
+                     std::to_string(manifest_step) + " (a file from another step)");
+  }
+  {
+    unsigned long long rng[2] = {0, 0};
+    H5Id ds(quietly([&] { return H5Dopen2(fid, "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
+    if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
+    check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
+    if (rng[0] != plan_.run.seed) {
+      throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
+                       " but the deck has run.seed = " + std::to_string(plan_.run.seed) +
+                       "; the data stream would not continue");
     }
   }
-  return static_cast<int>(steps);
+  for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
+    std::vector<float> host(read(vs, which).size());
+    for (const auto& t : tensors(vs)) {
+      const std::string path = std::string("/") + group_name(which) + "/" + t.name;
+      H5Id ds(quietly([&] { return H5Dopen2(fid, path.c_str(), H5P_DEFAULT); }), H5Dclose);
+      if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
+      H5Id space(H5Dget_space(ds.get()), H5Sclose);
+      const int rank = H5Sget_simple_extent_ndims(space.get());
+      std::vector<hsize_t> have(std::max(rank, 0));
+      if (rank > 0) H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
+      const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
+      if (have != want) {
+        throw InputError("checkpoint '" + file + "': dataset " + path + " has shape " + shape_text(have) +
+                         " but this model needs " + shape_text(want) + " (the checkpoint is from another model shape)");
+      }
+      check(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset), "read " + path,
+            file);
+    }
+    write(vs, which, host);
+  }
 }
 
 }  // namespace conductor::model

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
 
 namespace conductor::model {
@@ -31,7 +32,7 @@ std::vector<double> train_reference(const plan::Plan& plan, int until_step) {
   for (int i = 0; i < S; i++) all[i] = i;
   StageModel model(plan, all, S);
   int step = 0;
-  if (!plan.checkpoint.resume.empty()) step = model.load_checkpoint(plan.checkpoint.resume);
+  if (!plan.checkpoint.resume.empty()) step = model.load_checkpoint(resolve_checkpoint(plan.checkpoint.resume));
   const int last = until_step < 0 ? plan.run.steps : until_step;
   const std::size_t n = model.activation_elements();
   std::vector<std::vector<float>> act(S + 1, std::vector<float>(n)), grad(S + 1, std::vector<float>(n));
@@ -44,7 +45,7 @@ std::vector<double> train_reference(const plan::Plan& plan, int until_step) {
     const int done = step + 1;
     if (!plan.checkpoint.path.empty() &&
         ((plan.checkpoint.every > 0 && done % plan.checkpoint.every == 0) || done == last)) {
-      model.save_checkpoint(plan.checkpoint.path, done);
+      write_checkpoint(model, plan.checkpoint.path, done, plan.checkpoint.keep, plan.pipeline.p, plan.pipeline.v);
     }
   }
   return losses;

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "nets.hpp"
 
@@ -139,6 +140,28 @@ torch::Tensor tensor_of(const std::vector<float>& v, std::vector<std::int64_t> s
   return torch::from_blob(const_cast<float*>(v.data()), shape, torch::kFloat32).clone();
 }
 
+// The header's body_bytes and body_crc32 (written by save_policy) against the bytes after the header, before
+// LibTorch parses them: a truncated or damaged file is one InputError, never a half-read policy.
+void verify_body(const std::string& path, const std::map<std::string, std::string>& kv, const std::string& body) {
+  const auto bytes = kv.find("body_bytes");
+  const auto crc = kv.find("body_crc32");
+  std::uint32_t want = 0;
+  if (bytes == kv.end() || crc == kv.end() || !util::parse_crc32_hex(crc->second, want)) {
+    throw InputError("policy file '" + path +
+                     "' has no valid body_crc32/body_bytes in its header (written before "
+                     "policy checksums: re-stamp it with scripts/stamp-policy.py or retrain it)");
+  }
+  if (bytes->second != std::to_string(body.size())) {
+    throw InputError("policy file '" + path + "' is corrupt: its body has " + std::to_string(body.size()) +
+                     " bytes, its header says " + bytes->second + " (truncated or appended to)");
+  }
+  const std::uint32_t have = util::crc32(body.data(), body.size());
+  if (have != want) {
+    throw InputError("policy file '" + path + "' is corrupt: its body's CRC-32 is " + util::crc32_hex(have) +
+                     ", its header says " + crc->second + " (changed bytes)");
+  }
+}
+
 }  // namespace
 
 void save_policy(const Policy& p, const std::string& path) {
@@ -164,9 +187,10 @@ void save_policy(const Policy& p, const std::string& path) {
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) throw Error("cannot write policy file '" + tmp + "'");
-    f << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
-      << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << "\n";
     const std::string b = body.str();
+    f << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
+      << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << " body_bytes=" << b.size()
+      << " body_crc32=" << util::crc32_hex(util::crc32(b.data(), b.size())) << "\n";
     f.write(b.data(), static_cast<std::streamsize>(b.size()));
     if (!f) throw Error("cannot write policy file '" + tmp + "'");
   }
@@ -225,6 +249,7 @@ Policy load_policy(const std::string& path) {
     throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
   }
   std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  verify_body(path, kv, body);
   try {
     std::istringstream bs(body);
     torch::serialize::InputArchive ar;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "conductor/model/stage.hpp"
+#include "conductor/runtime/checkpointing.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
@@ -195,13 +196,10 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
   std::unique_ptr<Compute> compute;
   std::unique_ptr<trace::TraceWriter> writer;
   int first_step = 0;
-  collectively(comm, kExitUsage, [&] {
-    compute = make_compute(plan, order, rank, noise, comm);
-    if (!plan.checkpoint.resume.empty()) {
-      if (!compute->model()) throw InputError("checkpoint.resume needs a math backend (backend: cpu)");
-      first_step = compute->model()->load_checkpoint(plan.checkpoint.resume);
-    }
-  });
+  collectively(comm, kExitUsage, [&] { compute = make_compute(plan, order, rank, noise, comm); });
+  // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
+  if (compute->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
+  if (!plan.checkpoint.resume.empty()) first_step = resume_from_checkpoint(plan, compute->model(), comm);
   // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
   // command checked beforehand that it holds no other run's results and can be written).
   collectively(comm, kExitUsage, [&] {
@@ -210,7 +208,12 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
     std::filesystem::create_directories(out_dir, ec);
     if (ec) throw InputError("run.output = '" + out_dir.string() + "': cannot create the folder: " + ec.message());
     write_file(out_dir / "resolved.yaml", plan.deck_yaml);
-    if (plan.trace.enabled) {
+    const std::string trace_path = (out_dir / "trace.h5").string();
+    if (plan.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path)) {
+      // A resumed run (e.g. a requeued Slurm job) continues its trace: docs/trace.md, "Resumed runs".
+      writer = std::make_unique<trace::TraceWriter>(trace_path, first_step);
+      log::info("continuing the trace " + trace_path + " at step " + std::to_string(first_step + 1));
+    } else if (plan.trace.enabled) {
       trace::RunInfo info;
       info.deck = plan.deck_yaml;
       info.world_size = size;
@@ -224,7 +227,7 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
       info.pipeline = order.p;
       info.microbatches = order.m;
       info.virtual_chunks = order.v;
-      writer = std::make_unique<trace::TraceWriter>((out_dir / "trace.h5").string(), info);
+      writer = std::make_unique<trace::TraceWriter>(trace_path, info);
     }
   });
   outcome.first_step = first_step;
@@ -309,8 +312,7 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
     const bool last = step + 1 == plan.run.steps;
     if (compute->model() && !plan.checkpoint.path.empty()) {
       const bool due = last || stopping || (plan.checkpoint.every > 0 && (step + 1) % plan.checkpoint.every == 0);
-      if (due)
-        collectively(comm, kExitFailure, [&] { compute->model()->save_checkpoint(plan.checkpoint.path, step + 1); });
+      if (due) save_checkpoint_step(plan, *compute->model(), step + 1, comm);
     }
     // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
     // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.

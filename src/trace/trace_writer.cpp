@@ -201,6 +201,51 @@ Table create_table(hid_t file, const std::string& path, const char* name, hid_t 
   return t;
 }
 
+// An existing table of a trace being continued: keeps the rows of steps before `first_step` (rows are in step
+// order) and drops the rest, and reloads the partial last chunk so the next append rewrites it whole.
+Table open_table(hid_t file, const std::string& path, const char* name, hid_t file_type, const Packer& packer,
+                 int first_step) {
+  Table t;
+  t.row_size = packer.row_size;
+  h5::Handle dapl(h5::check(H5Pcreate(H5P_DATASET_ACCESS), path, "H5Pcreate"), H5Pclose);
+  h5::check_status(H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), path, "H5Pset_chunk_cache");
+  t.dset = h5::Handle(H5Dopen2(file, name, dapl.get()), H5Dclose);
+  if (!t.dset.valid()) h5::fail_input(path, std::string("H5Dopen2(") + name + ")");
+  h5::Handle dcpl(h5::check(H5Dget_create_plist(t.dset.get()), path, "H5Dget_create_plist"), H5Pclose);
+  if (H5Pget_chunk(dcpl.get(), 1, &t.chunk_rows) != 1) h5::fail_input(path, std::string("H5Pget_chunk(") + name + ")");
+  t.fill.resize(t.row_size);
+  h5::check_status(H5Pget_fill_value(dcpl.get(), file_type, t.fill.data()), path, "H5Pget_fill_value");
+  h5::Handle space(h5::check(H5Dget_space(t.dset.get()), path, "H5Dget_space"), H5Sclose);
+  hsize_t rows = 0;
+  H5Sget_simple_extent_dims(space.get(), &rows, nullptr);
+  std::vector<unsigned char> all(static_cast<size_t>(rows) * t.row_size);
+  if (rows > 0) {
+    h5::check_status(H5Dread(t.dset.get(), file_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()), path, "H5Dread");
+  }
+  const size_t step_at = H5Tget_member_offset(file_type, static_cast<unsigned>(H5Tget_member_index(file_type, "step")));
+  hsize_t keep = 0;
+  for (; keep < rows; ++keep) {
+    std::int32_t step = 0;
+    std::memcpy(&step, all.data() + static_cast<size_t>(keep) * t.row_size + step_at, sizeof step);
+    if (step < 0 || step >= first_step) break;
+  }
+  h5::check_status(H5Dset_extent(t.dset.get(), &keep), path, "H5Dset_extent");
+  t.rows = keep;
+  t.tail_start = keep / t.chunk_rows * t.chunk_rows;
+  t.tail.assign(all.begin() + static_cast<std::ptrdiff_t>(t.tail_start * t.row_size),
+                all.begin() + static_cast<std::ptrdiff_t>(keep * t.row_size));
+  return t;
+}
+
+h5::Handle file_access(const std::string& path) {
+  // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems, and
+  // this is the only writer.
+  h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
+  h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path, "H5Pset_libver_bounds");
+  h5::check_status(H5Pset_file_locking(fapl.get(), false, true), path, "H5Pset_file_locking");
+  return fapl;
+}
+
 }  // namespace
 
 struct TraceWriter::Impl {
@@ -218,11 +263,7 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   h5::Silence silence;
   Impl& m = *impl_;
   m.path = path;
-  // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems, and
-  // this is the only writer.
-  h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
-  h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path, "H5Pset_libver_bounds");
-  h5::check_status(H5Pset_file_locking(fapl.get(), false, true), path, "H5Pset_file_locking");
+  h5::Handle fapl = file_access(path);
   m.file = h5::Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (!m.file.valid()) h5::fail(path, "H5Fcreate");
   hid_t f = m.file.get();
@@ -251,6 +292,25 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   step_fill.step = -1;
   m.events = create_table(f, path, "events", event_file.get(), kEventChunkRows, *m.event_packer, event_fill);
   m.steps = create_table(f, path, "steps", step_file.get(), kStepChunkRows, *m.step_packer, step_fill);
+  h5::check_status(H5Fstart_swmr_write(f), path, "H5Fstart_swmr_write");
+}
+
+TraceWriter::TraceWriter(const std::string& path, int first_step) : impl_(std::make_unique<Impl>()) {
+  h5::Silence silence;
+  Impl& m = *impl_;
+  m.path = path;
+  h5::Handle fapl = file_access(path);
+  m.file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+  if (!m.file.valid()) h5::fail_input(path, "H5Fopen");
+  hid_t f = m.file.get();
+  h5::Handle event_file = h5::event_type(true), step_file = h5::step_type(true);
+  h5::Handle event_mem = h5::event_type(false), step_mem = h5::step_type(false);
+  m.event_packer = std::make_unique<Packer>(event_mem.get(), event_file.get());
+  m.step_packer = std::make_unique<Packer>(step_mem.get(), step_file.get());
+  m.events = open_table(f, path, "events", event_file.get(), *m.event_packer, first_step);
+  m.steps = open_table(f, path, "steps", step_file.get(), *m.step_packer, first_step);
+  // The dropped rows' space is gone from the extent before any new row is written.
+  h5::check_status(H5Fflush(f, H5F_SCOPE_LOCAL), path, "H5Fflush");
   h5::check_status(H5Fstart_swmr_write(f), path, "H5Fstart_swmr_write");
 }
 

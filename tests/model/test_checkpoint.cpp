@@ -1,12 +1,17 @@
-// HDF5 checkpoints: restart is bit-identical; a checkpoint of another shape or split is refused clearly.
+// HDF5 checkpoints: restart is bit-identical; a checkpoint of another shape or split is refused clearly; steps are
+// atomic folders with a manifest, `latest` and checkpoint.keep; damaged or mixed files are refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "conductor/config/resolve.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
 
@@ -59,8 +64,8 @@ TEST(Checkpoint, RestartIsBitIdentical) {
   }
   // Final weights and AdamW moments, loaded back from both final checkpoints, are identical.
   StageModel a(config::resolve(straight), {0, 1}, 2), b(config::resolve(straight), {0, 1}, 2);
-  EXPECT_EQ(a.load_checkpoint(straight.checkpoint.path), N);
-  EXPECT_EQ(b.load_checkpoint(second.checkpoint.path), N);
+  EXPECT_EQ(a.load_checkpoint(resolve_checkpoint(straight.checkpoint.path)), N);
+  EXPECT_EQ(b.load_checkpoint(resolve_checkpoint(second.checkpoint.path)), N);
   for (int vs : {0, 1}) {
     for (Buffer w : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
       const auto x = a.read(vs, w), y = b.read(vs, w);
@@ -75,9 +80,10 @@ TEST(Checkpoint, RestartIsBitIdentical) {
 
 TEST(Checkpoint, WrongShapeIsRefusedNamingFileDatasetAndShapes) {
   auto deck = tiny_deck();
-  const std::string dir = fresh_dir("shape");
+  const std::string root = fresh_dir("shape");
   StageModel small(config::resolve(deck), {0}, 1);
-  small.save_checkpoint(dir, 3);
+  write_checkpoint(small, root, 3, 2, 1, 1);
+  const std::string dir = resolve_checkpoint(root);
   deck.model.d_model = 12;
   StageModel wide(config::resolve(deck), {0}, 1);
   try {
@@ -94,9 +100,10 @@ TEST(Checkpoint, WrongShapeIsRefusedNamingFileDatasetAndShapes) {
 
 TEST(Checkpoint, OtherSplitMissingFilesAndOtherSeedAreRefused) {
   auto deck = tiny_deck();
-  const std::string dir = fresh_dir("split");
+  const std::string root = fresh_dir("split");
   StageModel one(config::resolve(deck), {0}, 1);
-  one.save_checkpoint(dir, 1);
+  write_checkpoint(one, root, 1, 2, 1, 1);
+  const std::string dir = resolve_checkpoint(root);
   auto two_deck = deck;
   two_deck.parallel.pipeline = 2;
   StageModel two(config::resolve(two_deck), {0}, 2);
@@ -104,7 +111,7 @@ TEST(Checkpoint, OtherSplitMissingFilesAndOtherSeedAreRefused) {
     two.load_checkpoint(dir);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("virtual-stage split"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("split into 1 virtual stages"), std::string::npos) << e.what();
   }
   StageModel last(config::resolve(two_deck), {1}, 2);
   EXPECT_THROW(last.load_checkpoint(dir), InputError);  // vstage_1.h5 does not exist
@@ -118,4 +125,121 @@ TEST(Checkpoint, OtherSplitMissingFilesAndOtherSeedAreRefused) {
     EXPECT_NE(std::string(e.what()).find("run.seed"), std::string::npos) << e.what();
   }
   EXPECT_EQ(one.load_checkpoint(dir), 1);
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Steps 1..4 of a two-virtual-stage model under `root`, keeping `keep`.
+config::Deck four_steps(const std::string& root, int keep) {
+  auto deck = restart_deck();
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  for (int step = 1; step <= 4; step++) write_checkpoint(model, root, step, keep, 2, 1);
+  return deck;
+}
+
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected InputError";
+  return "";
+}
+
+}  // namespace
+
+TEST(CheckpointSteps, StepFoldersManifestLatestAndKeep) {
+  const std::string root = fresh_dir("keep");
+  four_steps(root, 2);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000003", "step-000004"}));
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "step-000004\n");
+  const Manifest m = read_manifest(root + "/step-000004");
+  EXPECT_EQ(m.step, 4);
+  EXPECT_EQ(m.pipeline, 2);
+  EXPECT_EQ(m.num_virtual_stages, 2);
+  ASSERT_EQ(m.files.size(), 2u);
+  for (const auto& f : m.files) {
+    const auto bytes = util::read_file_bytes(root + "/step-000004/" + f.name);
+    EXPECT_EQ(bytes.size(), f.bytes);
+    EXPECT_EQ(util::crc32(bytes.data(), bytes.size()), f.crc32) << f.name;
+  }
+  const std::string all = fresh_dir("keep_all");
+  four_steps(all, 0);
+  EXPECT_TRUE(fs::is_directory(all + "/step-000001"));
+}
+
+TEST(CheckpointSteps, ResumeAcceptsRootOrStepFolder) {
+  const std::string root = fresh_dir("resolve");
+  const auto deck = four_steps(root, 2);
+  EXPECT_EQ(resolve_checkpoint(root), root + "/step-000004");
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  EXPECT_EQ(model.load_checkpoint(resolve_checkpoint(root + "/step-000003")), 3);
+  EXPECT_NE(input_error([&] { resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
+}
+
+TEST(CheckpointSteps, FlippedBytesAreRefusedNamingTheFile) {
+  const std::string root = fresh_dir("flip");
+  const auto deck = four_steps(root, 2);
+  const std::string file = root + "/step-000004/vstage_1.h5";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
+    f.put('\x5a');
+  }
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  const std::string msg = input_error([&] { model.load_checkpoint(resolve_checkpoint(root)); });
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CRC-32"), std::string::npos) << msg;
+}
+
+TEST(CheckpointSteps, FileFromAnotherStepIsRefused) {
+  const std::string root = fresh_dir("mixed");
+  const auto deck = four_steps(root, 2);
+  fs::copy_file(root + "/step-000003/vstage_1.h5", root + "/step-000004/vstage_1.h5",
+                fs::copy_options::overwrite_existing);
+  StageModel model(config::resolve(deck), {1}, 2);
+  const std::string msg = input_error([&] { model.load_checkpoint(root + "/step-000004"); });
+  EXPECT_NE(msg.find("step-000004/vstage_1.h5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("another step"), std::string::npos) << msg;
+}
+
+TEST(CheckpointSteps, MissingManifestIsRefused) {
+  const std::string root = fresh_dir("nomanifest");
+  const auto deck = four_steps(root, 2);
+  fs::remove(root + "/step-000004/manifest.txt");
+  EXPECT_NE(input_error([&] { resolve_checkpoint(root); }).find("no manifest.txt"), std::string::npos);
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  EXPECT_NE(input_error([&] { model.load_checkpoint(root + "/step-000004"); }).find("has no manifest.txt"),
+            std::string::npos);
+}
+
+// A write that fails (here: the file is /dev/full) throws naming the file and the system's reason.
+TEST(CheckpointSteps, FailedWriteNamesFileAndReason) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string dir = fresh_dir("full");
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/full", dir + "/vstage_0.h5");
+  auto deck = tiny_deck();
+  StageModel model(config::resolve(deck), {0}, 1);
+  try {
+    model.save_checkpoint(dir, 7);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("checkpoint step 7"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(dir + "/vstage_0.h5"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  }
 }

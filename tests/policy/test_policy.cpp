@@ -257,6 +257,19 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
   std::ofstream(garbage, std::ios::binary) << bytes.substr(0, eol + 1) << "this is not a torch archive";
   expect_error(garbage, "corrupt");
 
+  // One flipped byte inside the archive: refused by its CRC-32 before LibTorch reads it (a zip CRC alone
+  // did not catch every such change). A header without the checksum is refused too.
+  std::string flipped = bytes;
+  flipped[eol + 1 + (bytes.size() - eol) / 2] ^= 0x20;
+  const std::string flipped_path = temp_path("flipped.pt");
+  std::ofstream(flipped_path, std::ios::binary) << flipped;
+  expect_error(flipped_path, "CRC-32");
+  std::string unstamped = bytes;
+  unstamped.erase(unstamped.find(" body_bytes="), eol - unstamped.find(" body_bytes="));
+  const std::string unstamped_path = temp_path("unstamped.pt");
+  std::ofstream(unstamped_path, std::ios::binary) << unstamped;
+  expect_error(unstamped_path, "body_crc32");
+
   std::string old = bytes;
   const std::string key = "feature_version=" + std::to_string(policy::kFeatureVersion);
   old.replace(old.find(key), key.size(), "feature_version=" + std::to_string(policy::kFeatureVersion + 41));

@@ -43,8 +43,22 @@ for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-s
 done
 
 # --- train-cpu.sbatch / train.sbatch
-expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1\$" -- \
+expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1 checkpoint.path=$work/out1/checkpoints\$" -- \
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
+# Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
+# checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
+mkdir -p out1r/checkpoints && echo step-000002 >out1r/checkpoints/latest
+expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/checkpoints\$" -- \
+  env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
+expect 0 "restart 1: resuming from $work/out1r/checkpoints \\(step-000002\\)" -- \
+  env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
+expect 0 "conductor run .* checkpoint.path=/elsewhere run.output=$work/out1c\$" -- \
+  env OUTPUT=out1c OVERRIDES="checkpoint.path=/elsewhere" bash "$src/jobs/train-cpu.sbatch"
+for script in train.sbatch train-cpu.sbatch; do
+  for line in "--signal=B:TERM@120" "--requeue" "--open-mode=append"; do
+    grep -q -- "^#SBATCH $line\$" "$src/jobs/$script" && ok || bad "jobs/$script lacks #SBATCH $line"
+  done
+done
 grep -q "^command: mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
 expect 0 "running: /opt/mpi/mpiexec -np 4 .*conductor run " -- env MPIEXEC=/opt/mpi/mpiexec OUTPUT=out1 \
   bash "$src/jobs/train-cpu.sbatch"

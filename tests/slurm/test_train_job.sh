@@ -214,4 +214,50 @@ grep -q "speedup vs $baseline" "$report" || fail "the sweep report has no speedu
 speedup=$(grep -F "| tiny-1f1b-readiness-bfw-jitter10 |" "$report" | awk -F'|' '{print $(NF-1)}' | tr -d ' x')
 [[ $speedup =~ ^[0-9]+\.[0-9]+$ ]] || fail "no speedup for the readiness run in $report"
 say "sweep report: readiness+bfw vs strict speedup ${speedup}x"
+
+# Requeue (issue 17): a running train job requeued with `scontrol requeue` restarts, resumes from its run
+# folder's latest checkpoint, continues its trace, and ends with the losses of an uninterrupted run (strict
+# execution: the same numerics at every run).
+if [[ $mode == run ]]; then
+  rq_out=$work/requeue
+  rq_overrides="run.steps=120 checkpoint.every=1 schedule.execution=strict"
+  rq_id=$(env DECK="$deck" OUTPUT="$rq_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$rq_overrides" \
+    sbatch --parsable --ntasks="$ntasks" --output="$work/requeue-%j.log" "$src/jobs/train-cpu.sbatch")
+  [[ $rq_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the requeue job: '$rq_id'"
+  deadline=$((SECONDS + 60))
+  until [[ -f $rq_out/checkpoints/latest ]]; do
+    [[ $SECONDS -lt $deadline ]] || fail "the requeue job wrote no checkpoint within 60 s"
+    sleep 0.2
+  done
+  scontrol requeue "$rq_id" || fail "scontrol requeue $rq_id failed"
+  say "requeued job $rq_id at $(cat "$rq_out/checkpoints/latest")"
+  scontrol update JobId="$rq_id" BeginTime=now >/dev/null 2>&1 || true # no requeue delay in a test
+  deadline=$((SECONDS + 180))
+  while [[ -n $(squeue -h -j "$rq_id" 2>/dev/null) ]]; do
+    [[ $SECONDS -lt $deadline ]] || fail "the requeued job is still queued or running after 180 s"
+    sleep 1
+  done
+  line=$(scontrol -o show job "$rq_id")
+  state=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p')
+  restarts=$(tr ' ' '\n' <<<"$line" | sed -n 's/^Restarts=//p')
+  [[ $state == COMPLETED ]] || fail "the requeued job ended $state"
+  [[ ${restarts:-0} -ge 1 ]] || fail "the job was not restarted (Restarts=$restarts)"
+  grep -q "resuming from $rq_out/checkpoints" "$work/requeue-$rq_id.log" ||
+    fail "the restarted job did not resume from its checkpoint (requeue-$rq_id.log)"
+  ref_out=$work/requeue-reference
+  # shellcheck disable=SC2086
+  ${MPIEXEC:-mpiexec} -n "$ntasks" --oversubscribe "$bin" run "$deck" $rq_overrides "run.output=$ref_out" \
+    >"$work/requeue-reference.log" 2>&1 || fail "the uninterrupted reference run failed"
+  "$python" - "$rq_out/trace.h5" "$ref_out/trace.h5" <<'EOF' || fail "the requeued run's trace differs from the uninterrupted run's"
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    sa, sb = a["steps"][...], b["steps"][...]
+ok = list(sa["step"]) == list(range(120)) and np.array_equal(sa["loss"], sb["loss"])
+print(f"slurm-test: requeued trace: {len(sa)} steps, each once; losses equal to the uninterrupted run: {ok}")
+sys.exit(0 if ok else 1)
+EOF
+  say "requeue: restarted $restarts time(s), resumed from its checkpoint, same losses as an uninterrupted run"
+fi
 say "PASSED"

@@ -36,9 +36,10 @@ struct OptimConfig {
 };
 
 struct CheckpointConfig {
-  std::string path;    // folder to write checkpoints into; "" = no checkpoints
+  std::string path;    // checkpoint root: step folders, `latest` (model/checkpoint.hpp); "" = no checkpoints
   int every = 0;       // write every N steps (0 = only after the last step)
-  std::string resume;  // checkpoint folder to resume from; "" = start from the initialisation
+  int keep = 2;        // complete steps kept under path (0 = all)
+  std::string resume;  // a checkpoint root (its `latest`) or a step folder; "" = start from the initialisation
 };
 
 }  // namespace conductor::config

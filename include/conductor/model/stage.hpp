@@ -26,6 +26,7 @@
 
 #include "conductor/model/backend.hpp"
 #include "conductor/model/block.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/data.hpp"
 #include "conductor/plan/plan.hpp"
 
@@ -89,11 +90,14 @@ class StageModel {
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
-  // ---- checkpoints (HDF5, one file per virtual stage: <dir>/vstage_<vs>.h5) ----
-  // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage.
-  void save_checkpoint(const std::string& dir, int steps_done) const;
-  // Restores the held stages; returns steps_done. Throws InputError naming file, dataset and both shapes for a
-  // checkpoint of another model shape or split.
+  // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
+  // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage
+  // into the existing folder `dir`, durably (fsync); returns each file's name, CRC-32 and size for the
+  // manifest. Throws Error naming the file and the system's reason (e.g. no space left).
+  std::vector<CheckpointFile> save_checkpoint(const std::string& dir, int steps_done) const;
+  // Restores the held stages from the step folder `dir` after checking each file against its manifest (size,
+  // CRC-32, step); returns steps_done. Throws InputError naming the file and what is wrong: missing manifest,
+  // changed bytes, a file from another step, another model shape or split.
   int load_checkpoint(const std::string& dir);
   static std::string checkpoint_file(const std::string& dir, int vs);
 
@@ -124,6 +128,8 @@ class StageModel {
   void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats, std::size_t& nints) const;
   void head_forward(VStage& s, Micro& m, int mb);
   void head_backward_input(VStage& s, Micro& m);
+  std::vector<unsigned char> checkpoint_image(int vs, int steps_done, const std::string& file) const;
+  void load_stage(int vs, long long file_id, const std::string& file, int manifest_step);  // file_id: an hid_t
 
   plan::Plan plan_;
   std::unique_ptr<Backend> owned_backend_;

@@ -108,6 +108,7 @@ struct Checkpoint {
   std::string path;  // "" = none written
   int every = 0;     // 0 = after the last step only
   std::string resume;
+  int keep = 2;  // complete steps kept (0: all)
 };
 
 struct Trace {

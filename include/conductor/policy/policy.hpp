@@ -8,8 +8,9 @@
 // PPO learns corrections to it (heuristic-guided, as the Conductor paper does).
 //
 // File format (save_policy / load_policy): one text line
-//   conductor-policy feature_version=V features=F global=G hidden=H heuristic=bfw\n
-// followed by a LibTorch archive (torch::serialize) of the actor and critic tensors.
+//   conductor-policy feature_version=V features=F global=G hidden=H heuristic=bfw body_bytes=N body_crc32=0x...\n
+// followed by a LibTorch archive (torch::serialize) of the actor and critic tensors (the body; its size and
+// CRC-32 are checked before LibTorch reads it).
 #include <string>
 #include <vector>
 
@@ -42,8 +43,8 @@ struct Policy {
 };
 
 void save_policy(const Policy& policy, const std::string& path);
-// Throws InputError naming the file when it is missing, not a policy file, corrupt, or written with another
-// feature version than kFeatureVersion.
+// Throws InputError naming the file when it is missing, not a policy file, corrupt (size or CRC-32 of the body
+// unlike its header's), or written with another feature version than kFeatureVersion.
 Policy load_policy(const std::string& path);
 
 // scheduler.policy = "" resolves to the shipped default: inputs/policies/default.pt under the current

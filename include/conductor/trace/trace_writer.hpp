@@ -3,6 +3,7 @@
 // Layout, units and the durability guarantee are documented in docs/trace.md; this is the only writer.
 //
 //   trace::TraceWriter w(path, info);      // creates the file (truncates), writes the root attributes
+//   trace::TraceWriter w(path, first_step);  // or continues an existing trace (a resumed run, docs/trace.md)
 //   w.append_events(events_of_step);       // any number of times per step
 //   w.append_step(summarize_step(...));    // once per step
 //   w.flush();                             // at the end of every step: everything appended so far is on disk
@@ -22,6 +23,10 @@ namespace conductor::trace {
 class TraceWriter {
  public:
   TraceWriter(const std::string& path, const RunInfo& info);
+  // Continues the trace at `path` (a run resumed at first_step): keeps its attributes and every row of steps
+  // before first_step, drops the rows of steps from first_step on (a previous attempt ran past the checkpoint
+  // it resumes from), and appends from there. Throws InputError naming the file when it is not a trace.
+  TraceWriter(const std::string& path, int first_step);
   ~TraceWriter();  // closes the file; errors at that point are logged, not thrown (use close() to see them)
   TraceWriter(TraceWriter&&) noexcept;
   TraceWriter& operator=(TraceWriter&&) noexcept;

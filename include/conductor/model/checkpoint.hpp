@@ -1,0 +1,65 @@
+#pragma once
+// Checkpoints as atomic, verified steps (docs/design.md, "Checkpoints"). Layout under checkpoint.path:
+//
+//   <root>/step-000012/vstage_<vs>.h5     one HDF5 file per virtual stage (StageModel::save_checkpoint)
+//   <root>/step-000012/manifest.txt       step, world shape, CRC-32 and size of every file: the commit mark
+//   <root>/latest                         "step-000012": the newest complete step (replaced by rename)
+//   <root>/.step-000014.partial/          a step being written; never read, removed on the next attempt
+//
+// A step is written into its .partial folder by every rank, the manifest is added only after every rank
+// reported success, and the folder is renamed into place and `latest` replaced (write + rename + fsync of the
+// folder) last: a failure at any point leaves the previous complete steps and `latest` untouched. The newest
+// checkpoint.keep complete steps are kept.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace conductor::model {
+
+class StageModel;
+
+struct CheckpointFile {
+  std::string name;  // file name inside the step folder, e.g. "vstage_1.h5"
+  std::uint32_t crc32 = 0;
+  std::uint64_t bytes = 0;
+};
+
+struct Manifest {
+  int step = 0;  // steps done: training resumes at this step
+  int pipeline = 1;
+  int virtual_chunks = 1;
+  int num_virtual_stages = 1;
+  std::vector<CheckpointFile> files;
+};
+
+inline constexpr const char* kManifestName = "manifest.txt";
+inline constexpr const char* kLatestName = "latest";
+
+std::string step_folder_name(int step);  // "step-000012"
+std::string partial_folder(const std::string& root, int step);
+
+// checkpoint.resume: a checkpoint root (its `latest` is followed) or a step folder (holds a manifest).
+// Returns the step folder; InputError naming the path and what is missing otherwise.
+std::string resolve_checkpoint(const std::string& path);
+// Parses <step_dir>/manifest.txt; InputError naming the file and the line for a missing or malformed one.
+Manifest read_manifest(const std::string& step_dir);
+std::string manifest_text(const Manifest& m);
+// The manifest's entry for `name`; InputError naming the manifest when it has none.
+const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name);
+
+// checkpoint.path before training: creates it and writes/removes a probe file; InputError (exit 2) naming
+// checkpoint.path and the system's reason when it cannot be written.
+void probe_checkpoint_root(const std::string& root, const std::string& probe_name);
+// A fresh, empty <root>/.step-NNNNNN.partial (a stale one from a failed attempt is removed first).
+std::string begin_step(const std::string& root, int step);
+// Writes the manifest into the partial folder, renames it to step-NNNNNN (replacing a stale one), points
+// `latest` at it and removes complete steps beyond the newest `keep` (0: keep all). Every call is checked.
+void commit_step(const std::string& root, const Manifest& manifest, int keep);
+// Best effort after a failed write: removes the partial folder; never throws.
+void abandon_step(const std::string& root, int step) noexcept;
+
+// One process holding every virtual stage (the reference trainer, tests): begin, save, commit.
+void write_checkpoint(const StageModel& model, const std::string& root, int step, int keep, int pipeline,
+                      int virtual_chunks);
+
+}  // namespace conductor::model

@@ -1,0 +1,228 @@
+// The step-folder layout of checkpoints: manifest, `latest`, partial folders, pruning (model/checkpoint.hpp).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "conductor/model/checkpoint.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/util/checksum.hpp"
+#include "conductor/util/error.hpp"
+
+namespace conductor::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifestMagic = "conductor-checkpoint 1";
+
+// The step of a folder named step-NNNNNN, or -1.
+int step_of_folder(const std::string& name) {
+  int step = -1;
+  char tail = 0;
+  if (name.size() != 11 || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1) return -1;
+  return step;
+}
+
+void write_text_durably(const fs::path& path, const std::string& text) {
+  util::write_file_durably(path.string(), text.data(), text.size());
+}
+
+// Removes complete step folders older than the newest `keep` (by step number, counting `current`), and only
+// those older than `current`: folders of later steps left by an abandoned run are replaced as the run gets
+// there.
+void prune(const fs::path& root, int current, int keep) {
+  if (keep <= 0) return;
+  std::vector<int> older;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const int s = step_of_folder(entry.path().filename().string());
+    if (s >= 0 && s < current && entry.is_directory()) older.push_back(s);
+  }
+  std::sort(older.rbegin(), older.rend());
+  for (std::size_t i = static_cast<std::size_t>(keep - 1); i < older.size(); i++) {
+    std::error_code ec;
+    fs::remove_all(root / step_folder_name(older[i]), ec);
+    if (ec)
+      throw Error("checkpoint: cannot remove old step folder '" + (root / step_folder_name(older[i])).string() +
+                  "': " + ec.message());
+  }
+}
+
+}  // namespace
+
+std::string step_folder_name(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06d", step);
+  return buf;
+}
+
+std::string partial_folder(const std::string& root, int step) {
+  std::string name = ".";  // built by appends: GCC 12 warns (-Wrestrict, falsely) on "." + std::string
+  name += step_folder_name(step);
+  name += ".partial";
+  return (fs::path(root) / name).string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_regular_file(p / kManifestName)) return path;
+  const fs::path latest = p / kLatestName;
+  if (fs::is_regular_file(latest)) {
+    std::ifstream in(latest);
+    std::string name;
+    in >> name;
+    if (step_of_folder(name) < 0) {
+      throw InputError("checkpoint.resume = '" + path + "': '" + latest.string() + "' holds '" + name +
+                       "', not a step folder name like step-000012");
+    }
+    if (!fs::is_regular_file(p / name / kManifestName)) {
+      throw InputError("checkpoint.resume = '" + path + "': '" + latest.string() + "' points at '" + name +
+                       "', which has no " + kManifestName + " (incomplete or removed step)");
+    }
+    return (p / name).string();
+  }
+  if (!fs::is_directory(p)) throw InputError("checkpoint.resume = '" + path + "': no such folder");
+  throw InputError("checkpoint.resume = '" + path + "': neither a checkpoint root (no '" + latest.string() +
+                   "') nor a step folder (no '" + (p / kManifestName).string() + "')");
+}
+
+std::string manifest_text(const Manifest& m) {
+  std::ostringstream o;
+  o << kManifestMagic << "\n"
+    << "step " << m.step << "\n"
+    << "pipeline " << m.pipeline << "\n"
+    << "virtual " << m.virtual_chunks << "\n"
+    << "virtual_stages " << m.num_virtual_stages << "\n";
+  for (const auto& f : m.files)
+    o << "file " << f.name << " crc32 " << util::crc32_hex(f.crc32) << " bytes " << f.bytes << "\n";
+  return o.str();
+}
+
+Manifest read_manifest(const std::string& step_dir) {
+  const std::string path = (fs::path(step_dir) / kManifestName).string();
+  if (!fs::is_regular_file(path)) {
+    throw InputError("checkpoint '" + step_dir + "' has no " + kManifestName +
+                     " (an incomplete step, or not a conductor checkpoint)");
+  }
+  std::ifstream in(path);
+  std::string line;
+  int line_no = 0;
+  auto bad = [&](const std::string& why) {
+    return InputError("checkpoint manifest '" + path + "' line " + std::to_string(line_no) + ": " + why);
+  };
+  Manifest m;
+  int seen = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line_no == 1) {
+      if (line != kManifestMagic) throw bad("expected '" + std::string(kManifestMagic) + "'");
+      continue;
+    }
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key == "file") {
+      CheckpointFile f;
+      std::string crc_word, crc, bytes_word;
+      words >> f.name >> crc_word >> crc >> bytes_word >> f.bytes;
+      if (!words || crc_word != "crc32" || bytes_word != "bytes" || !util::parse_crc32_hex(crc, f.crc32))
+        throw bad("expected 'file NAME crc32 0xXXXXXXXX bytes N'");
+      m.files.push_back(f);
+      continue;
+    }
+    int value = 0;
+    words >> value;
+    if (!words) throw bad("expected '" + key + " <integer>'");
+    if (key == "step")
+      m.step = value, seen |= 1;
+    else if (key == "pipeline")
+      m.pipeline = value, seen |= 2;
+    else if (key == "virtual")
+      m.virtual_chunks = value, seen |= 4;
+    else if (key == "virtual_stages")
+      m.num_virtual_stages = value, seen |= 8;
+    else
+      throw bad("unknown key '" + key + "'");
+  }
+  if (line_no == 0) throw bad("empty file");
+  if (seen != 15 || m.files.empty())
+    throw InputError("checkpoint manifest '" + path +
+                     "' is incomplete (needs step, pipeline, virtual, "
+                     "virtual_stages and at least one file line)");
+  return m;
+}
+
+const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name) {
+  for (const auto& f : m.files) {
+    if (f.name == name) return f;
+  }
+  throw InputError("checkpoint '" + step_dir + "': " + kManifestName + " lists no file '" + name + "'");
+}
+
+void probe_checkpoint_root(const std::string& root, const std::string& probe_name) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw InputError("checkpoint.path = '" + root + "': cannot create the folder: " + ec.message());
+  const std::string probe = (fs::path(root) / probe_name).string();
+  try {
+    util::write_file_durably(probe, "probe", 5);
+  } catch (const Error& e) {
+    throw InputError("checkpoint.path = '" + root + "' is not writable: " + e.what());
+  }
+  fs::remove(probe, ec);
+}
+
+std::string begin_step(const std::string& root, int step) {
+  const std::string dir = partial_folder(root, step);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!ec) fs::create_directories(dir, ec);
+  if (ec) throw Error("checkpoint step " + std::to_string(step) + ": cannot create '" + dir + "': " + ec.message());
+  return dir;
+}
+
+void commit_step(const std::string& root, const Manifest& manifest, int keep) {
+  const fs::path r(root);
+  const std::string partial = partial_folder(root, manifest.step);
+  const fs::path final_dir = r / step_folder_name(manifest.step);
+  write_text_durably(fs::path(partial) / kManifestName, manifest_text(manifest));
+  util::fsync_folder(partial);
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // a stale step of an abandoned run
+  if (!ec) fs::rename(partial, final_dir, ec);
+  if (ec)
+    throw Error("checkpoint step " + std::to_string(manifest.step) + ": cannot rename '" + partial + "' to '" +
+                final_dir.string() + "': " + ec.message());
+  util::fsync_folder(root);
+  const fs::path latest_tmp = r / (std::string(kLatestName) + ".tmp");
+  write_text_durably(latest_tmp, step_folder_name(manifest.step) + "\n");
+  fs::rename(latest_tmp, r / kLatestName, ec);
+  if (ec) throw Error("checkpoint: cannot replace '" + (r / kLatestName).string() + "': " + ec.message());
+  util::fsync_folder(root);
+  prune(r, manifest.step, keep);
+}
+
+void abandon_step(const std::string& root, int step) noexcept {
+  std::error_code ec;
+  fs::remove_all(partial_folder(root, step), ec);
+}
+
+void write_checkpoint(const StageModel& model, const std::string& root, int step, int keep, int pipeline,
+                      int virtual_chunks) {
+  Manifest m;
+  m.step = step;
+  m.pipeline = pipeline;
+  m.virtual_chunks = virtual_chunks;
+  m.num_virtual_stages = model.num_virtual_stages();
+  try {
+    m.files = model.save_checkpoint(begin_step(root, step), step);
+    commit_step(root, m, keep);
+  } catch (...) {
+    abandon_step(root, step);
+    throw;
+  }
+}
+
+}  // namespace conductor::model

@@ -1,0 +1,147 @@
+#include "conductor/runtime/checkpointing.hpp"
+
+#include <sstream>
+
+#include "conductor/model/checkpoint.hpp"
+#include "conductor/util/checksum.hpp"
+#include "conductor/util/error.hpp"
+#include "conductor/util/mpi.hpp"
+
+namespace conductor::runtime {
+
+namespace {
+
+// Runs f on every rank; any rank's failure ends all ranks together with that rank's message (the same rule as
+// training.cpp's loop).
+template <class F>
+void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
+  bool ok = true;
+  std::string message;
+  int code = kExitFailure;
+  try {
+    f();
+  } catch (const CollectiveExit&) {
+    throw;  // already agreed on and reported by every rank
+  } catch (const InputError& e) {
+    ok = false;
+    message = e.what();
+    code = exit_code_on_input_error;
+  } catch (const std::exception& e) {
+    ok = false;
+    message = e.what();
+  }
+  mpi::check_all(ok, message, code, comm);
+}
+
+int rank_of(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+std::string broadcast_from_root(std::string text, MPI_Comm comm) {
+  long long n = static_cast<long long>(text.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  text.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return text;
+}
+
+// Every rank's text, concatenated in rank order, on rank 0.
+std::string gather_to_root(const std::string& mine, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int bytes = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<std::size_t>(r)] = total;
+    total += counts[static_cast<std::size_t>(r)];
+  }
+  std::string all(rank_of(comm) == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+  MPI_Gatherv(mine.data(), bytes, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, comm);
+  return all;
+}
+
+// "name 0xcrc bytes" per line: a rank's manifest entries on their way to rank 0.
+std::string entries_text(const std::vector<model::CheckpointFile>& files) {
+  std::ostringstream o;
+  for (const auto& f : files) o << f.name << " " << util::crc32_hex(f.crc32) << " " << f.bytes << "\n";
+  return o.str();
+}
+
+std::vector<model::CheckpointFile> parse_entries(const std::string& text) {
+  std::vector<model::CheckpointFile> files;
+  std::istringstream in(text);
+  model::CheckpointFile f;
+  std::string crc;
+  while (in >> f.name >> crc >> f.bytes) {
+    if (!util::parse_crc32_hex(crc, f.crc32)) throw Error("checkpoint: bad entry '" + f.name + " " + crc + "'");
+    files.push_back(f);
+  }
+  return files;
+}
+
+}  // namespace
+
+void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
+  const int rank = rank_of(comm);
+  collectively(comm, kExitUsage,
+               [&] { model::probe_checkpoint_root(plan.checkpoint.path, ".probe-rank" + std::to_string(rank)); });
+}
+
+int resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm) {
+  const int rank = rank_of(comm);
+  std::string step_dir;
+  // One rank follows `latest`, so every rank reads the same step even if `latest` moves meanwhile.
+  collectively(comm, kExitUsage, [&] {
+    if (!model) throw InputError("checkpoint.resume needs a math backend (backend: cpu or cuda)");
+    if (rank == 0) step_dir = model::resolve_checkpoint(plan.checkpoint.resume);
+  });
+  step_dir = broadcast_from_root(step_dir, comm);
+  int step = -1;
+  collectively(comm, kExitUsage, [&] { step = model->load_checkpoint(step_dir); });
+  int range[2] = {-step, step};
+  MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, comm);
+  collectively(comm, kExitUsage, [&] {
+    if (-range[0] != range[1]) {
+      throw InputError("checkpoint.resume = '" + step_dir + "': the ranks loaded different steps (" +
+                       std::to_string(-range[0]) + " to " + std::to_string(range[1]) + ")");
+    }
+    if (step >= plan.run.steps) {
+      throw InputError("checkpoint.resume = '" + step_dir + "' is at step " + std::to_string(step) +
+                       ", not below run.steps = " + std::to_string(plan.run.steps) +
+                       ": nothing left to run (raise run.steps to train further)");
+    }
+  });
+  return step;
+}
+
+void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, MPI_Comm comm) {
+  const int rank = rank_of(comm);
+  const std::string& root = plan.checkpoint.path;
+  try {
+    collectively(comm, kExitFailure, [&] {
+      if (rank == 0) model::begin_step(root, step);
+    });
+    std::vector<model::CheckpointFile> mine;
+    collectively(comm, kExitFailure, [&] { mine = model.save_checkpoint(model::partial_folder(root, step), step); });
+    const std::string all = gather_to_root(entries_text(mine), comm);
+    collectively(comm, kExitFailure, [&] {
+      if (rank != 0) return;
+      model::Manifest m;
+      m.step = step;
+      m.pipeline = plan.pipeline.p;
+      m.virtual_chunks = plan.pipeline.v;
+      m.num_virtual_stages = model.num_virtual_stages();
+      m.files = parse_entries(all);
+      model::commit_step(root, m, plan.checkpoint.keep);
+    });
+  } catch (const CollectiveExit&) {
+    if (rank == 0) model::abandon_step(root, step);  // the previous steps and `latest` were never touched
+    throw;
+  }
+}
+
+}  // namespace conductor::runtime

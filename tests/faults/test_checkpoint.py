@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Fault suite, checkpoints and policy files (issue 17, items 1, 2, 5, 9): a full disk while writing, files from
+different steps, flipped bytes, a missing manifest, an unwritable checkpoint.path, resuming past run.steps and
+a policy file with a bad checksum. Each: exit code, every rank out within the deadline, one clear message, and
+the checkpoint that was there before still intact (byte for byte, and resumable)."""
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from faultlib import FaultCase, mpirun, run1
+
+CPU = "backend: cpu\n"
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def snapshot(root):
+    """{relative path: sha256} of every file under root: what 'intact' is compared against."""
+    out = {}
+    for folder, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(folder, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+class Checkpoints(FaultCase):
+    @classmethod
+    def setUpClass(cls):
+        # One good checkpoint root (steps 2 and 3 kept, latest = 3), copied by every case that damages it.
+        cls.base = tempfile.TemporaryDirectory()
+        cls.good = os.path.join(cls.base.name, "ck")
+        deck = os.path.join(cls.base.name, "deck.yaml")
+        with open(deck, "w") as f:
+            f.write("run: {name: tiny, steps: 3, output: %s}\n" % os.path.join(cls.base.name, "out") +
+                    "parallel: {pipeline: 2, microbatches: 4, microbatch_size: 2}\n"
+                    "model: {n_layers: 2, d_model: 32, n_heads: 2, seq_len: 16}\n"
+                    "schedule: {kind: zb-h1, execution: readiness}\n" + CPU)
+        r = mpirun(2, "run", deck, "checkpoint.path=" + cls.good, "checkpoint.every=1", "checkpoint.keep=2")
+        if r.code != 0:
+            raise RuntimeError("the base run failed:\n" + r.text)
+        cls.step_bytes = sum(os.path.getsize(os.path.join(cls.good, "step-000003", f))
+                             for f in os.listdir(os.path.join(cls.good, "step-000003")))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.base.cleanup()
+
+    def copy_good(self):
+        root = os.path.join(self.tmp.name, "ck")
+        shutil.copytree(self.good, root)
+        return root
+
+    def resume(self, root, steps=3):
+        return mpirun(2, "run", self.deck(steps=steps, extra=CPU), "checkpoint.resume=" + root)
+
+    def assertRefusedIntact(self, root, message, steps=3):
+        before = snapshot(root)
+        r = self.resume(root, steps)
+        self.assertFault(r, 2, message)
+        self.assertNotRegex(r.text, r"step +\d+/", "a step ran before the checkpoint was checked")
+        self.assertEqual(snapshot(root), before)
+
+    def test_layout_after_a_run(self):
+        self.assertEqual(sorted(os.listdir(self.good)), ["latest", "step-000002", "step-000003"])
+        with open(os.path.join(self.good, "latest")) as f:
+            self.assertEqual(f.read(), "step-000003\n")
+
+    def test_files_from_different_steps(self):
+        root = self.copy_good()
+        shutil.copy(os.path.join(root, "step-000002", "vstage_1.h5"), os.path.join(root, "step-000003", "vstage_1.h5"))
+        self.assertRefusedIntact(root, r"step-000003/vstage_1\.h5.*another step")
+
+    def test_flipped_bytes(self):
+        root = self.copy_good()
+        path = os.path.join(root, "step-000003", "vstage_0.h5")
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            data = f.read(256)
+            f.seek(os.path.getsize(path) // 2)
+            f.write(bytes(b ^ 0xFF for b in data))
+        self.assertRefusedIntact(root, r"vstage_0\.h5' is corrupt: its CRC-32")
+
+    def test_missing_manifest(self):
+        root = self.copy_good()
+        os.remove(os.path.join(root, "step-000003", "manifest.txt"))
+        self.assertRefusedIntact(root, r"step-000003.*manifest\.txt")
+
+    def test_resume_past_run_steps(self):
+        self.assertRefusedIntact(self.copy_good(), r"at step 3, not below run\.steps = 2", steps=2)
+
+    def test_unwritable_checkpoint_path(self):
+        blocker = os.path.join(self.tmp.name, "a-file")
+        open(blocker, "w").close()
+        r = mpirun(2, "run", self.deck(extra=CPU), "checkpoint.path=" + os.path.join(blocker, "ck"))
+        self.assertFault(r, 2, r"checkpoint\.path = '.*a-file/ck'")
+        self.assertNotRegex(r.text, r"step +\d+/", "training ran before checkpoint.path was checked")
+
+    def test_disk_full_keeps_the_previous_step(self):
+        mnt = os.path.join(self.tmp.name, "small")
+        os.mkdir(mnt)
+        # Room for one step and a half: step 1 fits, step 2 runs out of space half-way.
+        size = (self.step_bytes * 3 // 2 // 4096 + 1) * 4096
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", mnt], capture_output=True)
+        if mount.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here (%s)" % mount.stderr.decode().strip())
+        self.addCleanup(subprocess.run, ["umount", mnt])
+        root = os.path.join(mnt, "ck")
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.path=" + root, "checkpoint.every=1",
+                   "checkpoint.keep=1")
+        self.assertFault(r, 1, r"checkpoint step 2: cannot write '.*vstage_\d\.h5': No space left on device")
+        self.assertEqual(sorted(os.listdir(root)), ["latest", "step-000001"])  # the partial step is gone
+        # The step before is intact: it resumes and trains on.
+        shutil.copytree(root, os.path.join(self.tmp.name, "saved"))
+        self.out = os.path.join(self.tmp.name, "out2")
+        again = self.resume(os.path.join(self.tmp.name, "saved"), steps=2)
+        self.assertEqual(again.code, 0, again.text)
+        self.assertRegex(again.text, r"step +2/2")
+
+    def test_resume_continues_the_trace(self):
+        # A requeued job resumes from step 2 into its own output folder, whose trace already holds step 3 (index
+        # 2) from the first attempt: that row is dropped and rewritten, the earlier ones kept, none doubled.
+        import h5py
+        root = self.copy_good()
+        shutil.copytree(os.path.join(self.base.name, "out"), self.out)
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as f:
+            before = f["steps"][:]
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(root, "step-000002"))
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"continuing the trace .*trace\.h5 at step 3")
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as f:
+            steps = f["steps"][:]
+            events = f["events"][:]
+        self.assertEqual(list(steps["step"]), [0, 1, 2])
+        self.assertEqual(list(steps["loss"][:2]), list(before["loss"][:2]))
+        self.assertEqual(steps["loss"][2], before["loss"][2])  # the same loss as the uninterrupted run
+        self.assertEqual(sorted(set(events["step"].tolist())), [0, 1, 2])
+
+
+class PolicyFiles(FaultCase):
+    def test_bad_policy_checksum(self):
+        bad = os.path.join(self.tmp.name, "bad.pt")
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 2] ^= 0x01
+        with open(bad, "wb") as f:
+            f.write(data)
+        r = run1("simulate", self.deck(), "scheduler.kind=ppo", "scheduler.policy=" + bad)
+        self.assertFault(r, 2, r"policy file '.*bad\.pt' is corrupt: its body's CRC-32")
+
+
+if __name__ == "__main__":
+    unittest.main()
