@@ -53,9 +53,11 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
   std::vector<std::vector<double>> rows(static_cast<std::size_t>(size_), std::vector<double>(local.size()));
   std::vector<MPI_Request> r(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
   for (int k = 1; k < size_; ++k) {
-    MPI_Irecv(rows[static_cast<std::size_t>(k)].data(), n, MPI_DOUBLE, k, kUp, comm_.get(), &r[static_cast<std::size_t>(k)]);
+    MPI_Irecv(rows[static_cast<std::size_t>(k)].data(), n, MPI_DOUBLE, k, kUp, comm_.get(),
+              &r[static_cast<std::size_t>(k)]);
   }
-  watchdog.wait_all(r, [&](std::size_t k) { return "the loss and gradient norms of rank " + std::to_string(k) + of_step; });
+  watchdog.wait_all(
+      r, [&](std::size_t k) { return "the loss and gradient norms of rank " + std::to_string(k) + of_step; });
   global = local;
   for (int k = 1; k < size_; ++k) {
     for (std::size_t i = 0; i < global.size(); ++i) global[i] += rows[static_cast<std::size_t>(k)][i];
@@ -63,7 +65,8 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
   for (int k = 1; k < size_; ++k) {
     MPI_Isend(global.data(), n, MPI_DOUBLE, k, kDown, comm_.get(), &r[static_cast<std::size_t>(k)]);
   }
-  watchdog.wait_all(r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; });
+  watchdog.wait_all(
+      r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; });
 }
 
 StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchdog) const {
@@ -77,7 +80,9 @@ StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchd
     for (std::size_t vs = 0; vs < rows.size(); ++vs) {
       for (std::size_t k = 0; k < rows[vs].size(); ++k) local[2 + vs * width + k] = rows[vs][k];
     }
-    if (inject_nan(rank_, step)) local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width] = std::numeric_limits<double>::quiet_NaN();
+    if (inject_nan(rank_, step))
+      local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width] =
+          std::numeric_limits<double>::quiet_NaN();
   }
   sum_over_ranks(local, global, step, watchdog);
   StepNumbers n;
@@ -118,8 +123,9 @@ NonfiniteGuard::Verdict NonfiniteGuard::judge(const StepNumbers& n, int step, in
   }
   message_ = what + "; stopping with no update and no checkpoint of this step (" +
              (skip_limit_ == 0 ? std::string("optim.skip_nonfinite_steps = 0")
-                               : std::to_string(skipped_) + " steps already skipped, the limit of "
-                                                           "optim.skip_nonfinite_steps") +
+                               : std::to_string(skipped_) +
+                                     " steps already skipped, the limit of "
+                                     "optim.skip_nonfinite_steps") +
              ")";
   return Verdict::Stop;
 }

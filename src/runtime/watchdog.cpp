@@ -32,8 +32,7 @@ void Watchdog::wait(MPI_Request& request, const std::string& what) const {
   request = one[0];
 }
 
-void Watchdog::wait_all(std::vector<MPI_Request>& requests,
-                        const std::function<std::string(std::size_t)>& what) const {
+void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const {
   Timer timer(*this, steady_now_ns());
   std::int64_t sleep_ns = 1'000;
   while (true) {
