@@ -1,5 +1,3 @@
-#include <csignal>
-
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/config/resolve.hpp"
@@ -38,8 +36,9 @@ int cmd_run(const Invocation& inv) {
   check_run_size(deck);
   const plan::Plan plan = config::resolve(deck);
   const runtime::RunOutcome outcome = runtime::train(plan, MPI_COMM_WORLD, planner_factory(plan));
+  if (outcome.nonfinite) return kExitFailure;  // already reported: the step and the stage
   // Stopped by SIGTERM/SIGINT after a completed step: everything is flushed, but the run did not finish.
-  return outcome.stop_signal ? 128 + outcome.stop_signal : 0;
+  return outcome.stop_signal ? kExitStopped : 0;
 }
 
 }  // namespace conductor::cli

@@ -42,7 +42,8 @@ plan::ModelDims resolved_model(const ModelConfig& m) {
 plan::Optim resolved_optim(const Deck& d) {
   const OptimConfig& o = d.optim;
   const int decay = o.decay_steps > 0 ? o.decay_steps : d.run.steps;
-  return plan::Optim{o.lr, o.lr_min_ratio, o.warmup_steps, decay, o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip};
+  return plan::Optim{o.lr,    o.lr_min_ratio, o.warmup_steps,  decay, o.beta1, o.beta2, o.eps, o.weight_decay,
+                     o.grad_clip, o.skip_nonfinite_steps};
 }
 
 }  // namespace
@@ -105,6 +106,7 @@ plan::Plan resolve(const Deck& d) {
   out.model = resolved_model(d.model);
   out.data = plan::Data{d.data.source, d.data.path};
   out.optim = resolved_optim(d);
+  out.runtime = plan::Runtime{d.runtime.watchdog_s};
   out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep};
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
   out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};

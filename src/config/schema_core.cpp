@@ -78,6 +78,12 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "trace.comm_events", [](Deck & d) -> auto& { return d.trace.comm_events; },
       "Also record send/receive events in the trace."));
+  f.push_back(field<double>(
+                  "runtime.watchdog_s", [](Deck & d) -> auto& { return d.runtime.watchdog_s; },
+                  "Seconds a rank waits for a message from a peer (an op's input, or a peer joining an "
+                  "end-of-step collective) before it aborts every rank with a message naming the peer and "
+                  "the op (exit 1). Its own compute never counts.")
+                  .range(0.1, 1e7));
 }
 
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {

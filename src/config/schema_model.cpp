@@ -107,6 +107,12 @@ void add_model_fields(std::vector<Field>& f) {
                   "optim.grad_clip", [](Deck & d) -> auto& { return d.optim.grad_clip; },
                   "Clip gradients to this global norm (over all stages); 0 disables clipping.")
                   .range(0, 1e12));
+  f.push_back(field<int>(
+                  "optim.skip_nonfinite_steps", [](Deck & d) -> auto& { return d.optim.skip_nonfinite_steps; },
+                  "Steps whose loss or global gradient norm is NaN/Inf that are skipped (no update of weights "
+                  "or AdamW moments; data, learning-rate schedule and AdamW's step count still advance) before "
+                  "the run gives up. 0: the first non-finite step stops the run (exit 1).")
+                  .range(0, 1e9));
 
   f.push_back(field<std::string>(
       "checkpoint.path", [](Deck & d) -> auto& { return d.checkpoint.path; },

@@ -25,7 +25,7 @@ double clip_scale(const plan::Optim& optim, double global_grad_norm) {
   return clip > 0 ? std::min(1.0, clip / (global_grad_norm + 1e-6)) : 1.0;
 }
 
-double StageModel::local_grad_sq_norm() const {
+std::vector<std::vector<double>> StageModel::grad_sq_norms() const {
   std::vector<const float*> xs;
   std::vector<std::size_t> ns;
   for (const auto& s : stages_) {
@@ -35,9 +35,23 @@ double StageModel::local_grad_sq_norm() const {
     }
   }
   std::vector<double> each(xs.size(), 0.0);
-  sum_squares_each(each.data(), xs.data(), ns.data(), static_cast<int>(xs.size()), *backend_);
+  sum_squares_each(each.data(), xs.data(), ns.data(), static_cast<int>(xs.size()), *backend_);  // one launch
+  std::vector<std::vector<double>> rows(static_cast<std::size_t>(num_vs_));
+  std::size_t k = 0;
+  for (const auto& s : stages_) {
+    auto& row = rows[static_cast<std::size_t>(s->vs)];
+    row.assign(each.begin() + static_cast<std::ptrdiff_t>(k),
+               each.begin() + static_cast<std::ptrdiff_t>(k + s->tensors.size()));
+    k += s->tensors.size();
+  }
+  return rows;
+}
+
+double StageModel::local_grad_sq_norm() const {
   double total = 0.0;
-  for (double v : each) total += v;  // the tensors' order: the same sum on every backend and rank count
+  for (const auto& row : grad_sq_norms()) {
+    for (double v : row) total += v;  // (virtual stage, tensor) order: the same sum on every backend and rank count
+  }
   return total;
 }
 

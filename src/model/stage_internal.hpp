@@ -37,6 +37,17 @@ struct StageModel::VStage {
   std::vector<std::unique_ptr<Micro>> active;  // per microbatch; null when not in flight
   std::vector<Phase> phase;                    // per microbatch
   std::vector<std::unique_ptr<Micro>> pool;    // released buffers, reused by the next F
+  // Deterministic accumulation (stage_passes.cpp): W writes its microbatch's weight gradients into a zeroed slot
+  // of its own; the slots are added to `grads` in microbatch order (a reorder buffer), so the sum is the same
+  // whatever order W ran in. A slot holds n_params floats; one exists per W that ran ahead of an earlier
+  // microbatch's W, plus the one in use, and they are reused across steps.
+  struct GradSlot {
+    DeviceBuffer buf;
+    std::vector<LayerView> g;  // per layer, into buf
+  };
+  std::vector<std::unique_ptr<GradSlot>> waiting;     // per microbatch: its W ran, its slot is not yet added
+  std::vector<std::unique_ptr<GradSlot>> free_slots;  // added slots, reused by the next W
+  int next_to_add = 0;                                // the microbatch whose slot is added next
   std::size_t offset(const std::string& name) const {
     for (const auto& t : tensors) {
       if (t.name == name) return t.offset;

@@ -5,6 +5,7 @@
 
 #include "conductor/model/crossentropy.hpp"
 #include "conductor/model/encoder.hpp"
+#include "conductor/model/gelu.hpp"
 #include "conductor/model/layernorm.hpp"
 #include "conductor/model/matmul.hpp"
 #include "conductor/model/stage.hpp"
@@ -22,6 +23,12 @@ void StageModel::begin_step(int step) {
       }
     }
     backend_->zero(s->grads.get(), s->n_params * sizeof(float));
+    for (auto& slot : s->waiting) {
+      if (slot) s->free_slots.push_back(std::move(slot));  // a step left unfinished (tests): its slots are reused
+    }
+    s->waiting.clear();
+    s->waiting.resize(static_cast<std::size_t>(microbatches_));
+    s->next_to_add = 0;
   }
   step_ = step;
   std::fill(losses_.begin(), losses_.end(), std::numeric_limits<double>::quiet_NaN());
@@ -125,24 +132,71 @@ void StageModel::head_backward_input(VStage& s, Micro& m) {
 }
 
 // ------------------------------------------------------------------------------------------------ W
+namespace {
+
+// The view `v` of the buffer at `from`, moved onto the buffer at `to` (same layout).
+LayerView rebased(const LayerView& v, const float* from, float* to) {
+  const auto move = [&](float* p) { return to + (p - from); };
+  LayerView r;
+  r.ln1_w = move(v.ln1_w);
+  r.ln1_b = move(v.ln1_b);
+  r.qkv_w = move(v.qkv_w);
+  r.qkv_b = move(v.qkv_b);
+  r.proj_w = move(v.proj_w);
+  r.proj_b = move(v.proj_b);
+  r.ln2_w = move(v.ln2_w);
+  r.ln2_b = move(v.ln2_b);
+  r.fc_w = move(v.fc_w);
+  r.fc_b = move(v.fc_b);
+  r.fcproj_w = move(v.fcproj_w);
+  r.fcproj_b = move(v.fcproj_b);
+  return r;
+}
+
+std::unique_ptr<StageModel::VStage::GradSlot> take_grad_slot(StageModel::VStage& s, Backend& backend) {
+  std::unique_ptr<StageModel::VStage::GradSlot> slot;
+  if (!s.free_slots.empty()) {
+    slot = std::move(s.free_slots.back());
+    s.free_slots.pop_back();
+  } else {
+    slot = std::make_unique<StageModel::VStage::GradSlot>();
+    slot->buf = DeviceBuffer(backend, s.n_params * sizeof(float));
+    for (const LayerView& v : s.g) slot->g.push_back(rebased(v, s.grads.f(), slot->buf.f()));
+  }
+  backend.zero(slot->buf.get(), s.n_params * sizeof(float));
+  return slot;
+}
+
+}  // namespace
+
 void StageModel::backward_weight(int vs, int mb) {
   VStage& s = stage(vs);
   Micro& m = micro(s, mb, Phase::after_backward_input, "backward_weight");
   const Dims& d = dims_;
   const int L = s.n_layers;
-  float* g = s.grads.f();
+  std::unique_ptr<VStage::GradSlot> slot = take_grad_slot(s, *backend_);
+  float* g = slot->buf.f();
   if (s.head) {
     matmul_backward_weight(g + s.offset("lm_head_w"), nullptr, m.probs, m.lnf, d.B, d.T, d.C, d.V, WeightLayout::out_in,
                            *backend_);
     layernorm_backward_weight(g + s.offset("lnf_w"), g + s.offset("lnf_b"), m.dlnf, m.res[L], m.meanf, m.rstdf, d.B,
                               d.T, d.C, *backend_);
   }
-  for (int l = L - 1; l >= 0; l--) layer_backward_weight(*backend_, m.layers[l], s.g[l], d);
+  for (int l = L - 1; l >= 0; l--) layer_backward_weight(*backend_, m.layers[l], slot->g[l], d);
   if (s.embedding) {
     encoder_backward(g + s.offset("wte"), g + s.offset("wpe"), m.dres[0], m.tokens, d.B, d.T, d.C, *backend_);
   }
   s.pool.push_back(std::move(s.active[mb]));
   s.phase[mb] = Phase::idle;
+  // Add every slot that is next in microbatch order: the float sum is (((0 + g0) + g1) + g2) ... on every rank,
+  // schedule and execution mode, so losses and weights do not depend on the order W ran in.
+  s.waiting[mb] = std::move(slot);
+  while (s.next_to_add < microbatches_ && s.waiting[s.next_to_add]) {
+    std::unique_ptr<VStage::GradSlot> next = std::move(s.waiting[s.next_to_add]);
+    residual_forward(s.grads.f(), s.grads.f(), next->buf.f(), s.n_params, *backend_);
+    s.free_slots.push_back(std::move(next));
+    s.next_to_add++;
+  }
 }
 
 void StageModel::backward_full(int vs, int mb, const float* grad_out, float* grad_in) {

@@ -47,7 +47,34 @@ trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const s
 
 Executor::Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
                    const sim::NoiseModel& noise, ExecutorOptions options)
-    : rank_(rank), control_(control), data_(data), compute_(compute), clock_(clock), noise_(noise), options_(options) {}
+    : rank_(rank),
+      control_(control),
+      data_(data),
+      compute_(compute),
+      clock_(clock),
+      noise_(noise),
+      options_(options),
+      watchdog_(options.watchdog_s, rank) {}
+
+std::string Executor::describe_wait(const sched::Schedule& order, const sched::Arbiter& state,
+                                    const std::vector<char>& arrived, int step) const {
+  const auto& actions = order.ranks[static_cast<std::size_t>(rank_)];
+  const int n = static_cast<int>(actions.size());
+  // The op strict execution runs next if it waits for an input, else the first waiting one in list order.
+  int waiting = -1;
+  for (int k = 0; k <= n && waiting < 0; ++k) {
+    const int i = k == 0 ? state.next_in_list() : k - 1;
+    if (i < 0 || i >= n || state.is_started(i) || arrived[static_cast<std::size_t>(i)]) continue;
+    const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
+    if (in && !in->local()) waiting = i;
+  }
+  if (waiting < 0) return "any input of step " + std::to_string(step) + " (none outstanding)";
+  const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(waiting)]);
+  const bool activation = in->payload == sched::Payload::Activation;
+  return std::string(activation ? "the activation of " : "the gradient of ") + std::to_string(in->from_chunk) +
+         (activation ? "F" : "B") + std::to_string(in->microbatch) + " from rank " + std::to_string(in->from_rank) +
+         " (stage " + std::to_string(in->from_stage) + ", step " + std::to_string(step) + ")";
+}
 
 int Executor::tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
   // Unique per (direction, receiving stage, microbatch) within a step; steps never overlap because every
@@ -98,6 +125,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::unordered_map<int, trace::OpEvent> send_events;            // by producing action
 
   StepOutcome outcome;
+  // The watchdog's inputs: a count of events that move the step on (an input half arriving, an op launched or
+  // retired), the time of the last poll (drain reads the clock anyway) and since when nothing moved.
+  std::int64_t progress = 0, seen_progress = 0;
+  std::int64_t poll_now = 0;
+  std::vector<char> arrived(at(n), 0);  // both halves of the input in (held or accepted)
   // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
   const bool debug_idle = std::getenv("CONDUCTOR_DEBUG_IDLE") != nullptr;
   const std::int64_t step_begin = clock_.now_ns();
@@ -135,7 +167,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   };
   auto half_arrived = [&](int i, Role role, std::int64_t now) {
     (role == Role::Header ? header_in : tensor_in)[at(i)] = 1;
+    ++progress;
     if (!header_in[at(i)] || !tensor_in[at(i)]) return;
+    arrived[at(i)] = 1;
     const std::int64_t ready_at = in_header[at(i)].ready_at_ns;
     if (ready_at > now) {
       delayed.emplace(ready_at, i);
@@ -158,6 +192,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     const std::vector<TransferId> control_done = control_.poll();
     const std::vector<TransferId> data_done = data_.poll();
     const std::int64_t now = clock_.now_ns();
+    poll_now = now;
     for (TransferId id : control_done) {
       const auto it = control_ids.find(id);
       if (it == control_ids.end()) continue;
@@ -212,6 +247,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     driver.start(i, since_begin(clock_.now_ns()));
     ticket[at(i)] = compute_.launch(step, a, stage, in_ptr, out_buf[at(i)]);
     in_flight.push_back(i);
+    ++progress;
     // A device transport queues the send behind the producer now; the GPU sends as soon as the op is done.
     if (out && !out->local() && has_payload && early_sends) post_tensor_send(i, *out);
   };
@@ -225,6 +261,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       OpSpan span;
       if (!compute_.finished(ticket[at(i)], span)) break;
       in_flight.erase(in_flight.begin());
+      ++progress;
       const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
       driver.complete(i, since_begin(end));
       const auto& a = actions[at(i)];
@@ -270,6 +307,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   };
 
   std::int64_t idle_sleep_ns = 5'000;
+  Watchdog::Timer quiet(watchdog_, clock_.now_ns());
   while (!driver.finished()) {
     drain();
     retire();
@@ -280,6 +318,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         launch(i);
         continue;
       }
+    }
+    // Waiting on a peer: nothing moved since the last poll, nothing of its own in flight, no injected delay
+    // pending. One comparison per poll on the time drain() read.
+    if (progress != seen_progress || !in_flight.empty() || !delayed.empty()) {
+      seen_progress = progress;
+      quiet.restart(poll_now);
+    } else if (quiet.expired(poll_now)) {
+      watchdog_.fire(describe_wait(order, state, arrived, step), quiet.waited_s(poll_now));
     }
     if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
       std::string st;
@@ -312,12 +358,18 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   }
   // Sends must complete before their buffers are reused; receives are all done (every op ran).
   const std::int64_t drain_begin = clock_.now_ns();
+  Watchdog::Timer draining(watchdog_, drain_begin);
   while (control_.pending() > 0 || data_.pending() > 0) {
     if (debug_idle && clock_.now_ns() - drain_begin > 3'000'000'000LL) {
       std::fprintf(stderr, "[rank %d] draining: pending %zu+%zu sends %zu\n", rank_, control_.pending(),
                    data_.pending(), send_events.size());
     }
     drain();
+    if (draining.expired(poll_now)) {
+      watchdog_.fire("its peers to take the last " + std::to_string(control_.pending() + data_.pending()) +
+                         " messages it sent in step " + std::to_string(step),
+                     draining.waited_s(poll_now));
+    }
     if (control_.pending() > 0 || data_.pending() > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   for (float*& b : out_buf) {

@@ -1,12 +1,33 @@
 #include "conductor/runtime/stop_signal.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
 
 namespace conductor::runtime {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_count = 0;
+
+// Async-signal-safe: only sig_atomic_t stores, write(2), signal() and raise().
+extern "C" void on_stop_signal(int sig) {
+  if (g_count == 0) {
+    g_signal = sig;
+    g_count = 1;
+    return;
+  }
+  g_count = g_count + 1;
+  if (g_count == 2) {
+    // What `timeout`, a double Ctrl-C or mpirun forwarding its own signal send: keep the graceful stop.
+    static const char note[] =
+        "conductor: stop already requested; finishing the current step (a third signal aborts)\n";
+    [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, note, sizeof note - 1);
+    return;
+  }
+  std::signal(sig, SIG_DFL);  // the third: the user insists, end now
+  std::raise(sig);
+}
 }  // namespace
 
 void install_stop_handlers() {

@@ -20,8 +20,10 @@
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
+#include "conductor/runtime/numerics.hpp"
 #include "conductor/runtime/stop_signal.hpp"
 #include "conductor/runtime/transport.hpp"
+#include "conductor/runtime/watchdog.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/planner.hpp"
@@ -80,10 +82,14 @@ sched::Schedule broadcast_order(const sched::Schedule* order, int rank, MPI_Comm
   return s;
 }
 
-std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size, MPI_Comm comm) {
+std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size, MPI_Comm comm,
+                                          const Watchdog& watchdog, int step) {
+  // With two ranks the missing one is known: the other.
+  const std::string from = size == 2 ? " from rank " + std::to_string(1 - rank) : std::string();
+  const std::string what = "the end-of-step gather of the trace events" + from + " (step " + std::to_string(step) + ")";
   int bytes = static_cast<int>(mine.size() * sizeof(trace::OpEvent));
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-  MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  watched_gather(watchdog, &bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm, what);
   std::vector<trace::OpEvent> all;
   if (rank == 0) {
     int total = 0;
@@ -93,7 +99,8 @@ std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& min
     }
     all.resize(static_cast<std::size_t>(total) / sizeof(trace::OpEvent));
   }
-  MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm);
+  watched_gatherv(watchdog, mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm,
+                  what);
   return all;
 }
 
@@ -239,6 +246,7 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
   eo.memory_after_b = cost.memory_after_b;
   eo.comm_events = plan.trace.comm_events;
   eo.inject_full_comm_time = plan.backend == "emulated";
+  eo.watchdog_s = plan.runtime.watchdog_s;
   {
     MPI_Comm node;
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
@@ -268,23 +276,29 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
               " microbatches, steps " + std::to_string(first_step) + ".." + std::to_string(plan.run.steps - 1));
   }
 
+  const Watchdog watchdog(plan.runtime.watchdog_s, rank);
+  const StepReducer reducer(*compute, order.num_stages(), comm);
+  NonfiniteGuard nonfinite(plan.optim.skip_nonfinite_steps, order.rank_of(order.num_stages() - 1));
   for (int step = first_step; step < plan.run.steps; ++step) {
     maybe_inject_failure(rank, step);
     StepOutcome so = executor.run_step(step, order);
 
-    // One reduction carries the gradient norm, the loss and whether anyone was asked to stop.
-    double local[3] = {compute->local_grad_sq_norm(), compute->has_loss() ? compute->step_loss() : 0.0,
-                       stop_requested() ? 1.0 : 0.0};
-    double global[3] = {0, 0, 0};
-    MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, comm);
-    compute->optimizer_step(std::sqrt(global[0]), step);
+    // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets
+    // the same numbers, so every rank takes the same decision on a non-finite step without another message.
+    const StepNumbers numbers = reducer.reduce(step, stop_requested(), watchdog);
     const bool has_math = compute->payload_floats() > 0;
-    const double loss = has_math ? global[1] : std::numeric_limits<double>::quiet_NaN();
+    const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order.rank_of(numbers.nonfinite_stage) : -1;
+    const NonfiniteGuard::Verdict verdict = nonfinite.judge(numbers, step, nonfinite_rank, has_math);
+    if (verdict == NonfiniteGuard::Verdict::Update) compute->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
+    const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
 
-    std::vector<trace::OpEvent> all = gather_events(so.events, rank, size, comm);
+    std::vector<trace::OpEvent> all = gather_events(so.events, rank, size, comm, watchdog, step);
     double peak = so.peak_memory;
     std::vector<double> peaks(static_cast<std::size_t>(size));
-    MPI_Gather(&peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm);
+    watched_gather(watchdog, &peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm,
+                   "the end-of-step gather of peak memory" +
+                       (size == 2 ? " from rank " + std::to_string(1 - rank) : std::string()) + " (step " +
+                       std::to_string(step) + ")");
 
     if (rank == 0) {
       std::vector<trace::OpEvent> compute_events;
@@ -305,14 +319,32 @@ RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFact
                     plan.run.steps, has_math ? json_number(loss).c_str() : "  -   ",
                     static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
       log::info(line);
+      if (verdict != NonfiniteGuard::Verdict::Update) {
+        (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite.message());
+      } else if (const std::string warning = nonfinite.divergence(loss, step); !warning.empty()) {
+        log::warn(warning);
+      }
     }
     outcome.steps_done = step + 1 - first_step;
+    if (verdict == NonfiniteGuard::Verdict::Stop) {
+      outcome.nonfinite = true;  // the step is in the trace; the model is not updated and not checkpointed
+      break;
+    }
 
-    const bool stopping = global[2] > 0;
+    const bool stopping = numbers.stop;
     const bool last = step + 1 == plan.run.steps;
     if (compute->model() && !plan.checkpoint.path.empty()) {
       const bool due = last || stopping || (plan.checkpoint.every > 0 && (step + 1) % plan.checkpoint.every == 0);
-      if (due) save_checkpoint_step(plan, *compute->model(), step + 1, comm);
+      if (due) {
+        collectively(comm, kExitFailure, [&] {
+          // Never a checkpoint of non-finite state (NaN weights pass the loss check for one step: the update
+          // that made them ran after it).
+          if (std::string where; !state_is_finite(*compute, where))
+            throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
+                        " after the update; stopping without writing the checkpoint");
+        });
+        save_checkpoint_step(plan, *compute->model(), step + 1, comm);
+      }
     }
     // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
     // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.

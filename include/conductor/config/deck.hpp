@@ -38,6 +38,10 @@ struct CudaConfig {
   int queue_depth = 2;             // ops kept queued on the GPU per rank
 };
 
+struct RuntimeConfig {
+  double watchdog_s = 300.0;  // a rank that hears nothing from a peer it waits on this long aborts the run
+};
+
 struct Deck {
   std::string backend = "cpu";
   RunConfig run;
@@ -53,6 +57,7 @@ struct Deck {
   PolicyConfig policy;  // keys under scheduler.* and ppo.* (schema_policy.cpp)
   TraceConfig trace;
   CudaConfig cuda;
+  RuntimeConfig runtime;
 };
 
 // What the deck is loaded for; cross-field checks depend on it (`run` needs pipeline == MPI world size).

@@ -31,8 +31,9 @@ struct OptimConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double weight_decay = 0.1;  // decoupled, applied to matrices and embeddings only
-  double grad_clip = 1.0;     // max global gradient norm; 0 disables clipping
+  double weight_decay = 0.1;     // decoupled, applied to matrices and embeddings only
+  double grad_clip = 1.0;        // max global gradient norm; 0 disables clipping
+  int skip_nonfinite_steps = 0;  // steps with non-finite gradients skipped before giving up; 0 = stop at the first
 };
 
 struct CheckpointConfig {

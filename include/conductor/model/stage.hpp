@@ -10,8 +10,11 @@
 // B): each in-flight microbatch owns its buffers, taken at F and given back after W.
 //
 // Loss = mean over the step's microbatches of each microbatch's mean token loss; gradients are the gradient of
-// that loss (each microbatch's share is summed into the gradient buffers by W, so the order of W does not
-// matter beyond fp32 rounding).
+// that loss. Each W computes its microbatch's share into a slot of its own and the shares are added in
+// microbatch order (a reorder buffer), so the gradients are bit-identical whatever order W ran in: every
+// schedule, execution mode and the single-process reference give the same bits. Cost per W: one zeroing and
+// one addition of the stage's parameters (small next to W's 2*B*T*params flops); memory: one slot of the
+// stage's parameter size per W that ran ahead of an earlier microbatch's W (plus one), kept across steps.
 //
 // Activation tensors passed between stages are [microbatch_size, seq_len, d_model] floats in the backend's
 // memory space (host memory for the cpu backend). Calls on one StageModel must not run concurrently.
@@ -85,6 +88,10 @@ class StageModel {
   // Sum of squared gradients over the held virtual stages (double, fixed order). The runtime sums it over all
   // ranks and passes sqrt of the total to optimizer_step.
   double local_grad_sq_norm() const;
+  // The sum of squares of each gradient tensor, [virtual stage][tensor in tensors(vs) order]; rows of stages not
+  // held are empty. local_grad_sq_norm() is the sequential sum of these in that order, so a runtime that
+  // gathers every rank's rows and sums them the same way gets the single-process bits.
+  std::vector<std::vector<double>> grad_sq_norms() const;
   // AdamW with gradient scale clip_scale(global_grad_norm) and learning_rate(step) (optimizer.hpp).
   void optimizer_step(double global_grad_norm, int step);
   // Microbatches of vs taken by F and not yet released by W.

@@ -102,6 +102,12 @@ struct Optim {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // 0 = no clipping
+  int skip_nonfinite_steps = 0;  // steps with non-finite gradients skipped before stopping (0: stop at once)
+};
+
+// The runtime's own settings.
+struct Runtime {
+  double watchdog_s = 300;  // a rank that hears nothing it waits for this long aborts every rank
 };
 
 struct Checkpoint {
@@ -143,6 +149,7 @@ struct Plan {
   Data data;
   Optim optim;
   Checkpoint checkpoint;
+  Runtime runtime;
   Trace trace;
   Cuda cuda;
   GlobalTier scheduler;

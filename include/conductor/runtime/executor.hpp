@@ -13,6 +13,7 @@
 // (congestion; emulated comm time) are injected without blocking the sender. Device transports let the
 // tensor's send be queued behind its producer before the producer finishes; the host never waits on the GPU.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -20,6 +21,7 @@
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/transport.hpp"
+#include "conductor/runtime/watchdog.hpp"
 #include "conductor/sched/driver.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/trace/event.hpp"
@@ -39,6 +41,7 @@ struct ExecutorOptions {
   bool comm_events = false;
   bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise
   bool oversubscribed = false;         // more ranks than cores on this node: idle ranks sleep between polls
+  double watchdog_s = 0.0;             // abort when no input arrives for this long with nothing to do (0: never)
 };
 
 class Executor {
@@ -51,6 +54,9 @@ class Executor {
 
  private:
   int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  // What the rank waits for, for the watchdog's message: the outstanding input it needs first.
+  std::string describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
+                            int step) const;
   double injected_comm_ms(int step, const sched::Transfer& t) const;
 
   int rank_;
@@ -60,6 +66,7 @@ class Executor {
   const CommonClock& clock_;
   const sim::NoiseModel& noise_;
   ExecutorOptions options_;
+  Watchdog watchdog_;
 };
 
 }  // namespace conductor::runtime

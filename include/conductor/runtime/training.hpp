@@ -17,6 +17,7 @@ struct RunOutcome {
   int first_step = 0;          // > 0 when resumed from a checkpoint
   int steps_done = 0;          // steps completed by this run
   int stop_signal = 0;         // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
+  bool nonfinite = false;      // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
   std::string output_dir;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Errors carry the process exit code they end the run with: 2 for bad input (deck, flags, files the user
-// named), 1 for failures while running. main() turns them into messages and exit codes; nothing else exits.
+// named), 1 for failures while running (3, kExitStopped, is a clean stop, not an error). main() turns them into
+// messages and exit codes; nothing else exits.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@ namespace conductor {
 
 inline constexpr int kExitUsage = 2;    // bad command line, deck, or input file
 inline constexpr int kExitFailure = 1;  // a failure while running
+inline constexpr int kExitStopped = 3;  // a clean stop by SIGTERM/SIGINT: last step finished, everything written
 
 class Error : public std::runtime_error {
  public:

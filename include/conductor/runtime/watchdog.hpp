@@ -1,0 +1,77 @@
+#pragma once
+// The watchdog (runtime.watchdog_s): a rank that hears nothing from a peer it waits on for that long ends the
+// run with one message naming the peer and what it waited for, and exits non-zero; mpirun then ends every other
+// rank (a rank that exits with a non-zero code makes mpirun terminate the job), the stopped one included.
+//
+// Two places wait on peers:
+//  - the executor (executor.cpp), for an op's input: it already reads the clock on every poll, so the check is
+//    one comparison; only time spent with nothing of its own to run or finish counts (its own compute, a queued
+//    GPU op or an injected delay never does);
+//  - the collectives between steps (gradient norm and loss, event and peak gathers, the order's broadcast):
+//    they are issued non-blocking and polled with the same deadline (wait()), naming the collective, since
+//    which peer is missing from a collective is not known to the ranks that joined it.
+// The exit is a plain _Exit(kExitFailure) after the message, not MPI_Abort (whose banner would bury it).
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+namespace conductor::runtime {
+
+class Watchdog {
+ public:
+  // seconds <= 0: never fires.
+  Watchdog(double seconds, int rank);
+  double seconds() const { return seconds_; }
+  std::int64_t limit_ns() const { return limit_ns_; }
+  // True once a wait that began at since_ns (steady clock) has lasted past the limit at now_ns.
+  bool expired(std::int64_t since_ns, std::int64_t now_ns) const {
+    return limit_ns_ > 0 && now_ns - since_ns > limit_ns_;
+  }
+  // Measures one wait. A gap between two polls longer than a second (or half the limit) means this process
+  // itself did not run (SIGSTOP, then SIGCONT from mpiexec ending the job): the wait restarts there, so a
+  // stopped rank that is resumed never blames the peers it could not hear while it was stopped.
+  class Timer {
+   public:
+    Timer(const Watchdog& w, std::int64_t now_ns) : w_(w), since_(now_ns), last_(now_ns) {}
+    void restart(std::int64_t now_ns) { since_ = last_ = now_ns; }
+    // Call on every poll; true once the wait has lasted past the limit.
+    bool expired(std::int64_t now_ns) {
+      if (now_ns - last_ > std::min<std::int64_t>(1'000'000'000, w_.limit_ns_ / 2)) since_ = now_ns;
+      last_ = now_ns;
+      return w_.expired(since_, now_ns);
+    }
+    double waited_s(std::int64_t now_ns) const { return static_cast<double>(now_ns - since_) * 1e-9; }
+
+   private:
+    const Watchdog& w_;
+    std::int64_t since_, last_;
+  };
+  // Prints "rank R waited S s for WHAT; no message arrived; aborting" and ends this process (exit 1).
+  [[noreturn]] void fire(const std::string& what, double waited_s) const;
+  // Completes a non-blocking MPI operation, polling it under the deadline; `what` names it in the message.
+  void wait(MPI_Request& request, const std::string& what) const;
+  // Completes every request; on expiry, what(i) names the first one still pending.
+  void wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const;
+
+ private:
+  double seconds_;
+  std::int64_t limit_ns_;
+  int rank_;
+};
+
+// Collectives of the step loop through Watchdog::wait (non-blocking, same deadline).
+void watched_allreduce(const Watchdog& w, const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
+                       MPI_Comm comm, const std::string& what);
+void watched_bcast(const Watchdog& w, void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm,
+                   const std::string& what);
+void watched_gather(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,
+                    int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, const std::string& what);
+void watched_gatherv(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,
+                     const int* recv_counts, const int* displs, MPI_Datatype recv_type, int root, MPI_Comm comm,
+                     const std::string& what);
+
+}  // namespace conductor::runtime

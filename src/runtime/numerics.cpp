@@ -1,0 +1,166 @@
+#include "conductor/runtime/numerics.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "conductor/model/stage.hpp"
+
+namespace conductor::runtime {
+
+namespace {
+
+// CONDUCTOR_INJECT_NAN=RANK:STEP: this rank's gradients read as NaN at that step (tests of the non-finite path).
+bool inject_nan(int rank, int step) {
+  const char* env = std::getenv("CONDUCTOR_INJECT_NAN");
+  int r = -1, s = -1;
+  return env && std::sscanf(env, "%d:%d", &r, &s) == 2 && r == rank && s == step;
+}
+
+std::string format_value(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+StepReducer::StepReducer(Compute& compute, int num_virtual_stages, MPI_Comm comm)
+    : compute_(compute), num_vs_(num_virtual_stages), comm_(comm) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  int mine = 0;
+  if (compute.model()) {
+    for (const auto& row : compute.model()->grad_sq_norms()) mine = std::max(mine, static_cast<int>(row.size()));
+  }
+  MPI_Allreduce(&mine, &per_stage_, 1, MPI_INT, MPI_MAX, comm);
+}
+
+void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<double>& global, int step,
+                                 const Watchdog& watchdog) const {
+  const int n = static_cast<int>(local.size());
+  const std::string of_step = " of step " + std::to_string(step) + " (end-of-step reduction)";
+  constexpr int kUp = 1, kDown = 2;
+  if (rank_ != 0) {
+    std::vector<MPI_Request> r(2);
+    MPI_Isend(local.data(), n, MPI_DOUBLE, 0, kUp, comm_.get(), &r[0]);
+    MPI_Irecv(global.data(), n, MPI_DOUBLE, 0, kDown, comm_.get(), &r[1]);
+    const Watchdog patient(watchdog.seconds() * 1.5, rank_);  // rank 0 names a silent peer first
+    patient.wait_all(r, [&](std::size_t) { return "rank 0's reduced loss and gradient norms" + of_step; });
+    return;
+  }
+  std::vector<std::vector<double>> rows(static_cast<std::size_t>(size_), std::vector<double>(local.size()));
+  std::vector<MPI_Request> r(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+  for (int k = 1; k < size_; ++k) {
+    MPI_Irecv(rows[static_cast<std::size_t>(k)].data(), n, MPI_DOUBLE, k, kUp, comm_.get(),
+              &r[static_cast<std::size_t>(k)]);
+  }
+  watchdog.wait_all(
+      r, [&](std::size_t k) { return "the loss and gradient norms of rank " + std::to_string(k) + of_step; });
+  global = local;
+  for (int k = 1; k < size_; ++k) {
+    for (std::size_t i = 0; i < global.size(); ++i) global[i] += rows[static_cast<std::size_t>(k)][i];
+  }
+  for (int k = 1; k < size_; ++k) {
+    MPI_Isend(global.data(), n, MPI_DOUBLE, k, kDown, comm_.get(), &r[static_cast<std::size_t>(k)]);
+  }
+  watchdog.wait_all(
+      r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; });
+}
+
+StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchdog) const {
+  // [loss, stop, stage 0's tensors..., stage 1's tensors..., ...]; zero where this rank holds nothing.
+  const std::size_t width = static_cast<std::size_t>(per_stage_);
+  std::vector<double> local(2 + static_cast<std::size_t>(num_vs_) * width, 0.0), global(local.size(), 0.0);
+  local[0] = compute_.has_loss() ? compute_.step_loss() : 0.0;
+  local[1] = stop_here ? 1.0 : 0.0;
+  if (model::StageModel* m = compute_.model()) {
+    const auto rows = m->grad_sq_norms();
+    for (std::size_t vs = 0; vs < rows.size(); ++vs) {
+      for (std::size_t k = 0; k < rows[vs].size(); ++k) local[2 + vs * width + k] = rows[vs][k];
+    }
+    if (inject_nan(rank_, step))
+      local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width] =
+          std::numeric_limits<double>::quiet_NaN();
+  }
+  sum_over_ranks(local, global, step, watchdog);
+  StepNumbers n;
+  n.loss = global[0];
+  n.stop = global[1] > 0;
+  for (int vs = 0; vs < num_vs_; ++vs) {
+    double stage_sum = 0.0;
+    for (std::size_t k = 0; k < width; ++k) {
+      const double v = global[2 + static_cast<std::size_t>(vs) * width + k];
+      n.grad_sq_norm += v;  // sequential in (stage, tensor) order, as on one process; padding adds 0.0
+      stage_sum += v;
+    }
+    if (n.nonfinite_stage < 0 && !std::isfinite(stage_sum)) n.nonfinite_stage = vs;
+  }
+  return n;
+}
+
+NonfiniteGuard::Verdict NonfiniteGuard::judge(const StepNumbers& n, int step, int stage_rank_of_nonfinite,
+                                              bool has_math) {
+  message_.clear();
+  const bool loss_ok = !has_math || std::isfinite(n.loss);
+  const bool norm_ok = std::isfinite(n.grad_sq_norm);
+  if (loss_ok && norm_ok) return Verdict::Update;
+  std::string what = "step " + std::to_string(step + 1) + ": ";
+  if (!norm_ok) {
+    what += "non-finite gradient norm (first in stage " + std::to_string(n.nonfinite_stage) + ", rank " +
+            std::to_string(stage_rank_of_nonfinite) + ")";
+  }
+  if (!loss_ok) {
+    what += std::string(norm_ok ? "" : ", ") + "non-finite loss " + format_value(n.loss) + " (last stage, rank " +
+            std::to_string(last_stage_rank_) + ")";
+  }
+  if (skipped_ < skip_limit_) {
+    ++skipped_;
+    message_ = what + "; step skipped, weights and optimizer state unchanged (" + std::to_string(skipped_) + " of " +
+               std::to_string(skip_limit_) + " allowed by optim.skip_nonfinite_steps)";
+    return Verdict::Skip;
+  }
+  message_ = what + "; stopping with no update and no checkpoint of this step (" +
+             (skip_limit_ == 0 ? std::string("optim.skip_nonfinite_steps = 0")
+                               : std::to_string(skipped_) +
+                                     " steps already skipped, the limit of "
+                                     "optim.skip_nonfinite_steps") +
+             ")";
+  return Verdict::Stop;
+}
+
+std::string NonfiniteGuard::divergence(double loss, int step) {
+  if (!std::isfinite(loss)) return "";
+  if (!have_first_) {
+    have_first_ = true;
+    first_loss_ = loss;
+    return "";
+  }
+  if (warned_ || !(loss > kDivergenceFactor * first_loss_) || first_loss_ <= 0) return "";
+  warned_ = true;
+  return "step " + std::to_string(step + 1) + ": loss " + format_value(loss) + " is above " +
+         format_value(kDivergenceFactor) + "x the run's first loss (" + format_value(first_loss_) +
+         "): training may be diverging (lower optim.lr or set optim.grad_clip); warned once";
+}
+
+bool state_is_finite(Compute& compute, std::string& where) {
+  model::StageModel* m = compute.model();
+  if (!m) return true;
+  for (int vs : m->virtual_stages_held()) {
+    for (model::Buffer b : {model::Buffer::Params, model::Buffer::AdamM, model::Buffer::AdamV}) {
+      const std::vector<float> values = m->read(vs, b);
+      for (const auto& t : m->tensors(vs)) {
+        for (std::size_t i = t.offset; i < t.offset + t.numel; ++i) {
+          if (std::isfinite(values[i])) continue;
+          const char* kind = b == model::Buffer::Params ? "weights" : "AdamW moments";
+          where = std::string(kind) + " of " + t.name + " (stage " + std::to_string(vs) + ")";
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace conductor::runtime

@@ -1,0 +1,84 @@
+#include "conductor/runtime/watchdog.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "conductor/runtime/clock.hpp"
+#include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
+
+namespace conductor::runtime {
+
+Watchdog::Watchdog(double seconds, int rank)
+    : seconds_(seconds),
+      limit_ns_(seconds > 0 ? static_cast<std::int64_t>(std::llround(seconds * 1e9)) : 0),
+      rank_(rank) {}
+
+void Watchdog::fire(const std::string& what, double waited_s) const {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", waited_s);
+  log::error("watchdog: rank " + std::to_string(rank_) + " waited " + secs + " s for " + what +
+             "; no message arrived; aborting (runtime.watchdog_s = " + std::to_string(seconds_) + ")");
+  std::fflush(nullptr);
+  std::_Exit(kExitFailure);
+}
+
+void Watchdog::wait(MPI_Request& request, const std::string& what) const {
+  std::vector<MPI_Request> one{request};
+  wait_all(one, [&](std::size_t) { return what; });
+  request = one[0];
+}
+
+void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const {
+  Timer timer(*this, steady_now_ns());
+  std::int64_t sleep_ns = 1'000;
+  while (true) {
+    std::size_t first_pending = requests.size();
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);  // sets the request to MPI_REQUEST_NULL when done
+      if (!done && first_pending == requests.size()) first_pending = i;
+    }
+    if (first_pending == requests.size()) return;
+    const std::int64_t now = steady_now_ns();
+    if (timer.expired(now)) fire(what(first_pending), timer.waited_s(now));
+    // Back off to 200 us: a collective waits for the slowest rank's step, and idle ranks share cores.
+    std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
+    sleep_ns = std::min<std::int64_t>(200'000, sleep_ns * 2);
+  }
+}
+
+void watched_allreduce(const Watchdog& w, const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
+                       MPI_Comm comm, const std::string& what) {
+  MPI_Request r;
+  MPI_Iallreduce(send, recv, count, type, op, comm, &r);
+  w.wait(r, what);
+}
+
+void watched_bcast(const Watchdog& w, void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm,
+                   const std::string& what) {
+  MPI_Request r;
+  MPI_Ibcast(buffer, count, type, root, comm, &r);
+  w.wait(r, what);
+}
+
+void watched_gather(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,
+                    int recv_count, MPI_Datatype recv_type, int root, MPI_Comm comm, const std::string& what) {
+  MPI_Request r;
+  MPI_Igather(send, send_count, send_type, recv, recv_count, recv_type, root, comm, &r);
+  w.wait(r, what);
+}
+
+void watched_gatherv(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,
+                     const int* recv_counts, const int* displs, MPI_Datatype recv_type, int root, MPI_Comm comm,
+                     const std::string& what) {
+  MPI_Request r;
+  MPI_Igatherv(send, send_count, send_type, recv, recv_counts, displs, recv_type, root, comm, &r);
+  w.wait(r, what);
+}
+
+}  // namespace conductor::runtime

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Fault suite, area guard (issue 17): a stopped rank ends the run through the watchdog, a non-finite loss stops
+the run without a checkpoint of NaNs, and a double SIGTERM keeps the graceful stop. Each case checks the exit
+code, the time every rank took to exit, the one message and what is on disk afterwards."""
+import glob
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+import h5py
+import numpy as np
+
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, FaultCase, Result, mpirun
+
+WATCHDOG_S = 3
+EXIT_STOPPED = 3  # a clean stop by SIGTERM/SIGINT (README, exit codes)
+
+
+class Running:
+    """`conductor run` under mpiexec in the background, its output collected line by line."""
+
+    def __init__(self, np_, *args):
+        cmd = [MPIEXEC, "-n", str(np_), "--oversubscribe", BIN, "run", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(s, l), daemon=True)
+                        for s, l in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self.readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, lines):
+        for line in stream:
+            lines.append(line)
+
+    def wait_steps(self, n, timeout=120):
+        deadline = time.monotonic() + timeout
+        while sum(l.startswith("step ") for l in self.out) < n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("run ended or stalled before step %d:\n%s" % (n, "".join(self.out + self.err)))
+            time.sleep(0.05)
+
+    def rank_pid(self, rank):
+        """The pid of MPI rank `rank` (a child of mpiexec, told apart by OMPI_COMM_WORLD_RANK)."""
+        for pid in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split():
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
+                return int(pid)
+        raise AssertionError("no process for rank %d" % rank)
+
+    def finish(self, since, timeout=EXIT_DEADLINE_S + 60):
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        for r in self.readers:
+            r.join(timeout=5)
+        res = Result(subprocess.CompletedProcess([], self.proc.returncode, "".join(self.out), "".join(self.err)),
+                     time.monotonic() - since)
+        return res
+
+
+class Guard(FaultCase):
+    def tiny(self, p, steps, extra=""):
+        return self.deck(steps=steps, p=p, m=2 * p, extra="runtime: {watchdog_s: %d}\n" % WATCHDOG_S + extra)
+
+    def assertTraceReadable(self, min_steps):
+        path = os.path.join(self.out, "trace.h5")
+        try:
+            t = h5py.File(path, "r")
+        except OSError:
+            t = h5py.File(path, "r", swmr=True)  # rank 0 ended by the watchdog: flushed every step, SWMR flag left
+        with t:
+            steps = t["steps"][:]
+        self.assertGreaterEqual(len(steps), min_steps)
+        return steps
+
+    def stopped_rank(self, p, victim):
+        run = Running(p, self.tiny(p, steps=100000))
+        run.wait_steps(2)
+        pid = run.rank_pid(victim)
+        os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        try:
+            res = run.finish(start)
+        finally:
+            try:
+                os.kill(pid, signal.SIGKILL)  # never leave a stopped process behind
+            except ProcessLookupError:
+                pass
+        self.assertNotEqual(res.code, 0, res.text)
+        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
+        messages = [l for l in res.err.splitlines() if "watchdog:" in l]
+        # One message per rank that waited (mpiexec ends the others within milliseconds of the first exit, but
+        # ranks that timed out in the same instant print too); a rank next to the stopped one names it.
+        self.assertGreaterEqual(len(messages), 1, res.text)
+        self.assertLessEqual(len(messages), p - 1, res.text)
+        named = [m for m in messages if re.search(
+            r"rank \d+ waited \d+\.\d s for .*rank %d\b.*no message arrived; aborting" % victim, m)]
+        self.assertTrue(named, res.text)
+        self.assertIsNone(RAW_DUMP.search(res.text), "raw diagnostics reached the user:\n" + res.text)
+        # Every rank is gone, the stopped one included (mpiexec ended them).
+        self.assertEqual(subprocess.run(["pgrep", "-P", str(run.proc.pid)], capture_output=True).stdout, b"")
+        self.assertTraceReadable(2)
+
+    def test_stopped_rank_p2_watchdog(self):
+        self.stopped_rank(2, 1)
+
+    def test_stopped_rank_p4_watchdog(self):
+        self.stopped_rank(4, 1)
+
+    def test_eps_zero_stops_on_nonfinite(self):
+        ckpt = os.path.join(self.tmp.name, "ckpt")
+        res = mpirun(2, "run", self.tiny(2, steps=6), "optim.eps=0", "checkpoint.path=" + ckpt,
+                     "checkpoint.every=1")
+        self.assertFault(res, 1, r"step \d+: non-finite")
+        self.assertNotIn("loss null", res.text)
+        steps = self.assertTraceReadable(1)
+        self.assertLess(len(steps), 6)  # stopped early
+        # No checkpoint holds a non-finite number.
+        for path in glob.glob(os.path.join(ckpt, "**", "*.h5"), recursive=True):
+            with h5py.File(path, "r") as f:
+                def visit(name, obj):
+                    if isinstance(obj, h5py.Dataset) and obj.dtype.kind == "f":
+                        self.assertTrue(np.all(np.isfinite(obj[()])), path + ":" + name)
+                f.visititems(visit)
+
+    def test_double_sigterm_keeps_graceful_stop(self):
+        ckpt = os.path.join(self.tmp.name, "ckpt")
+        run = Running(2, self.tiny(2, steps=100000), "checkpoint.path=" + ckpt)
+        run.wait_steps(2)
+        # Both signals to every rank, as a double Ctrl-C to the process group or `timeout` do. (Two signals to
+        # mpiexec itself make mpiexec kill the ranks: out of our reach, see README.)
+        pids = [run.rank_pid(r) for r in range(2)]
+        for _ in range(2):
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+            time.sleep(0.05)
+        start = time.monotonic()
+        res = run.finish(start)
+        self.assertEqual(res.code, EXIT_STOPPED, res.text)
+        self.assertLessEqual(res.seconds, EXIT_DEADLINE_S, res.text)
+        self.assertIn("stop requested", res.text)
+        self.assertIn("summary:", res.out)
+        self.assertIsNone(RAW_DUMP.search(res.text), "raw diagnostics reached the user:\n" + res.text)
+        steps = self.assertTraceReadable(2)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "summary.json")))
+        self.assertTrue(glob.glob(os.path.join(ckpt, "**", "*.h5"), recursive=True), "no checkpoint written")
+        self.assertEqual(len(steps), sum(l.startswith("step ") for l in res.out.splitlines()))
+
+
+if __name__ == "__main__":
+    unittest.main()
