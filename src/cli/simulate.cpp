@@ -9,9 +9,9 @@
 
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/global_tier.hpp"
-#include "conductor/config/resolve.hpp"
 #include "conductor/cli/run_folder.hpp"
 #include "conductor/cli/size_guard.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/layer_split.hpp"
 #include "conductor/runtime/memory_estimate.hpp"
 #include "conductor/sched/generators.hpp"
@@ -39,7 +40,7 @@ runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
   layout.m = deck.parallel.microbatches;
   layout.v = deck.parallel.virtual_chunks;
   layout.placement = deck.schedule.kind == "zb-v" ? sched::Placement::V : sched::Placement::Loop;
-  const std::vector<int> split = model::split_layers(deck, layout.num_stages());
+  const std::vector<int> split = model::split_layers(config::resolve(deck).model, layout.num_stages());
   runtime::RankModelShape s;
   s.vocab = deck.model.vocab;
   s.seq_len = deck.model.seq_len;

@@ -42,8 +42,8 @@ plan::ModelDims resolved_model(const ModelConfig& m) {
 plan::Optim resolved_optim(const Deck& d) {
   const OptimConfig& o = d.optim;
   const int decay = o.decay_steps > 0 ? o.decay_steps : d.run.steps;
-  return plan::Optim{o.lr,    o.lr_min_ratio, o.warmup_steps,  decay, o.beta1, o.beta2, o.eps, o.weight_decay,
-                     o.grad_clip, o.skip_nonfinite_steps};
+  return plan::Optim{o.lr,    o.lr_min_ratio, o.warmup_steps, decay,       o.beta1,
+                     o.beta2, o.eps,          o.weight_decay, o.grad_clip, o.skip_nonfinite_steps};
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ struct Optim {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  double grad_clip = 1.0;  // 0 = no clipping
+  double grad_clip = 1.0;        // 0 = no clipping
   int skip_nonfinite_steps = 0;  // steps with non-finite gradients skipped before stopping (0: stop at once)
 };
 

@@ -3,8 +3,8 @@
 // call it at the same point) and ends every rank together, with one message, when any rank fails.
 #include <mpi.h>
 
-#include "conductor/plan/plan.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::runtime {
 
