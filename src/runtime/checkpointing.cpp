@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "collective.hpp"
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
@@ -10,28 +11,6 @@
 namespace conductor::runtime {
 
 namespace {
-
-// Runs f on every rank; any rank's failure ends all ranks together with that rank's message (the same rule as
-// training.cpp's loop).
-template <class F>
-void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
-  bool ok = true;
-  std::string message;
-  int code = kExitFailure;
-  try {
-    f();
-  } catch (const CollectiveExit&) {
-    throw;  // already agreed on and reported by every rank
-  } catch (const InputError& e) {
-    ok = false;
-    message = e.what();
-    code = exit_code_on_input_error;
-  } catch (const std::exception& e) {
-    ok = false;
-    message = e.what();
-  }
-  mpi::check_all(ok, message, code, comm);
-}
 
 int rank_of(MPI_Comm comm) {
   int rank = 0;

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collective.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/checkpointing.hpp"
 #include "conductor/runtime/clock.hpp"
@@ -41,27 +42,6 @@
 namespace conductor::runtime {
 
 namespace {
-
-// Runs f on every rank; any rank's failure ends all ranks together with that rank's message.
-template <class F>
-void collectively(MPI_Comm comm, int exit_code_on_input_error, F&& f) {
-  bool ok = true;
-  std::string message;
-  int code = kExitFailure;
-  try {
-    f();
-  } catch (const CollectiveExit&) {
-    throw;  // already agreed on and reported by every rank
-  } catch (const InputError& e) {
-    ok = false;
-    message = e.what();
-    code = exit_code_on_input_error;
-  } catch (const std::exception& e) {
-    ok = false;
-    message = e.what();
-  }
-  mpi::check_all(ok, message, code, comm);
-}
 
 // Rank 0's text broadcast to every rank.
 std::string broadcast_text(std::string text, MPI_Comm comm) {
