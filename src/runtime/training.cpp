@@ -22,6 +22,7 @@
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/executor.hpp"
 #include "conductor/runtime/numerics.hpp"
+#include "conductor/runtime/run_report.hpp"
 #include "conductor/runtime/stop_signal.hpp"
 #include "conductor/runtime/transport.hpp"
 #include "conductor/runtime/watchdog.hpp"
@@ -97,41 +98,6 @@ std::vector<std::string> gather_hostnames(int rank, int size, MPI_Comm comm) {
   return hosts;
 }
 
-// The simulator's per-step record, from measured events, so the summary has the simulator's fields.
-sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trace::OpEvent>& events, int p,
-                            const std::vector<double>& peaks) {
-  sim::StepResult r;
-  r.step = rec.step;
-  r.start_ms = static_cast<double>(rec.start_ns) * 1e-6;
-  r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
-  r.bubble_ratio = rec.bubble_ratio;
-  r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
-  r.throughput = rec.samples_per_s;
-  r.busy_ms.assign(static_cast<std::size_t>(p), 0.0);
-  for (const auto& e : events) {
-    if (trace::is_compute(e.kind)) r.busy_ms[static_cast<std::size_t>(e.rank)] += (e.end_ns - e.start_ns) * 1e-6;
-  }
-  r.idle_ms.resize(static_cast<std::size_t>(p));
-  for (int k = 0; k < p; ++k)
-    r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
-  r.peak_memory = peaks;
-  r.num_ops = events.size();
-  return r;
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw Error(path.string() + ": cannot write");
-}
-
 // Fault injection for the tests of the failure paths: CONDUCTOR_INJECT_FAILURE=RANK:STEP[:kill] makes that
 // rank throw (or die by SIGKILL) at the start of that step.
 void maybe_inject_failure(int rank, int step) {
@@ -145,238 +111,226 @@ void maybe_inject_failure(int rank, int step) {
               " (CONDUCTOR_INJECT_FAILURE)");
 }
 
-}  // namespace
+// Whether this node runs more ranks than it has cores (the executor then yields instead of spinning).
+bool node_oversubscribed(int rank, MPI_Comm comm) {
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_ranks = 1;
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(local_ranks) > cores;
+}
 
-RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  install_stop_handlers();
-
-  RunOutcome outcome;
-  outcome.output_dir = plan.run.output;
-  const std::filesystem::path out_dir(plan.run.output);
-
-  // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
-  std::unique_ptr<sched::OrderPlanner> planner;
-  std::optional<sched::PlanAhead> ahead;  // rank 0, replanning: the global tier's loop (a planner thread)
-  sched::Schedule order0;
-  const bool replanning = static_cast<bool>(make_planner);
-  collectively(comm, kExitUsage, [&] {
-    if (rank != 0) return;
-    if (!replanning && plan.scheduler.kind != "static")
-      throw InputError("scheduler.kind = '" + plan.scheduler.kind +
-                       "' needs its planner (the conductor command wires it in)");
-    const sched::Schedule generated = sched::make_schedule(plan);
-    planner = replanning ? make_planner(generated) : std::make_unique<sched::StaticPlanner>(generated);
-    if (replanning) ahead.emplace(*planner, plan.run.steps, sched::PlanAhead::Threading::Background);
-    order0 = planner->initial_order();
-  });
-  sched::Schedule order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
-
-  const double memory_limit = sched::memory_limit_for(plan, order);
-  const sched::CostModel cost = plan.costs;
-  const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, order);
-  const CommonClock clock(comm);
-  const std::vector<std::string> hosts = gather_hostnames(rank, size, comm);
-
-  std::unique_ptr<Compute> compute;
-  std::unique_ptr<trace::TraceWriter> writer;
-  int first_step = 0;
-  collectively(comm, kExitUsage, [&] { compute = make_compute(plan, order, rank, noise, comm); });
-  // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
-  if (compute->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
-  if (!plan.checkpoint.resume.empty()) first_step = resume_from_checkpoint(plan, compute->model(), comm);
-  // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
-  // command checked beforehand that it holds no other run's results and can be written).
-  collectively(comm, kExitUsage, [&] {
-    if (rank != 0) return;
-    std::error_code ec;
-    std::filesystem::create_directories(out_dir, ec);
-    if (ec) throw InputError("run.output = '" + out_dir.string() + "': cannot create the folder: " + ec.message());
-    write_file(out_dir / "resolved.yaml", plan.deck_yaml);
-    const std::string trace_path = (out_dir / "trace.h5").string();
-    if (plan.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path)) {
-      // A resumed run (e.g. a requeued Slurm job) continues its trace: docs/trace.md, "Resumed runs".
-      writer = std::make_unique<trace::TraceWriter>(trace_path, first_step);
-      log::info("continuing the trace " + trace_path + " at step " + std::to_string(first_step + 1));
-    } else if (plan.trace.enabled) {
-      trace::RunInfo info;
-      info.deck = plan.deck_yaml;
-      info.world_size = size;
-      info.schedule = plan.schedule.kind;
-      info.execution = plan.schedule.execution;
-      info.hint = plan.schedule.hint;
-      info.backend = plan.backend;
-      info.source = "runtime";
-      info.hostnames = hosts;
-      info.git_revision = kGitRevision;
-      info.pipeline = order.p;
-      info.microbatches = order.m;
-      info.virtual_chunks = order.v;
-      writer = std::make_unique<trace::TraceWriter>(trace_path, info);
-    }
-  });
-  outcome.first_step = first_step;
-
+ExecutorOptions executor_options(const plan::Plan& plan, const sched::Schedule& order, int rank, MPI_Comm comm) {
   ExecutorOptions eo;
   eo.execution = sched::parse_execution(plan.schedule.execution);
   eo.hint = sched::parse_hint(plan.schedule.hint);
   eo.memory_limit = sched::rank_memory_limits(plan, order).at(static_cast<std::size_t>(rank));  // this rank's own
-  eo.memory_after_b = cost.memory_after_b;
+  eo.memory_after_b = plan.costs.memory_after_b;
   eo.comm_events = plan.trace.comm_events;
   eo.inject_full_comm_time = plan.backend == "emulated";
   eo.watchdog_s = plan.runtime.watchdog_s;
-  {
-    MPI_Comm node;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int local_ranks = 1;
-    MPI_Comm_size(node, &local_ranks);
-    MPI_Comm_free(&node);
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    eo.oversubscribed = static_cast<unsigned>(local_ranks) > cores;
+  eo.oversubscribed = node_oversubscribed(rank, comm);
+  return eo;
+}
+
+// One run of `conductor run` on one rank: set up in the constructor (every input checked collectively before
+// anything is written), then steps until run.steps, a stop signal or a non-finite step, then the report.
+class Training {
+ public:
+  Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner);
+  RunOutcome run();
+
+ private:
+  enum class After { Continue, Stop };
+  void plan_first_order(const sched::PlannerFactory& make_planner);
+  void open_data_plane();
+  After step(int step);
+  void checkpoint_if_due(int step, bool stopping, bool last);
+  void replan(int step, std::vector<trace::OpEvent> all);
+  void finish();
+
+  const plan::Plan& plan_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  RunOutcome outcome_;
+  bool replanning_ = false;
+  std::unique_ptr<sched::OrderPlanner> planner_;  // rank 0
+  std::optional<sched::PlanAhead> ahead_;         // rank 0, replanning: the global tier's loop (a planner thread)
+  sched::Schedule order0_;                        // rank 0: the order the next broadcast sends
+  sched::Schedule order_;                         // the order every rank runs
+  double memory_limit_ = 0;
+  std::optional<sim::NoiseModel> noise_;
+  std::optional<CommonClock> clock_;
+  std::unique_ptr<Compute> compute_;
+  std::optional<RunReport> report_;  // rank 0
+  int first_step_ = 0;
+  std::optional<mpi::DupComm> control_comm_, data_comm_;
+  std::optional<MpiTransport> control_;
+  std::unique_ptr<Transport> data_;
+  std::string data_transport_;
+  std::optional<Executor> executor_;
+  std::optional<Watchdog> watchdog_;
+  std::optional<StepReducer> reducer_;
+  std::optional<NonfiniteGuard> nonfinite_;
+};
+
+Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner)
+    : plan_(plan), comm_(comm), replanning_(static_cast<bool>(make_planner)) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  install_stop_handlers();
+  outcome_.output_dir = plan.run.output;
+  plan_first_order(make_planner);
+  memory_limit_ = sched::memory_limit_for(plan, order_);
+  noise_.emplace(sim::NoiseModel::from_plan(plan, order_));
+  clock_.emplace(comm);
+  const std::vector<std::string> hosts = gather_hostnames(rank_, size_, comm);
+
+  collectively(comm, kExitUsage, [&] { compute_ = make_compute(plan, order_, rank_, *noise_, comm); });
+  // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
+  if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
+  if (!plan.checkpoint.resume.empty()) first_step_ = resume_from_checkpoint(plan, compute_->model(), comm);
+  outcome_.first_step = first_step_;
+  // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
+  // command checked beforehand that it holds no other run's results and can be written).
+  collectively(comm, kExitUsage, [&] {
+    if (rank_ == 0) report_.emplace(plan, order_, size_, first_step_, hosts, compute_->payload_floats() > 0);
+  });
+  open_data_plane();
+  watchdog_.emplace(plan.runtime.watchdog_s, rank_);
+  reducer_.emplace(*compute_, order_.num_stages(), comm);
+  nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1));
+}
+
+// The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
+void Training::plan_first_order(const sched::PlannerFactory& make_planner) {
+  collectively(comm_, kExitUsage, [&] {
+    if (rank_ != 0) return;
+    if (!replanning_ && plan_.scheduler.kind != "static")
+      throw InputError("scheduler.kind = '" + plan_.scheduler.kind +
+                       "' needs its planner (the conductor command wires it in)");
+    const sched::Schedule generated = sched::make_schedule(plan_);
+    planner_ = replanning_ ? make_planner(generated) : std::make_unique<sched::StaticPlanner>(generated);
+    if (replanning_) ahead_.emplace(*planner_, plan_.run.steps, sched::PlanAhead::Threading::Background);
+    order0_ = planner_->initial_order();
+  });
+  order_ = broadcast_order(rank_ == 0 ? &order0_ : nullptr, rank_, comm_);
+}
+
+// Two planes on communicators of their own: readiness headers (host MPI) and tensors (MPI, NCCL or host-staged
+// device copies), so neither ever matches the other's messages nor the run's collectives.
+void Training::open_data_plane() {
+  const ExecutorOptions eo = executor_options(plan_, order_, rank_, comm_);
+  control_comm_.emplace(comm_);
+  data_comm_.emplace(comm_);
+  control_.emplace(control_comm_->get());
+  collectively(comm_, kExitFailure, [&] {
+    data_ = make_data_transport(plan_, order_, rank_, *compute_, data_comm_->get(), data_transport_);
+  });
+  executor_.emplace(rank_, *control_, *data_, *compute_, *clock_, *noise_, eo);
+  if (rank_ != 0) return;
+  log::info("conductor run: " + plan_.run.name + ", " + std::to_string(size_) + " ranks, schedule " +
+            plan_.schedule.kind + " (" + plan_.schedule.execution +
+            (eo.execution == sched::Execution::Readiness ? ", hint " + plan_.schedule.hint : "") + "), backend " +
+            plan_.backend + " (tensors over " + data_transport_ + "), " + std::to_string(order_.m) +
+            " microbatches, steps " + std::to_string(first_step_) + ".." + std::to_string(plan_.run.steps - 1));
+}
+
+RunOutcome Training::run() {
+  for (int step = first_step_; step < plan_.run.steps; ++step) {
+    if (this->step(step) == After::Stop) break;
   }
-  // Two planes on communicators of their own: readiness headers (host MPI) and tensors (MPI, NCCL or
-  // host-staged device copies), so neither ever matches the other's messages nor the run's collectives.
-  mpi::DupComm control_comm(comm), data_comm(comm);
-  MpiTransport control(control_comm.get());
-  std::unique_ptr<Transport> data;
-  std::string data_transport;
-  collectively(comm, kExitFailure,
-               [&] { data = make_data_transport(plan, order, rank, *compute, data_comm.get(), data_transport); });
-  Executor executor(rank, control, *data, *compute, clock, noise, eo);
+  finish();
+  return outcome_;
+}
 
-  const double samples = static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size;
-  sim::RunResult measured;
-  if (rank == 0) {
-    log::info("conductor run: " + plan.run.name + ", " + std::to_string(size) + " ranks, schedule " +
-              plan.schedule.kind + " (" + plan.schedule.execution +
-              (eo.execution == sched::Execution::Readiness ? ", hint " + plan.schedule.hint : "") + "), backend " +
-              plan.backend + " (tensors over " + data_transport + "), " + std::to_string(order.m) +
-              " microbatches, steps " + std::to_string(first_step) + ".." + std::to_string(plan.run.steps - 1));
-  }
+Training::After Training::step(int step) {
+  maybe_inject_failure(rank_, step);
+  StepOutcome so = executor_->run_step(step, order_);
 
-  const Watchdog watchdog(plan.runtime.watchdog_s, rank);
-  const StepReducer reducer(*compute, order.num_stages(), comm);
-  NonfiniteGuard nonfinite(plan.optim.skip_nonfinite_steps, order.rank_of(order.num_stages() - 1));
-  for (int step = first_step; step < plan.run.steps; ++step) {
-    maybe_inject_failure(rank, step);
-    StepOutcome so = executor.run_step(step, order);
+  // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
+  // same numbers, so every rank takes the same decision on a non-finite step without another message.
+  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
+  const bool has_math = compute_->payload_floats() > 0;
+  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
+  const NonfiniteGuard::Verdict verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
+  if (verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
+  const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
 
-    // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets
-    // the same numbers, so every rank takes the same decision on a non-finite step without another message.
-    const StepNumbers numbers = reducer.reduce(step, stop_requested(), watchdog);
-    const bool has_math = compute->payload_floats() > 0;
-    const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order.rank_of(numbers.nonfinite_stage) : -1;
-    const NonfiniteGuard::Verdict verdict = nonfinite.judge(numbers, step, nonfinite_rank, has_math);
-    if (verdict == NonfiniteGuard::Verdict::Update) compute->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
-    const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
-
-    std::vector<trace::OpEvent> all = gather_events(so.events, rank, size, comm, watchdog, step);
-    double peak = so.peak_memory;
-    std::vector<double> peaks(static_cast<std::size_t>(size));
-    watched_gather(watchdog, &peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm,
-                   "the end-of-step gather of peak memory" +
-                       (size == 2 ? " from rank " + std::to_string(1 - rank) : std::string()) + " (step " +
-                       std::to_string(step) + ")");
-
-    if (rank == 0) {
-      std::vector<trace::OpEvent> compute_events;
-      for (const auto& e : all) {
-        if (trace::is_compute(e.kind)) compute_events.push_back(e);
-      }
-      trace::StepRecord rec = trace::summarize_step(compute_events, size, step, samples);
-      rec.loss = loss;
-      if (writer) {
-        writer->append_events(all);
-        writer->append_step(rec);
-        writer->flush();
-      }
-      measured.steps.push_back(step_result(rec, compute_events, size, peaks));
-      outcome.losses.push_back(loss);
-      char line[256];
-      std::snprintf(line, sizeof line, "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f", step + 1,
-                    plan.run.steps, has_math ? json_number(loss).c_str() : "  -   ",
-                    static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
-      log::info(line);
-      if (verdict != NonfiniteGuard::Verdict::Update) {
-        (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite.message());
-      } else if (const std::string warning = nonfinite.divergence(loss, step); !warning.empty()) {
-        log::warn(warning);
-      }
-    }
-    outcome.steps_done = step + 1 - first_step;
-    if (verdict == NonfiniteGuard::Verdict::Stop) {
-      outcome.nonfinite = true;  // the step is in the trace; the model is not updated and not checkpointed
-      break;
-    }
-
-    const bool stopping = numbers.stop;
-    const bool last = step + 1 == plan.run.steps;
-    if (compute->model() && !plan.checkpoint.path.empty()) {
-      const bool due = last || stopping || (plan.checkpoint.every > 0 && (step + 1) % plan.checkpoint.every == 0);
-      if (due) {
-        collectively(comm, kExitFailure, [&] {
-          // Never a checkpoint of non-finite state (NaN weights pass the loss check for one step: the update
-          // that made them ran after it).
-          if (std::string where; !state_is_finite(*compute, where))
-            throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
-                        " after the update; stopping without writing the checkpoint");
-        });
-        save_checkpoint_step(plan, *compute->model(), step + 1, comm);
-      }
-    }
-    // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is
-    // ready by the end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
-    if (!last && !stopping && replanning) {
-      collectively(comm, kExitFailure, [&] {
-        if (rank != 0) return;
-        std::optional<sched::Schedule> next = ahead->after_step(step, order, std::move(all));  // planner errors too
-        if (!next) return;
-        sched::validate_or_throw(*next, memory_limit, cost.memory_after_b, "the global scheduler's order");
-        order0 = std::move(*next);
-      });
-      order = broadcast_order(rank == 0 ? &order0 : nullptr, rank, comm);
-    }
-    if (stopping) {
-      outcome.stop_signal = stop_requested() ? stop_signal_number() : SIGTERM;
-      if (rank == 0) log::warn("stop requested (signal): stopped after step " + std::to_string(step + 1));
-      break;
+  std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
+  double peak = so.peak_memory;
+  std::vector<double> peaks(static_cast<std::size_t>(size_));
+  watched_gather(*watchdog_, &peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm_,
+                 "the end-of-step gather of peak memory" +
+                     (size_ == 2 ? " from rank " + std::to_string(1 - rank_) : std::string()) + " (step " +
+                     std::to_string(step) + ")");
+  if (report_) {
+    report_->record_step(step, all, peaks, loss);
+    if (verdict != NonfiniteGuard::Verdict::Update) {
+      (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
+    } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {
+      log::warn(warning);
     }
   }
-
-  if (rank == 0) {
-    if (writer) writer->close();
-    if (ahead) ahead->finish();  // stopped early: let the planner finish before reading its figures
-    const std::vector<double> scheduler_latency_ms = ahead ? ahead->latency_ms() : std::vector<double>();
-    const int orders_from_policy = ahead ? ahead->orders_from_planner() : 0;
-    sim::finish_run(measured, size);
-    const double final_loss = outcome.losses.empty() ? std::numeric_limits<double>::quiet_NaN() : outcome.losses.back();
-    const sim::TrainingFigures training{first_step, outcome.losses, orders_from_policy, scheduler_latency_ms};
-    write_file(out_dir / "summary.json",
-               sim::dump_json(sim::summary_json(measured, plan, order, memory_limit, training)) + "\n");
-    if (!scheduler_latency_ms.empty()) {
-      double latency_sum = 0;
-      for (double l : scheduler_latency_ms) latency_sum += l;
-      char line[160];
-      std::snprintf(line, sizeof line,
-                    "global tier: %d steps ran its orders, planning latency mean %.3f ms (overlapped with training)",
-                    orders_from_policy, latency_sum / static_cast<double>(scheduler_latency_ms.size()));
-      log::info(line);
-    }
-    char line[256];
-    std::snprintf(
-        line, sizeof line,
-        "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
-        outcome.steps_done, measured.mean_makespan_ms, measured.mean_bubble_ratio, measured.mean_throughput,
-        measured.mean_lower_bound_ms > 0 ? measured.mean_makespan_ms / measured.mean_lower_bound_ms : 0.0,
-        outcome.losses.empty() || !std::isfinite(final_loss) ? "" : ", final loss ",
-        outcome.losses.empty() || !std::isfinite(final_loss) ? "" : json_number(final_loss).c_str());
-    log::info(line);
-    log::info("results: " + (out_dir / "summary.json").string() + ", " +
-              (writer ? (out_dir / "trace.h5").string() + ", " : std::string()) + (out_dir / "resolved.yaml").string());
+  outcome_.steps_done = step + 1 - first_step_;
+  if (verdict == NonfiniteGuard::Verdict::Stop) {
+    outcome_.nonfinite = true;  // the step is in the trace; the model is not updated and not checkpointed
+    return After::Stop;
   }
-  return outcome;
+  const bool last = step + 1 == plan_.run.steps;
+  checkpoint_if_due(step, numbers.stop, last);
+  if (!last && !numbers.stop && replanning_) replan(step, std::move(all));
+  if (!numbers.stop) return After::Continue;
+  outcome_.stop_signal = stop_requested() ? stop_signal_number() : SIGTERM;
+  if (rank_ == 0) log::warn("stop requested (signal): stopped after step " + std::to_string(step + 1));
+  return After::Stop;
+}
+
+void Training::checkpoint_if_due(int step, bool stopping, bool last) {
+  if (!compute_->model() || plan_.checkpoint.path.empty()) return;
+  const int every = plan_.checkpoint.every;
+  if (!(last || stopping || (every > 0 && (step + 1) % every == 0))) return;
+  collectively(comm_, kExitFailure, [&] {
+    // Never a checkpoint of non-finite state (NaN weights pass the loss check for one step: the update that made
+    // them ran after it).
+    if (std::string where; !state_is_finite(*compute_, where))
+      throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
+                  " after the update; stopping without writing the checkpoint");
+  });
+  save_checkpoint_step(plan_, *compute_->model(), step + 1, comm_);
+}
+
+// The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is ready by the
+// end of step k+1 and runs at step k+2, so the policy's latency never stalls the pipeline.
+void Training::replan(int step, std::vector<trace::OpEvent> all) {
+  collectively(comm_, kExitFailure, [&] {
+    if (rank_ != 0) return;
+    std::optional<sched::Schedule> next = ahead_->after_step(step, order_, std::move(all));  // planner errors too
+    if (!next) return;
+    sched::validate_or_throw(*next, memory_limit_, plan_.costs.memory_after_b, "the global scheduler's order");
+    order0_ = std::move(*next);
+  });
+  order_ = broadcast_order(rank_ == 0 ? &order0_ : nullptr, rank_, comm_);
+}
+
+void Training::finish() {
+  if (!report_) return;
+  outcome_.losses = report_->losses();
+  PlannerFigures figures;
+  if (ahead_) {
+    ahead_->finish();  // stopped early: let the planner finish before reading its figures
+    figures = {ahead_->orders_from_planner(), ahead_->latency_ms()};
+  }
+  report_->finish(order_, memory_limit_, outcome_.steps_done, figures);
+}
+
+}  // namespace
+
+RunOutcome train(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner) {
+  Training training(plan, comm, make_planner);
+  return training.run();
 }
 
 }  // namespace conductor::runtime
