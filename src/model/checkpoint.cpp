@@ -17,44 +17,14 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/hdf5.hpp"
 
 namespace conductor::model {
 
 namespace {
 
-// RAII owner of an HDF5 identifier.
-class H5Id {
- public:
-  H5Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Id() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-  herr_t close() { return id_ >= 0 ? close_(std::exchange(id_, -1)) : 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-// Silences HDF5's error-stack printing while alive: failures become our own messages.
-class Silence {
- public:
-  Silence() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~Silence() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  Silence(const Silence&) = delete;
-  Silence& operator=(const Silence&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
+using hdf5::Handle;
+using hdf5::Silence;
 
 // A file access property list of the core (in-memory) driver that never touches the disk.
 hid_t memory_fapl() {
@@ -80,17 +50,18 @@ void check(herr_t status, const std::string& what, const std::string& file) {
 }
 
 void write_i64(hid_t group, const char* name, long long value, const std::string& file) {
-  H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5Id ds(H5Dcreate2(group, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
-  if (!ds.ok()) throw Error("checkpoint '" + file + "': cannot create " + name);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle ds(H5Dcreate2(group, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw Error("checkpoint '" + file + "': cannot create " + name);
   check(H5Dwrite(ds.get(), H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), std::string("write ") + name,
         file);
 }
 
 long long read_i64(hid_t file_id, const std::string& path, const std::string& file) {
   long long value = 0;
-  H5Id ds(quietly([&] { return H5Dopen2(file_id, path.c_str(), H5P_DEFAULT); }), H5Dclose);
-  if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset " + path + " (not a conductor checkpoint?)");
+  Handle ds(quietly([&] { return H5Dopen2(file_id, path.c_str(), H5P_DEFAULT); }), H5Dclose);
+  if (!ds.valid())
+    throw InputError("checkpoint '" + file + "' has no dataset " + path + " (not a conductor checkpoint?)");
   check(H5Dread(ds.get(), H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), "read " + path, file);
   return value;
 }
@@ -123,13 +94,13 @@ std::string StageModel::checkpoint_file(const std::string& dir, int vs) {
 std::vector<unsigned char> StageModel::checkpoint_image(int vs, int steps_done, const std::string& file) const {
   Silence quiet;
   const std::string& deck_text = plan_.deck_yaml;
-  H5Id fapl(memory_fapl(), H5Pclose);
+  Handle fapl(memory_fapl(), H5Pclose);
   const std::string label = "in-memory image of " + file;  // never touches the disk (no backing store)
-  H5Id f(H5Fcreate(label.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-  if (!f.ok()) throw Error("checkpoint '" + file + "': cannot create the in-memory HDF5 file");
+  Handle f(H5Fcreate(label.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  if (!f.valid()) throw Error("checkpoint '" + file + "': cannot create the in-memory HDF5 file");
   {
-    H5Id meta(H5Gcreate2(f.get(), "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    if (!meta.ok()) throw Error("checkpoint '" + file + "': cannot create group meta");
+    Handle meta(H5Gcreate2(f.get(), "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!meta.valid()) throw Error("checkpoint '" + file + "': cannot create group meta");
     write_i64(meta.get(), "step", steps_done, file);
     write_i64(meta.get(), "virtual_stage", vs, file);
     write_i64(meta.get(), "num_virtual_stages", num_vs_, file);
@@ -137,28 +108,28 @@ std::vector<unsigned char> StageModel::checkpoint_image(int vs, int steps_done, 
     write_i64(meta.get(), "n_layers", num_layers(vs), file);
     const unsigned long long rng[2] = {plan_.run.seed, static_cast<unsigned long long>(steps_done)};
     const hsize_t two = 2;
-    H5Id space(H5Screate_simple(1, &two, nullptr), H5Sclose);
-    H5Id ds(H5Dcreate2(meta.get(), "rng_state", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-            H5Dclose);
+    Handle space(H5Screate_simple(1, &two, nullptr), H5Sclose);
+    Handle ds(H5Dcreate2(meta.get(), "rng_state", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+              H5Dclose);
     check(H5Dwrite(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "write rng_state", file);
   }
   {
-    H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
     check(H5Tset_size(type.get(), std::max<std::size_t>(1, deck_text.size())), "size deck string", file);
-    H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
-    H5Id ds(H5Dcreate2(f.get(), "deck", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle ds(H5Dcreate2(f.get(), "deck", type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
     check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, deck_text.c_str()), "write deck", file);
   }
   for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
     const std::vector<float> host = read(vs, which);
-    H5Id g(H5Gcreate2(f.get(), group_name(which), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    if (!g.ok()) throw Error("checkpoint '" + file + "': cannot create group " + group_name(which));
+    Handle g(H5Gcreate2(f.get(), group_name(which), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    if (!g.valid()) throw Error("checkpoint '" + file + "': cannot create group " + group_name(which));
     for (const auto& t : tensors(vs)) {
       std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-      H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-      H5Id ds(H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-              H5Dclose);
-      if (!ds.ok()) throw Error("checkpoint '" + file + "': cannot create dataset " + t.name);
+      Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+      Handle ds(H5Dcreate2(g.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose);
+      if (!ds.valid()) throw Error("checkpoint '" + file + "': cannot create dataset " + t.name);
       check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset),
             "write " + t.name, file);
     }
@@ -169,7 +140,7 @@ std::vector<unsigned char> StageModel::checkpoint_image(int vs, int steps_done, 
   std::vector<unsigned char> image(static_cast<std::size_t>(size));
   if (H5Fget_file_image(f.get(), image.data(), image.size()) != size)
     throw Error("checkpoint '" + file + "': cannot copy the HDF5 file image");
-  check(f.close(), "close", file);
+  check(f.reset(), "close", file);
   return image;
 }
 
@@ -231,12 +202,12 @@ int StageModel::load_checkpoint(const std::string& dir) {
     const std::string file = checkpoint_file(dir, vs);
     const CheckpointFile& entry = manifest_entry(manifest, dir, std::filesystem::path(file).filename().string());
     std::vector<unsigned char> bytes = verified_bytes(file, entry, dir);
-    H5Id fapl(memory_fapl(), H5Pclose);
+    Handle fapl(memory_fapl(), H5Pclose);
     check(H5Pset_file_image(fapl.get(), bytes.data(), bytes.size()), "hand the file image to HDF5", file);
     // The core driver refuses a name that exists on disk when given an image: the name is only a label here.
     const std::string label = "in-memory image of " + file;
-    H5Id f(quietly([&] { return H5Fopen(label.c_str(), H5F_ACC_RDONLY, fapl.get()); }), H5Fclose);
-    if (!f.ok()) throw InputError("checkpoint '" + file + "' is not a readable HDF5 file");
+    Handle f(quietly([&] { return H5Fopen(label.c_str(), H5F_ACC_RDONLY, fapl.get()); }), H5Fclose);
+    if (!f.valid()) throw InputError("checkpoint '" + file + "' is not a readable HDF5 file");
     load_stage(vs, f.get(), file, manifest.step);
   }
   return manifest.step;
@@ -262,8 +233,8 @@ void StageModel::load_stage(int vs, long long file_id, const std::string& file, 
   }
   {
     unsigned long long rng[2] = {0, 0};
-    H5Id ds(quietly([&] { return H5Dopen2(fid, "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
-    if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
+    Handle ds(quietly([&] { return H5Dopen2(fid, "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
+    if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
     check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
     if (rng[0] != plan_.run.seed) {
       throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
@@ -275,9 +246,9 @@ void StageModel::load_stage(int vs, long long file_id, const std::string& file, 
     std::vector<float> host(read(vs, which).size());
     for (const auto& t : tensors(vs)) {
       const std::string path = std::string("/") + group_name(which) + "/" + t.name;
-      H5Id ds(quietly([&] { return H5Dopen2(fid, path.c_str(), H5P_DEFAULT); }), H5Dclose);
-      if (!ds.ok()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
-      H5Id space(H5Dget_space(ds.get()), H5Sclose);
+      Handle ds(quietly([&] { return H5Dopen2(fid, path.c_str(), H5P_DEFAULT); }), H5Dclose);
+      if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
+      Handle space(H5Dget_space(ds.get()), H5Sclose);
       const int rank = H5Sget_simple_extent_ndims(space.get());
       std::vector<hsize_t> have(std::max(rank, 0));
       if (rank > 0) H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);

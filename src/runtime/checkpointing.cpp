@@ -18,14 +18,6 @@ int rank_of(MPI_Comm comm) {
   return rank;
 }
 
-std::string broadcast_from_root(std::string text, MPI_Comm comm) {
-  long long n = static_cast<long long>(text.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
-  text.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
-  return text;
-}
-
 // Every rank's text, concatenated in rank order, on rank 0.
 std::string gather_to_root(const std::string& mine, MPI_Comm comm) {
   int size = 1;
@@ -78,7 +70,7 @@ int resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI
     if (!model) throw InputError("checkpoint.resume needs a math backend (backend: cpu or cuda)");
     if (rank == 0) step_dir = model::resolve_checkpoint(plan.checkpoint.resume);
   });
-  step_dir = broadcast_from_root(step_dir, comm);
+  step_dir = mpi::broadcast_text(step_dir, comm);
   int step = -1;
   collectively(comm, kExitUsage, [&] { step = model->load_checkpoint(step_dir); });
   int range[2] = {-step, step};

@@ -131,11 +131,12 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
   }
   const bool has_loss = std::isfinite(final_loss);
   char line[256];
-  std::snprintf(line, sizeof line,
-                "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
-                steps_done, measured_.mean_makespan_ms, measured_.mean_bubble_ratio, measured_.mean_throughput,
-                measured_.mean_lower_bound_ms > 0 ? measured_.mean_makespan_ms / measured_.mean_lower_bound_ms : 0.0,
-                has_loss ? ", final loss " : "", has_loss ? loss_text(final_loss).c_str() : "");
+  std::snprintf(
+      line, sizeof line,
+      "summary: %d steps, mean step %.2f ms, bubble ratio %.3f, %.1f samples/s, makespan/lower bound %.3f%s%s",
+      steps_done, measured_.mean_makespan_ms, measured_.mean_bubble_ratio, measured_.mean_throughput,
+      measured_.mean_lower_bound_ms > 0 ? measured_.mean_makespan_ms / measured_.mean_lower_bound_ms : 0.0,
+      has_loss ? ", final loss " : "", has_loss ? loss_text(final_loss).c_str() : "");
   log::info(line);
   log::info("results: " + (dir_ / "summary.json").string() + ", " +
             (writer_ ? (dir_ / "trace.h5").string() + ", " : std::string()) + (dir_ / "resolved.yaml").string());

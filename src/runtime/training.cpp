@@ -44,19 +44,10 @@ namespace conductor::runtime {
 
 namespace {
 
-// Rank 0's text broadcast to every rank.
-std::string broadcast_text(std::string text, MPI_Comm comm) {
-  long long n = static_cast<long long>(text.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
-  text.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
-  return text;
-}
-
 // The order of a step travels from rank 0 as the schedule's text form: the one representation every layer
 // reads.
 sched::Schedule broadcast_order(const sched::Schedule* order, int rank, MPI_Comm comm) {
-  std::string text = broadcast_text(rank == 0 ? sched::to_text(*order) : std::string(), comm);
+  std::string text = mpi::broadcast_text(rank == 0 ? sched::to_text(*order) : std::string(), comm);
   if (rank == 0) return *order;
   sched::Schedule s = sched::parse_text(text, "order from rank 0");
   s.name = order ? order->name : s.name;

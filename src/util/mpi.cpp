@@ -77,6 +77,14 @@ void abort_all(const std::string& message, int exit_code) {
   std::_Exit(exit_code);
 }
 
+std::string broadcast_text(std::string text, MPI_Comm comm) {
+  long long n = static_cast<long long>(text.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  text.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return text;
+}
+
 std::string read_and_broadcast(const std::string& path, MPI_Comm comm) {
   std::string text, problem;
   int rank = initialized() ? world_rank() : 0;

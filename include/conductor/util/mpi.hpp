@@ -51,6 +51,9 @@ void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm
 // Non-collective: print and abort every rank of the job now.
 [[noreturn]] void abort_all(const std::string& message, int exit_code);
 
+// Collective: rank 0's text on every rank (the argument is ignored on the others).
+std::string broadcast_text(std::string text, MPI_Comm comm);
+
 // Rank 0 reads a file and broadcasts it; every rank returns the same text or throws the same InputError.
 std::string read_and_broadcast(const std::string& path, MPI_Comm comm = MPI_COMM_WORLD);
 

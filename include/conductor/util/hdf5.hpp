@@ -1,0 +1,83 @@
+#pragma once
+// RAII over HDF5 ids and HDF5's error-stack printing, shared by the layers that write HDF5 files (trace,
+// model checkpoints). Header-only: only layers that link HDF5 include it.
+#include <hdf5.h>
+
+#include <string>
+#include <utility>
+
+namespace conductor::hdf5 {
+
+// Owns one HDF5 id and closes it with the matching H5?close. Move-only.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), closer_(other.closer_) {}
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = std::exchange(other.id_, H5I_INVALID_HID);
+      closer_ = other.closer_;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes now; returns the closer's status (negative on failure) so callers that care can report it.
+  herr_t reset() {
+    herr_t status = 0;
+    if (id_ >= 0 && closer_ != nullptr) status = closer_(id_);
+    id_ = H5I_INVALID_HID;
+    return status;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// While alive, HDF5 does not print its error stack to stderr (we turn failures into our own messages).
+class Silence {
+ public:
+  Silence() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~Silence() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  Silence(const Silence&) = delete;
+  Silence& operator=(const Silence&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+namespace detail {
+inline herr_t collect_error(unsigned, const H5E_error2_t* err, void* client) {
+  auto* out = static_cast<std::string*>(client);
+  // Walking upward, entry 0 is the innermost (most specific) error; keep it and the API-level one.
+  if (err->desc != nullptr && err->desc[0] != '\0') {
+    if (out->empty()) {
+      *out = err->desc;
+    } else if (out->find(err->desc) == std::string::npos) {
+      *out = std::string(err->desc) + ": " + *out;
+    }
+  }
+  return 0;
+}
+}  // namespace detail
+
+// The most specific message on HDF5's current error stack (e.g. "unable to open file: ... errno = 2").
+inline std::string last_error() {
+  std::string out;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, detail::collect_error, &out);
+  return out.empty() ? std::string("no detail from HDF5") : out;
+}
+
+}  // namespace conductor::hdf5
