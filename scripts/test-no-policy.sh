@@ -2,7 +2,8 @@
 # The build a GPU node without LibTorch gets: configured with -DCONDUCTOR_POLICY=OFF and LibTorch out of reach
 # (find_package(Torch) disabled, so a stray search fails the configure), everything built, no binary linked to
 # LibTorch, and the whole test suite of that build run (every test it builds must pass).
-# Usage: scripts/test-no-policy.sh [BUILD_DIR]   (default build-nopolicy; JOBS, CMAKE_ARGS from the environment)
+# Usage: scripts/test-no-policy.sh [BUILD_DIR]   (default build-nopolicy; JOBS, CMAKE_ARGS from the environment;
+# CTEST_ARGS selects tests, e.g. CI's "-E faults_|slurm_": the fault and Slurm suites already ran in the main build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-nopolicy}
@@ -22,4 +23,5 @@ if [[ ${#linked[@]} -gt 0 ]]; then
   exit 1
 fi
 cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 600
+# shellcheck disable=SC2086  # CTEST_ARGS is a list of flags
+ctest --output-on-failure -j "$jobs" --timeout 600 ${CTEST_ARGS:-}
