@@ -68,11 +68,11 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
   const Simulated s = simulate_deck();
   const sim::RunResult& run = s.run;
   const sim::Json summary = sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit);
-  EXPECT_EQ(
-      keys_of(sim::dump_json(summary)),
-      (std::vector<std::string>{"makespan_ms", "bubble_ratio", "stage_bubble_ratio", "lower_bound_ms",
-                                "makespan_over_lower_bound", "throughput", "schedule", "execution", "hint", "pipeline", "microbatches", "virtual",
-                                "memory_limit", "noise", "num_steps", "busy_ms", "idle_ms", "peak_memory", "steps"}));
+  EXPECT_EQ(keys_of(sim::dump_json(summary)),
+            (std::vector<std::string>{"makespan_ms", "bubble_ratio", "stage_bubble_ratio", "lower_bound_ms",
+                                      "makespan_over_lower_bound", "throughput", "schedule", "execution", "hint",
+                                      "pipeline", "microbatches", "virtual", "memory_limit", "noise", "num_steps",
+                                      "busy_ms", "idle_ms", "peak_memory", "steps"}));
   const json j = written(summary);
   expect_numbers(
       json::array({j["makespan_ms"], j["bubble_ratio"], j["stage_bubble_ratio"], j["lower_bound_ms"], j["throughput"]}),
