@@ -1,7 +1,9 @@
 #include "conductor/trace/trace_reader.hpp"
 
 #include <cmath>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "conductor/trace/summary.hpp"
 #include "conductor/util/error.hpp"
@@ -101,9 +103,16 @@ bool table_has_field(hid_t file, const std::string& path, const char* name, std:
 // A trace written before /steps had the per-stage bubble: recompute it from the step's events (the same
 // definition, trace::summarize_step); NaN where the events do not give it.
 void fill_stage_bubble(Trace& t) {
+  std::map<int, std::vector<std::size_t>> at;  // step -> its events, so each step costs its own events only
+  for (std::size_t i = 0; i < t.events.size(); ++i) at[t.events[i].step].push_back(i);
+  std::vector<OpEvent> mine;
   for (StepRecord& s : t.steps) {
+    mine.clear();
+    if (auto it = at.find(s.step); it != at.end()) {
+      for (std::size_t i : it->second) mine.push_back(t.events[i]);
+    }
     try {
-      s.stage_bubble_ratio = summarize_step(t.events, t.info.world_size, s.step, 0.0).stage_bubble_ratio;
+      s.stage_bubble_ratio = summarize_step(mine, t.info.world_size, s.step, 0.0).stage_bubble_ratio;
     } catch (const Error&) {
       s.stage_bubble_ratio = std::nan("");
     }
