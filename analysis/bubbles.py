@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Bubble analysis of conductor traces: bubble ratio per rank, per step and overall; idle time split into
+"""Bubble analysis of conductor traces: bubble ratio per rank, per step and overall, both the global one
+(1 - busy / (ranks x makespan)) and the Zero Bubble paper's per-stage one (1 - busy / the rank's own span,
+averaged over ranks); idle time split into
 warm-up / steady state / cool-down and into waiting-for-data / ready-but-not-picked; the critical path of
 a step. Figures are recomputed from /events and checked against the per-step figures stored in /steps.
 Definitions: docs/trace.md. Output: a text table (default), --csv or --json."""
@@ -18,7 +20,7 @@ TOLERANCE = 1e-9  # stored and recomputed bubble ratios are the same formula on 
 def analyze(trace, step_for_path=None):
     ct.require_steps(trace)
     world = trace.world_size
-    per_step, rank_tot = [], [dict(rank=r, busy_ns=0, idle_ns=0, warmup_ns=0, steady_ns=0, cooldown_ns=0,
+    per_step, rank_tot = [], [dict(rank=r, busy_ns=0, idle_ns=0, span_ns=0, warmup_ns=0, steady_ns=0, cooldown_ns=0,
                                    waiting_ns=0, not_picked_ns=0) for r in range(world)]
     total_span = 0
     mismatches = []
@@ -27,18 +29,24 @@ def analyze(trace, step_for_path=None):
         fig = ct.step_figures(trace, step)
         split = ct.idle_split(trace, step, fig)
         stored = float(row["bubble_ratio"])
-        agrees = bool(abs(stored - fig["bubble_ratio"]) <= TOLERANCE and int(row["makespan_ns"]) == fig["makespan_ns"])
+        stored_stage = ct.stored_stage_bubble(trace, row)  # None: a trace older than the column
+        agrees = bool(abs(stored - fig["bubble_ratio"]) <= TOLERANCE and int(row["makespan_ns"]) == fig["makespan_ns"]
+                      and (stored_stage is None or abs(stored_stage - fig["stage_bubble_ratio"]) <= TOLERANCE))
         if not agrees:
             mismatches.append(step)
         s = {"step": step, "makespan_ns": fig["makespan_ns"], "bubble_ratio": fig["bubble_ratio"],
-             "stored_bubble_ratio": stored, "stored_makespan_ns": int(row["makespan_ns"]), "agrees": agrees,
+             "stored_bubble_ratio": stored, "stage_bubble_ratio": fig["stage_bubble_ratio"],
+             "stored_stage_bubble_ratio": stored_stage, "stored_makespan_ns": int(row["makespan_ns"]), "agrees": agrees,
              "lower_bound_ns": fig["lower_bound_ns"], "samples_per_s": float(row["samples_per_s"]),
              "loss": float(row["loss"]), "ranks": []}
         for d in split:
             d = dict(d)
             d["bubble_ratio"] = d["idle_ns"] / fig["makespan_ns"] if fig["makespan_ns"] > 0 else 0.0
+            span = int(fig["span_ns"][d["rank"]])
+            d["stage_bubble_ratio"] = ct.stage_bubble_ratio([d["busy_ns"]], [span]) if span >= 0 else None
             s["ranks"].append(d)
             t = rank_tot[d["rank"]]
+            t["span_ns"] += max(span, 0)
             for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns"):
                 t[k] += d[k]
         for k in ("idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns"):
@@ -47,9 +55,13 @@ def analyze(trace, step_for_path=None):
         total_span += fig["makespan_ns"]
     for t in rank_tot:
         t["bubble_ratio"] = t["idle_ns"] / total_span if total_span > 0 else 0.0
+        # Over all steps: idle within the rank's own spans over the sum of those spans.
+        t["stage_bubble_ratio"] = 1.0 - t["busy_ns"] / t["span_ns"] if t["span_ns"] > 0 else 0.0
     overall = {k: sum(t[k] for t in rank_tot) for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns",
                                                          "cooldown_ns", "waiting_ns", "not_picked_ns")}
     overall["bubble_ratio"] = overall["idle_ns"] / float(world * total_span) if total_span > 0 else 0.0
+    # The mean over steps of the per-step value (as summary.json reports it).
+    overall["stage_bubble_ratio"] = sum(s["stage_bubble_ratio"] for s in per_step) / max(1, len(per_step))
     overall["steps"] = len(per_step)
     overall["total_makespan_ns"] = total_span
     step = ct.pick_step(trace, step_for_path)
@@ -77,24 +89,27 @@ def print_table(res, out):
     out.write("== %s  (%s, %s, %s, %s ranks, %d steps)\n" % (res["trace"], info["schedule"], info["execution"],
                                                             info["backend"], info["world_size"], o["steps"]))
     idle = o["idle_ns"] or 1
-    out.write("overall bubble ratio %s; idle: warm-up %s, steady %s, cool-down %s; waiting for data %s, "
-              "ready but not picked %s\n" % (pct(o["bubble_ratio"]), pct(o["warmup_ns"] / idle),
+    out.write("overall bubble ratio %s (per-stage, Zero Bubble paper: %s); idle: warm-up %s, steady %s, "
+              "cool-down %s; waiting for data %s, ready but not picked %s\n" % (
+                  pct(o["bubble_ratio"]), pct(o["stage_bubble_ratio"]), pct(o["warmup_ns"] / idle),
                                              pct(o["steady_ns"] / idle), pct(o["cooldown_ns"] / idle),
                                              pct(o["waiting_ns"] / idle), pct(o["not_picked_ns"] / idle)))
     u = UNIT[0]
-    out.write("\nper step (times in %s):\n%6s %12s %8s %8s %11s %10s %10s %10s %10s %10s\n" % (
-        u, "step", "makespan", "bubble", "stored", "lower_bnd", "warm-up", "steady", "cool-down", "waiting",
+    out.write("\nper step (times in %s):\n%6s %12s %8s %8s %8s %11s %10s %10s %10s %10s %10s\n" % (
+        u, "step", "makespan", "bubble", "stored", "stage", "lower_bnd", "warm-up", "steady", "cool-down", "waiting",
         "not-picked"))
     for s in res["per_step"]:
-        out.write("%6d %12s %8s %8s %11s %10s %10s %10s %10s %10s%s\n" % (
+        out.write("%6d %12s %8s %8s %8s %11s %10s %10s %10s %10s %10s%s\n" % (
             s["step"], ms(s["makespan_ns"]), pct(s["bubble_ratio"]), pct(s["stored_bubble_ratio"]),
+            pct(s["stage_bubble_ratio"]),
             ms(s["lower_bound_ns"]), ms(s["warmup_ns"]), ms(s["steady_ns"]), ms(s["cooldown_ns"]),
             ms(s["waiting_ns"]), ms(s["not_picked_ns"]), "" if s["agrees"] else "  MISMATCH with /steps"))
-    out.write("\nper rank, all steps (times in %s):\n%6s %10s %10s %8s %10s %10s %10s %10s %10s\n" % (
-        u, "rank", "busy", "idle", "bubble", "warm-up", "steady", "cool-down", "waiting", "not-picked"))
+    out.write("\nper rank, all steps (times in %s):\n%6s %10s %10s %8s %8s %10s %10s %10s %10s %10s\n" % (
+        u, "rank", "busy", "idle", "bubble", "stage", "warm-up", "steady", "cool-down", "waiting", "not-picked"))
     for t in res["per_rank"]:
-        out.write("%6d %10s %10s %8s %10s %10s %10s %10s %10s\n" % (
-            t["rank"], ms(t["busy_ns"]), ms(t["idle_ns"]), pct(t["bubble_ratio"]), ms(t["warmup_ns"]),
+        out.write("%6d %10s %10s %8s %8s %10s %10s %10s %10s %10s\n" % (
+            t["rank"], ms(t["busy_ns"]), ms(t["idle_ns"]), pct(t["bubble_ratio"]), pct(t["stage_bubble_ratio"]),
+            ms(t["warmup_ns"]),
             ms(t["steady_ns"]), ms(t["cooldown_ns"]), ms(t["waiting_ns"]), ms(t["not_picked_ns"])))
     cp = res["critical_path"]
     length = cp["length_ns"] or 1
@@ -104,25 +119,33 @@ def print_table(res, out):
     out.write(" -> ".join("r%d:%s%d" % (op["rank"], op["kind"], op["microbatch"]) for op in cp["ops"]) + "\n\n")
 
 
-CSV_FIELDS = ("trace", "step", "rank", "makespan_ns", "busy_ns", "idle_ns", "bubble_ratio", "stored_bubble_ratio",
-              "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns")
+IDLE_FIELDS = ("warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns")
+CSV_FIELDS = ("trace", "step", "rank", "makespan_ns", "busy_ns", "idle_ns", "bubble_ratio",
+              "stored_bubble_ratio") + IDLE_FIELDS + ("stage_bubble_ratio", "stored_stage_bubble_ratio")
+
+
+def _blank(x):
+    return "" if x is None else x
 
 
 def csv_rows(res):
     o = res["overall"]
     yield dict(trace=res["trace"], step="all", rank="all", makespan_ns=o["total_makespan_ns"], busy_ns=o["busy_ns"],
                idle_ns=o["idle_ns"], bubble_ratio=o["bubble_ratio"], stored_bubble_ratio="",
-               **{k: o[k] for k in CSV_FIELDS[8:]})
+               stage_bubble_ratio=o["stage_bubble_ratio"], stored_stage_bubble_ratio="", **{k: o[k] for k in IDLE_FIELDS})
     for t in res["per_rank"]:
         yield dict(trace=res["trace"], step="all", rank=t["rank"], makespan_ns=o["total_makespan_ns"],
-                   stored_bubble_ratio="", **{k: t[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + CSV_FIELDS[8:]})
+                   stored_bubble_ratio="", stage_bubble_ratio=t["stage_bubble_ratio"], stored_stage_bubble_ratio="",
+                   **{k: t[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + IDLE_FIELDS})
     for s in res["per_step"]:
         yield dict(trace=res["trace"], step=s["step"], rank="all", makespan_ns=s["makespan_ns"],
                    busy_ns=sum(d["busy_ns"] for d in s["ranks"]), idle_ns=s["idle_ns"], bubble_ratio=s["bubble_ratio"],
-                   stored_bubble_ratio=s["stored_bubble_ratio"], **{k: s[k] for k in CSV_FIELDS[8:]})
+                   stored_bubble_ratio=s["stored_bubble_ratio"], stage_bubble_ratio=s["stage_bubble_ratio"],
+                   stored_stage_bubble_ratio=_blank(s["stored_stage_bubble_ratio"]), **{k: s[k] for k in IDLE_FIELDS})
         for d in s["ranks"]:
             yield dict(trace=res["trace"], step=s["step"], rank=d["rank"], makespan_ns=s["makespan_ns"],
-                       stored_bubble_ratio="", **{k: d[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + CSV_FIELDS[8:]})
+                       stored_bubble_ratio="", stage_bubble_ratio=_blank(d["stage_bubble_ratio"]),
+                       stored_stage_bubble_ratio="", **{k: d[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + IDLE_FIELDS})
 
 
 def _json_default(x):

@@ -5,7 +5,9 @@ raises TraceError naming what is missing; `main_guard(fn)` turns every error int
 a non-zero exit, never a traceback.
 
 Definitions (docs/trace.md): compute ops are F, B, W, BW; per step, makespan = last compute end - first
-compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makespan).
+compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makespan); per-stage bubble
+(the Zero Bubble paper's) = mean over ranks with a compute op of 1 - busy(r) / span(r), span(r) = the rank's
+last compute end - its first compute start (0 where the span is 0).
 """
 import os
 import sys
@@ -18,6 +20,8 @@ COMPUTE_KINDS = ("F", "B", "W", "BW")
 EVENT_FIELDS = ("step", "rank", "stage", "chunk", "microbatch", "kind", "ready_ns", "start_ns", "end_ns",
                 "bytes", "wait_ns", "peer", "migrated")
 STEP_FIELDS = ("step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "samples_per_s", "lower_bound_ns")
+# Added to /steps after schema 1 was published; traces without it stay readable (it is recomputed from /events).
+OPTIONAL_STEP_FIELDS = ("stage_bubble_ratio",)
 INT_ATTRS = ("schema_version", "world_size", "pipeline", "microbatches", "virtual")
 STR_ATTRS = ("deck", "schedule", "execution", "hint", "backend", "source", "git_revision")
 LIST_ATTRS = ("hostnames",)
@@ -212,8 +216,24 @@ def step_figures(trace, step):
     busy = np.zeros(trace.world_size, dtype=np.int64)
     np.add.at(busy, ev["rank"], (ev["end_ns"] - ev["start_ns"]).astype(np.int64))
     bubble = 1.0 - busy.sum() / float(trace.world_size * makespan) if makespan > 0 else 0.0
+    span = np.full(trace.world_size, -1, dtype=np.int64)  # -1: the rank ran no compute op in this step
+    for r in np.unique(ev["rank"]):
+        mine = ev[ev["rank"] == r]
+        span[r] = int(mine["end_ns"].max()) - int(mine["start_ns"].min())
     return {"step": step, "start_ns": first, "end_ns": last, "makespan_ns": makespan,
-            "busy_ns": busy, "bubble_ratio": bubble, "lower_bound_ns": float(busy.max())}
+            "busy_ns": busy, "bubble_ratio": bubble, "lower_bound_ns": float(busy.max()),
+            "span_ns": span, "stage_bubble_ratio": stage_bubble_ratio(busy, span)}
+
+
+def stage_bubble_ratio(busy, span):
+    """Mean over ranks with span >= 0 of 1 - busy / span (0 where span is 0); 0 when no rank has an op."""
+    ratios = [1.0 - b / float(s) if s > 0 else 0.0 for b, s in zip(busy, span) if s >= 0]
+    return float(sum(ratios) / len(ratios)) if ratios else 0.0
+
+
+def stored_stage_bubble(trace, row):
+    """The stored per-stage bubble of a /steps row, or None for a trace written before that column existed."""
+    return float(row["stage_bubble_ratio"]) if "stage_bubble_ratio" in trace.steps.dtype.names else None
 
 
 def idle_split(trace, step, figures=None):
@@ -340,9 +360,12 @@ def run_totals(trace, steps=None):
     total = mk.sum()
     samples = (st["samples_per_s"] * mk * 1e-9).sum()
     bubble = float((st["bubble_ratio"] * mk).sum() / total) if total > 0 else 0.0
+    # The per-stage bubble is a per-step mean over ranks; over steps it is averaged (as summary.json does).
+    # None for a trace without the column.
+    stage = float(st["stage_bubble_ratio"].mean()) if "stage_bubble_ratio" in st.dtype.names else None
     return {"steps": int(len(st)), "mean_makespan_ns": float(mk.mean()), "total_ns": float(total),
             "samples_per_s": float(samples / (total * 1e-9)) if total > 0 else 0.0, "bubble_ratio": bubble,
-            "final_loss": float(st["loss"][-1])}
+            "stage_bubble_ratio": stage, "final_loss": float(st["loss"][-1])}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -85,6 +85,34 @@ class HandComputed(TempDirCase):
         self.assertAlmostEqual(f["bubble_ratio"], 0.35, places=12)
         self.assertEqual(list(f["busy_ns"]), [400, 380])
         self.assertEqual(f["lower_bound_ns"], 400.0)
+        # Per-stage (Zero Bubble paper): rank 0 spans [0,600) with 400 busy, rank 1 [120,500) all busy.
+        self.assertEqual(list(f["span_ns"]), [600, 380])
+        self.assertAlmostEqual(f["stage_bubble_ratio"], (1 / 3 + 0) / 2, places=12)
+
+    def test_stage_bubble_with_and_without_the_stored_column(self):
+        want = tracegen.EXAMPLE["stage_bubble_ratio"]
+        old = bubbles.analyze(ct.load(self.example("old.h5", steps=2)))  # written before the column existed
+        self.assertEqual([s["stored_stage_bubble_ratio"] for s in old["per_step"]], [None, None])
+        self.assertEqual(old["stored_mismatch_steps"], [])
+        self.assertAlmostEqual(old["overall"]["stage_bubble_ratio"], want, places=12)
+        self.assertAlmostEqual(old["per_rank"][0]["stage_bubble_ratio"], 1 / 3, places=12)
+        self.assertAlmostEqual(old["per_rank"][1]["stage_bubble_ratio"], 0.0, places=12)
+        self.assertIsNone(ct.run_totals(ct.load(self.path("old.h5")))["stage_bubble_ratio"])
+        new = bubbles.analyze(ct.load(self.example("new.h5", steps=2, stage_bubble=want)))
+        self.assertEqual([s["stored_stage_bubble_ratio"] for s in new["per_step"]], [want, want])
+        self.assertEqual(new["stored_mismatch_steps"], [])
+        self.assertAlmostEqual(ct.run_totals(ct.load(self.path("new.h5")))["stage_bubble_ratio"], want, places=12)
+        wrong = bubbles.analyze(ct.load(self.example("wrong.h5", steps=1, stage_bubble=0.5)))
+        self.assertEqual(wrong["stored_mismatch_steps"], [0])
+        rows = list(csv.DictReader(io.StringIO(self._csv(self.path("new.h5")))))
+        self.assertAlmostEqual(float(rows[0]["stage_bubble_ratio"]), want)
+        self.assertAlmostEqual(float(rows[-3]["stored_stage_bubble_ratio"]), want)  # step 1, rank all
+
+    def _csv(self, path):
+        out = self.path("out.csv")
+        self.assertEqual(bubbles.main(["--csv", "-o", out, path]), 0)
+        with open(out) as f:
+            return f.read()
 
     def test_idle_split(self):
         r0, r1 = ct.idle_split(self.trace, 0)

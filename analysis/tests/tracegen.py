@@ -9,6 +9,8 @@ EVENT_T = np.dtype([("step", "<i4"), ("rank", "<i4"), ("stage", "<i4"), ("chunk"
                     ("bytes", "<i8"), ("wait_ns", "<i8"), ("peer", "<i4"), ("migrated", "i1")])
 STEP_T = np.dtype([("step", "<i4"), ("loss", "<f8"), ("start_ns", "<i8"), ("makespan_ns", "<i8"),
                    ("bubble_ratio", "<f8"), ("samples_per_s", "<f8"), ("lower_bound_ns", "<f8")])
+# /steps as written since the per-stage bubble column was added (STEP_T is the older layout, still valid).
+STEP_T_STAGE = np.dtype(STEP_T.descr + [("stage_bubble_ratio", "<f8")])
 
 
 def ev(step, rank, kind, mb, ready, start, end, stage=None, peer=-1, migrated=0, bytes_=0):
@@ -37,7 +39,8 @@ def example_events(step=0, offset=0):
     return rows
 
 
-EXAMPLE = {"makespan_ns": 600, "bubble_ratio": 0.35, "lower_bound_ns": 400.0, "samples": 4.0}
+EXAMPLE = {"makespan_ns": 600, "bubble_ratio": 0.35, "lower_bound_ns": 400.0, "samples": 4.0,
+           "stage_bubble_ratio": (1 - 400 / 600 + 1 - 380 / 380) / 2}
 
 
 def write_trace(path, events, steps, world_size=2, schedule="1f1b", execution="strict", drop=(), libver=None,
@@ -54,7 +57,8 @@ def write_trace(path, events, steps, world_size=2, schedule="1f1b", execution="s
     for k, v in attrs.items():
         if "@" + k not in drop:
             f.attrs[k] = v
-    for name, dtype, rows in (("events", EVENT_T, events), ("steps", STEP_T, steps)):
+    step_t = STEP_T_STAGE if steps and len(steps[0]) == len(STEP_T_STAGE) else STEP_T
+    for name, dtype, rows in (("events", EVENT_T, events), ("steps", step_t, steps)):
         if name in drop:
             continue
         keep = [n for n in dtype.names if "%s.%s" % (name, n) not in drop]
@@ -76,10 +80,13 @@ def step_row(step, makespan, bubble, lower, samples=4.0, start=0, loss=float("na
     return (step, loss, start, makespan, bubble, samples / (makespan * 1e-9), lower)
 
 
-def example_trace(path, steps=1, **kw):
+def example_trace(path, steps=1, stage_bubble=None, **kw):
+    """stage_bubble: None writes the older /steps layout (no stage_bubble_ratio column), else that value."""
     events, rows = [], []
     for s in range(steps):
         off = 1000 * s
         events += example_events(s, off)
         rows.append(step_row(s, EXAMPLE["makespan_ns"], EXAMPLE["bubble_ratio"], EXAMPLE["lower_bound_ns"], start=off))
+        if stage_bubble is not None:
+            rows[-1] += (stage_bubble,)
     write_trace(path, events, rows, **kw)

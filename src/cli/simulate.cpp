@@ -49,7 +49,9 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   std::printf("  lower bound     %12.4f ms (largest per-rank work)\n", run.mean_lower_bound_ms);
   std::printf("  makespan / LB   %12.4f\n",
               run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0);
-  std::printf("  bubble ratio    %12.4f\n", run.mean_bubble_ratio);
+  std::printf("  bubble ratio    %12.4f (1 - busy / (p x makespan))\n", run.mean_bubble_ratio);
+  std::printf("  stage bubble    %12.4f (per-stage, Zero Bubble paper: mean of 1 - busy / rank span)\n",
+              run.mean_stage_bubble_ratio);
   std::printf("  throughput      %12.2f samples/s\n\n", run.mean_throughput);
   const int shown = std::min(s.p, 16);
   std::printf("  rank    busy ms    idle ms  peak M_F\n");
@@ -58,9 +60,10 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   }
   if (shown < s.p) std::printf("  ... %d more ranks in summary.json\n", s.p - shown);
   const std::size_t steps_shown = std::min<std::size_t>(run.steps.size(), 10);
-  std::printf("\n  step  makespan ms  bubble\n");
+  std::printf("\n  step  makespan ms  bubble  stage bubble\n");
   for (std::size_t k = 0; k < steps_shown; ++k) {
-    std::printf("  %4d %12.4f %7.4f\n", run.steps[k].step, run.steps[k].makespan_ms, run.steps[k].bubble_ratio);
+    std::printf("  %4d %12.4f %7.4f %13.4f\n", run.steps[k].step, run.steps[k].makespan_ms, run.steps[k].bubble_ratio,
+                run.steps[k].stage_bubble_ratio);
   }
   if (steps_shown < run.steps.size())
     std::printf("  ... %zu more steps in summary.json\n", run.steps.size() - steps_shown);
@@ -125,6 +128,7 @@ int cmd_simulate(const Invocation& inv) {
       const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
       r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
       r.bubble_ratio = rec.bubble_ratio;
+      r.stage_bubble_ratio = rec.stage_bubble_ratio;
       r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
       r.throughput = rec.samples_per_s;
       if (writer) {

@@ -1,5 +1,11 @@
 #include "conductor/config/resolve.hpp"
 
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "conductor/util/error.hpp"
+
 namespace conductor::config {
 
 namespace {
@@ -65,12 +71,69 @@ double activation_bytes(const Deck& d) {
   return 4.0 * d.parallel.microbatch_size * static_cast<double>(d.model.seq_len) * d.model.d_model;
 }
 
-plan::Costs costs_from_model(const Deck& d) {
-  const int p = d.parallel.pipeline;
+namespace {
+
+struct LayerFlops {
+  double mm = 0, att = 0, head = 0;  // per pass: matmuls and attention of one layer; the LM head
+};
+
+LayerFlops layer_flops(const Deck& d) {
   const double tokens = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
   const double h = d.model.d_model, s = d.model.seq_len;
-  const double mm = 24.0 * tokens * h * h, att = 4.0 * tokens * s * h;
-  const double head = 2.0 * tokens * h * d.model.vocab;
+  return {24.0 * tokens * h * h, 4.0 * tokens * s * h, 2.0 * tokens * h * d.model.vocab};
+}
+
+}  // namespace
+
+StageWork stage_work_from_model(const Deck& d) {
+  const LayerFlops l = layer_flops(d);
+  // F + B + W: (mm + att) + (mm + 2 att) + mm per layer, the head once in each pass.
+  return {3.0 * l.mm + 3.0 * l.att, 0.0, 3.0 * l.head};
+}
+
+std::vector<int> balanced_split(const std::vector<double>& layer_work, int stages, double first, double last) {
+  const int L = static_cast<int>(layer_work.size());
+  if (stages < 1 || L < stages) {
+    throw InputError("model.layers_per_stage: balanced needs at least one layer per stage, but model.n_layers = " +
+                     std::to_string(L) + " is fewer than the " + std::to_string(stages) +
+                     " virtual stages (parallel.pipeline x parallel.virtual); list the layers explicitly instead");
+  }
+  std::vector<double> prefix(L + 1, 0.0);
+  for (int i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + layer_work[i];
+  auto work = [&](int stage, int from, int to) {
+    return prefix[to] - prefix[from] + (stage == 0 ? first : 0.0) + (stage == stages - 1 ? last : 0.0);
+  };
+  // best[s][i]: the least heaviest stage over splits of layers [0, i) into stages 0..s; cut[s][i]: where stage s
+  // starts in that split.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(stages, std::vector<int>(L + 1, 0));
+  for (int i = 1; i <= L; ++i) best[0][i] = work(0, 0, i);
+  for (int s = 1; s < stages; ++s) {
+    for (int i = s + 1; i <= L; ++i) {
+      for (int j = s; j < i; ++j) {  // stage s holds [j, i); `<=`: the latest cut wins ties
+        const double heaviest = std::max(best[s - 1][j], work(s, j, i));
+        if (heaviest <= best[s][i]) {
+          best[s][i] = heaviest;
+          cut[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> split(stages, 0);
+  for (int s = stages - 1, end = L; s >= 0; --s) {
+    const int start = s == 0 ? 0 : cut[s][end];
+    split[s] = end - start;
+    end = start;
+  }
+  return split;
+}
+
+plan::Costs costs_from_model(const Deck& d) {
+  const int p = d.parallel.pipeline;
+  const auto [mm, att, head] = layer_flops(d);
+  // The deck's list (or its balanced split) gives each rank's layers when a rank holds one stage.
+  const bool listed = d.parallel.virtual_chunks == 1 && static_cast<int>(d.model.layers_per_stage.size()) == p;
   const double flops_per_ms = d.cost.device_tflops * 1e12 / 1e3;
   plan::Costs c;
   c.forward.assign(p, 0.0);
@@ -78,7 +141,8 @@ plan::Costs costs_from_model(const Deck& d) {
   c.backward_weight.assign(p, 0.0);
   for (int r = 0; r < p; ++r) {
     // Layers split as evenly as possible, the first ranks taking the remainder.
-    const int layers = d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
+    const int layers = listed ? d.model.layers_per_stage[static_cast<std::size_t>(r)]
+                              : d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
     double f = layers * (mm + att), b = layers * (mm + 2 * att), w = layers * mm;
     if (r == p - 1) {
       f += head;

@@ -1,8 +1,12 @@
 // Deck keys of the trainer: model, data, optim, checkpoint.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <vector>
 
+#include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/util/error.hpp"
 
 namespace conductor::config {
 
@@ -37,29 +41,35 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(field<unsigned long long>(
       "model.init_seed", [](Deck & d) -> auto& { return d.model.init_seed; }, "Seed of the weight initialisation."));
   {
-    // `even` (the default) or an explicit list; a custom field because an empty list is not a deck value.
+    // `even` (the default), `balanced` or an explicit list; a custom field because an empty list is not a deck
+    // value. `balanced` becomes a list in finalize_model, so resolved.yaml shows the split it chose.
     Field lps;
     lps.path = "model.layers_per_stage";
-    lps.type_name = "`even` or list of integers";
+    lps.type_name = "`even`, `balanced` or list of integers";
     lps.doc =
         "Transformer layers held by each virtual stage, in virtual-stage order: parallel.pipeline x "
         "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
-        "earlier stages taking the remainder.";
+        "earlier stages taking the remainder. `balanced`: the contiguous split (at least one layer per stage) "
+        "that minimises the heaviest stage's F+B+W work in the cost model derived from the model (per layer, "
+        "the LM head and loss on the last stage, the embedding on the first); needs cost.device_tflops > 0, and "
+        "resolved.yaml lists the split chosen.";
     lps.min = 0;
     lps.max = 100000;
     lps.get = [](const Deck& d) {
-      return d.model.layers_per_stage.empty() ? codec::emit(std::string("even"))
-                                              : codec::emit(d.model.layers_per_stage);
+      if (!d.model.layers_per_stage.empty()) return codec::emit(d.model.layers_per_stage);
+      return codec::emit(std::string(d.model.balance_layers ? "balanced" : "even"));
     };
     lps.set = [](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
-      if (n.IsScalar() && n.Scalar() == "even") {
+      if (n.IsScalar() && (n.Scalar() == "even" || n.Scalar() == "balanced")) {
         d.model.layers_per_stage.clear();
+        d.model.balance_layers = n.Scalar() == "balanced";
         return {};
       }
       std::vector<int> value;
-      if (auto p = codec::parse(n, value); !p.empty()) return p + " (or `even`)";
+      if (auto p = codec::parse(n, value); !p.empty()) return p + " (or `even`, `balanced`)";
       if (auto p = codec::check(self, value); !p.empty()) return p;
       d.model.layers_per_stage = std::move(value);
+      d.model.balance_layers = false;
       return {};
     };
     f.push_back(std::move(lps));
@@ -144,9 +154,34 @@ bool builds_model(const Deck& deck, const LoadOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// `layers_per_stage: balanced` resolved into the list it stands for (resolve.hpp, balanced_split).
+void balance_layers(Deck& deck, const std::string& src, std::vector<std::string>& problems) {
+  const int stages = deck.parallel.pipeline * deck.parallel.virtual_chunks;
+  if (deck.cost.device_tflops <= 0) {
+    problems.push_back(src +
+                       ": model.layers_per_stage = balanced needs the cost model derived from the model "
+                       "(cost.device_tflops > 0): the per-stage lists cost.forward/backward_input/backward_weight "
+                       "describe one fixed split and cannot follow another");
+    return;
+  }
+  const StageWork w = stage_work_from_model(deck);
+  try {
+    deck.model.layers_per_stage =
+        balanced_split(std::vector<double>(static_cast<std::size_t>(std::max(0, deck.model.n_layers)), w.layer), stages,
+                       w.first, w.last);
+  } catch (const InputError& e) {
+    problems.push_back(src + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
-  const auto& m = deck.model;
   const std::string& src = options.source_name;
+  if (deck.model.balance_layers && deck.model.layers_per_stage.empty()) balance_layers(deck, src, problems);
+  const auto& m = deck.model;
   if (m.d_model % m.n_heads != 0) {
     problems.push_back(src + ": model.n_heads = " + std::to_string(m.n_heads) +
                        " does not divide model.d_model = " + std::to_string(m.d_model));

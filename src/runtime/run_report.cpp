@@ -53,6 +53,7 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   r.start_ms = static_cast<double>(rec.start_ns) * 1e-6;
   r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
   r.bubble_ratio = rec.bubble_ratio;
+  r.stage_bubble_ratio = rec.stage_bubble_ratio;
   r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
   r.throughput = rec.samples_per_s;
   r.busy_ms.assign(static_cast<std::size_t>(p), 0.0);

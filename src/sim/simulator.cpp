@@ -5,6 +5,7 @@
 
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/trace/summary.hpp"
 
 namespace conductor::sim {
 
@@ -61,6 +62,11 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
     r.lower_bound_ms = std::max(r.lower_bound_ms, r.busy_ms[k]);
   }
   r.bubble_ratio = r.makespan_ms > 0 ? 1.0 - total_busy / (s.p * r.makespan_ms) : 0.0;
+  std::vector<double> span(s.p, -1.0);
+  for (int k = 0; k < s.p; ++k) {
+    if (!res.order[k].empty()) span[k] = res.last_end[k] - res.first_start[k];
+  }
+  r.stage_bubble_ratio = trace::stage_bubble_ratio(r.busy_ms, span);
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
 
   if (options.record_events) {
@@ -109,12 +115,14 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
 void finish_run(RunResult& run, int p) {
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
+  run.mean_stage_bubble_ratio = 0.0;
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
   run.peak_memory.assign(p, 0.0);
   for (const auto& s : run.steps) {
     run.mean_makespan_ms += s.makespan_ms / n;
     run.mean_bubble_ratio += s.bubble_ratio / n;
+    run.mean_stage_bubble_ratio += s.stage_bubble_ratio / n;
     run.mean_lower_bound_ms += s.lower_bound_ms / n;
     run.mean_throughput += s.throughput / n;
     for (int r = 0; r < p; ++r) {

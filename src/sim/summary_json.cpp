@@ -8,6 +8,7 @@ Json step_json(const StepResult& s) {
   return {{"step", s.step},
           {"makespan_ms", s.makespan_ms},
           {"bubble_ratio", s.bubble_ratio},
+          {"stage_bubble_ratio", s.stage_bubble_ratio},
           {"lower_bound_ms", s.lower_bound_ms},
           {"throughput", s.throughput}};
 }
@@ -18,6 +19,7 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   Json out;
   out["makespan_ms"] = run.mean_makespan_ms;
   out["bubble_ratio"] = run.mean_bubble_ratio;
+  out["stage_bubble_ratio"] = run.mean_stage_bubble_ratio;
   out["lower_bound_ms"] = run.mean_lower_bound_ms;
   out["makespan_over_lower_bound"] = run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0;
   out["throughput"] = run.mean_throughput;

@@ -85,6 +85,7 @@ Handle step_type(bool file) {
       {"bubble_ratio", offsetof(StepRecord, bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
       {"samples_per_s", offsetof(StepRecord, samples_per_s), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
       {"lower_bound_ns", offsetof(StepRecord, lower_bound_ns), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
+      {"stage_bubble_ratio", offsetof(StepRecord, stage_bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
   };
   return build_compound(members, sizeof(StepRecord), file);
 }

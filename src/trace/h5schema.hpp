@@ -14,6 +14,8 @@ inline constexpr std::array<std::string_view, 13> kEventFields = {
     "start_ns", "end_ns", "bytes", "wait_ns", "peer",       "migrated"};
 inline constexpr std::array<std::string_view, 7> kStepFields = {
     "step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "samples_per_s", "lower_bound_ns"};
+// Added after schema 1 was published: a trace without it is still read (the reader computes it from /events).
+inline constexpr std::string_view kStageBubbleField = "stage_bubble_ratio";
 inline constexpr std::array<std::string_view, 13> kRootAttributes = {
     "schema_version", "deck",      "world_size",   "schedule", "execution",    "hint",   "backend",
     "source",         "hostnames", "git_revision", "pipeline", "microbatches", "virtual"};

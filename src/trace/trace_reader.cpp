@@ -1,7 +1,11 @@
 #include "conductor/trace/trace_reader.hpp"
 
+#include <cmath>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "conductor/trace/summary.hpp"
 #include "conductor/util/error.hpp"
 #include "h5schema.hpp"
 #include "h5util.hpp"
@@ -89,6 +93,32 @@ std::vector<Row> read_table(hid_t file, const std::string& path, const char* nam
   return rows;
 }
 
+bool table_has_field(hid_t file, const std::string& path, const char* name, std::string_view field) {
+  h5::Handle dset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) h5::fail_input(path, std::string("H5Dopen2(/") + name + ")");
+  h5::Handle file_type(H5Dget_type(dset.get()), H5Tclose);
+  return H5Tget_member_index(file_type.get(), std::string(field).c_str()) >= 0;
+}
+
+// A trace written before /steps had the per-stage bubble: recompute it from the step's events (the same
+// definition, trace::summarize_step); NaN where the events do not give it.
+void fill_stage_bubble(Trace& t) {
+  std::map<int, std::vector<std::size_t>> at;  // step -> its events, so each step costs its own events only
+  for (std::size_t i = 0; i < t.events.size(); ++i) at[t.events[i].step].push_back(i);
+  std::vector<OpEvent> mine;
+  for (StepRecord& s : t.steps) {
+    mine.clear();
+    if (auto it = at.find(s.step); it != at.end()) {
+      for (std::size_t i : it->second) mine.push_back(t.events[i]);
+    }
+    try {
+      s.stage_bubble_ratio = summarize_step(mine, t.info.world_size, s.step, 0.0).stage_bubble_ratio;
+    } catch (const Error&) {
+      s.stage_bubble_ratio = std::nan("");
+    }
+  }
+}
+
 }  // namespace
 
 Trace read_trace(const std::string& path) {
@@ -130,6 +160,7 @@ Trace read_trace(const std::string& path) {
   // Unwritten fill rows (step = -1) can only appear in the trace of a killed run; they are not records.
   std::erase_if(t.events, [](const OpEvent& e) { return e.step < 0; });
   std::erase_if(t.steps, [](const StepRecord& s) { return s.step < 0; });
+  if (!table_has_field(f, path, "steps", h5::kStageBubbleField)) fill_stage_bubble(t);
   return t;
 }
 

@@ -237,6 +237,24 @@ Table open_table(hid_t file, const std::string& path, const char* name, hid_t fi
   return t;
 }
 
+// Throws InputError when the dataset `name` lacks a field of `file_type` (a trace written by an older build).
+void require_fields(hid_t file, const std::string& path, const char* name, hid_t file_type) {
+  h5::Handle dset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) h5::fail_input(path, std::string("H5Dopen2(") + name + ")");
+  h5::Handle have(H5Dget_type(dset.get()), H5Tclose);
+  const int n = H5Tget_nmembers(file_type);
+  for (int i = 0; i < n; ++i) {
+    char* field = H5Tget_member_name(file_type, static_cast<unsigned>(i));
+    const std::string wanted = field ? field : "";
+    H5free_memory(field);
+    if (H5Tget_member_index(have.get(), wanted.c_str()) < 0) {
+      throw InputError("trace " + path + ": /" + name + " has no field '" + wanted +
+                       "' (written by an older build); a resumed run cannot continue it: resume into a new "
+                       "run.output folder, or move trace.h5 away");
+    }
+  }
+}
+
 h5::Handle file_access(const std::string& path) {
   // SWMR needs the 1.10 file format. File locking is off: it fails on some parallel file systems, and
   // this is the only writer.
@@ -307,6 +325,8 @@ TraceWriter::TraceWriter(const std::string& path, int first_step) : impl_(std::m
   h5::Handle event_mem = h5::event_type(false), step_mem = h5::step_type(false);
   m.event_packer = std::make_unique<Packer>(event_mem.get(), event_file.get());
   m.step_packer = std::make_unique<Packer>(step_mem.get(), step_file.get());
+  // Rows are appended in this build's layout, so a table of an older layout cannot be continued.
+  require_fields(f, path, "steps", step_file.get());
   m.events = open_table(f, path, "events", event_file.get(), *m.event_packer, first_step);
   m.steps = open_table(f, path, "steps", step_file.get(), *m.step_packer, first_step);
   // The dropped rows' space is gone from the extent before any new row is written.

@@ -1,9 +1,16 @@
 // config::resolve: every derived default computed once, and the same value the deck shows in resolved.yaml.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/util/error.hpp"
 
 using namespace conductor;
 
@@ -74,4 +81,112 @@ TEST(Resolve, FileScheduleLimitComesFromTheSchedule) {
   ASSERT_EQ(limits.size(), 4u);
   EXPECT_DOUBLE_EQ(limits[0], 4.0);  // 1F1B's rank 0 holds p microbatches
   EXPECT_DOUBLE_EQ(sched::memory_limit_for(p, s), 4.0);
+}
+
+namespace {
+
+// The heaviest stage of `split` (stage 0 adds first, the last stage adds last).
+double heaviest(const std::vector<int>& split, const std::vector<double>& work, double first, double last) {
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < split.size(); ++s) {
+    double w = (s == 0 ? first : 0) + (s + 1 == split.size() ? last : 0);
+    for (int k = 0; k < split[s]; ++k) w += work[at++];
+    worst = std::max(worst, w);
+  }
+  return worst;
+}
+
+// Every split with at least one layer per stage, by recursion: the least heaviest stage.
+double brute_force(const std::vector<double>& work, int stages, double first, double last) {
+  const int L = static_cast<int>(work.size());
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> split(stages, 1);
+  std::function<void(int, int)> place = [&](int s, int left) {
+    if (s == stages - 1) {
+      split[s] = left;
+      best = std::min(best, heaviest(split, work, first, last));
+      return;
+    }
+    for (int k = 1; k <= left - (stages - 1 - s); ++k) {
+      split[s] = k;
+      place(s + 1, left - k);
+    }
+  };
+  place(0, L);
+  return best;
+}
+
+}  // namespace
+
+TEST(BalancedSplit, EqualsBruteForceOnSmallCases) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.5, 3.0);
+  for (int L = 1; L <= 9; ++L) {
+    for (int S = 1; S <= L; ++S) {
+      for (int trial = 0; trial < 4; ++trial) {
+        std::vector<double> work(L);
+        for (double& w : work) w = trial == 0 ? 1.0 : u(rng);  // trial 0: equal layers, the deck's case
+        const double first = trial < 2 ? 0.0 : u(rng), last = trial == 1 ? 2.5 : u(rng) * 2;
+        const std::vector<int> split = config::balanced_split(work, S, first, last);
+        ASSERT_EQ(split.size(), static_cast<std::size_t>(S));
+        EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), L);
+        for (int l : split) EXPECT_GE(l, 1);
+        EXPECT_DOUBLE_EQ(heaviest(split, work, first, last), brute_force(work, S, first, last))
+            << "L=" << L << " S=" << S << " trial " << trial;
+      }
+    }
+  }
+  // Hand-checkable: 4 unit layers, a head of 2 on the last of 2 stages: [3, 1] (3 vs 3), not [2, 2] (2 vs 4).
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1}, 2, 0, 2), (std::vector<int>{3, 1}));
+  // Ties go to earlier stages: 5 unit layers over 2 stages is [3, 2].
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1}, 2, 0, 0), (std::vector<int>{3, 2}));
+}
+
+// gpt3-1.5b's shape (22 layers, h 2304, s 1024, b 6, V 50304) on 8 stages: the balanced split's heaviest rank
+// is no heavier than the even split's or the deck's [2, 3, ..., 3, 2], and the costs follow the split.
+TEST(BalancedSplit, Gpt3LikeDeckIsNoHeavierThanTheEvenOrTheDeckSplit) {
+  const std::vector<std::string> shape = {"model.vocab=50304",          "model.seq_len=1024",    "model.d_model=2304",
+                                          "model.n_heads=24",           "model.n_layers=22",     "parallel.pipeline=8",
+                                          "parallel.microbatch_size=6", "cost.device_tflops=150"};
+  auto heaviest_rank = [](const plan::Plan& p) {
+    double worst = 0;
+    for (std::size_t r = 0; r < p.costs.forward.size(); ++r)
+      worst = std::max(worst, p.costs.forward[r] + p.costs.backward_input[r] + p.costs.backward_weight[r]);
+    return worst;
+  };
+  auto with = [&](const std::string& split) {
+    std::vector<std::string> o = shape;
+    o.push_back("model.layers_per_stage=" + split);
+    return parsed(o);
+  };
+  const config::Deck balanced = with("balanced");
+  EXPECT_EQ(balanced.model.layers_per_stage, (std::vector<int>{3, 3, 3, 3, 3, 3, 3, 1}));
+  EXPECT_NE(config::to_yaml(balanced).find("layers_per_stage: [3, 3, 3, 3, 3, 3, 3, 1]"), std::string::npos);
+  const double b = heaviest_rank(config::resolve(balanced));
+  const double even = heaviest_rank(config::resolve(with("even")));
+  const double listed = heaviest_rank(config::resolve(with("[2, 3, 3, 3, 3, 3, 3, 2]")));
+  EXPECT_LE(b, even);
+  EXPECT_LE(b, listed);
+  EXPECT_LT(b, listed * 0.85);  // the head stage carried 1.23x the mean; balanced removes most of it
+  // The deck's split with derived costs reproduces the deck's hand-written ones (F of the head stage 20.7 ms).
+  EXPECT_NEAR(config::resolve(with("[2, 3, 3, 3, 3, 3, 3, 2]")).costs.forward[7], 20.7, 0.05);
+}
+
+TEST(BalancedSplit, ErrorsNameTheKey) {
+  auto message = [](std::vector<std::string> o) {
+    try {
+      parsed(std::move(o));
+    } catch (const DeckError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string no_costs = message({"model.layers_per_stage=balanced"});
+  EXPECT_NE(no_costs.find("model.layers_per_stage = balanced needs"), std::string::npos) << no_costs;
+  EXPECT_NE(no_costs.find("cost.device_tflops"), std::string::npos) << no_costs;
+  const std::string few =
+      message({"model.layers_per_stage=balanced", "cost.device_tflops=100", "model.n_layers=3", "parallel.pipeline=4"});
+  EXPECT_NE(few.find("model.layers_per_stage: balanced needs at least one layer per stage"), std::string::npos) << few;
+  EXPECT_NE(few.find("model.n_layers = 3"), std::string::npos) << few;
 }

@@ -90,6 +90,23 @@ INSTANTIATE_TEST_SUITE_P(ReadinessHints, LossEquality,
                                             ::testing::Values("bf", "bfw")),
                          [](const auto& info) { return "zb_2p_" + std::get<2>(info.param); });
 
+// model.layers_per_stage: balanced moves layers between ranks (a large vocabulary makes the LM-head stage heavy,
+// so the split is not the even one); the math must not change.
+TEST(LossEqualityBalanced, MatchesSingleRank) {
+  const config::Deck deck = tiny_deck("zb-2p", "strict", "schedule",
+                                      {"model.vocab=1024", "cost.device_tflops=1", "model.layers_per_stage=balanced"});
+  const int p = world_size();
+  std::vector<int> even(static_cast<std::size_t>(p), 2);
+  ASSERT_NE(deck.model.layers_per_stage, even);  // p = 2: [3, 1]; p = 4: [3, 2, 2, 1]
+  EXPECT_EQ(deck.model.layers_per_stage.back(), 1);
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  const std::vector<double> reference = model::train_reference(config::resolve(deck));
+  ASSERT_EQ(outcome.losses.size(), reference.size());
+  for (std::size_t k = 0; k < reference.size(); ++k) EXPECT_EQ(outcome.losses[k], reference[k]) << "step " << k;
+  EXPECT_NE(outcome.losses.front(), outcome.losses.back());
+}
+
 #if CONDUCTOR_HAVE_POLICY
 // The global tier changes the order between steps (planned on rank 0's planner thread, one step ahead), never
 // the math: with scheduler.kind ppo (the shipped policy) and a straggler that makes it replan, losses still equal

@@ -75,6 +75,15 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(steps["step"].tolist(), [0, 1, 2])
         for k in range(3):
             self.assertAlmostEqual(float(steps["loss"][k]), summary["losses"][k], places=5)
+            # Both bubble measures reach summary.json and /steps; the per-stage one, recomputed here from the
+            # events (mean over ranks of 1 - busy / own span), never exceeds the global one.
+            mine = compute[compute["step"] == k]
+            per_rank = [1 - (r["end_ns"] - r["start_ns"]).sum() / float(r["end_ns"].max() - r["start_ns"].min())
+                        for r in (mine[mine["rank"] == q] for q in range(4))]
+            self.assertAlmostEqual(float(steps["stage_bubble_ratio"][k]), sum(per_rank) / 4, places=9)
+            self.assertAlmostEqual(summary["steps"][k]["stage_bubble_ratio"], float(steps["stage_bubble_ratio"][k]),
+                                   places=9)
+            self.assertLessEqual(summary["steps"][k]["stage_bubble_ratio"], summary["steps"][k]["bubble_ratio"])
 
     def test_checkpoint_restart_is_bit_identical(self):
         # The learning-rate schedule is pinned to 4 steps, so the 2-step run trains exactly as the first half.

@@ -144,6 +144,7 @@ TEST(Simulator, FiguresEqualTheSharedSummary) {
   const trace::StepRecord rec = trace::summarize_step(r.events, s.p, 1, 8);
   EXPECT_NEAR(rec.makespan_ns * 1e-6, r.makespan_ms, 1e-5);
   EXPECT_NEAR(rec.bubble_ratio, r.bubble_ratio, 1e-6);
+  EXPECT_NEAR(rec.stage_bubble_ratio, r.stage_bubble_ratio, 1e-6);
   EXPECT_NEAR(rec.lower_bound_ns * 1e-6, r.lower_bound_ms, 1e-5);
   EXPECT_NEAR(rec.samples_per_s, r.throughput, 1e-3 * r.throughput);
   double busy = 0;
@@ -153,6 +154,26 @@ TEST(Simulator, FiguresEqualTheSharedSummary) {
     EXPECT_LE(r.peak_memory[k], 4 + 1e-9);
   }
   EXPECT_NEAR(r.bubble_ratio, 1 - busy / (s.p * r.makespan_ms), 1e-12);
+}
+
+TEST(Simulator, BothBubbleMeasuresOnAHandComputedOneFOneB) {
+  // 1F1B, p = 2, m = 2, F = B = W = 1 (BW = 2), no comm, no noise:
+  //   rank 0: F0 [0,1) F1 [1,2)             BW0 [4,6)     BW1 [7,9)   busy 6, span 9
+  //   rank 1:          F0 [1,2) BW0 [2,4) F1 [4,5) BW1 [5,7)          busy 6, span 6
+  // global 1 - 12 / (2 x 9) = 1/3; per-stage ((1 - 6/9) + (1 - 6/6)) / 2 = 1/6.
+  const CostModel c = uniform_cost(1, 1, 1, 0, 0.5);
+  const Schedule s = generate("1f1b", 2, 2, 1, c);
+  const NoiseModel n(s, c, noise_of("none", 0.0, 1));
+  const StepResult r = simulate_step(s, n, options(Execution::Strict, Hint::Schedule, 0, true), 0, 0.0);
+  EXPECT_NEAR(r.makespan_ms, 9.0, 1e-12);
+  EXPECT_NEAR(r.bubble_ratio, 1.0 / 3.0, 1e-12);
+  EXPECT_NEAR(r.stage_bubble_ratio, 1.0 / 6.0, 1e-12);
+  EXPECT_NEAR(trace::summarize_step(r.events, 2, 0, 1.0).stage_bubble_ratio, 1.0 / 6.0, 1e-12);
+  RunResult run;
+  run.steps = {r, r};
+  run.steps[1].stage_bubble_ratio = 0.5;
+  finish_run(run, 2);
+  EXPECT_NEAR(run.mean_stage_bubble_ratio, (1.0 / 6.0 + 0.5) / 2, 1e-12);  // the mean over steps
 }
 
 TEST(Simulator, ReadinessMatchesOrBeatsStrictWithoutNoise) {

@@ -68,14 +68,17 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
   const Simulated s = simulate_deck();
   const sim::RunResult& run = s.run;
   const sim::Json summary = sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit);
-  EXPECT_EQ(
-      keys_of(sim::dump_json(summary)),
-      (std::vector<std::string>{"makespan_ms", "bubble_ratio", "lower_bound_ms", "makespan_over_lower_bound",
-                                "throughput", "schedule", "execution", "hint", "pipeline", "microbatches", "virtual",
-                                "memory_limit", "noise", "num_steps", "busy_ms", "idle_ms", "peak_memory", "steps"}));
+  EXPECT_EQ(keys_of(sim::dump_json(summary)),
+            (std::vector<std::string>{"makespan_ms", "bubble_ratio", "stage_bubble_ratio", "lower_bound_ms",
+                                      "makespan_over_lower_bound", "throughput", "schedule", "execution", "hint",
+                                      "pipeline", "microbatches", "virtual", "memory_limit", "noise", "num_steps",
+                                      "busy_ms", "idle_ms", "peak_memory", "steps"}));
   const json j = written(summary);
-  expect_numbers(json::array({j["makespan_ms"], j["bubble_ratio"], j["lower_bound_ms"], j["throughput"]}),
-                 {run.mean_makespan_ms, run.mean_bubble_ratio, run.mean_lower_bound_ms, run.mean_throughput}, "means");
+  expect_numbers(
+      json::array({j["makespan_ms"], j["bubble_ratio"], j["stage_bubble_ratio"], j["lower_bound_ms"], j["throughput"]}),
+      {run.mean_makespan_ms, run.mean_bubble_ratio, run.mean_stage_bubble_ratio, run.mean_lower_bound_ms,
+       run.mean_throughput},
+      "means");
   EXPECT_EQ(j["makespan_over_lower_bound"].get<double>(), run.mean_makespan_ms / run.mean_lower_bound_ms);
   EXPECT_EQ(j["schedule"], "1f1b");
   EXPECT_EQ(j["execution"], s.deck.schedule.execution);
@@ -97,8 +100,10 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
     const json& step = j["steps"][k];
     const sim::StepResult& r = run.steps[k];
     EXPECT_EQ(step["step"], static_cast<int>(k));
-    expect_numbers(json::array({step["makespan_ms"], step["bubble_ratio"], step["lower_bound_ms"], step["throughput"]}),
-                   {r.makespan_ms, r.bubble_ratio, r.lower_bound_ms, r.throughput}, "step " + std::to_string(k));
+    expect_numbers(json::array({step["makespan_ms"], step["bubble_ratio"], step["stage_bubble_ratio"],
+                                step["lower_bound_ms"], step["throughput"]}),
+                   {r.makespan_ms, r.bubble_ratio, r.stage_bubble_ratio, r.lower_bound_ms, r.throughput},
+                   "step " + std::to_string(k));
   }
 }
 

@@ -40,6 +40,8 @@ TEST(Summary, HandComputedTwoRanks) {
   EXPECT_DOUBLE_EQ(r.lower_bound_ns, 300.0);
   EXPECT_DOUBLE_EQ(r.samples_per_s, 8.0 / 400e-9);
   EXPECT_TRUE(std::isnan(r.loss));
+  // Per-stage: rank 0 spans [100,500) = 400 with 300 busy (0.25), rank 1 spans [200,400) = 200, all busy (0).
+  EXPECT_DOUBLE_EQ(r.stage_bubble_ratio, (0.25 + 0.0) / 2);
 }
 
 TEST(Summary, IdleRankCountsInTheDenominator) {
@@ -47,6 +49,21 @@ TEST(Summary, IdleRankCountsInTheDenominator) {
   std::vector<OpEvent> ev = {op(0, 0, EventKind::F, 0, 1000), op(0, 1, EventKind::F, 0, 1000)};
   StepRecord r = summarize_step(ev, 3, 0, 1.0);
   EXPECT_DOUBLE_EQ(r.bubble_ratio, 1.0 - 2000.0 / 3000.0);
+  // The per-stage measure has no span for rank 2, so it leaves it out; the other two never idle.
+  EXPECT_DOUBLE_EQ(r.stage_bubble_ratio, 0.0);
+}
+
+TEST(Summary, StageBubbleIsTheMeanOverRanksOfIdleWithinTheirSpan) {
+  // rank 0: [0,10) and [30,40): span 40, busy 20 -> 0.5; rank 1: [10,30): span 20, busy 20 -> 0;
+  // rank 2: [0,10), [20,25), [35,40): span 40, busy 20 -> 0.5. Global: 1 - 60 / (3 x 40) = 0.5.
+  std::vector<OpEvent> ev = {op(0, 0, EventKind::F, 0, 10),  op(0, 0, EventKind::B, 30, 40),
+                             op(0, 1, EventKind::F, 10, 30), op(0, 2, EventKind::F, 0, 10),
+                             op(0, 2, EventKind::W, 20, 25), op(0, 2, EventKind::B, 35, 40)};
+  StepRecord r = summarize_step(ev, 3, 0, 1.0);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(r.stage_bubble_ratio, (0.5 + 0.0 + 0.5) / 3);
+  EXPECT_DOUBLE_EQ(stage_bubble_ratio({20, 20, 20}, {40, 20, 40}), r.stage_bubble_ratio);
+  EXPECT_DOUBLE_EQ(stage_bubble_ratio({0, 5}, {0, -1}), 0.0);  // zero span counts 0; no op: left out
 }
 
 TEST(Summary, NoComputeEventThrows) {

@@ -182,6 +182,7 @@ TEST(TraceIO, RoundTripCpp) {
     EXPECT_EQ(t.steps[i].start_ns, steps[i].start_ns);
     EXPECT_EQ(t.steps[i].makespan_ns, steps[i].makespan_ns);
     EXPECT_EQ(t.steps[i].bubble_ratio, steps[i].bubble_ratio);
+    EXPECT_EQ(t.steps[i].stage_bubble_ratio, steps[i].stage_bubble_ratio);
     EXPECT_EQ(t.steps[i].samples_per_s, steps[i].samples_per_s);
     EXPECT_EQ(t.steps[i].lower_bound_ns, steps[i].lower_bound_ns);
   }
@@ -405,5 +406,41 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
       for (const auto& e : t.events) valid_events += e.step >= 0;
       EXPECT_EQ(out, std::to_string(t.steps.size()) + " " + std::to_string(valid_events) + "\n");
     }
+  }
+}
+
+// A trace written before /steps had stage_bubble_ratio (rewritten here without that column by h5py) is still
+// read, the per-stage bubble recomputed from its events; a resumed run refuses to append to it.
+TEST(TraceIO, TraceWithoutStageBubbleColumnIsReadAndNotContinued) {
+  if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
+  TempDir dir;
+  std::string path = (dir.path / "trace.h5").string();
+  auto ev = step_events(0, 3, 4);
+  StepRecord rec = step_record(ev, 0, 3);
+  {
+    TraceWriter w(path, sample_info());
+    w.append_events(ev);
+    w.append_step(rec);
+  }
+  std::string script = (dir.path / "drop.py").string();
+  std::ofstream(script) << R"(import sys, h5py, numpy.lib.recfunctions as rf
+with h5py.File(sys.argv[1], "r+") as f:
+    old = rf.drop_fields(f["steps"][:], "stage_bubble_ratio", usemask=False)
+    del f["steps"]
+    f.create_dataset("steps", data=old, maxshape=(None,), chunks=(128,))
+)";
+  int status = 0;
+  std::string out = run_capture(std::string(CONDUCTOR_PYTHON) + " " + script + " " + path + " 2>&1", status);
+  ASSERT_EQ(status, 0) << out;
+  const Trace t = read_trace(path);
+  ASSERT_EQ(t.steps.size(), 1u);
+  EXPECT_EQ(t.steps[0].bubble_ratio, rec.bubble_ratio);
+  EXPECT_GT(rec.stage_bubble_ratio, 0.0);
+  EXPECT_EQ(t.steps[0].stage_bubble_ratio, rec.stage_bubble_ratio);
+  try {
+    TraceWriter w(path, 1);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("stage_bubble_ratio"), std::string::npos) << e.what();
   }
 }

@@ -16,6 +16,8 @@ struct ModelConfig {
   unsigned long long init_seed = 42;
   // Transformer layers per virtual stage, in virtual-stage order (length p*v, sum n_layers); empty = even split.
   std::vector<int> layers_per_stage;
+  // `layers_per_stage: balanced`: finalize_model computes the list (config::balanced_split) and stores it above.
+  bool balance_layers = false;
 };
 
 struct DataConfig {

@@ -19,6 +19,21 @@ double activation_bytes(const Deck& deck);
 // microbatch of `tokens` tokens, width h, sequence s: matmuls 24*tokens*h^2 per pass, attention 4*tokens*s*h.
 // F = mm + att, B = mm + 2 att, W = mm; the last rank also runs the LM head (2*tokens*h*vocab per pass).
 // Times = FLOPs / (tflops * 1e12), in ms.
+// With v = 1 and model.layers_per_stage set (a list, or `balanced` resolved), rank r holds list[r] layers;
+// otherwise as even as possible, the first ranks taking the remainder.
 plan::Costs costs_from_model(const Deck& deck);
+
+// F+B+W FLOPs of one microbatch, the terms of costs_from_model: per transformer layer, the first stage's extra
+// (the embedding: a table lookup, no matmul, so 0 in this model) and the last stage's (LM head and loss).
+struct StageWork {
+  double layer = 0, first = 0, last = 0;
+};
+StageWork stage_work_from_model(const Deck& deck);
+
+// The contiguous split of the layers (layer_work[i]: work of layer i) over `stages` stages, each holding at
+// least one layer, that minimises the heaviest stage's work; stage 0 adds `first`, stage stages-1 adds `last`.
+// Exact (dynamic programming over split points); among optimal splits, earlier stages hold more layers.
+// Throws InputError naming model.layers_per_stage when there are fewer layers than stages.
+std::vector<int> balanced_split(const std::vector<double>& layer_work, int stages, double first, double last);
 
 }  // namespace conductor::config

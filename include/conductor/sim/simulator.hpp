@@ -35,6 +35,7 @@ struct StepResult {
   double start_ms = 0;  // on the run's clock
   double makespan_ms = 0;
   double bubble_ratio = 0;                            // 1 - sum busy / (p x makespan)
+  double stage_bubble_ratio = 0;                      // mean over ranks of 1 - busy / the rank's span
   double lower_bound_ms = 0;                          // max per-rank busy
   double throughput = 0;                              // samples / s
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
@@ -49,6 +50,7 @@ StepResult simulate_step(const sched::Schedule& schedule, const NoiseModel& nois
 struct RunResult {
   std::vector<StepResult> steps;  // events dropped unless kept by the caller's callback
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
+  double mean_stage_bubble_ratio = 0;
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
 };
 

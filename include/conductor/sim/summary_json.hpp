@@ -15,10 +15,10 @@ namespace conductor::sim {
 // Keys stay in the order they are written (the order docs/trace.md lists them), not sorted.
 using Json = nlohmann::ordered_json;
 
-// The run's means (makespan_ms, bubble_ratio, lower_bound_ms, makespan_over_lower_bound, throughput), the
-// settings they came from (schedule, execution, hint, pipeline, microbatches, virtual, memory_limit, noise),
-// num_steps, per-rank busy_ms, idle_ms and peak_memory, and steps: [{step, makespan_ms, bubble_ratio,
-// lower_bound_ms, throughput}].
+// The run's means (makespan_ms, bubble_ratio, stage_bubble_ratio, lower_bound_ms, makespan_over_lower_bound,
+// throughput), the settings they came from (schedule, execution, hint, pipeline, microbatches, virtual,
+// memory_limit, noise), num_steps, per-rank busy_ms, idle_ms and peak_memory, and steps: [{step, makespan_ms,
+// bubble_ratio, stage_bubble_ratio, lower_bound_ms, throughput}].
 Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit);
 
 // What `conductor run` measures beyond the simulator's figures.

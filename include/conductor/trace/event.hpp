@@ -47,6 +47,9 @@ struct StepRecord {
   double bubble_ratio = 0.0;     // 1 - busy(F+B+W over ranks) / (ranks x makespan)
   double samples_per_s = 0.0;
   double lower_bound_ns = 0.0;  // largest per-rank compute of this step
+  // Mean over ranks of 1 - busy / (the rank's last op end - first op start): the Zero Bubble paper's measure.
+  // NaN when read from a trace that has no such column and whose events cannot give it.
+  double stage_bubble_ratio = 0.0;
 };
 
 // Root attributes of a trace.

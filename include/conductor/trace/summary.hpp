@@ -6,6 +6,10 @@
 //   busy(r)       = sum of (end - start) of rank r's compute ops in this step
 //   bubble_ratio  = 1 - sum_r busy(r) / (world_size * makespan)
 //   lower_bound   = max_r busy(r)              (no schedule on this placement can be faster)
+//   span(r)       = last compute-op end - first compute-op start of rank r in this step
+//   stage_bubble_ratio = mean over the ranks with a compute op of 1 - busy(r) / span(r) (0 where span is 0):
+//                   the Zero Bubble paper's per-stage bubble, which ignores the time before a rank's first op
+//                   and after its last (a synchronous step pays those too: bubble_ratio counts them)
 //   samples_per_s = samples / makespan         (makespan in seconds)
 #include <vector>
 
@@ -16,6 +20,10 @@ namespace conductor::trace {
 inline bool is_compute(EventKind kind) {
   return kind == EventKind::F || kind == EventKind::B || kind == EventKind::W || kind == EventKind::BW;
 }
+
+// The per-stage bubble from per-rank busy time and span (same unit); span[r] < 0 marks a rank without a
+// compute op, which is left out of the mean. 0 when no rank has an op.
+double stage_bubble_ratio(const std::vector<double>& busy, const std::vector<double>& span);
 
 // Summarizes the events whose .step equals `step` (others are ignored, so a whole run's events may be
 // passed). The record's loss is NaN (the caller sets it where a loss exists). Throws conductor::Error when
