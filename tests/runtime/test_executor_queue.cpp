@@ -281,7 +281,10 @@ TEST_P(ExecutorQueue, DeviceLikeComputeRunsEveryOpWithIntactData) {
   // The executor fills the queue up to the depth, never beyond (depth 1: the arbiter picks when the device is
   // free, as in the simulator).
   EXPECT_LE(compute.max_queued, depth);
-  EXPECT_GE(compute.max_queued, std::min(depth, 2)) << "ready ops were there to fill two slots";
+  // Greedy readiness had ready ops to fill two slots; backfilling keeps to the list, which may leave one.
+  if (hint == sched::Hint::Schedule) {
+    EXPECT_GE(compute.max_queued, std::min(depth, 2)) << "ready ops were there to fill two slots";
+  }
   if (ordered) {
     int remote_outputs = 0;
     for (const auto& a : order.ranks[static_cast<std::size_t>(rank)]) {
