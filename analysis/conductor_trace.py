@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 SUPPORTED_SCHEMA = 1
-KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV")
+KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE")
 COMPUTE_KINDS = ("F", "B", "W", "BW")
 EVENT_FIELDS = ("step", "rank", "stage", "chunk", "microbatch", "kind", "ready_ns", "start_ns", "end_ns",
                 "bytes", "wait_ns", "peer", "migrated")

@@ -5,14 +5,18 @@ cost-model time), all figures as ratios measured side by side in this one run:
   - readiness over strict speedup at p=4 and p=8 under 0, 10, 20% jitter and one straggler;
   - runtime makespan over the simulator's prediction for the same deck and seed;
   - trace overhead (trace on vs off).
-Usage: bench/bench_runtime.py [BUILD_DIR]   (make bench runs it)"""
+With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (20 ms ops, 10% jitter and a
+straggler), measured and as the simulator predicts for the same deck and seed (steps after the first: the
+runtime has no measured estimates in its first step).
+Usage: bench/bench_runtime.py [--backfill] [BUILD_DIR]   (make bench runs it without --backfill)"""
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+ARGS = [a for a in sys.argv[1:] if a != "--backfill"]
+BUILD = ARGS[0] if ARGS else "build"
 BIN = os.path.join(BUILD, "conductor")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
@@ -48,7 +52,35 @@ def run(tmp, name, simulate=False, **kw):
         return json.load(f)
 
 
+def after_first(summary):
+    ms = [s["makespan_ms"] for s in summary["steps"][1:]]
+    return sum(ms) / len(ms)
+
+
+def backfill_rows():
+    print("== backfill over strict, emulated runtime vs simulator (F=B=W=20 ms, comm 1 ms, m=2p, 6 steps; "
+          "mean makespan of steps 1..5)")
+    print("   %-3s %-7s %-16s %10s %10s %9s %9s" % ("p", "kind", "noise", "strict ms", "backfill", "runtime", "sim"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in (2, 4):
+            for kind in ("1f1b", "zb-h1"):
+                for noise, label in (("gaussian", "jitter 10%"), ("[gaussian, straggler]", "jitter+straggler")):
+                    kw = dict(p=p, m=2 * p, kind=kind, f=20.0, comm=1.0, noise=noise, level=0.1, srank=p - 1,
+                              trace="false", steps=6)
+                    name = "bf%d%s%d" % (p, kind, len(noise))
+                    x = {}
+                    for sim in (False, True):
+                        a = after_first(run(tmp, name + "s", simulate=sim, **kw))
+                        b = after_first(run(tmp, name + "b", simulate=sim, execution="readiness", hint="backfill", **kw))
+                        x[sim] = (a, b)
+                    print("   %-3d %-7s %-16s %10.2f %10.2f %8.3fx %8.3fx" %
+                          (p, kind, label, x[False][0], x[False][1], x[False][0] / x[False][1], x[True][0] / x[True][1]))
+
+
 def main():
+    if "--backfill" in sys.argv[1:]:
+        backfill_rows()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         print("== dispatch + arbitration overhead (zero-cost ops, m=256, zb-2p readiness bfw, trace on)")
         s = run(tmp, "zero1", p=1, m=256, f=0.0, comm=0.0, kind="zb-2p", execution="readiness", hint="bfw", steps=5)

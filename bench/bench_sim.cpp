@@ -5,8 +5,14 @@
 // (3) with --split DECK...: each deck under ZB-2p strict with its own layer split vs model.layers_per_stage:
 // balanced (costs derived from the model: cost.device_tflops=150, what the shipped GPT-3 decks' cost lists were
 // computed with), noise-free and under 10% Gaussian jitter (inputs/noise/jitter10.yaml, 5 seeds x 20 steps).
-// Usage: bench_sim [--quick | --speed | --split DECK...]   (--quick skips p=1024; --speed runs only part 1)
+// (4) --grid: issue 13's grid, readiness against strict execution of the same schedule on the real decks
+// (inputs/gpt3-{1.5b,6.2b,14.6b}.yaml, inputs/multimodal.yaml) x {1f1b, 1f1b-interleaved (v 2), zb-h1, zb-2p} x
+// noise {none, jitter10, straggler, congestion} (inputs/noise/*.yaml), mean makespan over 5 seeds x 10 steps;
+// then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
+// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR]]   (--quick skips p=1024; --speed
+//        runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -217,6 +223,181 @@ void split_table(const std::vector<std::string>& decks) {
   }
 }
 
+// ---- (3) the grid on the real decks ----
+
+struct GridNoise {
+  std::string name;
+  std::vector<std::string> overrides;  // the overlay's keys (inputs/noise/*.yaml), the seed added per run
+};
+
+const std::vector<GridNoise>& grid_noises() {
+  static const std::vector<GridNoise> n = {
+      {"none", {"noise.kind=[none]", "noise.level=0"}},
+      {"jitter10", {"noise.kind=[gaussian]", "noise.level=0.10"}},
+      {"straggler",
+       {"noise.kind=[gaussian,straggler]", "noise.level=0.05", "noise.straggler_rank=-1",
+        "noise.straggler_factor=1.5"}},
+      {"congestion",
+       {"noise.kind=[congestion]", "noise.level=0.5", "noise.congestion_prob=0.2", "noise.congestion_burst=4",
+        "noise.congestion_delay=-1"}},
+  };
+  return n;
+}
+
+std::string read_text(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    std::fprintf(stderr, "bench_sim: cannot read %s (run from the repository root, or pass the inputs folder)\n",
+                 path.c_str());
+    std::exit(2);
+  }
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// Mean makespan (ms) of a deck under overrides, over seeds x steps.
+double deck_makespan(const std::string& path, const std::string& text, std::vector<std::string> overrides, int seeds,
+                     int steps, double* bubble = nullptr) {
+  double sum = 0, bsum = 0;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    config::LoadOptions o;
+    o.command = config::Command::Simulate;
+    o.source_name = path;
+    o.overrides = overrides;
+    o.overrides.push_back("noise.seed=" + std::to_string(seed));
+    o.overrides.push_back("run.steps=" + std::to_string(steps));
+    o.overrides.push_back("trace.enabled=false");
+    const plan::Plan plan = config::resolve(config::parse_deck(text, o));
+    const sched::Schedule schedule = sched::make_schedule(plan);
+    const sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
+    const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
+    const sim::RunResult r = sim::simulate_run(schedule, noise, options, steps);
+    sum += r.mean_makespan_ms;
+    bsum += r.mean_bubble_ratio;
+  }
+  if (bubble) *bubble = bsum / seeds;
+  return sum / seeds;
+}
+
+struct Modes {
+  double strict = 0, bfw = 0, backfill = 0;
+};
+
+Modes three_modes(const std::string& path, const std::string& text, const std::vector<std::string>& base, int seeds,
+                  int steps) {
+  auto with = [&](const char* execution, const char* hint) {
+    std::vector<std::string> o = base;
+    o.push_back(std::string("schedule.execution=") + execution);
+    o.push_back(std::string("schedule.hint=") + hint);
+    return deck_makespan(path, text, o, seeds, steps);
+  };
+  return {with("strict", "schedule"), with("readiness", "bfw"), with("readiness", "backfill")};
+}
+
+std::vector<std::string> kind_overrides(const std::string& deck, const std::string& kind) {
+  const bool interleaved = kind == "1f1b-interleaved";
+  std::vector<std::string> o = {"schedule.kind=" + kind, std::string("parallel.virtual=") + (interleaved ? "2" : "1")};
+  // The language decks split their 22 layers unevenly over 8 stages; with 16 virtual stages: evenly.
+  if (interleaved && deck.find("gpt3") != std::string::npos) o.push_back("model.layers_per_stage=even");
+  return o;
+}
+
+const std::vector<std::string> kGridDecks = {"gpt3-1.5b", "gpt3-6.2b", "gpt3-14.6b", "multimodal"};
+const std::vector<std::string> kGridKinds = {"1f1b", "1f1b-interleaved", "zb-h1", "zb-2p"};
+
+void grid(const std::string& inputs) {
+  const int seeds = 5, steps = 10;
+  std::printf(
+      "## grid: readiness vs strict on the decks (mean makespan ms over %d seeds x %d steps; speedup = strict / "
+      "readiness)\n\n| deck | schedule | noise | strict | bfw | backfill | bfw x | backfill x |\n"
+      "|---|---|---|---|---|---|---|---|\n",
+      seeds, steps);
+  int below998[2] = {0, 0}, below1_free[2] = {0, 0}, cells = 0;
+  double lo[2] = {1e9, 1e9}, hi[2] = {0, 0};
+  for (const auto& deck : kGridDecks) {
+    const std::string path = inputs + "/" + deck + ".yaml";
+    const std::string text = read_text(path);
+    for (const auto& kind : kGridKinds) {
+      for (const auto& noise : grid_noises()) {
+        std::vector<std::string> base = kind_overrides(deck, kind);
+        base.insert(base.end(), noise.overrides.begin(), noise.overrides.end());
+        const Modes m = three_modes(path, text, base, noise.name == "none" ? 1 : seeds, steps);
+        const double x[2] = {m.strict / m.bfw, m.strict / m.backfill};
+        for (int k = 0; k < 2; ++k) {
+          below998[k] += x[k] < 0.998;
+          below1_free[k] += noise.name == "none" && x[k] < 1.0;
+          lo[k] = std::min(lo[k], x[k]);
+          hi[k] = std::max(hi[k], x[k]);
+        }
+        ++cells;
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n", deck.c_str(), kind.c_str(),
+                    noise.name.c_str(), m.strict, m.bfw, m.backfill, x[0], x[1]);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf(
+      "\n%d cells. bfw: %d below 0.998, %d noise-free below 1.000, speedup %.3f .. %.3f. backfill: %d below 0.998, "
+      "%d noise-free below 1.000, speedup %.3f .. %.3f\n",
+      cells, below998[0], below1_free[0], lo[0], hi[0], below998[1], below1_free[1], lo[1], hi[1]);
+}
+
+void heavy(const std::string& inputs) {
+  const int seeds = 5, steps = 10;
+  std::printf(
+      "\n## heavy variability (mean makespan ms over %d seeds x %d steps; speedup = strict / readiness; goal: "
+      ">= 1.15x language, >= 1.5x multimodal)\n\n| deck | schedule | noise | strict | bfw | backfill | bfw x | "
+      "backfill x |\n|---|---|---|---|---|---|---|---|\n",
+      seeds, steps);
+  const std::vector<GridNoise> noises = {
+      {"lognormal 1.0", {"noise.kind=[lognormal]", "noise.level=1.0"}},
+      {"congestion p0.5 2F",
+       {"noise.kind=[congestion]", "noise.level=2", "noise.congestion_prob=0.5", "noise.congestion_delay=-1"}},
+  };
+  for (const auto& deck : kGridDecks) {
+    const std::string path = inputs + "/" + deck + ".yaml";
+    const std::string text = read_text(path);
+    for (const auto& kind : kGridKinds) {
+      for (const auto& noise : noises) {
+        std::vector<std::string> base = kind_overrides(deck, kind);
+        base.insert(base.end(), noise.overrides.begin(), noise.overrides.end());
+        const Modes m = three_modes(path, text, base, seeds, steps);
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n", deck.c_str(), kind.c_str(),
+                    noise.name.c_str(), m.strict, m.bfw, m.backfill, m.strict / m.bfw, m.strict / m.backfill);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+// Bubble ratios at scale (uniform costs as part 1, lognormal 10%) and the simulator's CPU time per op.
+void at_scale(int p, int m, int steps) {
+  const sched::CostModel cost = sched::uniform_cost(1.0, 1.0, 1.0, 0.05, 0.5);
+  for (const char* kind : {"1f1b", "zb-h1", "zb-2p", "zb-v"}) {
+    const int v = std::strcmp(kind, "zb-v") == 0 ? 2 : 1;
+    const sched::Schedule s = sched::generate(kind, p, m, v, cost);
+    const sim::NoiseModel noise(s, cost, lognormal(0.1, 1));
+    std::printf("| %s | %d | %d |", kind, p, m);
+    for (auto [ex, hint] : {std::pair{sched::Execution::Strict, sched::Hint::Schedule},
+                            std::pair{sched::Execution::Readiness, sched::Hint::BFW},
+                            std::pair{sched::Execution::Readiness, sched::Hint::Backfill}}) {
+      sim::SimOptions o;
+      o.execution = ex;
+      o.hint = hint;
+      o.memory_limit = sched::default_memory_limit(kind, p, m, v);
+      const std::clock_t t0 = std::clock();
+      const sim::RunResult r = sim::simulate_run(s, noise, o, steps);
+      const double ns_per_op = cpu_seconds_since(t0) * 1e9 / (static_cast<double>(s.num_actions()) * steps);
+      std::printf(" %.4f (%.0f ns/op) |", r.mean_bubble_ratio, ns_per_op);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,6 +411,18 @@ int main(int argc, char** argv) {
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool speed_only = argc > 1 && std::strcmp(argv[1], "--speed") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--grid") == 0) {
+    const std::string inputs = argc > 2 ? argv[2] : "inputs";
+    grid(inputs);
+    heavy(inputs);
+    std::printf(
+        "\n## at scale (F = B = W = 1, comm 0.05, lognormal 10%%; bubble ratio, and the simulator's CPU time per op, "
+        "which bounds the arbitration cost)\n\n| schedule | p | m | strict | bfw | backfill "
+        "|\n|---|---|---|---|---|---|\n");
+    at_scale(64, 512, 5);
+    at_scale(1024, 4096, 1);
+    return 0;
+  }
   std::printf("## speed (lognormal 10%% noise; CPU seconds)\n\n");
   for (const char* kind : {"1f1b", "zb-h1", "zb-2p", "zb-v"}) {
     speed(kind, 64, 512, sched::Execution::Strict, sched::Hint::Schedule, 5);

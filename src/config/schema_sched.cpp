@@ -20,8 +20,9 @@ void add_sched_fields(std::vector<Field>& f) {
                   "Readiness ranking: `schedule` (the list's order), `bf` (backward before forward), "
                   "`bfw` (B, then F, W fills idle time), `backfill` (the list's next op as soon as it can run; "
                   "while it waits for an input, only ops expected to end before that input arrives, those that "
-                  "unblock another rank first; memory budget: the list's own peak per rank). Simulator only for now: "
-                  "`conductor run` does not announce inputs yet, so there it runs each list in order.")
+                  "unblock another rank first; memory budget: the list's own peak per rank; never slower than strict "
+                  "without noise). `conductor run` estimates ops by the previous step's measured durations, so its "
+                  "first step runs each list in order.")
                   .one_of({"schedule", "bf", "bfw", "backfill"}));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },

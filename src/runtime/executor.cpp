@@ -22,12 +22,19 @@ struct Header {
   std::int64_t reserved = 0;
 };
 
+// The control plane's announcement (backfilling only; see executor.hpp): sent when the producing op starts.
+struct Announcement {
+  std::int64_t expected_ns = 0;  // when the input is expected to be usable; kUnknown when nothing was measured
+  std::int64_t start_ns = 0;     // when the producing op started
+};
+constexpr std::int64_t kUnknown = INT64_MIN;
+
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
-// A SEND (on the producing rank) or RECV (on the consuming rank) event of one transfer.
+// A SEND (on the producing rank), RECV or ANNOUNCE (on the consuming rank) event of one transfer.
 trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const sched::Transfer& t, std::int64_t start,
                               std::int64_t end, std::int64_t bytes) {
-  const bool recv = kind == trace::EventKind::RECV;
+  const bool recv = kind == trace::EventKind::RECV || kind == trace::EventKind::ANNOUNCE;  // the receiver's side
   trace::OpEvent e;
   e.step = step;
   e.rank = rank;
@@ -82,6 +89,15 @@ int Executor::tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
   return (static_cast<int>(t.payload) * s.num_stages() + t.to_stage) * s.m + t.microbatch;
 }
 
+int Executor::announce_tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
+  return 2 * s.num_stages() * s.m + tag_of(s, t);  // above every header tag
+}
+
+double Executor::comm_estimate_ns() const {
+  // Emulated transfers take the cost model's time (injected); a real transfer's own time is not estimated.
+  return options_.inject_full_comm_time ? noise_.cost().comm_time() * 1e6 : 0.0;
+}
+
 double Executor::injected_comm_ms(int step, const sched::Transfer& t) const {
   const double total = noise_.comm_time_ms(step, t);
   if (options_.inject_full_comm_time) return total;
@@ -98,6 +114,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   dopt.hint = options_.hint;
   dopt.memory_limit = options_.memory_limit;
   dopt.memory_after_b = options_.memory_after_b;
+  // Backfilling estimates this step's ops by the previous step's measured durations, and producers announce
+  // when each cross-rank input is expected.
+  const bool announcing = options_.execution == sched::Execution::Readiness && options_.hint == sched::Hint::Backfill;
+  if (announcing) dopt.estimate = measured_.estimate();
+  sched::MeasuredDurations measuring;
   sched::RankDriver driver(order, rank_, dopt);
   const sched::Arbiter& state = driver.arbiter();
   compute_.begin_step(step);
@@ -111,11 +132,12 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // Per action i: the header and tensor of its remote input, the buffers of its input and output, whether
   // each half of the input is in, when it became ready, its ticket while launched.
   std::vector<Header> in_header(at(n)), out_header(at(n));
+  std::vector<Announcement> in_announce(at(n)), out_announce(at(n));
   std::vector<float*> in_buf(at(n), nullptr), out_buf(at(n), nullptr);
   std::vector<char> header_in(at(n), 0), tensor_in(at(n), 0);
   std::vector<OpTicket> ticket(at(n), -1);
   std::vector<int> in_flight;  // launched, unfinished, in launch order
-  enum class Role { Header, Tensor };
+  enum class Role { Header, Tensor, Announcement };
   struct Pending {
     Role role;
     int action;
@@ -143,6 +165,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (!in || in->local()) continue;
     const int tag = tag_of(order, *in);
     control_ids[control_.post_recv(in->from_rank, tag, &in_header[at(i)], sizeof(Header))] = {Role::Header, i, false};
+    if (announcing) {
+      control_ids[control_.post_recv(in->from_rank, announce_tag_of(order, *in), &in_announce[at(i)],
+                                     sizeof(Announcement))] = {Role::Announcement, i, false};
+    }
     if (has_payload) {
       in_buf[at(i)] = compute_.take_buffer();
       data_ids[data_.post_recv(in->from_rank, tag, in_buf[at(i)], payload_bytes)] = {Role::Tensor, i, false};
@@ -177,6 +203,20 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       accept(i, now);
     }
   };
+  // An announcement of input i received at `now`: the driver learns when it is expected (when its producer
+  // measured anything); a comm-event trace records it, so a replay feeds the same announcements.
+  auto announced = [&](int i, std::int64_t now) {
+    const Announcement& a = in_announce[at(i)];
+    if (a.expected_ns == kUnknown) return;
+    driver.announce(i, since_begin(a.expected_ns), since_begin(now));
+    ++outcome.announcements;
+    if (options_.comm_events) {
+      const auto in = sched::input_of(order, rank_, actions[at(i)]);
+      trace::OpEvent e = transfer_event(step, rank_, trace::EventKind::ANNOUNCE, *in, a.start_ns, now, 0);
+      e.ready_ns = a.expected_ns;
+      outcome.events.push_back(e);
+    }
+  };
   std::vector<std::int64_t> early_send_done(at(n), -1);  // a queued-early send seen complete before its producer
   auto send_finished = [&](int i, std::int64_t now) {
     auto it = send_events.find(i);
@@ -198,7 +238,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       if (it == control_ids.end()) continue;
       const Pending p = it->second;
       control_ids.erase(it);
-      if (!p.send) {
+      if (p.role == Role::Announcement) {
+        if (!p.send) announced(p.action, now);
+      } else if (!p.send) {
         half_arrived(p.action, Role::Header, now);
       } else if (!has_payload) {
         send_finished(p.action, now);  // the header is the whole message
@@ -244,7 +286,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       }
     }
     if (out && has_payload) out_buf[at(i)] = compute_.take_buffer();
-    driver.start(i, since_begin(clock_.now_ns()));
+    const std::int64_t now = clock_.now_ns();
+    driver.start(i, since_begin(now));
+    if (announcing && out && !out->local()) {
+      const double expected = static_cast<double>(now) + dopt.estimate(a) + comm_estimate_ns();
+      out_announce[at(i)] = {std::isfinite(expected) ? std::llround(expected) : kUnknown, now};
+      control_ids[control_.post_send(out->to_rank, announce_tag_of(order, *out), &out_announce[at(i)],
+                                     sizeof(Announcement))] = {Role::Announcement, i, true};
+    }
     ticket[at(i)] = compute_.launch(step, a, stage, in_ptr, out_buf[at(i)]);
     in_flight.push_back(i);
     ++progress;
@@ -265,6 +314,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
       driver.complete(i, since_begin(end));
       const auto& a = actions[at(i)];
+      measuring.add(a, static_cast<double>(end - start));
       trace::OpEvent e;
       e.step = step;
       e.rank = rank_;
@@ -312,7 +362,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     drain();
     retire();
     if (static_cast<int>(in_flight.size()) < depth) {
-      const int i = driver.next(since_begin(clock_.now_ns()));
+      const int i = driver.next(driver.latest());  // see RankDriver::latest: a replay makes the same choice
       if (i >= 0) {
         idle_sleep_ns = 5'000;
         launch(i);
@@ -377,6 +427,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     b = nullptr;
   }
   outcome.peak_memory = state.peak_memory();
+  measured_ = std::move(measuring);
   return outcome;
 }
 

@@ -27,6 +27,21 @@ double budget(const Schedule& s, int rank, const DriverOptions& o) {
 
 }  // namespace
 
+void MeasuredDurations::add(const Action& action, double duration) {
+  auto& [sum, count] = sums_[{static_cast<int>(action.kind), action.chunk}];
+  sum += duration;
+  ++count;
+}
+
+OpEstimate MeasuredDurations::estimate() const {
+  std::map<std::pair<int, int>, double> mean;
+  for (const auto& [key, sc] : sums_) mean[key] = sc.first / sc.second;
+  return [mean = std::move(mean)](const Action& a) {
+    const auto it = mean.find({static_cast<int>(a.kind), a.chunk});
+    return it == mean.end() ? std::numeric_limits<double>::infinity() : it->second;
+  };
+}
+
 RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& options)
     : arbiter_(schedule, rank, budget(schedule, rank, options), options.memory_after_b), options_(options) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
@@ -36,7 +51,7 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
 
 void RankDriver::begin(double now) {
   arbiter_.reset();
-  begin_ = free_since_ = first_start_ = last_end_ = now;
+  begin_ = free_since_ = first_start_ = last_end_ = latest_ = now;
   started_ = 0;
   std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
   stamp_ready(now);
@@ -49,10 +64,12 @@ void RankDriver::stamp_ready(double now) {
 
 void RankDriver::input_arrived(int index, double now) {
   arbiter_.input_arrived(index);
+  latest_ = std::max(latest_, now);
   stamp_ready(now);
 }
 
-void RankDriver::announce(int index, double expected_ready) {
+void RankDriver::announce(int index, double expected_ready, double now) {
+  latest_ = std::max(latest_, now);
   if (backfilling()) expected_[static_cast<std::size_t>(index)] = expected_ready;
 }
 
@@ -117,6 +134,7 @@ void RankDriver::complete(int index, double now) {
   arbiter_.complete(index);
   free_since_ = now;
   last_end_ = std::max(last_end_, now);
+  latest_ = std::max(latest_, now);
   stamp_ready(now);
 }
 

@@ -220,7 +220,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       } else if (e.type == EventType::Arrive) {
         drivers[e.rank].input_arrived(e.index, now);
       } else {
-        drivers[e.rank].announce(e.index, e.expected);
+        drivers[e.rank].announce(e.index, e.expected, now);
       }
       touch(e.rank);
     }

@@ -11,12 +11,13 @@ namespace conductor::sim {
 
 namespace {
 
-enum class What : std::int8_t { Arrive = 0, End = 1, Start = 2 };
+enum class What : std::int8_t { Arrive = 0, End = 1, Announce = 2, Start = 3 };
 
 struct Item {
   std::int64_t time;
-  What what;  // at equal times arrivals and ends come before starts: the runtime picks after both
+  What what;  // at equal times arrivals, ends and announcements come before starts: the runtime picks after them
   int index;  // list position on the rank
+  std::int64_t expected = 0;  // Announce: the announced arrival
   bool operator<(const Item& o) const { return std::tie(time, what, index) < std::tie(o.time, o.what, o.index); }
 };
 
@@ -52,10 +53,11 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
     const sched::Arbiter& a = driver.arbiter();
     std::vector<Item> items;
     std::map<std::pair<int, int>, int> recv_seen;
-    std::vector<const trace::OpEvent*> recvs;
+    std::vector<const trace::OpEvent*> recvs, announces;
     for (const auto& e : events) {
       if (e.step != step || e.rank != r) continue;
       if (e.kind == trace::EventKind::RECV) recvs.push_back(&e);
+      if (e.kind == trace::EventKind::ANNOUNCE) announces.push_back(&e);
       if (!is_compute(e.kind)) continue;
       const int i = a.index_of(static_cast<sched::OpKind>(e.kind), e.chunk, e.microbatch);
       if (i < 0) throw InputError("replay: " + where(step, r, e.start_ns, t0) + ": the trace's op is not in the order");
@@ -68,6 +70,17 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
       if (i < 0) throw InputError("replay: " + where(step, r, e->end_ns, t0) + ": a RECV no op of the order consumes");
       items.push_back({e->end_ns, What::Arrive, i});
     }
+    // Announcements: the activation's producer starts before the gradient's (causality, as for arrivals), so
+    // ordering them by their producer's start gives the same activation-first rule.
+    std::stable_sort(announces.begin(), announces.end(), [](auto* x, auto* y) { return x->start_ns < y->start_ns; });
+    std::map<std::pair<int, int>, int> announce_seen;
+    for (const auto* e : announces) {
+      const int i = consumer_of_recv(order, a, r, *e, announce_seen);
+      if (i < 0) {
+        throw InputError("replay: " + where(step, r, e->end_ns, t0) + ": an ANNOUNCE no op of the order consumes");
+      }
+      items.push_back({e->end_ns, What::Announce, i, e->ready_ns});
+    }
     std::sort(items.begin(), items.end());
     driver.begin(0.0);
     for (const Item& it : items) {
@@ -76,8 +89,10 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
         driver.input_arrived(it.index, t);
       } else if (it.what == What::End) {
         driver.complete(it.index, t);
+      } else if (it.what == What::Announce) {
+        driver.announce(it.index, static_cast<double>(it.expected - t0), t);
       } else {
-        const int choice = driver.next(t);
+        const int choice = driver.next(driver.latest());  // the runtime's choice (RankDriver::latest)
         if (choice != it.index && res.same) {
           res.same = false;
           res.message =

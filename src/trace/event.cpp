@@ -10,6 +10,7 @@ const char* to_string(EventKind kind) {
     case EventKind::BW: return "BW";
     case EventKind::SEND: return "SEND";
     case EventKind::RECV: return "RECV";
+    case EventKind::ANNOUNCE: return "ANNOUNCE";
   }
   return "?";
 }

@@ -50,7 +50,8 @@ Handle build_compound(const std::vector<Member>& members, std::size_t mem_size, 
 Handle kind_type(bool file) {
   Handle type(H5Tenum_create(file ? H5T_STD_I8LE : H5T_NATIVE_SCHAR), H5Tclose);
   if (!type.valid()) throw std::logic_error("trace: H5Tenum_create failed: " + last_error());
-  for (EventKind k : {EventKind::F, EventKind::B, EventKind::W, EventKind::BW, EventKind::SEND, EventKind::RECV}) {
+  for (EventKind k : {EventKind::F, EventKind::B, EventKind::W, EventKind::BW, EventKind::SEND, EventKind::RECV,
+                      EventKind::ANNOUNCE}) {
     std::int8_t value = static_cast<std::int8_t>(k);
     ok(H5Tenum_insert(type.get(), to_string(k), &value));
   }

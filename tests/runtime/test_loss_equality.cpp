@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, LossEquality,
 
 INSTANTIATE_TEST_SUITE_P(ReadinessHints, LossEquality,
                          ::testing::Combine(::testing::Values("zb-2p"), ::testing::Values("readiness"),
-                                            ::testing::Values("bf", "bfw")),
+                                            ::testing::Values("bf", "bfw", "backfill")),
                          [](const auto& info) { return "zb_2p_" + std::get<2>(info.param); });
 
 // model.layers_per_stage: balanced moves layers between ranks (a large vocabulary makes the LM-head stage heavy,
@@ -105,6 +105,22 @@ TEST(LossEqualityBalanced, MatchesSingleRank) {
   ASSERT_EQ(outcome.losses.size(), reference.size());
   for (std::size_t k = 0; k < reference.size(); ++k) EXPECT_EQ(outcome.losses[k], reference[k]) << "step " << k;
   EXPECT_NE(outcome.losses.front(), outcome.losses.back());
+}
+
+// Backfilling with a straggler: producers announce, consumers start ops out of list order (the replay test
+// checks that they do), and the math is still the single-rank math.
+TEST(LossEqualityBackfill, StragglerMatchesSingleRank) {
+  for (const std::string kind : {"1f1b", "zb-h1"}) {
+    const config::Deck deck = tiny_deck(kind, "readiness", "backfill",
+                                        {"run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.3",
+                                         "noise.straggler_rank=0", "noise.straggler_factor=2"});
+    const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+    if (world_rank() != 0) continue;
+    const std::vector<double> reference = model::train_reference(config::resolve(deck));
+    ASSERT_EQ(outcome.losses.size(), reference.size());
+    for (std::size_t k = 0; k < reference.size(); ++k)
+      EXPECT_EQ(outcome.losses[k], reference[k]) << kind << " step " << k;
+  }
 }
 
 #if CONDUCTOR_HAVE_POLICY

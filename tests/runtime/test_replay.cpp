@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/replay.hpp"
+#include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_reader.hpp"
 
 using namespace conductor;
@@ -34,6 +36,8 @@ int world_rank() {
 
 struct Case {
   std::string backend, kind, execution, hint;
+  std::vector<std::string> noise = {"noise.kind=gaussian", "noise.level=0.4"};
+  int steps = 3;
 };
 
 config::Deck replay_deck(const Case& c, const std::string& out) {
@@ -52,25 +56,49 @@ config::Deck replay_deck(const Case& c, const std::string& out) {
                  "model.d_model=32",
                  "model.n_heads=2",
                  "model.seq_len=16",
-                 "run.steps=3",
+                 "run.steps=" + std::to_string(c.steps),
                  "run.output=" + out,
                  "trace.enabled=true",
                  "trace.comm_events=true",
-                 "noise.kind=gaussian",
-                 "noise.level=0.4",
                  "schedule.kind=" + c.kind,
                  "schedule.execution=" + c.execution,
                  "schedule.hint=" + c.hint};
+  o.overrides.insert(o.overrides.end(), c.noise.begin(), c.noise.end());
   return config::parse_deck("", o);
 }
 
-std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order) {
+// The options the runtime's drivers had in `step`; backfilling's estimates are the previous step's measured
+// durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
+std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order,
+                                                  const std::vector<trace::OpEvent>& events, int step) {
   sched::DriverOptions d;
   d.execution = sched::parse_execution(deck.schedule.execution);
   d.hint = sched::parse_hint(deck.schedule.hint);
   d.memory_limit = sched::memory_limit_for(config::resolve(deck), order);
   d.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
-  return std::vector<sched::DriverOptions>(static_cast<std::size_t>(order.p), d);
+  std::vector<sched::DriverOptions> out(static_cast<std::size_t>(order.p), d);
+  if (d.hint != sched::Hint::Backfill) return out;
+  std::vector<sched::MeasuredDurations> measured(static_cast<std::size_t>(order.p));
+  for (const auto& e : events) {
+    if (e.step != step - 1 || !trace::is_compute(e.kind)) continue;
+    const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
+    measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
+  }
+  for (int r = 0; r < order.p; ++r)
+    out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
+  return out;
+}
+
+// Cross-rank transfers of one step: the announcements a backfilling step sends (one per transfer).
+int cross_rank_transfers(const sched::Schedule& order) {
+  int n = 0;
+  for (int r = 0; r < order.p; ++r) {
+    for (const auto& a : order.ranks[static_cast<std::size_t>(r)]) {
+      const auto in = sched::input_of(order, r, a);
+      n += in && !in->local() ? 1 : 0;
+    }
+  }
+  return n;
 }
 
 // Runs the case under MPI; rank 0 replays every step. Returns the picks that were not the next listed op.
@@ -87,8 +115,16 @@ int run_and_replay(const Case& c) {
   if (world_rank() == 0) {
     const trace::Trace t = trace::read_trace(out + "/trace.h5");
     const sched::Schedule order = sched::make_schedule(config::resolve(deck));
-    const auto options = runtime_options(deck, order);
+    const bool backfill = c.hint == "backfill";
     for (int step = 0; step < deck.run.steps; ++step) {
+      // Backfilling: every transfer was announced once (the first step has no estimates: no announcement named
+      // a time), and none leaked into another step.
+      const auto announced = std::count_if(t.events.begin(), t.events.end(), [&](const trace::OpEvent& e) {
+        return e.step == step && e.kind == trace::EventKind::ANNOUNCE;
+      });
+      EXPECT_EQ(announced, backfill && step > 0 ? cross_rank_transfers(order) : 0)
+          << c.backend << " " << c.kind << " " << c.hint << " step " << step;
+      const auto options = runtime_options(deck, order, t.events, step);
       const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
       EXPECT_TRUE(r.same) << c.backend << " " << c.kind << " " << c.execution << " " << c.hint << ": " << r.message;
       EXPECT_EQ(r.picks, static_cast<int>(order.num_actions()));
@@ -123,6 +159,26 @@ TEST(Replay, RuntimePicksAreTheDriversPicks) {
   }
 }
 
+// Backfilling in the runtime: producers announce every cross-rank input when they start its op, consumers
+// receive every announcement within the step, and use them: with a straggler, ranks start ops out of list
+// order, and fresh drivers fed the trace's arrivals, announcements and the previous step's measured durations
+// choose exactly the same ops.
+TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
+  int reordered = 0;
+  for (const std::string backend : {"cpu", "emulated"}) {
+    for (const std::string kind : {"1f1b", "zb-h1", "1f1b-interleaved"}) {
+      Case c{backend, kind, "readiness", "backfill"};
+      c.noise = {"noise.kind=[gaussian,straggler]", "noise.level=0.3", "noise.straggler_rank=0",
+                 "noise.straggler_factor=2"};
+      c.steps = 4;
+      reordered += run_and_replay(c);
+    }
+  }
+  if (world_rank() == 0) {
+    EXPECT_GT(reordered, 0) << "backfilling never started an op out of list order: announcements unused";
+  }
+}
+
 // A replay with other options than the runtime's diverges: the comparison can fail.
 TEST(Replay, WrongOptionsDiverge) {
   const Case c{"emulated", "zb-h1", "readiness", "bfw"};
@@ -135,9 +191,9 @@ TEST(Replay, WrongOptionsDiverge) {
   if (world_rank() != 0) return;
   const trace::Trace t = trace::read_trace(out + "/trace.h5");
   const sched::Schedule order = sched::make_schedule(config::resolve(deck));
-  auto options = runtime_options(deck, order);
   bool any_reordered = false, any_diverged = false;
   for (int step = 0; step < deck.run.steps; ++step) {
+    const auto options = runtime_options(deck, order, t.events, step);
     any_reordered |= sim::replay_step(order, options, t.events, step).reordered > 0;
     auto strict = options;
     for (auto& o : strict) o.execution = sched::Execution::Strict;

@@ -3,6 +3,7 @@
 // finishes every list; ready and wait times are the driver's, on the caller's clock.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "conductor/sched/driver.hpp"
@@ -81,4 +82,43 @@ TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
   d.begin(0.0);  // a new step forgets the old one
   EXPECT_FALSE(d.started_any());
   EXPECT_EQ(d.arbiter().num_done(), 0);
+}
+
+// The runtime decides at the latest event time (RankDriver::latest): arrivals, announcements and completions
+// move it, starts do not (a replay knows a start only at its recorded time, after the decision), a new step
+// resets it.
+TEST(RankDriver, LatestIsTheLastEventToldOf) {
+  const Schedule s = one_f_one_b(2, 4);
+  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Backfill, 2, 0, {}});
+  d.begin(10.0);
+  EXPECT_DOUBLE_EQ(d.latest(), 10.0);
+  const int f0 = d.arbiter().index_of(OpKind::F, 0, 0), f1 = d.arbiter().index_of(OpKind::F, 0, 1);
+  d.announce(f1, 50.0, 12.0);
+  EXPECT_DOUBLE_EQ(d.latest(), 12.0);
+  d.input_arrived(f0, 20.0);
+  d.start(f0, 25.0);
+  EXPECT_DOUBLE_EQ(d.latest(), 20.0);
+  d.input_arrived(f1, 15.0);  // a poll may stamp an event earlier than one already seen: the latest stays
+  EXPECT_DOUBLE_EQ(d.latest(), 20.0);
+  d.complete(f0, 30.0);
+  EXPECT_DOUBLE_EQ(d.latest(), 30.0);
+  d.begin(0.0);
+  EXPECT_DOUBLE_EQ(d.latest(), 0.0);
+}
+
+// The runtime's estimates: the mean measured duration of the same kind and chunk; nothing measured: infinite,
+// so the op is never backfilled.
+TEST(MeasuredDurations, MeanPerKindAndChunkInfiniteWhenUnmeasured) {
+  MeasuredDurations m;
+  EXPECT_TRUE(m.empty());
+  m.add(Action{OpKind::F, 0, 0}, 2.0);
+  m.add(Action{OpKind::F, 3, 0}, 4.0);
+  m.add(Action{OpKind::W, 1, 1}, 7.0);
+  const OpEstimate e = m.estimate();
+  EXPECT_DOUBLE_EQ(e(Action{OpKind::F, 9, 0}), 3.0);  // any microbatch
+  EXPECT_DOUBLE_EQ(e(Action{OpKind::W, 0, 1}), 7.0);
+  EXPECT_TRUE(std::isinf(e(Action{OpKind::F, 0, 1})));  // another chunk
+  EXPECT_TRUE(std::isinf(e(Action{OpKind::B, 0, 0})));
+  m.add(Action{OpKind::F, 0, 0}, 100.0);
+  EXPECT_DOUBLE_EQ(e(Action{OpKind::F, 0, 0}), 3.0);  // an estimate is a copy: later measurements do not move it
 }

@@ -8,7 +8,7 @@ namespace conductor::config {
 struct ScheduleConfig {
   std::string kind = "1f1b";  // gpipe | 1f1b | 1f1b-interleaved | zb-h1 | zb-h2 | zb-1p | zb-2p | zb-v | file:PATH
   std::string execution = "strict";  // strict | readiness
-  std::string hint = "schedule";     // schedule | bf | bfw
+  std::string hint = "backfill";     // schedule | bf | bfw | backfill
   double memory_limit = 0;           // units of M_F per rank; 0 = the kind's default
 };
 

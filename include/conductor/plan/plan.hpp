@@ -41,7 +41,7 @@ struct Pipeline {
 struct ScheduleOptions {
   std::string kind = "1f1b";         // a generator, or file:PATH
   std::string execution = "strict";  // strict | readiness (sched::parse_execution)
-  std::string hint = "schedule";     // schedule | bf | bfw (sched::parse_hint)
+  std::string hint = "backfill";     // schedule | bf | bfw | backfill (sched::parse_hint)
 };
 
 // The noise-free cost model's numbers (sched::CostModel adds its queries): per-rank F, B, W times (ms per

@@ -12,6 +12,14 @@
 // input as arrived once both header and tensor are in, at max(arrival, ready_at), which is how delayed sends
 // (congestion; emulated comm time) are injected without blocking the sender. Device transports let the
 // tensor's send be queued behind its producer before the producer finishes; the host never waits on the GPU.
+//
+// Backfilling (readiness with hint backfill, sched/driver.hpp) adds one more 16-byte control message per
+// transfer, the announcement, on tags above every header tag: [int64 expected_ns][int64 start_ns], sent when
+// the producing op starts: expected = start + the op's estimate (the mean measured duration of the same kind and
+// chunk on this rank in the previous step) + the transfer estimate (the cost model's comm time when it is
+// injected, emulated; else 0). The consumer posts its receives with the headers' and drains them like the
+// headers, so every announcement of a step is received within the step. In the first step nothing is measured:
+// announcements say "unknown" and nothing is backfilled.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +39,7 @@ namespace conductor::runtime {
 struct StepOutcome {
   std::vector<trace::OpEvent> events;  // this rank's compute ops (and transfers when recorded), common clock
   double peak_memory = 0.0;            // M_F
+  int announcements = 0;               // announcements received that named an expected time (backfill)
 };
 
 struct ExecutorOptions {
@@ -54,6 +63,8 @@ class Executor {
 
  private:
   int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  int announce_tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  double comm_estimate_ns() const;
   // What the rank waits for, for the watchdog's message: the outstanding input it needs first.
   std::string describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
                             int step) const;
@@ -67,6 +78,7 @@ class Executor {
   const sim::NoiseModel& noise_;
   ExecutorOptions options_;
   Watchdog watchdog_;
+  sched::MeasuredDurations measured_;  // this rank's op durations in the previous step (backfill's estimates)
 };
 
 }  // namespace conductor::runtime

@@ -13,6 +13,7 @@
 // A step, per rank:
 //   driver.begin(t0);                                   // actions without inputs are ready at t0
 //   on an input for action i arriving at t:  driver.input_arrived(i, t);
+//   on an announcement received at t:        driver.announce(i, expected, t);   (Hint::Backfill only)
 //   when the rank can start an op at t:      i = driver.next();  if (i >= 0) driver.start(i, t);
 //   when op i ends at t:                     driver.complete(i, t);
 // next(now) is the arbiter's choice under the driver's execution mode and hint; candidates(now) lists every
@@ -28,6 +29,8 @@
 // exact estimates this never delays the list's order, so backfilling is never slower than strict when nothing
 // varies; under noise it fills the gaps late inputs open.
 #include <functional>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "conductor/sched/arbiter.hpp"
@@ -39,6 +42,22 @@ namespace conductor::sched {
 // simulator, measured durations at run time. Backfilling (Hint::Backfill) starts an op out of list order only if
 // it is expected to end before the list's next op can start.
 using OpEstimate = std::function<double(const Action& action)>;
+
+// Measured durations of one rank's ops by (kind, chunk): the MPI runtime's estimates for backfilling. The
+// executor measures a step and estimates the next one with it (the mean of the same kind and chunk); the first
+// step has no measurement, so nothing is backfilled in it. A replay rebuilds the same table from the trace's
+// previous step: durations are integer ns, so their sums (below 2^53) are exact in any order.
+class MeasuredDurations {
+ public:
+  void add(const Action& action, double duration);
+  bool empty() const { return sums_.empty(); }
+  // The mean of the recorded durations of the action's kind and chunk; +infinity where none was recorded (such
+  // an op is never backfilled, and its start announces no arrival time).
+  OpEstimate estimate() const;
+
+ private:
+  std::map<std::pair<int, int>, std::pair<double, int>> sums_;  // (kind, chunk) -> (sum, count)
+};
 
 struct DriverOptions {
   Execution execution = Execution::Strict;
@@ -64,8 +83,9 @@ class RankDriver {
   void begin(double now);
   // The cross-rank input of action `index` is usable from `now` on.
   void input_arrived(int index, double now);
-  // The producer of action `index`'s cross-rank input started it: the input is expected at `expected_ready`.
-  void announce(int index, double expected_ready);
+  // At `now` the driver learns that the producer of action `index`'s cross-rank input started it: the input is
+  // expected at `expected_ready`.
+  void announce(int index, double expected_ready, double now);
   // The choice now, or -1 (stay idle until the next event). Does not change the state.
   int next(double now) const;
   // Every action that could start now, best first (empty when next(now) is -1).
@@ -86,6 +106,11 @@ class RankDriver {
   bool started_any() const { return started_ > 0; }
   double first_start() const { return first_start_; }
   double last_end() const { return last_end_; }
+  // The time of the latest event the driver was told of (begin, an arrival, an announcement, a completion). The
+  // MPI executor decides at this time rather than at its clock's now: between two events the choice cannot
+  // change except by growing stricter, and a replay of the trace, which knows the events but not the instants of
+  // the runtime's polls, then makes the same choice. In the engine the two are the same time.
+  double latest() const { return latest_; }
 
  private:
   void stamp_ready(double now);
@@ -98,7 +123,7 @@ class RankDriver {
   std::vector<double> ready_at_;
   std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
-  double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0;
+  double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0, latest_ = 0;
   int started_ = 0;
 };
 

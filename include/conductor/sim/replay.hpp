@@ -11,6 +11,11 @@
 // RECV events name the receiving stage, microbatch and sending rank but not the payload. Where both the
 // activation (from stage s-1) and the gradient (from stage s+1) of (s, mb) come from the same rank, causality
 // tells them apart: the gradient needs F(s, mb), which needs the activation, so the activation arrives first.
+//
+// Backfilling (hint backfill) also decides on announcements (ANNOUNCE events: when the driver learned that an
+// input is expected, and when) and on the runtime's estimates: give options[r].estimate the table the runtime
+// had, sched::MeasuredDurations of rank r's ops in the previous step of the same trace. Every choice is made at
+// the driver's latest event time (sched::RankDriver::latest), as in the runtime.
 #include <string>
 #include <vector>
 

@@ -11,12 +11,13 @@ inline constexpr int kSchemaVersion = 1;
 
 // HDF5 enum "kind" of /events. Values are part of the schema: append, never renumber.
 enum class EventKind : std::int8_t {
-  F = 0,     // forward
-  B = 1,     // backward for the input
-  W = 2,     // backward for the weights
-  BW = 3,    // full backward (B and W fused)
-  SEND = 4,  // a tensor leaving this rank (start = posted, end = completed)
-  RECV = 5,  // a tensor arriving at this rank (start = posted, end = arrived)
+  F = 0,         // forward
+  B = 1,         // backward for the input
+  W = 2,         // backward for the weights
+  BW = 3,        // full backward (B and W fused)
+  SEND = 4,      // a tensor leaving this rank (start = posted, end = completed)
+  RECV = 5,      // a tensor arriving at this rank (start = posted, end = arrived)
+  ANNOUNCE = 6,  // an input's expected arrival announced to this rank (backfill; see docs/trace.md)
 };
 
 const char* to_string(EventKind kind);
