@@ -5,11 +5,12 @@ second after its first SIGTERM; at once on the second) and exits 1. Through scri
 here must keep the graceful stop: exit 3 (the clean-stop code), every rank out within the deadline, summary.json
 written, the trace closed and readable, a complete checkpoint of the last step; and a signal after the grace
 period must still abort. The steps are slowed to ~2.4 s by a sleeping straggler, longer than mpiexec's one
-second, so a stop that is not graceful shows."""
+second, so a stop that is not graceful shows; the per-rank exit times are printed."""
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -22,8 +23,9 @@ from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, FaultCase, Result
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(SOURCE, "scripts", "conductor-launch")
 EXIT_STOPPED = 3  # a clean stop by SIGTERM/SIGINT (README, exit codes)
-# Rank 1's compute sleeps factor x its op time: about 2.4 s a step (12 s at 1000) with little CPU used.
-SLOW = "noise: {kind: straggler, straggler_rank: 1, straggler_factor: %d}\n"
+# From step 2 on, rank 1's compute sleeps factor x its op time: about 2.4 s a step (12 s at 1000) with little
+# CPU used; step 1 is fast, so the signals come early in a slow step.
+SLOW = "noise: {kind: straggler, straggler_rank: 1, straggler_factor: %d, straggler_start: 1}\n"
 
 
 class Launched:
@@ -118,6 +120,8 @@ class Signals(FaultCase):
     def assertGracefulStop(self, res, exited):
         self.assertEqual(res.code, EXIT_STOPPED, res.text)
         self.assertEqual(sorted(exited), [0, 1], "a rank did not exit:\n" + res.text)
+        print("\n  exit %d; ranks out after %s s" % (res.code, ", ".join("%.2f" % exited[r] for r in sorted(exited))),
+              file=sys.stderr)
         for rank, seconds in exited.items():
             self.assertLessEqual(seconds, EXIT_DEADLINE_S, "rank %d took %.1f s to exit" % (rank, seconds))
         self.assertLessEqual(res.seconds, EXIT_DEADLINE_S, res.text)
@@ -163,7 +167,8 @@ class Signals(FaultCase):
         os.killpg(run.proc.pid, signal.SIGINT)
         res, exited = run.finish(start, ranks)
         self.assertGracefulStop(res, exited)
-        self.assertIn("SIGINT: stop already requested", res.err)
+        # (The second SIGINT may merge into the first while the launcher handles it: pending signals coalesce.)
+        self.assertIn("conductor-launch: SIGINT: asking the run to finish its step", res.err)
 
     def test_signal_after_grace_aborts(self):
         # 12 s steps: the abort must come long before the step would end.
