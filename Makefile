@@ -28,7 +28,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
-	$(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK) $(RUN_OVERRIDES)
+	scripts/conductor-launch $(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK) $(RUN_OVERRIDES)
 
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600

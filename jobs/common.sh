@@ -123,11 +123,9 @@ cj_deck_value() {
 cj_resume_overrides() {
   local output=$1 o
   shift
-  local ck=$output/checkpoints
+  local ck
+  ck=$(cj_checkpoint_root "$output" "$@")
   CJ_RESUME=()
-  for o in "$@"; do
-    [[ $o == checkpoint.path=* ]] && ck=${o#checkpoint.path=}
-  done
   [[ $ck == "$output/checkpoints" ]] && CJ_RESUME+=("checkpoint.path=$ck")
   if [[ -f $ck/latest ]]; then
     for o in "$@"; do
@@ -140,18 +138,56 @@ cj_resume_overrides() {
   fi
 }
 
-# cj_run_forwarding_term COMMAND...: runs the command in the background and forwards a SIGTERM of the batch
+# cj_run_forwarding_term COMMAND...: runs the command in the background and forwards every SIGTERM of the batch
 # shell to it (#SBATCH --signal=B:TERM@LEAD signals only the batch shell; bash would run a trap only after a
-# foreground command ends). The run then checkpoints and stops. Sets CJ_RC to the command's exit status.
+# foreground command ends). The command is scripts/conductor-launch, which turns the first SIGTERM into one
+# graceful stop of every rank and swallows repeats. Sets CJ_RC to the command's exit status and CJ_GOT_TERM=1
+# when the batch shell was signalled.
 cj_run_forwarding_term() {
+  CJ_GOT_TERM=0
   "$@" &
   local pid=$!
-  trap 'cj_log "SIGTERM: asking the run to checkpoint and stop"; kill -TERM '"$pid"' 2>/dev/null' TERM
-  while true; do
-    wait "$pid" && CJ_RC=0 || CJ_RC=$?
-    kill -0 "$pid" 2>/dev/null || break # wait returned for the trap, not because the run ended
+  trap 'CJ_GOT_TERM=1; cj_log "SIGTERM: asking the run to checkpoint and stop"; kill -TERM '"$pid"' 2>/dev/null' TERM
+  while kill -0 "$pid" 2>/dev/null; do
+    wait "$pid" || true # returns early when the trap runs (set -e must not end the script there)
   done
+  wait "$pid" && CJ_RC=0 || CJ_RC=$? # the finished command's status (bash keeps it)
   trap - TERM
+}
+
+# cj_checkpoint_root OUTPUT [override ...]: the checkpoint folder of a train job: OUTPUT/checkpoints unless an
+# override names checkpoint.path.
+cj_checkpoint_root() {
+  local ck=$1/checkpoints o
+  shift
+  for o in "$@"; do
+    [[ $o == checkpoint.path=* ]] && ck=${o#checkpoint.path=}
+  done
+  echo "$ck"
+}
+
+# cj_requeue_unfinished OUTPUT STEPS CHECKPOINTS: after a clean stop (exit 3) asked for by the batch shell's
+# SIGTERM (the time-limit warning of --signal=B:TERM@LEAD, preemption), requeues the job when its latest
+# checkpoint is short of STEPS; the restarted job resumes from it (cj_resume_overrides). REQUEUE=0 turns it
+# off.
+cj_requeue_unfinished() {
+  local output=$1 steps=$2 ck=$3 latest done
+  [[ -n ${SLURM_JOB_ID:-} && ${REQUEUE:-1} != 0 ]] || return 0
+  latest=$(cat "$ck/latest" 2>/dev/null) || {
+    cj_log "stopped before the first checkpoint; not requeueing (nothing to resume from)"
+    return 0
+  }
+  done=${latest#step-}
+  done=$((10#$done))
+  if [[ $done -ge $steps ]]; then
+    cj_log "stopped at step $done of $steps: finished, not requeueing"
+    return 0
+  fi
+  cj_log "stopped at step $done of $steps: requeueing job $SLURM_JOB_ID to continue from $ck/$latest"
+  scontrol requeue "$SLURM_JOB_ID" || {
+    cj_log "warning: scontrol requeue $SLURM_JOB_ID failed; resubmit with the same OUTPUT to continue"
+    return 0
+  }
 }
 
 # cj_launch COMMAND DECK OUTPUT [override ...]
@@ -209,6 +245,9 @@ cj_launch() {
     launch=(srun --ntasks=1 --nodes=1)
   fi
   local cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${overrides[@]}")
+  # A run goes through scripts/conductor-launch: a SIGTERM (twice, too) then reaches every rank once as a
+  # graceful stop, where mpirun and srun would kill the ranks.
+  [[ $command == run ]] && cmd=("$CONDUCTOR_ROOT/scripts/conductor-launch" "${cmd[@]}")
 
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -229,6 +268,16 @@ cj_launch() {
     rc=$CJ_RC
   else
     "${cmd[@]}" || rc=$?
+  fi
+  if [[ $command == run && $rc -eq 3 ]]; then
+    # A clean stop (SIGTERM/SIGINT): trace, summary and checkpoint are written; the run did not finish.
+    cj_log "'run' stopped cleanly before its last step (exit 3); results so far in $output"
+    if [[ ${CJ_GOT_TERM:-0} == 1 ]]; then
+      local steps
+      steps=$(cj_deck_value "$output/deck.resolved.yaml" run steps)
+      cj_requeue_unfinished "$output" "$steps" "$(cj_checkpoint_root "$output" "${overrides[@]}")"
+    fi
+    exit 3
   fi
   if [[ $rc -ne 0 ]]; then
     echo "conductor-job: error: '$command' failed with exit code $rc" >&2

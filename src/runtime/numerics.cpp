@@ -11,11 +11,16 @@ namespace conductor::runtime {
 
 namespace {
 
-// CONDUCTOR_INJECT_NAN=RANK:STEP: this rank's gradients read as NaN at that step (tests of the non-finite path).
+// CONDUCTOR_INJECT_NAN=RANK:STEP[,RANK:STEP...]: this rank's gradients read as NaN at that step (tests of the
+// non-finite path; a list, so that a test can exceed optim.skip_nonfinite_steps).
 bool inject_nan(int rank, int step) {
   const char* env = std::getenv("CONDUCTOR_INJECT_NAN");
-  int r = -1, s = -1;
-  return env && std::sscanf(env, "%d:%d", &r, &s) == 2 && r == rank && s == step;
+  for (int used = 0, r = -1, s = -1; env && std::sscanf(env, "%d:%d%n", &r, &s, &used) == 2; env += used) {
+    if (r == rank && s == step) return true;
+    if (env[used] != ',') break;
+    ++used;
+  }
+  return false;
 }
 
 std::string format_value(double v) {

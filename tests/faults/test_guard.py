@@ -138,8 +138,8 @@ class Guard(FaultCase):
         ckpt = os.path.join(self.tmp.name, "ckpt")
         run = Running(2, self.tiny(2, steps=100000), "checkpoint.path=" + ckpt)
         run.wait_steps(2)
-        # Both signals to every rank, as a double Ctrl-C to the process group or `timeout` do. (Two signals to
-        # mpiexec itself make mpiexec kill the ranks: out of our reach, see README.)
+        # Both signals to every rank, as a double Ctrl-C to a process group holding the ranks does. (Signals to
+        # the launcher itself: scripts/conductor-launch, tests/faults/test_signals.py.)
         pids = [run.rank_pid(r) for r in range(2)]
         for _ in range(2):
             for pid in pids:

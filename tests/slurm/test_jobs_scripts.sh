@@ -42,8 +42,16 @@ for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-s
   expect 0 "OVERRIDES|override|RUN_DIR" -- bash "$src/jobs/$script" --help
 done
 
-# --- train-cpu.sbatch / train.sbatch
-expect 0 "running: mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1 checkpoint.path=$work/out1/checkpoints\$" -- \
+# --- scripts/conductor-launch: bad input, and the launch command's exit status passed on (its signal handling:
+# tests/faults/test_signals.py).
+expect 2 "launch command 'no-such-mpirun' not found" -- "$src/scripts/conductor-launch" no-such-mpirun -np 2
+expect 2 "CONDUCTOR_LAUNCH_GRACE_S='soon': expected a number of seconds" -- \
+  env CONDUCTOR_LAUNCH_GRACE_S=soon "$src/scripts/conductor-launch" true
+expect 2 "Usage|usage|scripts/conductor-launch mpirun" -- "$src/scripts/conductor-launch"
+expect 5 "ran" -- "$src/scripts/conductor-launch" bash -c 'echo ran; exit 5'
+
+# --- train-cpu.sbatch / train.sbatch (a run goes through scripts/conductor-launch: signals, tests/faults)
+expect 0 "running: $src/scripts/conductor-launch mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1 checkpoint.path=$work/out1/checkpoints\$" -- \
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
 # Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
 # checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
@@ -59,12 +67,12 @@ for script in train.sbatch train-cpu.sbatch; do
     grep -q -- "^#SBATCH $line\$" "$src/jobs/$script" && ok || bad "jobs/$script lacks #SBATCH $line"
   done
 done
-grep -q "^command: mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
-expect 0 "running: /opt/mpi/mpiexec -np 4 .*conductor run " -- env MPIEXEC=/opt/mpi/mpiexec OUTPUT=out1 \
+grep -q "^command: $src/scripts/conductor-launch mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
+expect 0 "running: $src/scripts/conductor-launch /opt/mpi/mpiexec -np 4 .*conductor run " -- env MPIEXEC=/opt/mpi/mpiexec OUTPUT=out1 \
   bash "$src/jobs/train-cpu.sbatch"
 grep -q "^  pipeline: 4$" out1/deck.resolved.yaml && ok || bad "out1/deck.resolved.yaml lacks pipeline: 4"
 for script in train.sbatch train-cpu.sbatch; do
-  expect 0 "running: srun --mpi=pmix --ntasks=4 --kill-on-bad-exit=1 .*conductor run " -- \
+  expect 0 "running: $src/scripts/conductor-launch srun --mpi=pmix --ntasks=4 --kill-on-bad-exit=1 .*conductor run " -- \
     env SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out2 bash "$src/jobs/$script"
   grep -q -- "--gpu-bind" <<<"$LAST" && bad "$script passes --gpu-bind" || ok
 done

@@ -3,7 +3,9 @@
 # deck and 4 tasks, chains jobs/analyze.sbatch with --dependency=afterok, submits a 2-task sweep with
 # jobs/submit-sweep.sh (strict vs readiness, simulated), waits with a bound, and checks what the jobs wrote
 # (srun can exit 0 when nothing ran, so exit codes alone prove nothing): traces, summaries, the analysis
-# outputs and the sweep report's speedup. The cluster is stopped on every way out (trap), leftover jobs first.
+# outputs and the sweep report's speedup. Then (run mode) two requeue cases: `scontrol requeue` of a running job,
+# and the time-limit warning (`scancel -b -s TERM`, twice): a graceful stop, exit 3, and the job requeueing
+# itself; both must resume and end with the losses of an uninterrupted run. The cluster is stopped on every way out (trap), leftover jobs first.
 #
 #   test_train_job.sh [run|simulate]     what the job runs (`conductor run` under srun --mpi=pmix -n 4, or
 #                                        `conductor simulate` as one task)
@@ -215,6 +217,19 @@ speedup=$(grep -F "| tiny-1f1b-readiness-bfw-jitter10 |" "$report" | awk -F'|' '
 [[ $speedup =~ ^[0-9]+\.[0-9]+$ ]] || fail "no speedup for the readiness run in $report"
 say "sweep report: readiness+bfw vs strict speedup ${speedup}x"
 
+# start_now ID: a requeued job waits about two minutes before it is eligible again; not in a test. (Once it is
+# pending; `scontrol update` spells the begin time StartTime.)
+start_now() {
+  local deadline=$((SECONDS + 60)) st
+  while :; do
+    st=$(squeue -h -j "$1" -o %T 2>/dev/null || true)
+    [[ $st == PENDING ]] && scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && return 0
+    [[ -z $st || $st == RUNNING ]] && return 0 # already started (or gone: the caller checks the outcome)
+    [[ $SECONDS -lt $deadline ]] || fail "job $1 is still $st after 60 s, not pending"
+    sleep 0.2
+  done
+}
+
 # Requeue (issue 17): a running train job requeued with `scontrol requeue` restarts, resumes from its run
 # folder's latest checkpoint, continues its trace, and ends with the losses of an uninterrupted run (strict
 # execution: the same numerics at every run).
@@ -231,7 +246,7 @@ if [[ $mode == run ]]; then
   done
   scontrol requeue "$rq_id" || fail "scontrol requeue $rq_id failed"
   say "requeued job $rq_id at $(cat "$rq_out/checkpoints/latest")"
-  scontrol update JobId="$rq_id" BeginTime=now >/dev/null 2>&1 || true # no requeue delay in a test
+  start_now "$rq_id"
   deadline=$((SECONDS + 180))
   while [[ -n $(squeue -h -j "$rq_id" 2>/dev/null) ]]; do
     [[ $SECONDS -lt $deadline ]] || fail "the requeued job is still queued or running after 180 s"
@@ -259,5 +274,62 @@ print(f"slurm-test: requeued trace: {len(sa)} steps, each once; losses equal to 
 sys.exit(0 if ok else 1)
 EOF
   say "requeue: restarted $restarts time(s), resumed from its checkpoint, same losses as an uninterrupted run"
+
+  # The time-limit warning (issue 17): `#SBATCH --signal=B:TERM@LEAD` signals the batch shell; `scancel -b -s
+  # TERM` does the same now instead of near a time limit, twice 50 ms apart (Slurm's warning plus a user's or
+  # the final one). The run must stop gracefully on every rank (exit 3: summary, checkpoint of the stop's step;
+  # no checkpoint.every here), the job requeue itself with steps remaining, resume from that checkpoint and end
+  # with every step once and the losses of an uninterrupted run.
+  tl_out=$work/timelimit
+  tl_steps=400
+  tl_overrides="run.steps=$tl_steps schedule.execution=strict"
+  tl_id=$(env DECK="$deck" OUTPUT="$tl_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
+    sbatch --parsable --ntasks="$ntasks" --output="$work/timelimit-%j.log" "$src/jobs/train-cpu.sbatch")
+  [[ $tl_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the time-limit job: '$tl_id'"
+  tl_log=$work/timelimit-$tl_id.log
+  deadline=$((SECONDS + 60))
+  until grep -q '^step    3/' "$tl_log" 2>/dev/null; do
+    [[ $SECONDS -lt $deadline ]] || fail "the time-limit job ran no step within 60 s"
+    sleep 0.05
+  done
+  scancel -b -s TERM "$tl_id" && sleep 0.05 && scancel -b -s TERM "$tl_id" || fail "scancel -b -s TERM $tl_id failed"
+  say "signalled the batch shell of job $tl_id twice (SIGTERM, 50 ms apart)"
+  deadline=$((SECONDS + 60))
+  until [[ $(squeue -h -j "$tl_id" -o %T 2>/dev/null) == PENDING ]]; do
+    [[ $SECONDS -lt $deadline ]] || fail "job $tl_id did not requeue itself within 60 s: $(tail -n 5 "$tl_log")"
+    sleep 0.2
+  done
+  grep -q "stop requested (signal): stopped after step" "$tl_log" || fail "the run did not stop gracefully"
+  grep -q "^summary: " "$tl_log" || fail "the stopped run printed no summary"
+  grep -q "stopped cleanly before its last step (exit 3)" "$tl_log" || fail "the stop did not exit 3"
+  stopped_at=$(sed -n 's/^conductor-job: stopped at step \([0-9]*\) of [0-9]*: requeueing.*/\1/p' "$tl_log")
+  [[ -n $stopped_at && $stopped_at -lt $tl_steps ]] || fail "the job did not requeue itself after the stop"
+  say "the run stopped cleanly at step $stopped_at and the job requeued itself"
+  start_now "$tl_id"
+  deadline=$((SECONDS + 180))
+  while [[ -n $(squeue -h -j "$tl_id" 2>/dev/null) ]]; do
+    [[ $SECONDS -lt $deadline ]] || fail "the requeued time-limit job is still queued or running after 180 s"
+    sleep 1
+  done
+  line=$(scontrol -o show job "$tl_id")
+  state=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p')
+  [[ $state == COMPLETED ]] || fail "the requeued time-limit job ended $state"
+  grep -q "resuming from $tl_out/checkpoints (step-$(printf %06d "$stopped_at"))" "$tl_log" ||
+    fail "the restarted job did not resume from the stop's checkpoint"
+  tl_ref=$work/timelimit-reference
+  # shellcheck disable=SC2086
+  ${MPIEXEC:-mpiexec} -n "$ntasks" --oversubscribe "$bin" run "$deck" $tl_overrides "run.output=$tl_ref" \
+    >"$work/timelimit-reference.log" 2>&1 || fail "the uninterrupted reference run failed"
+  "$python" - "$tl_out/trace.h5" "$tl_ref/trace.h5" "$tl_steps" <<'EOF' || fail "the time-limit job's trace differs from the uninterrupted run's"
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    sa, sb = a["steps"][...], b["steps"][...]
+ok = list(sa["step"]) == list(range(int(sys.argv[3]))) and np.array_equal(sa["loss"], sb["loss"])
+print(f"slurm-test: stopped and requeued trace: {len(sa)} steps, each once; losses equal to the uninterrupted run: {ok}")
+sys.exit(0 if ok else 1)
+EOF
+  say "time limit: graceful stop at step $stopped_at (exit 3), requeued itself, resumed, same losses"
 fi
 say "PASSED"

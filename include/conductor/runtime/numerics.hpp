@@ -38,8 +38,8 @@ class StepReducer {
  public:
   // Collective over comm (agrees on the layout).
   StepReducer(Compute& compute, int num_virtual_stages, MPI_Comm comm);
-  // Collective: every rank's contribution of this step. CONDUCTOR_INJECT_NAN=RANK:STEP (tests) makes that rank's
-  // first gradient entry NaN at that step.
+  // Collective: every rank's contribution of this step. CONDUCTOR_INJECT_NAN=RANK:STEP[,RANK:STEP...] (tests)
+  // makes that rank's first gradient entry NaN at that step.
   StepNumbers reduce(int step, bool stop_here, const Watchdog& watchdog) const;
 
  private:

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Fault suite, signals to the launcher (issue 17, item 7): what `timeout`, a double Ctrl-C or Slurm do is signal
+the thing that was started, twice, not the ranks. mpiexec on its own turns that into SIGKILL for the ranks (one
+second after its first SIGTERM; at once on the second) and exits 1. Through scripts/conductor-launch every case
+here must keep the graceful stop: exit 3 (the clean-stop code), every rank out within the deadline, summary.json
+written, the trace closed and readable, a complete checkpoint of the last step; and a signal after the grace
+period must still abort. The steps are slowed to ~2.4 s by a sleeping straggler, longer than mpiexec's one
+second, so a stop that is not graceful shows; the per-rank exit times are printed."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import zlib
+
+import h5py
+
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, FaultCase, Result
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCH = os.path.join(SOURCE, "scripts", "conductor-launch")
+EXIT_STOPPED = 3  # a clean stop by SIGTERM/SIGINT (README, exit codes)
+# From step 2 on, rank 1's compute sleeps factor x its op time: about 2.4 s a step (12 s at 1000) with little
+# CPU used; step 1 is fast, so the signals come early in a slow step.
+SLOW = "noise: {kind: straggler, straggler_rank: 1, straggler_factor: %d, straggler_start: 1}\n"
+
+
+class Launched:
+    """scripts/conductor-launch mpiexec ... conductor run, in its own process group (as a shell starts a
+    foreground job), with its output collected line by line."""
+
+    def __init__(self, *args, env=None):
+        cmd = [LAUNCH, MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(s, l), daemon=True)
+                        for s, l in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self.readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, lines):
+        for line in stream:
+            lines.append(line)
+
+    def wait_steps(self, n, timeout=120):
+        deadline = time.monotonic() + timeout
+        while sum(l.startswith("step ") for l in self.out) < n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("run ended or stalled before step %d:\n%s" % (n, "".join(self.out + self.err)))
+            time.sleep(0.02)
+
+    def rank_pids(self):
+        """{rank: pid} of the MPI ranks among the launcher's descendants (told apart by OMPI_COMM_WORLD_RANK)."""
+        ranks, todo = {}, [self.proc.pid]
+        while todo:
+            out = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout
+            for pid in map(int, out.split()):
+                todo.append(pid)
+                try:
+                    with open("/proc/%d/environ" % pid, "rb") as f:
+                        m = re.search(rb"(?:^|\0)OMPI_COMM_WORLD_RANK=(\d+)\0", f.read())
+                except OSError:
+                    continue
+                if m:
+                    ranks[int(m.group(1))] = pid
+        return ranks
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def finish(self, since, ranks):
+        """Waits for the end; returns the Result (seconds: the launcher's exit) and every rank's exit time."""
+        exited = {}
+        deadline = since + EXIT_DEADLINE_S + 30
+        try:
+            while time.monotonic() < deadline and (self.proc.poll() is None or len(exited) < len(ranks)):
+                for rank, pid in ranks.items():
+                    if rank not in exited and not alive(pid):
+                        exited[rank] = time.monotonic() - since
+                time.sleep(0.02)
+        finally:
+            self.kill()
+        for r in self.readers:
+            r.join(timeout=5)
+        res = Result(subprocess.CompletedProcess([], self.proc.returncode, "".join(self.out), "".join(self.err)),
+                     time.monotonic() - since)
+        return res, exited
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Signals(FaultCase):
+    def setUp(self):
+        super().setUp()
+        self.ckpt = os.path.join(self.tmp.name, "ckpt")
+
+    def start(self, factor=200, env=None):
+        deck = self.deck(steps=100000, p=2, m=2, extra=SLOW % factor + "runtime: {watchdog_s: 60}\n")
+        run = Launched(deck, "checkpoint.path=" + self.ckpt, env=env)
+        self.addCleanup(run.kill)
+        run.wait_steps(1)
+        ranks = run.rank_pids()
+        self.assertEqual(sorted(ranks), [0, 1], "ranks not found under the launcher")
+        return run, ranks
+
+    def assertGracefulStop(self, res, exited):
+        self.assertEqual(res.code, EXIT_STOPPED, res.text)
+        self.assertEqual(sorted(exited), [0, 1], "a rank did not exit:\n" + res.text)
+        print("\n  exit %d; ranks out after %s s" % (res.code, ", ".join("%.2f" % exited[r] for r in sorted(exited))),
+              file=sys.stderr)
+        for rank, seconds in exited.items():
+            self.assertLessEqual(seconds, EXIT_DEADLINE_S, "rank %d took %.1f s to exit" % (rank, seconds))
+        self.assertLessEqual(res.seconds, EXIT_DEADLINE_S, res.text)
+        self.assertIn("stop requested (signal)", res.text)
+        self.assertEqual(res.text.count("asking the run to finish its step"), 1, res.text)
+        self.assertIn("summary:", res.out)
+        self.assertIsNone(RAW_DUMP.search(res.text), "raw diagnostics reached the user:\n" + res.text)
+        self.assertTrue(os.path.getsize(os.path.join(self.out, "summary.json")) > 0)
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:  # closed: opens without SWMR
+            steps = len(t["steps"][:])
+        self.assertEqual(steps, sum(l.startswith("step ") for l in res.out.splitlines()))
+        self.assertCheckpointComplete(steps)
+
+    def assertCheckpointComplete(self, step):
+        """latest names the stop's step; its manifest lists every virtual stage with the right size and CRC."""
+        with open(os.path.join(self.ckpt, "latest")) as f:
+            folder = os.path.join(self.ckpt, f.read().strip())
+        self.assertEqual(os.path.basename(folder), "step-%06d" % step)
+        with open(os.path.join(folder, "manifest.txt")) as f:
+            manifest = f.read()
+        self.assertIn("step %d\n" % step, manifest)
+        files = re.findall(r"^file (\S+) crc32 0x([0-9a-f]+) bytes (\d+)$", manifest, re.M)
+        self.assertEqual(len(files), 2, manifest)
+        for name, crc, size in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                data = f.read()
+            self.assertEqual(len(data), int(size), name)
+            self.assertEqual(zlib.crc32(data), int(crc, 16), name)
+
+    def test_double_sigterm_to_launcher(self):
+        run, ranks = self.start()
+        start = time.monotonic()
+        os.kill(run.proc.pid, signal.SIGTERM)  # `timeout`, Slurm, or `kill` twice
+        time.sleep(0.05)
+        os.kill(run.proc.pid, signal.SIGTERM)
+        self.assertGracefulStop(*run.finish(start, ranks))
+
+    def test_double_ctrl_c(self):
+        run, ranks = self.start()
+        start = time.monotonic()
+        os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
+        time.sleep(0.05)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        res, exited = run.finish(start, ranks)
+        self.assertGracefulStop(res, exited)
+        # (The second SIGINT may merge into the first while the launcher handles it: pending signals coalesce.)
+        self.assertIn("conductor-launch: SIGINT: asking the run to finish its step", res.err)
+
+    def test_signal_after_grace_aborts(self):
+        # 12 s steps: the abort must come long before the step would end.
+        run, ranks = self.start(factor=1000, env=dict(os.environ, CONDUCTOR_LAUNCH_GRACE_S="0.5"))
+        start = time.monotonic()
+        for pause in (0.05, 1.0, 0):
+            os.kill(run.proc.pid, signal.SIGTERM)
+            time.sleep(pause)
+        res, exited = run.finish(start, ranks)
+        self.assertNotIn(res.code, (0, EXIT_STOPPED), res.text)
+        self.assertIn("SIGTERM again: aborting", res.err)
+        self.assertLess(max(exited.values()), 8, "the abort waited for the step: %s\n%s" % (exited, res.text))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "summary.json")))
+
+
+if __name__ == "__main__":
+    unittest.main()
