@@ -4,9 +4,11 @@
 # Conventions used by every script:
 #   CONDUCTOR_ROOT     the source tree (default: the folder above the submitted script)
 #   CONDUCTOR_BINARY   the conductor executable (default: $CONDUCTOR_ROOT/build/conductor)
-#   OVERRIDES          space-separated deck overrides `key.path=value`; an entry `@FILE` expands to the
-#                      overrides of a YAML fragment (e.g. OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5").
-#                      Values cannot contain spaces: write lists in flow form without spaces, `[1.0,2.0]`.
+#   OVERRIDES          space-separated deck overrides `key.path=value`; an entry `@FILE` is a deck fragment (a
+#                      YAML file such as inputs/noise/jitter10.yaml) that conductor merges onto the deck; the
+#                      fragments go first, in order, the overrides after them (e.g.
+#                      OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5"). Values cannot contain spaces: write
+#                      lists in flow form without spaces, `[1.0,2.0]`.
 #   DRY_RUN=1          print the launch command instead of running it (no Slurm needed)
 #   SRUN_MPI           srun's --mpi plugin (default pmix: Debian's Open MPI 4.1 starts under pmix, not pmi2)
 # shellcheck shell=bash
@@ -55,51 +57,17 @@ cj_require_deck() {
   echo "$d"
 }
 
-# cj_flatten FILE: prints the overrides `key.path=value` (one a line) of a YAML fragment made of nested
-# mappings with scalar or flow-list values, e.g. inputs/noise/*.yaml. Anything else (block lists, anchors,
-# multi-line values) is rejected with the line number, rather than guessed at.
-cj_flatten() {
-  local file=$1
-  [[ -f $file ]] || cj_fail "override file '$file' not found"
-  awk -v file="$file" '
-    function fail(msg) { printf "conductor-job: error: %s:%d: %s\n", file, NR, msg > "/dev/stderr"; bad = 1; exit 2 }
-    /^[[:space:]]*(#.*)?$/ { next }
-    /^---[[:space:]]*$/ { next }
-    {
-      line = $0
-      if (line ~ /\t/) fail("tabs are not allowed in YAML indentation")
-      match(line, /^ */); indent = RLENGTH
-      body = substr(line, indent + 1)
-      if (body ~ /^- /) fail("block lists are not supported here; write a flow list like [a, b]")
-      if (body !~ /^[A-Za-z_][A-Za-z0-9_]*:([[:space:]]|$)/) fail("expected `key: value` or `section:`")
-      key = body; sub(/:.*/, "", key)
-      value = body; sub(/^[^:]*:[[:space:]]*/, "", value)
-      if (value !~ /^["\x27]/) sub(/[[:space:]]+#.*$/, "", value)
-      sub(/[[:space:]]+$/, "", value)
-      while (depth > 0 && indents[depth] >= indent) depth--
-      if (depth > 0 && indent <= indents[depth]) fail("inconsistent indentation")
-      if (value == "") { depth++; indents[depth] = indent; names[depth] = key; next }
-      if (value ~ /^[&*|>]/) fail("anchors, aliases and block scalars are not supported here")
-      if (value ~ /^\[/) gsub(/[[:space:]]+/, "", value)  # `[a, b]` -> `[a,b]`: one shell word
-      path = ""
-      for (i = 1; i <= depth; i++) path = path names[i] "."
-      print path key "=" value
-      n++
-    }
-    END { if (!bad && n == 0) { printf "conductor-job: error: %s: no overrides found\n", file > "/dev/stderr"; exit 2 } }
-  ' "$file"
-}
-
-# cj_expand_overrides "STRING": sets the array CJ_OVERRIDES from a space-separated OVERRIDES string.
+# cj_expand_overrides "STRING": sets the array CJ_OVERRIDES from a space-separated OVERRIDES string; an `@FILE`
+# entry becomes `@/absolute/FILE` (conductor reads the fragment itself; cj_launch puts fragments first).
 cj_expand_overrides() {
   CJ_OVERRIDES=()
-  local entry lines line file entries
+  local entry file entries
   read -ra entries <<<"$1" # no glob expansion: `[1,2]` is a value, not a pattern
   for entry in "${entries[@]}"; do
     if [[ $entry == @* ]]; then
       file=$(cj_resolve "${entry#@}")
-      lines=$(cj_flatten "$file") || exit 2
-      while IFS= read -r line; do CJ_OVERRIDES+=("$line"); done <<<"$lines"
+      [[ -f $file ]] || cj_fail "deck fragment '${entry#@}' not found (looked in $PWD and $CONDUCTOR_ROOT)"
+      CJ_OVERRIDES+=("@$file")
     elif [[ $entry == *=* ]]; then
       CJ_OVERRIDES+=("$entry")
     else
@@ -190,8 +158,9 @@ cj_requeue_unfinished() {
   }
 }
 
-# cj_launch COMMAND DECK OUTPUT [override ...]
-# Validates the deck with the overrides, records what runs in OUTPUT/job.txt, then launches
+# cj_launch COMMAND DECK OUTPUT [override or @fragment ...]
+# Validates the deck with the fragments (the `@FILE` entries, passed first, in order) and the overrides, records
+# what runs in OUTPUT/job.txt, then launches
 #   run:              srun --mpi=pmix over all tasks of the job (one rank per pipeline stage; outside Slurm
 #                     `mpirun -np P`); the program picks its GPU from SLURM_LOCALID itself.
 #   simulate|validate: one task.
@@ -199,12 +168,14 @@ cj_requeue_unfinished() {
 cj_launch() {
   local command=$1 deck=$2 output=$3
   shift 3
-  local overrides=("$@")
+  local overrides=() fragments=() o
+  for o in "$@"; do
+    if [[ $o == @* ]]; then fragments+=("$o"); else overrides+=("$o"); fi
+  done
   case $command in
     run | simulate | validate) ;;
     *) cj_fail "COMMAND='$command': expected run, simulate or validate" ;;
   esac
-  local o
   for o in "${overrides[@]}"; do
     [[ $o == run.output=* ]] && cj_log "note: '$o' is replaced by run.output=$output"
   done
@@ -220,9 +191,9 @@ cj_launch() {
   fi
 
   # Deck problems are reported once, here, instead of once per rank after a queue wait.
-  cj_log "checking: $(cj_quote "$CONDUCTOR_BINARY" validate "$deck" "${overrides[@]}")"
-  "$CONDUCTOR_BINARY" validate "$deck" "${overrides[@]}" >"$output/deck.resolved.yaml" ||
-    cj_fail "the deck '$deck' with the overrides above has problems (listed above)"
+  cj_log "checking: $(cj_quote "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}")"
+  "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" >"$output/deck.resolved.yaml" ||
+    cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
   local pipeline
   pipeline=$(cj_deck_value "$output/deck.resolved.yaml" parallel pipeline)
   [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
@@ -244,7 +215,7 @@ cj_launch() {
   elif [[ -n ${SLURM_JOB_ID:-} ]]; then
     launch=(srun --ntasks=1 --nodes=1)
   fi
-  local cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${overrides[@]}")
+  local cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${fragments[@]}" "${overrides[@]}")
   # A run goes through scripts/conductor-launch: a SIGTERM (twice, too) then reaches every rank once as a
   # graceful stop, where mpirun and srun would kill the ranks.
   [[ $command == run ]] && cmd=("$CONDUCTOR_ROOT/scripts/conductor-launch" "${cmd[@]}")

@@ -16,7 +16,7 @@ const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> specs = {
       {"run",
        "train under MPI, one rank per pipeline stage",
-       "DECK [key.path=value ...]",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Launch with `mpirun -np P conductor run DECK` where P = parallel.pipeline. Writes resolved.yaml, "
        "trace.h5 and summary.json to run.output.",
        {},
@@ -24,7 +24,7 @@ const std::vector<CommandSpec>& commands() {
        &cmd_run},
       {"simulate",
        "simulate the deck's schedule in virtual time",
-       "DECK [key.path=value ...] [--json]",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...] [--json]",
        "Discrete-event simulation of the deck's schedule, cost model and noise. Writes summary.json (and "
        "trace.h5 when trace.enabled) to run.output.",
        {{"--json", false, "print the summary as one JSON object instead of the human summary"}},
@@ -32,7 +32,7 @@ const std::vector<CommandSpec>& commands() {
        &cmd_simulate},
       {"validate",
        "check a deck and print it fully resolved",
-       "DECK [key.path=value ...]",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems.",
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"}},
@@ -40,7 +40,7 @@ const std::vector<CommandSpec>& commands() {
        &cmd_validate},
       {"train-policy",
        "train the PPO scheduling policy in the simulator",
-       "DECK [key.path=value ...]",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Trains the global-tier policy on the deck's cost model and noise; writes the policy file, a training "
        "curve and a summary to run.output.",
        {},
@@ -54,10 +54,12 @@ namespace {
 
 void print_usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: conductor COMMAND DECK [key.path=value ...] [flags]\n"
+               "usage: conductor COMMAND DECK [FRAGMENT.yaml ...] [key.path=value ...] [flags]\n"
                "       conductor --version | --help | COMMAND --help\n\ncommands:\n");
   for (const auto& c : commands()) std::fprintf(out, "  %-13s %s\n", c.name.c_str(), c.summary.c_str());
-  std::fprintf(out, "\nA deck is a YAML input file; overrides after it replace its keys (see docs/deck.md).\n");
+  std::fprintf(out,
+               "\nA deck is a YAML input file. Fragments (YAML files, also written @FRAGMENT.yaml) merge onto it in\n"
+               "order, then overrides replace single keys (see docs/deck.md).\n");
 }
 
 void print_command_help(const CommandSpec& c) {
@@ -79,19 +81,37 @@ int usage_error(const std::string& message) {
 
 namespace {
 
-// What is wrong with the deck file before a byte of it is read ("" when nothing): a folder reads as an empty
-// deck (every default, exit 0), and a huge file costs the YAML parser about 150 times its size on every rank.
-std::string deck_file_problem(const std::string& path) {
+// What is wrong with a deck or fragment file before a byte of it is read ("" when nothing): a folder reads as an
+// empty deck (every default, exit 0), and a huge file costs the YAML parser about 150 times its size on every rank.
+std::string input_file_problem(const std::string& path, const char* what) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) return {};  // read_and_broadcast names a missing file
-  if (std::filesystem::is_directory(status)) return path + ": is a folder; the deck is a YAML file";
+  if (ec || !std::filesystem::exists(status)) {
+    if (std::string(what) == "deck") return {};  // read_and_broadcast names a missing file
+    // A stray word on the command line lands here too: say what the argument was taken for.
+    return path + ": no such fragment file (arguments after the deck are YAML fragments, merged onto it, or " +
+           "key.path=value overrides)";
+  }
+  if (std::filesystem::is_directory(status)) return path + ": is a folder; the " + what + " is a YAML file";
   const auto bytes = std::filesystem::file_size(path, ec);
   if (!ec && bytes > kMaxDeckBytes) {
-    return path + ": " + std::to_string(bytes) + " bytes; a deck is at most " + std::to_string(kMaxDeckBytes) +
+    return path + ": " + std::to_string(bytes) + " bytes; a " + what + " is at most " + std::to_string(kMaxDeckBytes) +
            " bytes (1 MB); large inputs (schedules, data) are files the deck names";
   }
   return {};
+}
+
+// Every problem of the deck and fragment files, checked on rank 0 and shared.
+void check_input_files(const Invocation& inv) {
+  std::string problem;
+  if (mpi::world_rank() == 0) {
+    problem = input_file_problem(inv.deck_path, "deck");
+    for (const auto& path : inv.fragment_paths) {
+      if (!problem.empty()) break;
+      problem = input_file_problem(path, "fragment");
+    }
+  }
+  mpi::check_all(problem.empty(), problem, kExitUsage);
 }
 
 }  // namespace
@@ -103,11 +123,10 @@ config::Deck load_deck(const Invocation& inv, config::Command command) {
   options.command = command;
   options.world_size = mpi::world_size();
   options.from_file = true;
-  const std::string problem = mpi::world_rank() == 0 ? deck_file_problem(inv.deck_path) : std::string();
-  mpi::check_all(problem.empty(), problem, kExitUsage);
-  std::string text;
+  check_input_files(inv);
   try {
-    text = mpi::read_and_broadcast(inv.deck_path);
+    const std::string text = mpi::read_and_broadcast(inv.deck_path);
+    for (const auto& path : inv.fragment_paths) options.fragments.push_back({path, mpi::read_and_broadcast(path)});
     return config::parse_deck(text, options);
   } catch (const DeckError& e) {
     if (mpi::world_rank() == 0) {
@@ -161,10 +180,16 @@ int main(int argc, char** argv) {
       inv.flags[arg] = value;
     } else if (inv.deck_path.empty()) {
       inv.deck_path = arg;
-    } else if (arg.find('=') != std::string::npos) {
+    } else if (arg[0] != '@' && arg.find('=') != std::string::npos) {
       inv.overrides.push_back(arg);
+    } else if (!inv.overrides.empty()) {
+      // Overrides always apply after every fragment; a fragment written after one would not win over it.
+      return usage_error("fragment '" + arg + "' after the override '" + inv.overrides.back() +
+                         "': write fragments before the key.path=value overrides (overrides apply last)");
     } else {
-      return usage_error("unexpected argument '" + arg + "' (overrides look like key.path=value)");
+      const std::string path = arg[0] == '@' ? arg.substr(1) : arg;
+      if (path.empty()) return usage_error("'@' needs a fragment file name: @FRAGMENT.yaml");
+      inv.fragment_paths.push_back(path);
     }
   }
   const bool needs_deck = !(spec->name == "validate" && inv.has_flag("--keys"));

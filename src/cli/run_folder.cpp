@@ -64,7 +64,7 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
   const std::vector<std::string> found = previous_results(dir, writes_checkpoints ? deck.checkpoint.path : "");
   if (found.empty()) return;
   if (command == config::Command::Simulate && fs::exists(dir / "resolved.yaml") &&
-      read_text(dir / "resolved.yaml") == config::to_yaml(deck))
+      config::without_header(read_text(dir / "resolved.yaml")) == config::to_yaml(deck))
     return;
   throw InputError("run.output = '" + dir.string() + "' already holds the results of another run (" + joined(found) +
                    "); nothing was written. Choose another run.output (or run.name), move those files away, or " +

@@ -97,7 +97,7 @@ int cmd_simulate(const Invocation& inv) {
   }
 
   create_run_folder(out_dir);
-  const std::string resolved = config::to_yaml(deck);
+  const std::string resolved = config::resolved_yaml(deck);
   write_file(out_dir / "resolved.yaml", resolved);
 
   std::unique_ptr<trace::TraceWriter> writer;

@@ -33,7 +33,7 @@ int cmd_train_policy(const Invocation& inv) {
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw Error("cannot create run.output '" + out.string() + "': " + ec.message());
-  write_file(out / "resolved.yaml", config::to_yaml(deck));
+  write_file(out / "resolved.yaml", config::resolved_yaml(deck));
 
   const policy::TrainSetup setup = policy::setup_from_deck(deck);
   char line[512];

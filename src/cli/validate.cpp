@@ -3,6 +3,7 @@
 
 #include "conductor/cli/cli.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::cli {
 
@@ -13,9 +14,11 @@ std::string escape_cell(std::string s) {
   return s;
 }
 
-// The schema as a Markdown table; docs/deck.md embeds this output (a test checks it lists every key).
+// The schema as a Markdown table; docs/deck.md embeds this output (a test checks it lists every key). The
+// defaults are the code's, before any derivation: a key whose default means "derived" (schedule.memory_limit 0,
+// cost.memory_after_b -1) shows that value, and its meaning says what it derives from.
 void print_keys() {
-  const config::Deck defaults = config::parse_deck("", {});
+  const config::Deck defaults{};
   std::string section = "\x01";
   for (const auto& f : config::schema()) {
     const auto dot = f.path.find('.');
@@ -31,12 +34,8 @@ void print_keys() {
     for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + ("`" + c + "`");
     for (const auto& p : f.prefixes) allowed += (allowed.empty() ? "" : ", ") + ("`" + p + "...`");
     if (f.min || f.max) {
-      auto num = [](double v) {
-        std::string s = std::to_string(v);
-        s.erase(s.find_last_not_of('0') + 1);
-        if (!s.empty() && s.back() == '.') s.pop_back();
-        return s;
-      };
+      // Shortest round-trip text, as resolved decks print numbers (to_string would show 1e-7 as 0.000000).
+      const auto num = [](double v) { return format_double(v); };
       allowed = (f.min ? num(*f.min) : std::string("-inf")) + " .. " + (f.max ? num(*f.max) : std::string("inf"));
     }
     std::printf("| `%s` | %s | `%s` | %s | %s |\n", f.path.c_str(), f.type_name.c_str(), e.c_str(),

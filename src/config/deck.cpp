@@ -1,4 +1,5 @@
-// Deck loading: YAML text + overrides -> typed Deck, with every problem collected and located.
+// Deck loading: the deck's YAML, its fragments and overrides -> typed Deck, with every problem collected and located
+// at the file (or command-line override) it came from.
 #include <map>
 #include <set>
 #include <sstream>
@@ -48,11 +49,26 @@ class Loader {
  public:
   explicit Loader(const LoadOptions& options) : options_(options) {}
 
+  // Where the value at `path` was written: the command-line override that set it, else the file (deck or
+  // fragment) it came from, at the node's line and column.
   std::string where(const std::string& path, const YAML::Node& node) const {
     if (auto it = override_of_.find(path); it != override_of_.end()) return "command line '" + it->second + "'";
-    const YAML::Mark m = node.Mark();
-    if (m.is_null()) return options_.source_name;
-    return options_.source_name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+    return location(source_of(path), node.Mark());
+  }
+
+  static std::string location(const std::string& source, const YAML::Mark& m) {
+    if (m.is_null()) return source;
+    return source + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  }
+
+  // The fragment that last replaced `path` or a section above it; the deck when none did.
+  std::string source_of(std::string path) const {
+    while (!path.empty()) {
+      if (auto it = origin_.find(path); it != origin_.end()) return it->second;
+      const auto dot = path.rfind('.');
+      path = dot == std::string::npos ? std::string() : path.substr(0, dot);
+    }
+    return options_.source_name;
   }
 
   std::string suggestion(const std::string& prefix, const std::string& key) const {
@@ -74,7 +90,7 @@ class Loader {
       const YAML::Node key_node = it->first;
       const YAML::Node value = it->second;
       if (!key_node.IsScalar()) {
-        problems_.push_back(where("", key_node) + ": keys must be plain names");
+        problems_.push_back(where(prefix, key_node) + ": keys must be plain names");
         continue;
       }
       const std::string key = key_node.Scalar();
@@ -99,26 +115,52 @@ class Loader {
     }
   }
 
-  // A key written twice in one mapping of the deck, at the deck's file:line:col of the second one (checked on
-  // the deck's own tree, before overrides, so a repeated key is never blamed on the command line).
-  void find_repeated_keys(const YAML::Node& map, const std::string& prefix) {
+  // A key written twice in one mapping of a source (the deck or a fragment), at that source's file:line:col of
+  // the second one (checked on each source's own tree, before merging and overrides, so a repeated key is never
+  // blamed on another file or the command line).
+  void find_repeated_keys(const YAML::Node& map, const std::string& prefix, const std::string& source) {
     std::map<std::string, YAML::Mark> first;
     for (auto it = map.begin(); it != map.end(); ++it) {
       if (!it->first.IsScalar()) continue;
       const std::string path = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
       const auto [at, fresh] = first.emplace(path, it->first.Mark());
       if (!fresh) {
-        problems_.push_back(deck_location(it->first.Mark()) + ": key '" + path + "' appears twice (first at line " +
+        problems_.push_back(location(source, it->first.Mark()) + ": key '" + path + "' appears twice (first at line " +
                             std::to_string(at->second.line + 1) + ")");
       } else if (it->second.IsMap()) {
-        find_repeated_keys(it->second, path);
+        find_repeated_keys(it->second, path, source);
       }
     }
   }
 
-  std::string deck_location(const YAML::Mark& m) const {
-    if (m.is_null()) return options_.source_name;
-    return options_.source_name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  // Merges a fragment's mapping `from` into the section `into` of the composed tree: a mapping onto a mapping
+  // merges key by key; anything else (a value, a list, a mapping onto a value) replaces the entry whole; an empty
+  // section changes nothing. The fragment's own key and value nodes are inserted, so their marks locate later
+  // problems, and origin_ records which file each replaced entry came from.
+  void merge(YAML::Node& into, const YAML::Node& from, const std::string& prefix, const std::string& source) {
+    for (auto it = from.begin(); it != from.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        problems_.push_back(location(source, it->first.Mark()) + ": keys must be plain names");
+        continue;
+      }
+      const std::string key = it->first.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      const YAML::Node value = it->second;
+      const YAML::Node current = static_cast<const YAML::Node&>(into)[key];
+      if (current.IsDefined() && current.IsMap() && (value.IsMap() || value.IsNull())) {
+        if (value.IsNull()) continue;
+        YAML::Node section = own_copy(into, key, current);
+        merge(section, value, path, source);
+        continue;
+      }
+      into.remove(key);
+      into.force_insert(it->first, value);
+      const std::string below = path + ".";
+      for (auto o = origin_.lower_bound(below); o != origin_.end() && o->first.rfind(below, 0) == 0;) {
+        o = origin_.erase(o);
+      }
+      origin_[path] = source;
+    }
   }
 
   // Writes each override into the tree, creating sections as needed; unknown paths are reported here.
@@ -187,29 +229,49 @@ class Loader {
     return map[key];
   }
 
-  Deck load(const std::string& text) {
-    Deck deck;
+  // One source's tree; a syntax error, an empty file or anything but a mapping is an error naming the file.
+  // An empty text is the empty deck only where the deck is not a file the user named.
+  static YAML::Node parse_source(const std::string& source, const std::string& text, bool is_deck, bool empty_ok) {
     YAML::Node root;
     try {
       root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-      throw DeckError({options_.source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-                       std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg});
+      throw DeckError({location(source, e.mark) + ": YAML syntax error: " + e.msg});
     }
     if (root.IsNull() || !root.IsDefined()) {
-      // A deck file with no keys would run every default and look like success.
-      if (options_.from_file) {
-        throw DeckError({options_.source_name +
-                         ": the deck is empty (no keys); a deck names at least what it changes, e.g. "
-                         "`run: {name: mine}` (every other key keeps its default, see docs/deck.md)"});
+      // A file with no keys would run every default (or change nothing) and look like success.
+      if (!empty_ok && is_deck) {
+        throw DeckError({source + ": the deck is empty (no keys); a deck names at least what it changes, e.g. "
+                                  "`run: {name: mine}` (every other key keeps its default, see docs/deck.md)"});
+      }
+      if (!empty_ok) {
+        throw DeckError({source + ": the fragment is empty (no keys); a fragment names the keys it changes, e.g. "
+                                  "`noise: {level: 0.1}`"});
       }
       root = YAML::Node(YAML::NodeType::Map);
     }
     if (!root.IsMap()) {
-      throw DeckError({options_.source_name + ": a deck is a mapping of sections (run, model, parallel, ...)"});
+      throw DeckError({source + ": a " + (is_deck ? "deck" : "fragment") +
+                       " is a mapping of sections (run, model, parallel, ...)"});
     }
-    find_repeated_keys(root, "");
-    for (const auto& o : options_.overrides) apply_override(root, o);
+    return root;
+  }
+
+  Deck load(const std::string& text) {
+    Deck deck;
+    YAML::Node root = parse_source(options_.source_name, text, true, !options_.from_file);
+    find_repeated_keys(root, "", options_.source_name);
+    deck.sources.push_back("deck " + options_.source_name);
+    for (const auto& fragment : options_.fragments) {
+      const YAML::Node tree = parse_source(fragment.name, fragment.text, false, false);
+      find_repeated_keys(tree, "", fragment.name);
+      merge(root, tree, "", fragment.name);
+      deck.sources.push_back("fragment " + fragment.name);
+    }
+    for (const auto& o : options_.overrides) {
+      apply_override(root, o);
+      deck.sources.push_back("override " + o);
+    }
     walk(root, "", deck);
     if (problems_.empty()) {
       finalize_core(deck, options_, problems_);
@@ -232,6 +294,7 @@ class Loader {
   std::vector<std::string> problems_;
   std::set<std::string> seen_;
   std::map<std::string, std::string> override_of_;
+  std::map<std::string, std::string> origin_;  // key path -> the fragment that replaced it (absent: the deck)
 };
 
 }  // namespace
@@ -253,6 +316,27 @@ std::string to_yaml(const Deck& deck) {
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";
+}
+
+std::string resolved_yaml(const Deck& deck) {
+  if (deck.sources.empty()) return to_yaml(deck);
+  std::string header = "# conductor resolved deck (every key, defaults included), composed in this order:\n";
+  for (std::string source : deck.sources) {
+    // One comment line each, whatever an override's value holds.
+    for (size_t i = 0; (i = source.find('\n', i)) != std::string::npos;) source.replace(i, 1, "\\n");
+    header += "#   " + source + "\n";
+  }
+  return header + to_yaml(deck);
+}
+
+std::string without_header(const std::string& resolved) {
+  size_t at = 0;
+  while (at < resolved.size() && resolved[at] == '#') {
+    const auto end = resolved.find('\n', at);
+    if (end == std::string::npos) return {};
+    at = end + 1;
+  }
+  return resolved.substr(at);
 }
 
 }  // namespace conductor::config

@@ -57,6 +57,9 @@ void add_core_fields(std::vector<Field>& f) {
       "trace.enabled", [](Deck & d) -> auto& { return d.trace.enabled; },
       "Write `<run.output>/trace.h5` with every op of every rank at every step."));
   f.push_back(field<bool>(
+      "trace.comm_events", [](Deck & d) -> auto& { return d.trace.comm_events; },
+      "Also record send/receive events in the trace."));
+  f.push_back(field<bool>(
       "cuda.tf32", [](Deck & d) -> auto& { return d.cuda.tf32; }, "backend cuda: fp32 GEMMs on TF32 tensor cores."));
   f.push_back(field<bool>(
       "cuda.allow_gpu_sharing", [](Deck & d) -> auto& { return d.cuda.allow_gpu_sharing; },
@@ -75,9 +78,6 @@ void add_core_fields(std::vector<Field>& f) {
                   "picks the next op (which it then picks one op early); 1 picks exactly when the GPU is "
                   "free, as the simulator's arbiter does, at the cost of a host round trip between ops.")
                   .range(1, 8));
-  f.push_back(field<bool>(
-      "trace.comm_events", [](Deck & d) -> auto& { return d.trace.comm_events; },
-      "Also record send/receive events in the trace."));
   f.push_back(field<double>(
                   "runtime.watchdog_s", [](Deck & d) -> auto& { return d.runtime.watchdog_s; },
                   "Seconds a rank waits for a message from a peer (an op's input, or a peer joining an "

@@ -115,19 +115,82 @@ class CliTest(unittest.TestCase):
         self.assertIn("unknown key 'parallel.pipe'", proc.stderr)
 
     def test_stray_argument(self):
+        # A word after the deck that is no override is taken for a fragment file, and the message says so.
         proc = conductor("validate", self.deck("run: {}\n"), "extra")
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("unexpected argument 'extra'", proc.stderr)
+        self.assertIn("extra: no such fragment file (arguments after the deck are YAML fragments", proc.stderr)
+
+    def test_fragments_compose_in_order(self):
+        # DECK FRAGMENT @FRAGMENT key=value: fragments merge in order (maps key by key, lists replaced whole),
+        # the override last; simulate records the sources at the top of resolved.yaml.
+        out = os.path.join(self.tmp.name, "sim")
+        deck = self.deck("run: {steps: 1, output: %s}\nparallel: {pipeline: 2, microbatches: 2}\n"
+                         "noise: {kind: [gaussian, straggler], level: 0.1, seed: 3}\n" % out)
+        first = self.deck("noise:\n  kind:\n    - gaussian\n  level: 0.2\nrun: {seed: 11}\n", "first.yaml")
+        second = self.deck("noise: {level: 0.3}\nrun: {seed: 12}\n", "second.yaml")
+        proc = conductor("validate", deck, first, "@" + second, "run.seed=13")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("  kind: [gaussian]\n  level: 0.3\n  seed: 3\n", proc.stdout)
+        self.assertIn("  seed: 13\n", proc.stdout)
+        proc = conductor("simulate", deck, "@" + first, second, "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "resolved.yaml")) as f:
+            resolved = f.read()
+        self.assertTrue(resolved.startswith("# conductor resolved deck"), resolved[:200])
+        self.assertIn("#   deck %s\n#   fragment %s\n#   fragment %s\n" % (deck, first, second), resolved)
+        self.assertIn("  level: 0.3\n", resolved)
+        # The same composition again: the folder holds this very deck, so the deterministic simulation may
+        # write it again; the resolved deck itself (other sources, same keys) is the same deck, too.
+        self.assertEqual(conductor("simulate", deck, first, second).returncode, 0)
+        again = conductor("simulate", os.path.join(out, "resolved.yaml"))
+        self.assertEqual(again.returncode, 0, again.stderr)
+
+    def test_fragment_problems_are_located(self):
+        deck = self.deck("run: {steps: 2}\n")
+        frag = self.deck("noise:\n  level: 0.1\n  levl: 2\n", "frag.yaml")
+        proc = conductor("validate", deck, frag, "parallel.pipeline=x")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn(frag + ":3:3: unknown key 'noise.levl'; did you mean 'noise.level'?", proc.stderr)
+        self.assertIn("command line 'parallel.pipeline=x': parallel.pipeline: expected an integer, got 'x'",
+                      proc.stderr)
+
+    def test_fragment_files_are_checked_like_decks(self):
+        deck = self.deck("run: {steps: 2}\n")
+        cases = [
+            (self.tmp.name, r"is a folder; the fragment is a YAML file"),
+            (self.deck("# nothing\n", "empty.yaml"), r"empty\.yaml: the fragment is empty \(no keys\)"),
+            (self.deck("run: {}\n" + "# padding\n" * 120000, "big.yaml"),
+             r"big\.yaml: 1200008 bytes; a fragment is at most 1048576 bytes"),
+            (os.path.join(self.tmp.name, "nope.yaml"), r"nope\.yaml: no such fragment file"),
+        ]
+        for path, message in cases:
+            proc = conductor("validate", deck, "@" + path)
+            self.assertEqual(proc.returncode, 2, path)
+            self.assertRegex(proc.stderr, message)
+
+    def test_fragment_after_override_is_refused(self):
+        frag = self.deck("run: {steps: 5}\n", "frag.yaml")
+        proc = conductor("validate", self.deck("run: {}\n"), "run.steps=3", frag)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("write fragments before the key.path=value overrides", proc.stderr)
 
     def test_keys_documented(self):
         proc = conductor("validate", "--keys")
         self.assertEqual(proc.returncode, 0)
         with open(os.path.join(SRC, "docs", "deck.md")) as f:
             doc = f.read()
-        for line in proc.stdout.splitlines():
-            if line.startswith("| `"):
-                key = line.split("`")[1]
-                self.assertIn("`" + key + "`", doc, "docs/deck.md misses " + key)
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("| `")]
+        for line in rows:
+            key = line.split("`")[1]
+            self.assertIn("`" + key + "`", doc, "docs/deck.md misses " + key)
+            # Each row as the schema prints it now: run scripts/gen-deck-doc.sh after changing a key.
+            self.assertIn(line + "\n", doc, "docs/deck.md is out of date for " + key)
+        # A section's keys form one table; a default is the code's, not a value derived from other keys
+        # (0 = the schedule kind's own limit, -1 = from the model).
+        self.assertEqual(proc.stdout.count("### `trace`"), 1)
+        self.assertIn("| `schedule.memory_limit` | number | `0` |", proc.stdout)
+        self.assertIn("| `cost.memory_after_b` | number | `-1` |", proc.stdout)
+        self.assertIn("| `ppo.learning_rate` | number | `0.003` | 1e-07 .. 1 |", proc.stdout)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "conductor/config/deck.hpp"
@@ -286,4 +287,142 @@ TEST(Deck, OverwriteAndMemoryLimitKeys) {
   EXPECT_DOUBLE_EQ(d.run.memory_limit_gb, 2.5);
   EXPECT_FALSE(Deck{}.run.overwrite);
   EXPECT_FALSE(problems_of("run: {memory_limit_gb: -1}\n").empty());
+}
+
+// --- Deck fragments (conductor COMMAND DECK [FRAGMENT.yaml ...] [key.path=value ...])
+
+namespace {
+
+LoadOptions composed(std::vector<DeckText> fragments, std::vector<std::string> overrides = {}) {
+  LoadOptions o;
+  o.source_name = "deck.yaml";
+  o.from_file = true;
+  o.fragments = std::move(fragments);
+  o.overrides = std::move(overrides);
+  return o;
+}
+
+std::vector<std::string> composition_problems(const std::string& deck, std::vector<DeckText> fragments,
+                                              std::vector<std::string> overrides = {}) {
+  try {
+    parse_deck(deck, composed(std::move(fragments), std::move(overrides)));
+  } catch (const DeckError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+const std::string kNoisyDeck = "run: {steps: 3, seed: 1}\nnoise: {kind: [gaussian], level: 0.1, seed: 7}\n";
+
+}  // namespace
+
+// Fragments merge in order, mappings key by key: a later fragment wins a key, keys it does not name stay.
+TEST(DeckFragments, LaterFragmentWinsKeyByKey) {
+  const Deck d = parse_deck(kNoisyDeck, composed({{"a.yaml", "noise: {level: 0.2}\nrun: {steps: 5}\n"},
+                                                  {"b.yaml", "noise:\n  level: 0.3\n"}}));
+  EXPECT_DOUBLE_EQ(d.noise.level, 0.3);
+  EXPECT_EQ(d.run.steps, 5);
+  EXPECT_EQ(d.noise.seed, 7u);  // the deck's, untouched by either fragment
+  EXPECT_EQ(d.run.seed, 1u);
+  const Deck swapped = parse_deck(kNoisyDeck, composed({{"b.yaml", "noise:\n  level: 0.3\n"},
+                                                        {"a.yaml", "noise: {level: 0.2}\nrun: {steps: 5}\n"}}));
+  EXPECT_DOUBLE_EQ(swapped.noise.level, 0.2);
+}
+
+TEST(DeckFragments, OverrideWinsOverFragments) {
+  const Deck d = parse_deck(kNoisyDeck, composed({{"a.yaml", "run: {steps: 5}\n"}}, {"run.steps=9"}));
+  EXPECT_EQ(d.run.steps, 9);
+}
+
+// A list is a value: a fragment's list replaces the deck's whole (block lists and anchors are fine here).
+TEST(DeckFragments, ListsAreReplacedWhole) {
+  const Deck d =
+      parse_deck("noise: {kind: [gaussian, straggler], level: 0.1}\n",
+                 composed({{"f.yaml", "noise:\n  kind:\n    - congestion\n  seed: &s 4\nrun: {seed: *s}\n"}}));
+  EXPECT_EQ(d.noise.kind, (std::vector<std::string>{"congestion"}));
+  EXPECT_EQ(d.run.seed, 4u);
+  EXPECT_DOUBLE_EQ(d.noise.level, 0.1);
+}
+
+// An empty section in a fragment changes nothing; a fragment's section the deck lacks is added whole.
+TEST(DeckFragments, EmptySectionKeepsTheDeckAndNewSectionsAreAdded) {
+  const Deck d = parse_deck(kNoisyDeck, composed({{"f.yaml", "noise:\nschedule: {kind: zb-h1}\n"}}));
+  EXPECT_DOUBLE_EQ(d.noise.level, 0.1);
+  EXPECT_EQ(d.schedule.kind, "zb-h1");
+}
+
+// Each problem names the file, line and column its value came from: the fragment, the deck or the command line.
+TEST(DeckFragments, ProblemsAreLocatedInTheirSource) {
+  auto p = composition_problems(
+      "run: {steps: 2}\nparallel: {pipeline: x}\n",
+      {{"f.yaml", "noise:\n  level: 0.1\n  levl: 2\nrun:\n  steps: abc\ncuda:\n  tf33: on\n"}}, {"noise.seed=-3"});
+  ASSERT_EQ(p.size(), 5u) << ::testing::PrintToString(p);
+  const std::string all = ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(all, "f.yaml:3:3: unknown key 'noise.levl'")) << all;
+  EXPECT_TRUE(contains(all, "f.yaml:5:10: run.steps: expected an integer, got 'abc'")) << all;
+  EXPECT_TRUE(contains(all, "f.yaml:7:3: unknown key 'cuda.tf33'")) << all;  // a section the deck did not have
+  EXPECT_TRUE(contains(all, "deck.yaml:2:22: parallel.pipeline: expected an integer, got 'x'")) << all;
+  EXPECT_TRUE(contains(all, "command line 'noise.seed=-3': noise.seed: expected a non-negative integer")) << all;
+}
+
+// A value replaced by a later fragment is blamed on that fragment, not on one whose keys it replaced.
+TEST(DeckFragments, ReplacedSectionIsBlamedOnTheLastFragment) {
+  auto p = composition_problems(
+      kNoisyDeck,
+      {{"a.yaml", "noise: {level: 0.2}\n"}, {"b.yaml", "noise: 5\n"}, {"c.yaml", "noise:\n  level: bad\n"}});
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "c.yaml:2:10: noise.level: expected a number, got 'bad'")) << p[0];
+  p = composition_problems(kNoisyDeck, {{"a.yaml", "noise: 5\n"}});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "a.yaml:1:8: 'noise' is a section")) << p[0];
+}
+
+// A fragment is checked like the deck: repeated keys located in it, empty or non-mapping text refused.
+TEST(DeckFragments, FragmentIsCheckedLikeTheDeck) {
+  auto p = composition_problems(kNoisyDeck, {{"dup.yaml", "run:\n  steps: 1\n  steps: 2\n"}}, {"run.steps=4"});
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "dup.yaml:3:3: key 'run.steps' appears twice (first at line 2)")) << p[0];
+  for (const std::string text : {"", "# only a comment\n"}) {
+    p = composition_problems(kNoisyDeck, {{"empty.yaml", text}});
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(contains(p[0], "empty.yaml: the fragment is empty (no keys)")) << p[0];
+  }
+  p = composition_problems(kNoisyDeck, {{"list.yaml", "- noise\n"}});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "list.yaml: a fragment is a mapping of sections")) << p[0];
+  p = composition_problems(kNoisyDeck, {{"bad.yaml", "noise: {level: [1, 2\n"}});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(std::regex_search(p[0], std::regex("bad\\.yaml:[0-9]+:[0-9]+: YAML syntax error"))) << p[0];
+}
+
+// An override changes one key of a section a fragment brought, also through the fragment's aliases.
+TEST(DeckFragments, OverrideDoesNotWriteThroughFragmentAliases) {
+  const Deck d = parse_deck(kNoisyDeck, composed({{"f.yaml", "run:\n  steps: &n 5\n  seed: *n\n"}}, {"run.steps=7"}));
+  EXPECT_EQ(d.run.steps, 7);
+  EXPECT_EQ(d.run.seed, 5u);
+}
+
+// resolved.yaml records the sources in order in a comment header; the text after it is the deck itself.
+TEST(DeckFragments, ResolvedYamlNamesTheSources) {
+  const Deck d = parse_deck(kNoisyDeck, composed({{"a.yaml", "run: {steps: 5}\n"}}, {"run.name=x"}));
+  const std::string resolved = resolved_yaml(d);
+  EXPECT_EQ(resolved.rfind("# conductor resolved deck", 0), 0u) << resolved;
+  EXPECT_TRUE(contains(resolved, "#   deck deck.yaml\n#   fragment a.yaml\n#   override run.name=x\n")) << resolved;
+  EXPECT_EQ(without_header(resolved), to_yaml(d));
+  EXPECT_EQ(to_yaml(parse_deck(resolved, {})), to_yaml(d));
+  EXPECT_EQ(resolved_yaml(Deck{}), to_yaml(Deck{}));  // a deck built in code has no sources to name
+}
+
+// Each section's keys are contiguous in the schema, so docs/deck.md and resolved decks show a section once.
+TEST(DeckDocs, SectionsAreContiguous) {
+  std::set<std::string> seen;
+  std::string current = "\x01";
+  for (const auto& f : schema()) {
+    const auto dot = f.path.find('.');
+    const std::string section = dot == std::string::npos ? "" : f.path.substr(0, dot);
+    if (section == current) continue;
+    EXPECT_TRUE(seen.insert(section).second)
+        << "section '" << section << "' is split in the schema (at " << f.path << ")";
+    current = section;
+  }
 }

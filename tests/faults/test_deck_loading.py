@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Fault suite: deck files a user gets wrong (a folder, an empty or huge file, repeated keys, aliases, empty and
-ignored values): each an exit 2 with one message at the right place, before anything runs."""
+"""Fault suite: deck and fragment files a user gets wrong (a folder, an empty or huge file, repeated keys,
+aliases, empty and ignored values): each an exit 2 with one message at the right place, before anything runs."""
 import os
 import re
 import unittest
@@ -41,6 +41,17 @@ class DeckLoading(FaultCase):
         r = run1("validate", deck, "run.steps=5")
         self.assertFault(r, 2, re.escape(deck) + r":3:3: key 'run\.steps' appears twice \(first at line 2\)")
         self.assertNotIn("command line", r.text)
+
+    def test_fragment_faults_under_mpi(self):
+        # Fragments are read on rank 0 and broadcast like the deck: each fault is one message and exit 2 on
+        # every rank, located in the fragment.
+        self.assertFault(mpirun(2, "run", self.deck(), self.tmp.name), 2, r"is a folder; the fragment is a YAML file")
+        self.assertFault(mpirun(2, "run", self.deck(), "@" + self.write("empty.yaml", "# none\n")), 2,
+                         r"empty\.yaml: the fragment is empty \(no keys\)")
+        dup = self.write("dup.yaml", "noise:\n  level: 0.1\n  level: 0.2\n")
+        r = mpirun(2, "run", self.deck(), dup, "noise.level=0.3")
+        self.assertFault(r, 2, re.escape(dup) + r":3:3: key 'noise\.level' appears twice \(first at line 2\)")
+        self.assertEqual(r.text.count("appears twice"), 1, r.text)
 
     def test_empty_output_means_default(self):
         r = run1("validate", self.deck(), "run.output=")

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Every deck in inputs/ passes `conductor validate`, and so does every noise preset in inputs/noise/ applied
-# (as overrides, the way jobs/ applies them) to the quickstart deck and to a per-stage-cost deck. The decks'
+# (as a deck fragment, the way jobs/ passes them) to the quickstart deck and to a per-stage-cost deck. The decks'
 # defining numbers are pinned: the paper setups' pipeline and microbatch counts, quickstart's CPU and 4 ranks.
 # Environment (from add_script_test): CONDUCTOR_BINARY, CONDUCTOR_SOURCE_DIR.
 set -uo pipefail
@@ -49,20 +49,15 @@ done
 presets=(inputs/noise/*.yaml)
 [[ -f ${presets[0]} ]] || bad "no noise presets in $src/inputs/noise"
 for preset in "${presets[@]}"; do
-  overrides=$(jobs/overrides.sh "$preset") || {
-    bad "$preset cannot be read as overrides"
-    continue
-  }
   for deck in inputs/quickstart.yaml inputs/gpt3-1.5b.yaml; do
-    # shellcheck disable=SC2086 # one override per word, as jobs/overrides.sh promises
-    if "$bin" validate "$deck" $overrides >"$resolved"; then
+    if "$bin" validate "$deck" "$preset" >"$resolved"; then
       pass=$((pass + 1))
     else
       bad "$preset applied to $deck does not validate"
       continue
     fi
     # The preset's values arrive in the resolved deck (none is silently dropped).
-    [[ $(value noise seed) == "$(sed -n 's/^noise.seed=//p' <<<"$overrides")" ]] && pass=$((pass + 1)) ||
+    [[ $(value noise seed) == "$(sed -n 's/^  seed: //p' "$preset")" ]] && pass=$((pass + 1)) ||
       bad "$preset on $deck: noise.seed is '$(value noise seed)' in the resolved deck"
   done
 done

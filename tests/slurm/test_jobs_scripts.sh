@@ -1,7 +1,7 @@
 #!/bin/bash
 # The batch scripts in jobs/ without a cluster: DRY_RUN launch lines inside and outside a (faked) Slurm job,
 # the task-count check, loud failures on a missing binary, deck or bad override, the sweep's task id ->
-# combination mapping (a bijection onto the product of the axes), and the override-fragment reader.
+# combination mapping (a bijection onto the product of the axes), and deck fragments (`@FILE`) passed to conductor.
 # Environment (from add_script_test): CONDUCTOR_BINARY, CONDUCTOR_SOURCE_DIR.
 set -uo pipefail
 src=${CONDUCTOR_SOURCE_DIR:?}
@@ -38,7 +38,7 @@ export CONDUCTOR_ROOT=$src CONDUCTOR_BINARY=$bin DRY_RUN=1
 unset MPIEXEC # add_script_test sets it; the launcher outside Slurm is then plain mpirun (checked with it below)
 
 # --- usage at the top of each script, printed by --help
-for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-sweep.sh overrides.sh; do
+for script in train.sbatch train-cpu.sbatch sweep.sbatch analyze.sbatch submit-sweep.sh; do
   expect 0 "OVERRIDES|override|RUN_DIR" -- bash "$src/jobs/$script" --help
 done
 
@@ -83,11 +83,13 @@ expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
 expect 0 "run.output=$work/out5" -- env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out5 \
   OVERRIDES="parallel.pipeline=8 model.n_layers=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
 grep -q "note: 'run.output=elsewhere' is replaced" <<<"$LAST" && ok || bad "no note about the replaced run.output"
-# An @FILE entry expands in place to the fragment's overrides, in order.
-expected=$(cd "$src" && printf '%q ' $(jobs/overrides.sh inputs/noise/straggler.yaml) run.steps=2)
-expect 0 "" -- env OUTPUT=out6 OVERRIDES="@inputs/noise/straggler.yaml run.steps=2" bash "$src/jobs/train-cpu.sbatch"
-grep -qF -- "conductor run $src/inputs/quickstart.yaml $expected" <<<"$LAST" && ok ||
-  bad "the straggler preset is not expanded in place: want '$expected' in: $LAST"
+# An @FILE entry is a deck fragment: conductor gets it (absolute) after the deck and before every override,
+# wherever it stands in OVERRIDES, and its values reach the resolved deck.
+expected="conductor run $src/inputs/quickstart.yaml $(printf '%q' "@$src/inputs/noise/straggler.yaml") run.steps=2 "
+expect 0 "" -- env OUTPUT=out6 OVERRIDES="run.steps=2 @inputs/noise/straggler.yaml" bash "$src/jobs/train-cpu.sbatch"
+grep -qF -- "$expected" <<<"$LAST" && ok || bad "the straggler preset is not passed as a fragment: want '$expected' in: $LAST"
+grep -q "^  straggler_factor: 1.5$" out6/deck.resolved.yaml && grep -q "^  steps: 2$" out6/deck.resolved.yaml && ok ||
+  bad "out6/deck.resolved.yaml lacks the straggler preset or run.steps=2"
 expect 2 "deck 'missing.yaml' not found" -- env DECK=missing.yaml bash "$src/jobs/train-cpu.sbatch"
 expect 2 "conductor binary '/nonexistent/conductor' is missing" -- \
   env CONDUCTOR_BINARY=/nonexistent/conductor bash "$src/jobs/train-cpu.sbatch"
@@ -134,9 +136,9 @@ for i in 0 17 35; do
   if [[ $noise == none ]]; then
     expected="noise.kind=none"
   else
-    expected=$(cd "$src" && printf '%q ' $(jobs/overrides.sh "inputs/noise/$noise.yaml"))
+    expected="$(basename "$deck") $(printf '%q' "@$src/inputs/noise/$noise.yaml") run.name="
   fi
-  grep -qF -- "${expected% }" <<<"$out" && ok || bad "task $i: noise '$noise' not applied as '$expected'"
+  grep -qF -- "$expected" <<<"$out" && ok || bad "task $i: noise '$noise' not applied as '$expected'"
 done
 [[ $(find "$SWEEP_DIR" -mindepth 1 -maxdepth 1 -type d | wc -l) == 3 ]] && ok || bad "sweep did not make 3 folders"
 expect 2 "array task 36 is outside the sweep's 36 combinations" -- \
@@ -167,14 +169,18 @@ done
 grep -q '| q-strict |' sw/report.md && grep -q '| q-readiness |' sw/report.md && grep -q 'speedup vs q-readiness' sw/report.md &&
   ok || bad "report.md does not name the runs by their sweep labels or lacks the baseline: $(cat sw/report.md)"
 
-# --- override fragments
-printf 'noise:\n  kind: [a, b]   # comment\n  level: 0.5\nrun:\n  name: "x"\n' >frag.yaml
-expect 0 "^noise.kind=\[a,b\]$" -- "$src/jobs/overrides.sh" frag.yaml
-[[ $LAST == $'noise.kind=[a,b]\nnoise.level=0.5\nrun.name="x"' ]] && ok || bad "overrides.sh frag.yaml gave: $LAST"
-printf 'noise:\n  kind:\n    - a\n' >block.yaml
-expect 2 "block.yaml:3: block lists are not supported" -- "$src/jobs/overrides.sh" block.yaml
-printf '# only a comment\n' >empty.yaml
-expect 2 "no overrides found" -- "$src/jobs/overrides.sh" empty.yaml
+# --- deck fragments: any YAML conductor reads (block lists, anchors), checked and located by conductor itself
+printf 'noise:\n  kind:\n    - gaussian   # comment\n  level: &l 0.5\n  seed: 3\nrun:\n  name: "x"\n' >frag.yaml
+expect 0 "" -- env OUTPUT=out9 COMMAND=validate OVERRIDES="@frag.yaml" bash "$src/jobs/train-cpu.sbatch"
+grep -q "^  kind: \[gaussian\]$" out9/deck.resolved.yaml && grep -q "^  level: 0.5$" out9/deck.resolved.yaml &&
+  grep -q "^  name: x$" out9/deck.resolved.yaml && ok || bad "out9/deck.resolved.yaml lacks frag.yaml's values"
+printf 'noise:\n  levl: 0.5\n' >bad.yaml
+expect 2 "$work/bad.yaml:2:3: unknown key 'noise.levl'" -- env OUTPUT=out10 OVERRIDES="@bad.yaml" \
+  bash "$src/jobs/train-cpu.sbatch"
+expect 2 "deck fragment 'nosuch.yaml' not found" -- env OUTPUT=out11 OVERRIDES="@nosuch.yaml" \
+  bash "$src/jobs/train-cpu.sbatch"
+[[ ! -e $src/jobs/overrides.sh ]] && ! grep -q "cj_flatten" "$src/jobs/common.sh" && ok ||
+  bad "the awk flattener of fragments is back"
 
 echo "jobs scripts: $pass passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -1,5 +1,5 @@
 #pragma once
-// The `conductor` command line: one binary, subcommands, a deck and `key.path=value` overrides.
+// The `conductor` command line: one binary, subcommands, a deck, deck fragments and `key.path=value` overrides.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -12,6 +12,7 @@ namespace conductor::cli {
 struct Invocation {
   std::string command;
   std::string deck_path;
+  std::vector<std::string> fragment_paths;  // merged onto the deck in order (`FRAGMENT.yaml` or `@FRAGMENT.yaml`)
   std::vector<std::string> overrides;
   std::map<std::string, std::string> flags;  // "--json" -> "" ; "--out" -> "path"
   bool has_flag(const std::string& name) const { return flags.count(name) != 0; }
@@ -35,12 +36,12 @@ struct CommandSpec {
 
 const std::vector<CommandSpec>& commands();
 
-// The largest deck file read (1 MB): larger files are refused before parsing.
+// The largest deck or fragment file read (1 MB): larger files are refused before parsing.
 inline constexpr std::uintmax_t kMaxDeckBytes = 1 << 20;
 
-// Loads the deck named by the invocation: a folder, an empty deck or one above kMaxDeckBytes is an error; rank 0 reads
-// the file and broadcasts it when MPI is running; every rank parses the same text. Problems are printed once (rank 0)
-// and every rank throws CollectiveExit(2).
+// Loads the deck named by the invocation with its fragments and overrides: a folder, a missing or empty file or one
+// above kMaxDeckBytes is an error; rank 0 reads each file and broadcasts it when MPI is running; every rank parses
+// the same texts. Problems are printed once (rank 0) and every rank throws CollectiveExit(2).
 config::Deck load_deck(const Invocation& inv, config::Command command);
 
 // Command entry points, one file each.

@@ -58,25 +58,44 @@ struct Deck {
   TraceConfig trace;
   CudaConfig cuda;
   RuntimeConfig runtime;
+  // Not a key: where the values came from, in the order they were applied ("deck PATH", "fragment PATH",
+  // "override key=value"); resolved_yaml() records it. Empty for a deck built in code.
+  std::vector<std::string> sources;
 };
 
 // What the deck is loaded for; cross-field checks depend on it (`run` needs pipeline == MPI world size).
 enum class Command { Validate, Simulate, Run, TrainPolicy };
 
+// A YAML text and the file name its messages name.
+struct DeckText {
+  std::string name;
+  std::string text;
+};
+
 struct LoadOptions {
   std::string source_name = "<deck>";  // file name used in messages
-  std::vector<std::string> overrides;  // "key.path=value", applied after the deck, in order
+  // Deck fragments, merged onto the deck in order before the overrides: mappings merge key by key (a later
+  // source wins), anything else (a value, a list) is replaced whole. Each is checked like the deck.
+  std::vector<DeckText> fragments;
+  std::vector<std::string> overrides;  // "key.path=value", applied after the deck and its fragments, in order
   Command command = Command::Validate;
   int world_size = 1;
   bool from_file = false;  // the text is a deck file the user named: an empty one is an error
 };
 
-// Parses, applies overrides, type- and range-checks every key, derives defaults, runs cross-field checks.
-// Throws DeckError with every problem found.
+// Parses, merges the fragments, applies overrides, type- and range-checks every key, derives defaults, runs
+// cross-field checks. Throws DeckError with every problem found, each at the file:line:col (or command-line
+// override) its value came from.
 Deck parse_deck(const std::string& text, const LoadOptions& options);
 
 // The fully resolved deck (defaults included) as YAML, in schema order. parse_deck(to_yaml(d)) == d.
 std::string to_yaml(const Deck& deck);
+
+// to_yaml() after a comment naming deck.sources: what resolved.yaml, traces and checkpoints record.
+std::string resolved_yaml(const Deck& deck);
+
+// The deck text of a resolved_yaml() text (its leading comment lines removed).
+std::string without_header(const std::string& resolved);
 
 // Per-layer derived defaults and cross-field checks, run after all keys are set (each appends problems).
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);

@@ -154,7 +154,7 @@ struct Plan {
   Cuda cuda;
   GlobalTier scheduler;
   double activation_bytes = 0;  // bytes of one microbatch crossing a stage boundary (fp32)
-  std::string deck_yaml;        // the resolved deck as YAML, recorded verbatim (resolved.yaml, traces, checkpoints)
+  std::string deck_yaml;        // config::resolved_yaml: recorded verbatim (resolved.yaml, traces, checkpoints)
 };
 
 }  // namespace conductor::plan
