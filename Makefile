@@ -46,15 +46,16 @@ test-no-policy: deps
 
 # Sanitizer builds (own build folders; CUDA off): AddressSanitizer + UndefinedBehaviorSanitizer over the unit
 # and MPI tests, ThreadSanitizer over the global tier's planner thread (the PolicyScheduler tests and the
-# runtime's ppo run). The first finding fails the test; scripts/sanitizers/ holds the dependencies' suppressions.
+# runtime's ppo run), built -O2 -g (RelWithDebInfo: -O0 kernels make training tests minutes long). The first finding fails
+# the test; scripts/sanitizers/ holds the dependencies' suppressions.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 
 $(ASAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCONDUCTOR_SANITIZE=address,undefined $(CMAKE_ARGS)
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONDUCTOR_SANITIZE=address,undefined $(CMAKE_ARGS)
 
 $(TSAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCONDUCTOR_SANITIZE=thread $(CMAKE_ARGS)
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONDUCTOR_SANITIZE=thread $(CMAKE_ARGS)
 
 test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
