@@ -46,8 +46,8 @@ test-no-policy: deps
 
 # Sanitizer builds (own build folders; CUDA off): AddressSanitizer + UndefinedBehaviorSanitizer over the unit
 # and MPI tests, ThreadSanitizer over the global tier's planner thread (the PolicyScheduler tests and the
-# runtime's ppo run), built -O2 -g (RelWithDebInfo: -O0 kernels make training tests minutes long). The first finding fails
-# the test; scripts/sanitizers/ holds the dependencies' suppressions.
+# runtime's ppo run), built -O2 -g (RelWithDebInfo: -O0 kernels make training tests minutes long). The first
+# finding fails the test; scripts/sanitizers/ holds the dependencies' suppressions.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 
