@@ -63,8 +63,8 @@ Executor::Executor(int rank, Transport& control, Transport& data, Compute& compu
       options_(options),
       watchdog_(options.watchdog_s, rank) {}
 
-std::string Executor::describe_wait(const sched::Schedule& order, const sched::Arbiter& state,
-                                    const std::vector<char>& arrived, int step) const {
+Executor::Awaited Executor::describe_wait(const sched::Schedule& order, const sched::Arbiter& state,
+                                          const std::vector<char>& arrived, int step) const {
   const auto& actions = order.ranks[static_cast<std::size_t>(rank_)];
   const int n = static_cast<int>(actions.size());
   // The op strict execution runs next if it waits for an input, else the first waiting one in list order.
@@ -75,12 +75,14 @@ std::string Executor::describe_wait(const sched::Schedule& order, const sched::A
     const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
     if (in && !in->local()) waiting = i;
   }
-  if (waiting < 0) return "any input of step " + std::to_string(step) + " (none outstanding)";
+  if (waiting < 0) return {"any input of step " + std::to_string(step) + " (none outstanding)", -1};
   const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(waiting)]);
   const bool activation = in->payload == sched::Payload::Activation;
-  return std::string(activation ? "the activation of " : "the gradient of ") + std::to_string(in->from_chunk) +
-         (activation ? "F" : "B") + std::to_string(in->microbatch) + " from rank " + std::to_string(in->from_rank) +
-         " (stage " + std::to_string(in->from_stage) + ", step " + std::to_string(step) + ")";
+  return {std::string(activation ? "the activation of " : "the gradient of ") + std::to_string(in->from_chunk) +
+              (activation ? "F" : "B") + std::to_string(in->microbatch) + " from rank " +
+              std::to_string(in->from_rank) + " (stage " + std::to_string(in->from_stage) + ", step " +
+              std::to_string(step) + ")",
+          in->from_rank};
 }
 
 int Executor::tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
@@ -375,7 +377,8 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       seen_progress = progress;
       quiet.restart(poll_now);
     } else if (quiet.expired(poll_now)) {
-      watchdog_.fire(describe_wait(order, state, arrived, step), quiet.waited_s(poll_now));
+      const Awaited awaited = describe_wait(order, state, arrived, step);
+      watchdog_.fire(awaited.what, quiet.waited_s(poll_now), awaited.peer);
     }
     if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
       std::string st;

@@ -190,6 +190,7 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
     if (rank_ == 0) report_.emplace(plan, order_, size_, first_step_, hosts, compute_->payload_floats() > 0);
   });
   open_data_plane();
+  Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
   watchdog_.emplace(plan.runtime.watchdog_s, rank_);
   reducer_.emplace(*compute_, order_.num_stages(), comm);
   nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1));

@@ -1,9 +1,11 @@
 #include "conductor/runtime/watchdog.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "conductor/runtime/clock.hpp"
@@ -17,7 +19,63 @@ Watchdog::Watchdog(double seconds, int rank)
       limit_ns_(seconds > 0 ? static_cast<std::int64_t>(std::llround(seconds * 1e9)) : 0),
       rank_(rank) {}
 
-void Watchdog::fire(const std::string& what, double waited_s) const {
+namespace {
+
+MPI_Comm& channel() {
+  static MPI_Comm comm = MPI_COMM_NULL;  // freed by MPI_Finalize; a fired rank never returns
+  return comm;
+}
+
+constexpr int kFiredTag = 1;
+
+// Tells every other rank that this one fired (and whom it waited for), listens for `window_s`, and returns
+// whether this rank is the one that reports: the lowest fired rank whose peer is silent, else the lowest.
+bool reports(int rank, int peer, double window_s) {
+  MPI_Comm comm = channel();
+  if (comm == MPI_COMM_NULL) return true;
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int mine[2] = {rank, peer};
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    sends.emplace_back();
+    MPI_Isend(mine, 2, MPI_INT, r, kFiredTag, comm, &sends.back());  // never completed: this process ends
+  }
+  std::map<int, int> fired{{rank, peer}};
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(window_s);
+  while (std::chrono::steady_clock::now() < end) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kFiredTag, comm, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    int theirs[2];
+    MPI_Recv(theirs, 2, MPI_INT, st.MPI_SOURCE, kFiredTag, comm, MPI_STATUS_IGNORE);
+    fired[theirs[0]] = theirs[1];
+  }
+  for (const auto& [r, p] : fired) {
+    if (p >= 0 && !fired.count(p)) return r == rank;  // the lowest rank that waited on a silent peer
+  }
+  return fired.begin()->first == rank;
+}
+
+}  // namespace
+
+void Watchdog::open_channel(MPI_Comm comm) {
+  if (channel() == MPI_COMM_NULL) MPI_Comm_dup(comm, &channel());
+}
+
+void Watchdog::fire(const std::string& what, double waited_s, int peer) const {
+  // Long enough for ranks that time out on the same stop to hear of each other, short beside the limit.
+  const double window_s = std::clamp(seconds_ / 4, 0.2, 2.0);
+  if (!reports(rank_, peer, window_s)) {
+    // Another rank reports; it exits after its window and the launcher ends this one. Exit anyway, later.
+    std::this_thread::sleep_for(std::chrono::duration<double>(window_s + 3.0));
+    std::_Exit(kExitFailure);
+  }
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", waited_s);
   log::error("watchdog: rank " + std::to_string(rank_) + " waited " + secs + " s for " + what +

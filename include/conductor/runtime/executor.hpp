@@ -65,9 +65,14 @@ class Executor {
   int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
   int announce_tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
   double comm_estimate_ns() const;
-  // What the rank waits for, for the watchdog's message: the outstanding input it needs first.
-  std::string describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
-                            int step) const;
+  // What the rank waits for, for the watchdog's message: the outstanding input it needs first, and its sender
+  // (-1 when none is outstanding).
+  struct Awaited {
+    std::string what;
+    int peer = -1;
+  };
+  Awaited describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
+                        int step) const;
   double injected_comm_ms(int step, const sched::Transfer& t) const;
 
   int rank_;

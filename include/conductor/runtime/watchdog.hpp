@@ -11,6 +11,11 @@
 //    they are issued non-blocking and polled with the same deadline (wait()), naming the collective, since
 //    which peer is missing from a collective is not known to the ranks that joined it.
 // The exit is a plain _Exit(kExitFailure) after the message, not MPI_Abort (whose banner would bury it).
+//
+// One message per job: when a rank stops, several ranks time out at about the same moment (those waiting on it,
+// and those waiting on them). Each one that fires tells the others on the watchdog's channel (open_channel())
+// whom it waited for and listens for a short while; the one that reports is the lowest rank whose awaited peer
+// did not fire itself (the silent one; else the lowest that fired), the others exit without a message.
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -50,8 +55,12 @@ class Watchdog {
     const Watchdog& w_;
     std::int64_t since_, last_;
   };
-  // Prints "rank R waited S s for WHAT; no message arrived; aborting" and ends this process (exit 1).
-  [[noreturn]] void fire(const std::string& what, double waited_s) const;
+  // Collective over comm, once per run (a duplicate of it becomes the channel every Watchdog of this process
+  // uses to agree on who reports); without it every rank that fires prints.
+  static void open_channel(MPI_Comm comm);
+  // Prints "rank R waited S s for WHAT; no message arrived; aborting" (if this rank is the one that reports) and
+  // ends this process (exit 1). peer: the rank it waited for (-1: unknown, e.g. a collective).
+  [[noreturn]] void fire(const std::string& what, double waited_s, int peer = -1) const;
   // Completes a non-blocking MPI operation, polling it under the deadline; `what` names it in the message.
   void wait(MPI_Request& request, const std::string& what) const;
   // Completes every request; on expiry, what(i) names the first one still pending.
