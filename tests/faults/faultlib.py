@@ -3,8 +3,10 @@ each rank takes to exit, and check what a user sees (exit code, one clear messag
 is left on disk. Each tests/faults/test_<area>.py imports this; every case states its expected exit code."""
 import os
 import re
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -34,6 +36,65 @@ class Result:
     @property
     def text(self):
         return self.out + self.err
+
+
+class Background:
+    """A command (mpiexec ... conductor run, or a launcher around it) in the background, its output collected line
+    by line; new_session puts it in a process group of its own (as a shell starts a foreground job)."""
+
+    def __init__(self, cmd, env=None, new_session=False):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=new_session)
+        self.new_session = new_session
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(s, l), daemon=True)
+                        for s, l in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for r in self.readers:
+            r.start()
+
+    @staticmethod
+    def _read(stream, lines):
+        for line in stream:
+            lines.append(line)
+
+    def wait_steps(self, n, timeout=120):
+        deadline = time.monotonic() + timeout
+        while sum(l.startswith("step ") for l in self.out) < n:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("run ended or stalled before step %d:\n%s" % (n, "".join(self.out + self.err)))
+            time.sleep(0.02)
+
+    def rank_pids(self):
+        """{rank: pid} of the MPI ranks among the command's descendants (told apart by OMPI_COMM_WORLD_RANK)."""
+        ranks, todo = {}, [self.proc.pid]
+        while todo:
+            out = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout
+            for pid in map(int, out.split()):
+                todo.append(pid)
+                try:
+                    with open("/proc/%d/environ" % pid, "rb") as f:
+                        m = re.search(rb"(?:^|\0)OMPI_COMM_WORLD_RANK=(\d+)\0", f.read())
+                except OSError:
+                    continue
+                if m:
+                    ranks[int(m.group(1))] = pid
+        return ranks
+
+    def kill(self):
+        if self.proc.poll() is None:
+            if self.new_session:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
+            self.proc.wait()
+
+    def result(self, since):
+        """Joins the output readers; the Result with the seconds since `since`."""
+        for r in self.readers:
+            r.join(timeout=5)
+        return Result(subprocess.CompletedProcess([], self.proc.returncode, "".join(self.out), "".join(self.err)),
+                      time.monotonic() - since)
 
 
 def mpirun(np, *args, env=None, timeout=EXIT_DEADLINE_S + 60, cwd=None):

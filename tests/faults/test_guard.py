@@ -7,66 +7,36 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 import unittest
 
 import h5py
 import numpy as np
 
-from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, FaultCase, Result, mpirun
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, Background, FaultCase, mpirun
 
 WATCHDOG_S = 3
 EXIT_STOPPED = 3  # a clean stop by SIGTERM/SIGINT (README, exit codes)
 
 
-class Running:
-    """`conductor run` under mpiexec in the background, its output collected line by line."""
+class Running(Background):
+    """`conductor run` under mpiexec in the background."""
 
     def __init__(self, np_, *args):
-        cmd = [MPIEXEC, "-n", str(np_), "--oversubscribe", BIN, "run", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.out, self.err = [], []
-        self.readers = [threading.Thread(target=self._read, args=(s, l), daemon=True)
-                        for s, l in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for r in self.readers:
-            r.start()
-
-    @staticmethod
-    def _read(stream, lines):
-        for line in stream:
-            lines.append(line)
-
-    def wait_steps(self, n, timeout=120):
-        deadline = time.monotonic() + timeout
-        while sum(l.startswith("step ") for l in self.out) < n:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("run ended or stalled before step %d:\n%s" % (n, "".join(self.out + self.err)))
-            time.sleep(0.05)
+        super().__init__([MPIEXEC, "-n", str(np_), "--oversubscribe", BIN, "run", *args])
 
     def rank_pid(self, rank):
-        """The pid of MPI rank `rank` (a child of mpiexec, told apart by OMPI_COMM_WORLD_RANK)."""
-        for pid in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split():
-            try:
-                with open("/proc/%s/environ" % pid, "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            if ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
-                return int(pid)
-        raise AssertionError("no process for rank %d" % rank)
+        pid = self.rank_pids().get(rank)
+        if pid is None:
+            raise AssertionError("no process for rank %d" % rank)
+        return pid
 
     def finish(self, since, timeout=EXIT_DEADLINE_S + 60):
         try:
             self.proc.wait(timeout=timeout)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        for r in self.readers:
-            r.join(timeout=5)
-        res = Result(subprocess.CompletedProcess([], self.proc.returncode, "".join(self.out), "".join(self.err)),
-                     time.monotonic() - since)
-        return res
+            self.kill()
+        return self.result(since)
 
 
 class Guard(FaultCase):

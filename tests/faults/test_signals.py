@@ -9,16 +9,14 @@ second, so a stop that is not graceful shows; the per-rank exit times are printe
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 import unittest
 import zlib
 
 import h5py
 
-from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, FaultCase, Result
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, RAW_DUMP, Background, FaultCase
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH = os.path.join(SOURCE, "scripts", "conductor-launch")
@@ -28,53 +26,13 @@ EXIT_STOPPED = 3  # a clean stop by SIGTERM/SIGINT (README, exit codes)
 SLOW = "noise: {kind: straggler, straggler_rank: 1, straggler_factor: %d, straggler_start: 1}\n"
 
 
-class Launched:
+class Launched(Background):
     """scripts/conductor-launch mpiexec ... conductor run, in its own process group (as a shell starts a
-    foreground job), with its output collected line by line."""
+    foreground job)."""
 
     def __init__(self, *args, env=None):
-        cmd = [LAUNCH, MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                     start_new_session=True)
-        self.out, self.err = [], []
-        self.readers = [threading.Thread(target=self._read, args=(s, l), daemon=True)
-                        for s, l in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for r in self.readers:
-            r.start()
-
-    @staticmethod
-    def _read(stream, lines):
-        for line in stream:
-            lines.append(line)
-
-    def wait_steps(self, n, timeout=120):
-        deadline = time.monotonic() + timeout
-        while sum(l.startswith("step ") for l in self.out) < n:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError("run ended or stalled before step %d:\n%s" % (n, "".join(self.out + self.err)))
-            time.sleep(0.02)
-
-    def rank_pids(self):
-        """{rank: pid} of the MPI ranks among the launcher's descendants (told apart by OMPI_COMM_WORLD_RANK)."""
-        ranks, todo = {}, [self.proc.pid]
-        while todo:
-            out = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout
-            for pid in map(int, out.split()):
-                todo.append(pid)
-                try:
-                    with open("/proc/%d/environ" % pid, "rb") as f:
-                        m = re.search(rb"(?:^|\0)OMPI_COMM_WORLD_RANK=(\d+)\0", f.read())
-                except OSError:
-                    continue
-                if m:
-                    ranks[int(m.group(1))] = pid
-        return ranks
-
-    def kill(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        super().__init__([LAUNCH, MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", *args], env=env,
+                         new_session=True)
 
     def finish(self, since, ranks):
         """Waits for the end; returns the Result (seconds: the launcher's exit) and every rank's exit time."""
@@ -88,11 +46,7 @@ class Launched:
                 time.sleep(0.02)
         finally:
             self.kill()
-        for r in self.readers:
-            r.join(timeout=5)
-        res = Result(subprocess.CompletedProcess([], self.proc.returncode, "".join(self.out), "".join(self.err)),
-                     time.monotonic() - since)
-        return res, exited
+        return self.result(since), exited
 
 
 def alive(pid):
