@@ -78,9 +78,8 @@ int RankDriver::next(double now) const {
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
   if (arbiter_.is_ready(i) && arbiter_.fits(i)) return i;  // the reservation holder runs as soon as it can
-  std::vector<int> out;
-  backfill_candidates(now, out);
-  return out.empty() ? -1 : out.front();
+  backfill_candidates(now, scratch_);
+  return scratch_.empty() ? -1 : scratch_.front();
 }
 
 const std::vector<int>& RankDriver::candidates(double now) {

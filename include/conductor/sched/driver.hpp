@@ -123,6 +123,7 @@ class RankDriver {
   std::vector<double> ready_at_;
   std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
+  mutable std::vector<int> scratch_;  // next()'s backfill candidates: no allocation on the pick path
   double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0, latest_ = 0;
   int started_ = 0;
 };
