@@ -221,12 +221,14 @@ speedup=$(grep -F "| tiny-1f1b-readiness-bfw-jitter10 |" "$report" | awk -F'|' '
 say "sweep report: readiness+bfw vs strict speedup ${speedup}x"
 
 # start_now ID: a requeued job waits about two minutes before it is eligible again; not in a test. (Once it is
-# pending; `scontrol update` spells the begin time StartTime.)
+# pending; `scontrol update` spells the begin time StartTime.) Not in the same second as the end of its previous
+# run: slurmd revoked that run's credential, and a new one created in the same second counts as revoked too ("Job
+# credential revoked": the job ends FAILED); hence the two seconds' wait.
 start_now() {
   local deadline=$((SECONDS + 60)) st
   while :; do
     st=$(squeue -h -j "$1" -o %T 2>/dev/null || true)
-    [[ $st == PENDING ]] && scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && return 0
+    [[ $st == PENDING ]] && sleep 2 && scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && return 0
     [[ -z $st || $st == RUNNING ]] && return 0 # already started (or gone: the caller checks the outcome)
     [[ $SECONDS -lt $deadline ]] || fail "job $1 is still $st after 60 s, not pending"
     sleep 0.2
