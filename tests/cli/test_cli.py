@@ -77,6 +77,15 @@ class CliTest(unittest.TestCase):
         self.assertIn("  beta2: 0.95\n", proc.stdout)
         self.assertIn("  level: 1e-07\n", proc.stdout)
 
+    @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") != "0", "this build has the global tier")
+    def test_train_policy_needs_the_global_tier(self):
+        # Without LibTorch the command says why and what to do, with the usage exit code.
+        proc = conductor("train-policy", self.deck("parallel: {pipeline: 2, microbatches: 4}\n"))
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("-DCONDUCTOR_POLICY=OFF", proc.stderr)
+
+    @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") == "0",
+                     "built with -DCONDUCTOR_POLICY=OFF: no train-policy (test_train_policy_needs_the_global_tier)")
     def test_train_policy_curve_is_exact(self):
         # curve.csv holds one row per PPO iteration, every number written exactly (shortest round-trip text),
         # not cut to 6 decimals.
