@@ -1,10 +1,12 @@
 #include "conductor/runtime/run_report.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 
+#include "conductor/runtime/clock.hpp"
 #include "conductor/sim/summary_json.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
@@ -42,6 +44,11 @@ trace::RunInfo run_info(const plan::Plan& plan, const sched::Schedule& order, in
   info.pipeline = order.p;
   info.microbatches = order.m;
   info.virtual_chunks = order.v;
+  // Called on rank 0, whose steady clock is the common clock (offset 0): its UNIX epoch, read back to back.
+  info.clock = "runtime: rank 0's std::chrono::steady_clock in ns, every rank's readings shifted onto it at start-up";
+  const std::int64_t unix_now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  info.epoch_unix_ns = unix_now - steady_now_ns();
   return info;
 }
 

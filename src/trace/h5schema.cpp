@@ -16,6 +16,8 @@ struct Member {
   std::size_t mem_offset;
   hid_t mem_type;   // native type (not owned)
   hid_t file_type;  // standard LE type (not owned), or -1 for the kind enum
+  const char* unit;
+  const char* description;
 };
 
 // Types are built once per call; a failure here is a programming error (no file involved).
@@ -58,38 +60,68 @@ Handle kind_type(bool file) {
   return type;
 }
 
-Handle event_type(bool file) {
-  std::vector<Member> members = {
-      {"step", offsetof(OpEvent, step), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"rank", offsetof(OpEvent, rank), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"stage", offsetof(OpEvent, stage), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"chunk", offsetof(OpEvent, chunk), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"microbatch", offsetof(OpEvent, microbatch), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"kind", offsetof(OpEvent, kind), -1, -1},
-      {"ready_ns", offsetof(OpEvent, ready_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"start_ns", offsetof(OpEvent, start_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"end_ns", offsetof(OpEvent, end_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"bytes", offsetof(OpEvent, bytes), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"wait_ns", offsetof(OpEvent, wait_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"peer", offsetof(OpEvent, peer), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"migrated", offsetof(OpEvent, migrated), H5T_NATIVE_INT8, H5T_STD_I8LE},
+namespace {
+
+// The fields of /events and /steps with their units and meanings: docs/trace.md's tables, also written into the
+// file as dataset attributes (see write_field_docs in trace_writer.cpp).
+std::vector<Member> event_members() {
+  return {
+      {"step", offsetof(OpEvent, step), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "training step (0-based)"},
+      {"rank", offsetof(OpEvent, rank), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "the rank that executed the op"},
+      {"stage", offsetof(OpEvent, stage), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "virtual stage index"},
+      {"chunk", offsetof(OpEvent, chunk), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "virtual chunk on this rank"},
+      {"microbatch", offsetof(OpEvent, microbatch), H5T_NATIVE_INT32, H5T_STD_I32LE, "",
+       "microbatch index within the step"},
+      {"kind", offsetof(OpEvent, kind), -1, -1, "", "F, B, W, BW (compute), SEND, RECV, ANNOUNCE"},
+      {"ready_ns", offsetof(OpEvent, ready_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "compute: inputs arrived and memory fits; transfer: posted; ANNOUNCE: the announced arrival"},
+      {"start_ns", offsetof(OpEvent, start_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "compute: began; transfer: posted; ANNOUNCE: the producing op began"},
+      {"end_ns", offsetof(OpEvent, end_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "compute: finished; SEND: completed; RECV: data arrived; ANNOUNCE: received"},
+      {"bytes", offsetof(OpEvent, bytes), H5T_NATIVE_INT64, H5T_STD_I64LE, "B",
+       "transfer: bytes moved; compute: activation/gradient bytes held"},
+      {"wait_ns", offsetof(OpEvent, wait_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "idle time on this rank right before this op started"},
+      {"peer", offsetof(OpEvent, peer), H5T_NATIVE_INT32, H5T_STD_I32LE, "",
+       "the other rank of a transfer; -1 for compute"},
+      {"migrated", offsetof(OpEvent, migrated), H5T_NATIVE_INT8, H5T_STD_I8LE, "",
+       "1 when the op ran (partly) on another rank than its owner"},
   };
-  return build_compound(members, sizeof(OpEvent), file);
 }
 
-Handle step_type(bool file) {
-  std::vector<Member> members = {
-      {"step", offsetof(StepRecord, step), H5T_NATIVE_INT32, H5T_STD_I32LE},
-      {"loss", offsetof(StepRecord, loss), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
-      {"start_ns", offsetof(StepRecord, start_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"makespan_ns", offsetof(StepRecord, makespan_ns), H5T_NATIVE_INT64, H5T_STD_I64LE},
-      {"bubble_ratio", offsetof(StepRecord, bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
-      {"samples_per_s", offsetof(StepRecord, samples_per_s), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
-      {"lower_bound_ns", offsetof(StepRecord, lower_bound_ns), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
-      {"stage_bubble_ratio", offsetof(StepRecord, stage_bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE},
+std::vector<Member> step_members() {
+  return {
+      {"step", offsetof(StepRecord, step), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "step index"},
+      {"loss", offsetof(StepRecord, loss), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "",
+       "mean training loss of the step; NaN where no loss exists"},
+      {"start_ns", offsetof(StepRecord, start_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "first compute-op start of the step, over all ranks"},
+      {"makespan_ns", offsetof(StepRecord, makespan_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
+       "last compute-op end - first compute-op start, over all ranks"},
+      {"bubble_ratio", offsetof(StepRecord, bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "1",
+       "1 - (sum over ranks of compute busy time) / (world_size x makespan)"},
+      {"samples_per_s", offsetof(StepRecord, samples_per_s), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "samples/s",
+       "samples of the step / makespan"},
+      {"lower_bound_ns", offsetof(StepRecord, lower_bound_ns), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "ns",
+       "largest per-rank busy time"},
+      {"stage_bubble_ratio", offsetof(StepRecord, stage_bubble_ratio), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "1",
+       "mean over ranks with a compute op of 1 - busy / span (the Zero Bubble paper's per-stage bubble)"},
   };
-  return build_compound(members, sizeof(StepRecord), file);
 }
+
+std::vector<FieldDoc> docs_of(const std::vector<Member>& members) {
+  std::vector<FieldDoc> out;
+  for (const Member& m : members) out.push_back({m.name, m.unit, m.description});
+  return out;
+}
+
+}  // namespace
+
+Handle event_type(bool file) { return build_compound(event_members(), sizeof(OpEvent), file); }
+Handle step_type(bool file) { return build_compound(step_members(), sizeof(StepRecord), file); }
+std::vector<FieldDoc> event_field_docs() { return docs_of(event_members()); }
+std::vector<FieldDoc> step_field_docs() { return docs_of(step_members()); }
 
 Handle vlen_string_type() {
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);

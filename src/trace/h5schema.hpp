@@ -4,6 +4,7 @@
 // field name, so the reader also reads files whose fields are stored in another order or width.
 #include <array>
 #include <string_view>
+#include <vector>
 
 #include "h5util.hpp"
 
@@ -20,9 +21,16 @@ inline constexpr std::array<std::string_view, 13> kRootAttributes = {
     "schema_version", "deck",      "world_size",   "schedule", "execution",    "hint",   "backend",
     "source",         "hostnames", "git_revision", "pipeline", "microbatches", "virtual"};
 
+// A field's unit ("" when it has none, "1" for a ratio) and meaning, written as dataset attributes.
+struct FieldDoc {
+  std::string_view name, unit, description;
+};
+
 Handle kind_type(bool file);   // HDF5 enum over int8: F=0 B=1 W=2 BW=3 SEND=4 RECV=5
 Handle event_type(bool file);  // compound matching OpEvent (memory) or its packed LE form (file)
 Handle step_type(bool file);   // compound matching StepRecord (memory) or its packed LE form (file)
-Handle vlen_string_type();     // variable-length UTF-8 string
+Handle vlen_string_type();
+std::vector<FieldDoc> event_field_docs();  // in the field order of event_type
+std::vector<FieldDoc> step_field_docs();   // variable-length UTF-8 string
 
 }  // namespace conductor::trace::h5

@@ -60,6 +60,31 @@ void write_strings_attr(hid_t file, const std::string& path, const char* name, c
   if (!data.empty()) h5::check_status(H5Awrite(attr.get(), type.get(), data.data()), path, "H5Awrite");
 }
 
+void write_int64_attr(hid_t loc, const std::string& path, const char* name, std::int64_t value) {
+  h5::Handle space(h5::check(H5Screate(H5S_SCALAR), path, "H5Screate"), H5Sclose);
+  h5::Handle attr(H5Acreate2(loc, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.valid()) h5::fail(path, std::string("H5Acreate2(") + name + ")");
+  h5::check_status(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), path, "H5Awrite");
+}
+
+// Self-description of a table (docs/trace.md, "Dataset attributes"): what it holds, each field's unit and
+// meaning (arrays in the field order), and the clock its *_ns times are read on. Readers need none of it.
+void write_table_docs(hid_t dset, const std::string& path, const std::string& description,
+                      const std::vector<h5::FieldDoc>& fields, const RunInfo& info) {
+  std::vector<std::string> names, units, meanings;
+  for (const h5::FieldDoc& f : fields) {
+    names.emplace_back(f.name);
+    units.emplace_back(f.unit);
+    meanings.emplace_back(f.description);
+  }
+  write_string_attr(dset, path, "description", description);
+  write_strings_attr(dset, path, "field_names", names);
+  write_strings_attr(dset, path, "field_units", units);
+  write_strings_attr(dset, path, "field_descriptions", meanings);
+  write_string_attr(dset, path, "clock", info.clock);
+  if (info.epoch_unix_ns) write_int64_attr(dset, path, "epoch_unix_ns", *info.epoch_unix_ns);
+}
+
 // Copies C++ records into the file's packed byte layout (same member names and sizes, other offsets).
 struct Packer {
   struct Field {
@@ -310,6 +335,10 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   step_fill.step = -1;
   m.events = create_table(f, path, "events", event_file.get(), kEventChunkRows, *m.event_packer, event_fill);
   m.steps = create_table(f, path, "steps", step_file.get(), kStepChunkRows, *m.step_packer, step_fill);
+  // Attributes are created before SWMR writing starts (SWMR forbids adding them later).
+  write_table_docs(m.events.dset.get(), path, "one row per op or transfer, every rank, every step",
+                   h5::event_field_docs(), info);
+  write_table_docs(m.steps.dset.get(), path, "one row per completed step", h5::step_field_docs(), info);
   h5::check_status(H5Fstart_swmr_write(f), path, "H5Fstart_swmr_write");
 }
 

@@ -444,3 +444,54 @@ with h5py.File(sys.argv[1], "r+") as f:
     EXPECT_NE(std::string(e.what()).find("stage_bubble_ratio"), std::string::npos) << e.what();
   }
 }
+
+// /events and /steps describe themselves (docs/trace.md, "Dataset attributes"): units and meanings aligned with
+// the fields, the clock, and its UNIX epoch where it has one. A trace without them (an older build) still reads.
+TEST(TraceIO, DatasetAttributesGiveUnitsAndClockAndOldTracesStillRead) {
+  if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
+  TempDir dir;
+  const std::string runtime = (dir.path / "runtime.h5").string(), sim = (dir.path / "sim.h5").string();
+  auto ev = step_events(0, 2, 2);
+  RunInfo info = sample_info();
+  info.clock = "test clock";
+  info.epoch_unix_ns = 1'700'000'000'123'456'789LL;
+  for (const auto& [path, with_epoch] : {std::pair{runtime, true}, std::pair{sim, false}}) {
+    RunInfo i = info;
+    if (!with_epoch) i.epoch_unix_ns.reset();
+    TraceWriter w(path, i);
+    w.append_events(ev);
+    w.append_step(step_record(ev, 0, 2));
+  }
+  std::string script = (dir.path / "attrs.py").string();
+  std::ofstream(script) << R"(import sys, h5py
+for path in sys.argv[1:3]:
+    with h5py.File(path, "r") as f:
+        for name in ("events", "steps"):
+            d = f[name]
+            a = d.attrs
+            names = [str(n) for n in a["field_names"]]
+            assert names == list(d.dtype.names), (names, d.dtype.names)
+            assert len(a["field_units"]) == len(names) and len(a["field_descriptions"]) == len(names)
+            assert all(len(x) > 0 for x in a["field_descriptions"])
+            units = dict(zip(names, a["field_units"]))
+            for field, unit in units.items():
+                assert (unit == "ns") == field.endswith("_ns"), (field, unit)
+            assert len(a["description"]) > 0
+            print(name, units.get("bytes", units.get("samples_per_s")), a["clock"], int(a["epoch_unix_ns"]) if "epoch_unix_ns" in a else "none")
+with h5py.File(sys.argv[2], "r+") as f:  # as written before the attributes existed
+    for name in ("events", "steps"):
+        for k in list(f[name].attrs):
+            del f[name].attrs[k]
+)";
+  int status = 0;
+  std::string out =
+      run_capture(std::string(CONDUCTOR_PYTHON) + " " + script + " " + runtime + " " + sim + " 2>&1", status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out,
+            "events B test clock 1700000000123456789\nsteps samples/s test clock 1700000000123456789\n"
+            "events B test clock none\nsteps samples/s test clock none\n");
+  const Trace t = read_trace(sim);
+  ASSERT_EQ(t.events.size(), ev.size());
+  for (size_t i = 0; i < ev.size(); ++i) expect_same(t.events[i], ev[i]);
+  ASSERT_EQ(t.steps.size(), 1u);
+}

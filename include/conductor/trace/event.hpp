@@ -2,6 +2,7 @@
 // The records every trace holds, whoever wrote it (the simulator or the MPI runtime). The HDF5 layout of
 // these records is documented in docs/trace.md; field names here are the dataset field names there.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,10 @@ struct RunInfo {
   std::vector<std::string> hostnames;  // one per rank (the simulator writes "simulator")
   std::string git_revision;
   std::int32_t pipeline = 1, microbatches = 1, virtual_chunks = 1;
+  // The clock every *_ns time is read on, written as the `clock` and `epoch_unix_ns` attributes of /events and
+  // /steps: a description, and the UNIX time (ns) of time 0 on it where it has one (the simulator's has none).
+  std::string clock = "simulated: virtual time in ns, 0 at the start of the first step; no wall-clock epoch";
+  std::optional<std::int64_t> epoch_unix_ns;
 };
 
 }  // namespace conductor::trace
