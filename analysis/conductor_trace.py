@@ -46,9 +46,11 @@ class Trace:
     enum's integer, `kind_name(code)` and `kind_code(name)` translate.
     """
 
-    def __init__(self, path, attrs, events, steps, kind_codes, dropped):
+    def __init__(self, path, attrs, events, steps, kind_codes, dropped, dataset_attrs=None):
         self.path = path
         self.attrs = attrs
+        # Attributes of /events and /steps (units, descriptions, clock); empty for traces written before them.
+        self.dataset_attrs = dataset_attrs or {"events": {}, "steps": {}}
         self.events = events
         self.steps = steps
         self.kind_codes = kind_codes            # name -> int
@@ -63,6 +65,19 @@ class Trace:
     @property
     def world_size(self):
         return int(self.attrs["world_size"])
+
+    @property
+    def epoch_unix_ns(self):
+        """UNIX time (ns) of time 0 of the trace's clock, or None (simulator, or a trace written before it)."""
+        v = self.dataset_attrs["events"].get("epoch_unix_ns")
+        return None if v is None else int(v)
+
+    def units(self, dataset):
+        """{field: unit} of /events or /steps ('' where unitless); empty for a trace without the attributes."""
+        a = self.dataset_attrs[dataset]
+        if "field_names" not in a or "field_units" not in a:
+            return {}
+        return dict(zip(a["field_names"], a["field_units"]))
 
     @property
     def step_ids(self):
@@ -170,6 +185,7 @@ def load(path):
             raise TraceError("%s: world_size %d must be >= 1" % (path, attrs["world_size"]))
         events = _table(f, path, "events", EVENT_FIELDS)
         steps = _table(f, path, "steps", STEP_FIELDS)
+        dataset_attrs = {name: _dataset_attrs(f[name]) for name in ("events", "steps")}
         kinds = h5py.check_enum_dtype(f["events"].dtype["kind"])
         if kinds is None:
             raise TraceError("%s: field 'kind' of '/events' is not an HDF5 enum (see docs/trace.md)" % path)
@@ -184,7 +200,25 @@ def load(path):
     if len(bad):
         raise TraceError("%s: /events has rank %d outside [0, world_size=%d)" %
                          (path, int(bad["rank"][0]), attrs["world_size"]))
-    return Trace(path, attrs, events, steps, {k: int(v) for k, v in kinds.items()}, dropped)
+    return Trace(path, attrs, events, steps, {k: int(v) for k, v in kinds.items()}, dropped, dataset_attrs)
+
+
+def _dataset_attrs(ds):
+    """A dataset's attributes as Python values (strings decoded, arrays as lists); unreadable ones are left out:
+    they are documentation, never needed to use the data."""
+    out = {}
+    for k in ds.attrs:
+        try:
+            v = ds.attrs[k]
+        except (OSError, ValueError, TypeError):
+            continue
+        if isinstance(v, np.ndarray) and v.ndim == 1:
+            out[k] = [_str(x) if isinstance(x, (bytes, str)) else x.item() for x in v]
+        elif isinstance(v, (bytes, str)):
+            out[k] = _str(v)
+        else:
+            out[k] = v.item() if hasattr(v, "item") else v
+    return out
 
 
 def require_steps(trace):
