@@ -8,6 +8,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,65 @@ def load_json(path):
 
 def run(script, *args):
     return subprocess.run([os.path.join(ANALYSIS, script)] + list(args), capture_output=True, text=True, timeout=60)
+
+
+def check_profiler_export(case, trace, doc):
+    """The Chrome JSON of perfetto.py against the trace and HolisticTraceAnalysis's documented loader schema
+    (hta/configs/parser_config.py DEFAULT_MIN_REQUIRED_COLS; hta/common/trace.py: GPU events have args.stream
+    > 0, host events none, a kernel's iteration comes from the host event with its args.correlation inside a
+    ProfilerStep#N span; hta/utils/utils.py: "ncclKernel" in a name marks communication)."""
+    ev = doc["traceEvents"]
+    case.assertIsInstance(doc["distributedInfo"]["rank"], int)
+    xs = [e for e in ev if e["ph"] == "X"]
+    for e in xs:
+        for col in ("ts", "dur", "name", "cat", "pid", "tid"):
+            case.assertIn(col, e)
+    kernels = [e for e in xs if e["cat"] == "kernel"]
+    launches = {}
+    for e in xs:
+        if e["cat"] == "cuda_runtime":
+            case.assertNotIn("stream", e["args"])
+            launches.setdefault(e["args"]["correlation"], []).append(e)
+    spans = {}
+    for e in xs:
+        if e["cat"] == "user_annotation":
+            m = re.match(r"ProfilerStep\s*#\s*(\d+)$", e["name"])
+            case.assertIsNotNone(m, e["name"])
+            case.assertNotIn((e["pid"], int(m.group(1))), spans)
+            spans[(e["pid"], int(m.group(1)))] = e
+    case.assertEqual(len(kernels), len(trace.events))
+    eps = 1e-6
+    for k in kernels:
+        a = k["args"]
+        case.assertGreater(a["stream"], 0)
+        case.assertEqual(k["tid"], a["stream"])
+        (launch,) = launches[a["correlation"]]
+        case.assertEqual((launch["pid"], launch["ts"]), (k["pid"], k["ts"]))
+        span = spans[(k["pid"], a["step"])]  # ProfilerStep#step covers every op of the step on its rank
+        case.assertLessEqual(span["ts"] - eps, k["ts"])
+        case.assertLessEqual(k["ts"] + k["dur"], span["ts"] + span["dur"] + eps)
+        case.assertEqual("ncclKernel" in k["name"], a["stream"] == perfetto.STREAM_COMM)
+    case.assertEqual(len(spans), sum(len(np.unique(trace.step_events(s)["rank"])) for s in trace.step_ids))
+    # Flow events: one per SEND, "s" on the SEND's slice, "f" (bp e) inside the matching RECV's slice.
+    kinds = [trace.kind_name(k) for k in trace.events["kind"]]
+    starts = {e["id"]: e for e in ev if e["ph"] == "s"}
+    ends = {e["id"]: e for e in ev if e["ph"] == "f"}
+    case.assertEqual(len(starts), sum(1 for k in kinds if k == "SEND"))
+    case.assertEqual(len(starts), len([e for e in ev if e["ph"] == "s"]))  # ids unique
+    case.assertEqual(set(starts), set(ends))
+    by_slot = {}
+    for k in kernels:
+        by_slot.setdefault((k["pid"], k["tid"]), []).append(k)
+    for i, s in starts.items():
+        f = ends[i]
+        case.assertEqual(f["bp"], "e")
+        send = [k for k in by_slot[(s["pid"], s["tid"])] if k["ts"] == s["ts"] and " SEND " in k["name"]]
+        case.assertTrue(send, s)
+        recv = [k for k in by_slot[(f["pid"], f["tid"])] if " RECV " in k["name"] and
+                k["ts"] - eps <= f["ts"] <= k["ts"] + k["dur"] + eps and k["args"]["peer"] == s["pid"] and
+                k["args"]["microbatch"] == s["args"]["microbatch"] and k["args"]["step"] == s["args"]["step"]]
+        case.assertTrue(recv, f)
+        case.assertEqual(send[0]["args"]["peer"], f["pid"])
 
 
 class TempDirCase(unittest.TestCase):
@@ -171,16 +231,20 @@ class AgreesWithStoredFigures(TempDirCase):
         ev = [e[:6] + tuple(v * 2 // 3 for v in e[6:9]) + e[9:] for e in tracegen.example_events()]
         tracegen.write_trace(fast, ev, [tracegen.step_row(0, 400, 0.35, 400 * 2 / 3)], execution="readiness")
         out = self.path("report.md")
-        rc = compare.main(["strict=" + base, "readiness=" + fast, "-o", out, "--baseline", "strict"])
+        rc = compare.main(["strict=" + base, "readiness=" + fast, "-o", out, "--baseline", "strict", "--include-warmup"])
         self.assertEqual(rc, 0)
         with open(out) as f:
             text = f.read()
-        self.assertIn("| readiness | 1f1b | readiness | simulator | 2 | 1 | 0.0004 |", text)
-        self.assertIn("| 1.500x |", text)
-        self.assertIn("| 1.000x |", text)
+        self.assertIn("| run | execution | repeats | steps |", text)  # the axis that varies, no other
+        self.assertIn("| readiness | readiness:schedule | 1 | 1 | 1e+07 | 0.0004 | 35.0 | 1.500x |", text)
+        self.assertIn("| strict | strict | 1 | 1 | 6.667e+06 | 0.0006 | 35.0 | 1.000x |", text)
         self.assertIn("![comparison](report.png)", text)
         with open(self.path("report.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # Without --include-warmup step 0 is left out: a one-step run has nothing left, said clearly.
+        r = run("compare.py", base, "-o", out)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("leaving out 1 warm-up step(s) leaves none (use --include-warmup", r.stderr)
 
 
 class Outputs(TempDirCase):
@@ -222,7 +286,7 @@ class Outputs(TempDirCase):
         names = {e["pid"]: e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
         self.assertEqual(names[0], "rank 0 (simulator)")
         self.assertEqual(names[1], "rank 1 (simulator)")
-        ops = [e for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] != "step"]
+        ops = [e for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
         self.assertEqual(len(ops), 2 * len(tracegen.example_events()))
         b1 = [e for e in ops if e["name"] == "B1" and e["pid"] == 0 and e["args"]["step"] == 0][0]
         self.assertEqual((b1["ts"], b1["dur"], b1["args"]["migrated"]), (0.5, 0.1, 1))  # us
@@ -230,6 +294,7 @@ class Outputs(TempDirCase):
             dr = load_json(os.path.join(per, "rank%d.json" % r))
             self.assertEqual(dr["distributedInfo"]["rank"], r)
             self.assertTrue(all(e["pid"] == r for e in dr["traceEvents"]))
+        self.assertNotIn("baseTimeNanoseconds", d)  # the simulator's clock has no epoch
 
     def test_every_tool_has_help(self):
         for script in ("bubbles.py", "timeline.py", "compare.py", "perfetto.py"):
@@ -291,7 +356,7 @@ class Malformed(TempDirCase):
         p = self.example()
         self.check_error(p, "step 7 is not in /steps", "bubbles.py", "--step", "7")
         self.check_error(p, "baseline 'nope' is not one of the runs", "compare.py", "-o", self.path("r.md"),
-                         "--baseline", "nope")
+                         "--baseline", "nope", "--include-warmup")
 
 
 class KilledRun(TempDirCase):
@@ -317,6 +382,110 @@ class KilledRun(TempDirCase):
         d = json.loads(r.stdout)["traces"][0]
         self.assertEqual(len(d["per_step"]), 1)
         self.assertAlmostEqual(d["overall"]["bubble_ratio"], 0.35)
+
+
+class ProfilerExport(TempDirCase):
+    def test_flows_profiler_steps_hta_fields_and_counters(self):
+        trace = ct.load(self.example(steps=3))
+        events, origin = perfetto.convert(trace)
+        doc = perfetto.document(trace, events, origin, 0)
+        check_profiler_export(self, trace, doc)
+        flows = [e for e in events if e["ph"] == "s"]
+        self.assertEqual([(e["pid"], e["ts"]) for e in flows], [(0, 0.1), (0, 1.1), (0, 2.1)])
+        # Counters of rank 1 in step 0 (hand-computed from tracegen.example_events): F0 ends 220, F1 390,
+        # W0 470, W1 500; ready but not started: F0 [110,120), F1 [210,290), W0 [290,440), B1 none, W1 [440,470).
+        held = [(e["ts"], e["args"]["microbatches"]) for e in events
+                if e["ph"] == "C" and e["pid"] == 1 and e["name"] == "in-flight activations" and e["ts"] < 1]
+        self.assertEqual(held, [(0.22, 1), (0.39, 2), (0.47, 1), (0.5, 0)])
+        ready = [(e["ts"], e["args"]["ops"]) for e in events
+                 if e["ph"] == "C" and e["pid"] == 1 and e["name"] == "ready ops" and e["ts"] < 1]
+        self.assertEqual(ready, [(0.11, 1), (0.12, 0), (0.21, 1), (0.29, 1), (0.44, 1), (0.47, 0)])
+
+    def test_interleaved_transfers_pair_by_stage_and_order(self):
+        """Two ranks, two chunks: rank 0 sends microbatch 0 forward (stage 0 -> 1) and, from stage 2, both forward
+        (-> 3) and backward (-> 1); each SEND gets the RECV of an adjacent stage, earliest first."""
+        ev = tracegen.ev
+        rows = [ev(0, 0, "F", 0, 0, 0, 10, stage=0), ev(0, 0, "SEND", 0, 10, 10, 12, stage=0, peer=1),
+                ev(0, 1, "RECV", 0, 0, 0, 12, stage=1, peer=0), ev(0, 0, "SEND", 0, 30, 30, 32, stage=2, peer=1),
+                ev(0, 1, "RECV", 0, 0, 0, 32, stage=3, peer=0), ev(0, 0, "SEND", 0, 50, 50, 52, stage=2, peer=1),
+                ev(0, 1, "RECV", 0, 0, 0, 52, stage=1, peer=0)]
+        p = self.path("interleaved.h5")
+        tracegen.write_trace(p, rows, [tracegen.step_row(0, 10, 0.5, 10.0)])
+        trace = ct.load(p)
+        self.assertEqual(perfetto.pair_transfers(trace), [(1, 2), (3, 4), (5, 6)])
+        tracegen.write_trace(p, rows[:-1], [tracegen.step_row(0, 10, 0.5, 10.0)])
+        r = run("perfetto.py", p, "-o", self.path("x.json"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("SEND of step 0 from rank 0 (stage 2) to rank 1, microbatch 0, has no matching RECV", r.stderr)
+
+    def test_old_trace_has_no_units_and_no_epoch(self):
+        trace = ct.load(self.example())
+        self.assertEqual(trace.units("events"), {})
+        self.assertIsNone(trace.epoch_unix_ns)
+
+
+def sweep_trace(path, name, schedule, noise, makespans, seed=0):
+    """A trace whose deck names its source fragments as conductor's resolved deck does."""
+    deck = ("# conductor resolved deck (every key, defaults included), composed in this order:\n"
+            "#   deck inputs/quickstart.yaml\n" +
+            ("#   fragment inputs/noise/%s.yaml\n" % noise if noise != "none" else "") +
+            "run:\n  name: %s\n  steps: %d\nschedule:\n  kind: %s\nnoise:\n  kind: [%s]\n  seed: %d\n" %
+            (name, len(makespans), schedule, "gaussian" if noise != "none" else "none", seed))
+    events, rows = [], []
+    for s, mk in enumerate(makespans):
+        events += tracegen.example_events(s, 1000 * s)
+        rows.append(tracegen.step_row(s, mk, 0.35, 400.0, start=1000 * s))
+    tracegen.write_trace(path, events, rows, schedule=schedule, deck=deck)
+    return path
+
+
+class SweepReport(TempDirCase):
+    def test_groups_repeats_skip_warmup_and_spread(self):
+        specs = []
+        for sched in ("1f1b", "zb-h1"):
+            for noise in ("none", "jitter10"):
+                for rep, tail in enumerate((500, 700)):
+                    name = "q-%s-%s-r%d" % (sched, noise, rep)
+                    # step 0 (warm-up) is 10x slower: it must not count by default
+                    sweep_trace(self.path(name + ".h5"), name, sched, noise, [6000, tail, tail], seed=rep)
+                    specs.append("%s=%s" % (name, self.path(name + ".h5")))
+        runs = [compare.run_figures(n, t, 1) for n, t in compare.parse_runs(specs)]
+        groups, varying, other = compare.group(runs)
+        self.assertEqual(varying, ["schedule", "noise"])
+        self.assertFalse(other)
+        self.assertEqual([g["label"] for g in groups], ["q-1f1b-none", "q-1f1b-jitter10", "q-zb-h1-none",
+                                                        "q-zb-h1-jitter10"])
+        self.assertEqual([len(g["runs"]) for g in groups], [2, 2, 2, 2])
+        compare.stats(groups, "q-1f1b-none")
+        mean, sd = groups[0]["mean_makespan_ms"]
+        self.assertAlmostEqual(mean, 600e-6)
+        self.assertAlmostEqual(sd, np.std([500e-6, 700e-6], ddof=1))
+        self.assertAlmostEqual(groups[0]["speedup"][0], (600 / 500 + 600 / 700) / 2)
+        out = self.path("report.md")
+        self.assertEqual(compare.main(specs + ["-o", out, "--baseline", "q-1f1b-none"]), 0)
+        with open(out) as f:
+            text = f.read()
+        self.assertIn("8 runs in 4 configurations; step 0 (warm-up) left out", text)
+        self.assertIn("| q-zb-h1-jitter10 | zb-h1 | jitter10 | 2 | 2 |", text)
+        self.assertIn("0.0006 ± 0.0001414", text)
+        self.assertIn("Same for every run: deck **quickstart**, execution **strict**", text)
+        self.assertEqual(compare.main(specs + ["-o", out, "--include-warmup"]), 0)
+        with open(out) as f:
+            self.assertIn("| q-1f1b-none | 1f1b | none | 2 | 3 | ", f.read())
+
+    def test_eighteen_configurations_make_a_bounded_figure(self):
+        specs = []
+        for sched in ("1f1b", "zb-h1", "gpipe"):
+            for noise in ("none", "jitter10", "straggler", "congestion", "a", "b"):
+                name = "q-%s-%s" % (sched, noise)
+                specs.append("%s=%s" % (name, sweep_trace(self.path(name + ".h5"), name, sched, noise, [600, 600])))
+        out = self.path("r.md")
+        self.assertEqual(compare.main(specs + ["-o", out]), 0)
+        import matplotlib.image
+        h, w = matplotlib.image.imread(self.path("r.png")).shape[:2]
+        self.assertLessEqual(w, 1200)  # was 7776 x 432 with one bar group per run in a strip
+        self.assertLessEqual(h, 700)
+        self.assertGreaterEqual(h, 18 * 20)  # every configuration gets a readable row
 
 
 class SimulatorTrace(TempDirCase):
@@ -356,7 +525,13 @@ class SimulatorTrace(TempDirCase):
         self.assertEqual(timeline.main([self.trace_path, "-o", self.path("t.png")]), 0)
         self.assertEqual(perfetto.main([self.trace_path, "-o", self.path("t.json")]), 0)
         d = load_json(self.path("t.json"))
-        self.assertEqual(sum(1 for e in d["traceEvents"] if e["ph"] == "X" and e["cat"] != "step"), len(trace.events))
+        self.assertEqual(sum(1 for e in d["traceEvents"] if e.get("cat") == "kernel"), len(trace.events))
+        check_profiler_export(self, trace, d)
+        units = trace.units("events")  # dataset attributes written by the C++ writer
+        self.assertEqual((units["start_ns"], units["bytes"], units["step"]), ("ns", "B", ""))
+        self.assertEqual(trace.units("steps")["samples_per_s"], "samples/s")
+        self.assertIn("simulated", trace.dataset_attrs["events"]["clock"])
+        self.assertIsNone(trace.epoch_unix_ns)
 
 
 if __name__ == "__main__":

@@ -44,13 +44,13 @@ EXAMPLE = {"makespan_ns": 600, "bubble_ratio": 0.35, "lower_bound_ns": 400.0, "s
 
 
 def write_trace(path, events, steps, world_size=2, schedule="1f1b", execution="strict", drop=(), libver=None,
-                swmr_kill=False):
+                swmr_kill=False, deck="pipeline: 2\n"):
     """events: list of tuples (EVENT_T order); steps: list of tuples (STEP_T order). drop: names of
     datasets ('events', 'steps'), fields ('events.ready_ns') or attributes ('@world_size') to leave out."""
     drop = set(drop)
     kw = {"libver": ("v110", "v110")} if swmr_kill else {}
     f = h5py.File(path, "w", **kw)
-    attrs = {"schema_version": np.int32(1), "deck": "pipeline: 2\n", "world_size": np.int32(world_size),
+    attrs = {"schema_version": np.int32(1), "deck": deck, "world_size": np.int32(world_size),
              "schedule": schedule, "execution": execution, "hint": "schedule", "backend": "simulator",
              "source": "simulator", "hostnames": ["simulator"] * world_size, "git_revision": "test",
              "pipeline": np.int32(world_size), "microbatches": np.int32(2), "virtual": np.int32(1)}
