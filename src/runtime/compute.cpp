@@ -12,6 +12,10 @@
 #include "conductor/model/cuda/cuda_backend.hpp"
 #include "conductor/runtime/cuda/device_selection.hpp"
 #include "conductor/runtime/cuda/gpu_clock.hpp"
+// Header-only NVTX 3: without a tool attached (Nsight Systems) each call is a check of a null pointer.
+#include <nvtx3/nvToolsExt.h>
+
+#include <cstdio>
 #endif
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sched/cost.hpp"
@@ -158,6 +162,42 @@ class HostModelCompute final : public StageCompute {
 // step and the trace times each op on the GPU's own clock. The noise model's extra time is a GPU-side delay
 // kernel inside the op, so a modelled straggler slows the device, not the host. Payload buffers are device
 // memory: the data transport moves them (NCCL, or host-staged MPI for ranks that share a GPU).
+//
+// Each launch is an NVTX range in the domain "conductor", named like the trace's ops ("F3 stage 1 step 5",
+// coloured by kind): Nsight Systems shows it on the host thread and projects it onto the kernels it queued.
+class NvtxOpRange {
+ public:
+  NvtxOpRange(int step, const sched::Action& a, int stage) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s%d stage %d step %d", sched::to_string(a.kind), a.microbatch, stage, step);
+    nvtxEventAttributes_t attr{};
+    attr.version = NVTX_VERSION;
+    attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attr.colorType = NVTX_COLOR_ARGB;
+    attr.color = colour(a.kind);
+    attr.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    attr.message.ascii = name;
+    nvtxDomainRangePushEx(domain(), &attr);
+  }
+  ~NvtxOpRange() { nvtxDomainRangePop(domain()); }
+  NvtxOpRange(const NvtxOpRange&) = delete;
+  NvtxOpRange& operator=(const NvtxOpRange&) = delete;
+
+ private:
+  static nvtxDomainHandle_t domain() {
+    static const nvtxDomainHandle_t d = nvtxDomainCreateA("conductor");
+    return d;
+  }
+  static std::uint32_t colour(sched::OpKind k) {  // analysis/timeline.py's colours
+    switch (k) {
+      case sched::OpKind::F: return 0xFF4C72B0;
+      case sched::OpKind::B: return 0xFFDD8452;
+      case sched::OpKind::W: return 0xFF55A868;
+      default: return 0xFFC44E52;
+    }
+  }
+};
+
 class DeviceModelCompute final : public StageCompute {
  public:
   DeviceModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
@@ -178,6 +218,7 @@ class DeviceModelCompute final : public StageCompute {
     model_->begin_step(step);
   }
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
+    const NvtxOpRange range(step, a, stage);
     Marks marks;
     marks.start = clock_->mark();
     run_stage_op(*model_, a, stage, in, out);
