@@ -1,5 +1,5 @@
 #!/bin/bash
-# Submits jobs/sweep.sbatch as a job array sized to the sweep (decks x schedules x executions x noises), then
+# Submits jobs/sweep.sbatch as a job array sized to the sweep (decks x schedules x executions x noises x repeats), then
 # jobs/analyze.sbatch over the sweep folder with --dependency=afterok on the whole array, so the report is
 # written once every task succeeded. Run it from the folder the outputs should go under (usually the repo root).
 #
