@@ -146,6 +146,16 @@ expect 2 "array task 36 is outside the sweep's 36 combinations" -- \
 expect 2 "SLURM_ARRAY_TASK_ID is not set" -- bash "$src/jobs/sweep.sbatch"
 expect 2 "noise preset 'nosuch' not found" -- env SWEEP_NOISES=nosuch SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=0 \
   SLURM_NTASKS=4 bash "$src/jobs/sweep.sbatch"
+# SWEEP_REPEATS: every combination N times (repeat fastest), repeat r with noise.seed=r and the label suffix -r<r>
+[[ $(SWEEP_REPEATS=2 bash "$src/jobs/sweep.sbatch" --count) == 72 ]] && ok || bad "SWEEP_REPEATS=2 did not double the count"
+SWEEP_REPEATS=2 bash "$src/jobs/sweep.sbatch" --list >list2.tsv
+[[ $(awk -F'\t' '$1 == 3 {print $6, $7}' list2.tsv) == "quickstart-1f1b-strict-jitter10-r1 1" ]] && ok ||
+  bad "SWEEP_REPEATS=2: task 3 is not repeat 1 of the second combination: $(sed -n 5p list2.tsv)"
+out=$(env SWEEP_REPEATS=2 SLURM_JOB_ID=200 SLURM_ARRAY_JOB_ID=200 SLURM_ARRAY_TASK_ID=3 SLURM_NTASKS=4 \
+  bash "$src/jobs/sweep.sbatch" 2>&1) && grep -q "noise.seed=1" <<<"$out" &&
+  grep -qx "repeat: 1 of 2" "$SWEEP_DIR/003-quickstart-1f1b-strict-jitter10-r1/combination.txt" && ok ||
+  bad "SWEEP_REPEATS=2 task 3 did not run with noise.seed=1: $out"
+expect 2 "SWEEP_REPEATS='0' must be a positive integer" -- env SWEEP_REPEATS=0 bash "$src/jobs/sweep.sbatch" --count
 unset SWEEP_DECKS SWEEP_SCHEDULES SWEEP_EXECUTIONS SWEEP_NOISES SWEEP_DIR
 
 # --- analyze.sbatch refuses a folder without traces
