@@ -193,12 +193,13 @@ def chart(groups, varying, base, path, skip, dpi=100):
     fig, axes = plt.subplots(1, 3, figsize=chart_size(n), sharey=True)
     y = np.arange(n)[::-1]
     labels = []
-    for g in groups:
-        rest = [g["axes"][a] for a in varying if a != colour_axis]
-        labels.append(" / ".join(rest + ([g["other"]] if g.get("other") else [])) or g["label"])
+    for g in groups:  # the run's name, with the axes its name does not already spell (sweep labels do)
+        shown = [g["axes"][a] for a in varying] + ([g["other"]] if g.get("other") else [])
+        missing = [v for v in shown if v.replace(":", "-") not in g["label"]]
+        labels.append(g["label"] + (" (%s)" % ", ".join(missing) if missing else ""))
     for ax, (key, title, scale) in zip(axes, [METRICS[0], METRICS[2], METRICS[3]]):
         means = [g[key][0] * scale for g in groups]
-        errs = [(g[key][1] or 0.0) * scale for g in groups]
+        errs = [(g[key][1] or 0.0) * scale for g in groups] if any(len(g["runs"]) > 1 for g in groups) else None
         cols = [colour.get(g["axes"][colour_axis], "#4C72B0") if colour_axis else
                 ("#8C8C8C" if g is base else "#4C72B0") for g in groups]
         ax.barh(y, means, xerr=errs, color=cols, height=0.7, error_kw={"elinewidth": 0.8, "capsize": 2})
@@ -223,7 +224,7 @@ def chart(groups, varying, base, path, skip, dpi=100):
     plt.close(fig)
 
 
-def _short(s, width=48):
+def _short(s, width=56):
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
