@@ -68,6 +68,22 @@ std::string read_string_attr(hid_t file, const std::string& path, const char* na
   return v.empty() ? std::string() : v.front();
 }
 
+// The clock of the *_ns times, from /events' attributes (docs/trace.md, "Dataset attributes"); a trace written
+// before they existed leaves clock "" and no epoch.
+void read_clock(hid_t file, const std::string& path, RunInfo& info) {
+  info.clock.clear();
+  info.epoch_unix_ns.reset();
+  h5::Handle events(H5Dopen2(file, "events", H5P_DEFAULT), H5Dclose);
+  if (!events.valid()) return;  // read_table names the missing dataset
+  if (H5Aexists(events.get(), "clock") > 0) info.clock = read_string_attr(events.get(), path, "clock");
+  if (H5Aexists(events.get(), "epoch_unix_ns") > 0) {
+    h5::Handle attr = open_attr(events.get(), path, "epoch_unix_ns");
+    std::int64_t value = 0;
+    if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0) h5::fail_input(path, "H5Aread(epoch_unix_ns)");
+    info.epoch_unix_ns = value;
+  }
+}
+
 template <typename Row, std::size_t N>
 std::vector<Row> read_table(hid_t file, const std::string& path, const char* name,
                             const std::array<std::string_view, N>& fields, const h5::Handle& mem_type) {
@@ -152,6 +168,7 @@ Trace read_trace(const std::string& path) {
   t.info.pipeline = read_int_attr(f, path, "pipeline");
   t.info.microbatches = read_int_attr(f, path, "microbatches");
   t.info.virtual_chunks = read_int_attr(f, path, "virtual");
+  read_clock(f, path, t.info);
 
   h5::Handle event_mem = h5::event_type(false);
   h5::Handle step_mem = h5::step_type(false);

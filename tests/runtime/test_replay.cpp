@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -196,6 +197,13 @@ TEST(Replay, WrongOptionsDiverge) {
   runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
   const trace::Trace t = trace::read_trace(out + "/trace.h5");
+  // The runtime records its clock's UNIX epoch: the first op began within the last ten minutes of wall time.
+  ASSERT_TRUE(t.info.epoch_unix_ns.has_value());
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::int64_t began = *t.info.epoch_unix_ns + t.events.front().start_ns;
+  EXPECT_LE(began, now);
+  EXPECT_GT(began, now - 600'000'000'000LL);
   const sched::Schedule order = sched::make_schedule(config::resolve(deck));
   bool any_reordered = false, any_diverged = false;
   for (int step = 0; step < deck.run.steps; ++step) {

@@ -490,7 +490,12 @@ with h5py.File(sys.argv[2], "r+") as f:  # as written before the attributes exis
   EXPECT_EQ(out,
             "events B test clock 1700000000123456789\nsteps samples/s test clock 1700000000123456789\n"
             "events B test clock none\nsteps samples/s test clock none\n");
+  const Trace with = read_trace(runtime);
+  EXPECT_EQ(with.info.clock, "test clock");
+  EXPECT_EQ(with.info.epoch_unix_ns, info.epoch_unix_ns);
   const Trace t = read_trace(sim);
+  EXPECT_EQ(t.info.clock, "");
+  EXPECT_FALSE(t.info.epoch_unix_ns.has_value());
   ASSERT_EQ(t.events.size(), ev.size());
   for (size_t i = 0; i < ev.size(); ++i) expect_same(t.events[i], ev[i]);
   ASSERT_EQ(t.steps.size(), 1u);

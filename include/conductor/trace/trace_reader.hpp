@@ -11,7 +11,7 @@ namespace conductor::trace {
 
 struct Trace {
   int schema_version = 0;
-  RunInfo info;
+  RunInfo info;  // info.clock is "" and info.epoch_unix_ns empty for a trace written before they were recorded
   std::vector<OpEvent> events;
   std::vector<StepRecord> steps;
 };
