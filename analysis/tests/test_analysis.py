@@ -533,6 +533,25 @@ class SimulatorTrace(TempDirCase):
         self.assertIn("simulated", trace.dataset_attrs["events"]["clock"])
         self.assertIsNone(trace.epoch_unix_ns)
 
+    def test_interleaved_transfers_pair_exactly(self):
+        """Two chunks per rank send both ways between the same ranks; in the simulator a SEND and its RECV
+        share their times, so every pair perfetto.py makes can be checked exactly."""
+        out = self.path("interleaved")
+        r = subprocess.run([os.environ["CONDUCTOR_BINARY"], "simulate", os.path.join(SOURCE, "inputs", "quickstart.yaml"),
+                            "run.output=" + out, "trace.enabled=true", "run.steps=2", "schedule.kind=1f1b-interleaved",
+                            "parallel.virtual=2", "noise.kind=gaussian", "noise.level=0.3"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = ct.load(os.path.join(out, "trace.h5"))
+        ev = trace.events
+        pairs = perfetto.pair_transfers(trace)
+        self.assertEqual(len(pairs), int((ev["kind"] == trace.kind_code("SEND")).sum()))
+        for s, q in pairs:
+            self.assertEqual((ev["start_ns"][s], ev["end_ns"][s]), (ev["start_ns"][q], ev["end_ns"][q]))
+            self.assertEqual(abs(int(ev["stage"][s]) - int(ev["stage"][q])), 1)
+        events, origin = perfetto.convert(trace)
+        check_profiler_export(self, trace, perfetto.document(trace, events, origin, 0))
+
 
 if __name__ == "__main__":
     unittest.main()
