@@ -1,7 +1,11 @@
 #include "conductor/config/resolve.hpp"
 
+#include <glob.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "conductor/util/error.hpp"
@@ -156,6 +160,37 @@ plan::Costs costs_from_model(const Deck& d) {
   return c;
 }
 
+namespace {
+
+std::vector<std::string> glob_files(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; i++) {
+      if (std::filesystem::is_regular_file(g.gl_pathv[i])) out.emplace_back(g.gl_pathv[i]);
+    }
+  }
+  globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_data_path(const std::string& source, const std::string& path) {
+  if (path.empty()) return {};
+  if (source != "megatron") return glob_files(path);
+  std::string prefix = path;
+  if (ends_with(prefix, ".bin") || ends_with(prefix, ".idx")) prefix.resize(prefix.size() - 4);
+  std::set<std::string> prefixes;
+  for (const std::string& idx : glob_files(prefix + ".idx")) prefixes.insert(idx.substr(0, idx.size() - 4));
+  return {prefixes.begin(), prefixes.end()};
+}
+
 plan::Plan resolve(const Deck& d) {
   plan::Plan out;
   out.backend = d.backend;
@@ -168,7 +203,9 @@ plan::Plan resolve(const Deck& d) {
   if (limit > 0) out.memory.rank_limit.assign(static_cast<std::size_t>(d.parallel.pipeline), limit);
   out.noise = resolved_noise(d.noise);
   out.model = resolved_model(d.model);
-  out.data = plan::Data{d.data.source, d.data.path};
+  out.data = plan::Data{d.data.source, d.data.path, expand_data_path(d.data.source, d.data.path),
+                        expand_data_path(d.data.source, d.data.valid_path), d.data.valid_fraction};
+  out.eval = plan::Eval{d.eval.every, d.eval.batches};
   out.optim = resolved_optim(d);
   out.runtime = plan::Runtime{d.runtime.watchdog_s};
   out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep};

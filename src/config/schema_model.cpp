@@ -78,11 +78,34 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
                   "data.source", [](Deck & d) -> auto& { return d.data.source; },
                   "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
-                  "structure, seeded by run.seed) or `file` (byte-level windows of data.path).")
-                  .one_of({"synthetic", "file"}));
+                  "structure, seeded by run.seed), `file` (byte-level windows of data.path), `llmc` (llm.c "
+                  "token shards: a 256-int32 header, magic 20240520 with uint16 tokens or 20240801 with uint32) "
+                  "or `megatron` (a Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx).")
+                  .one_of({"synthetic", "file", "llmc", "megatron"}));
   f.push_back(field<std::string>(
       "data.path", [](Deck & d) -> auto& { return d.data.path; },
-      "Text file read as bytes when data.source is `file` (needs model.vocab >= 256)."));
+      "Training data: a file or glob (`file`: read as bytes, needs model.vocab >= 256; `llmc`: shards such as "
+      "`fineweb_train_*.bin`, in sorted order), or a Megatron dataset prefix or glob of prefixes (`megatron`: "
+      "the path without .bin/.idx). Every token id must be below model.vocab."));
+  f.push_back(field<std::string>(
+      "data.valid_path", [](Deck & d) -> auto& { return d.data.valid_path; },
+      "Validation data in data.source's format (file, glob or prefix as data.path); empty: the last "
+      "data.valid_fraction of each training file (synthetic: a separate stream of the same source)."));
+  f.push_back(field<double>(
+                  "data.valid_fraction", [](Deck & d) -> auto& { return d.data.valid_fraction; },
+                  "Tail of each training file held out for validation when data.valid_path is empty (never "
+                  "trained on); 0: none.")
+                  .range(0, 0.5));
+  f.push_back(field<int>(
+                  "eval.every", [](Deck & d) -> auto& { return d.eval.every; },
+                  "Validation loss (forward only, through the pipeline) after every N steps and after the last "
+                  "step; printed in the step line and stored in summary.json. 0: never.")
+                  .range(0, 1e9));
+  f.push_back(field<int>(
+                  "eval.batches", [](Deck & d) -> auto& { return d.eval.batches; },
+                  "Validation microbatches (parallel.microbatch_size sequences each) per evaluation: the same "
+                  "ones every time.")
+                  .range(1, 1e6));
 
   f.push_back(field<double>(
                   "optim.lr", [](Deck & d) -> auto& { return d.optim.lr; }, "Peak learning rate of AdamW.")
@@ -178,6 +201,61 @@ void balance_layers(Deck& deck, const std::string& src, std::vector<std::string>
 
 }  // namespace
 
+namespace {
+
+// data.* and eval.*: the files exist and the keys fit together; the files' contents (headers, token ids against
+// model.vocab) are checked where they are read (model/data.hpp).
+void finalize_data(const Deck& deck, const std::string& src, std::vector<std::string>& problems) {
+  const DataConfig& d = deck.data;
+  // A path the user named but the trainer would not read: training on synthetic tokens instead gives a
+  // plausible loss curve from the wrong data, found only after the run, so it is an error, not a warning.
+  if (d.source == "synthetic") {
+    for (const auto& [key, value] : {std::pair{"data.path", d.path}, std::pair{"data.valid_path", d.valid_path}}) {
+      if (!value.empty()) {
+        problems.push_back(src + ": " + key + " = '" + value +
+                           "' is set but data.source = 'synthetic' does not read it (set data.source: file, llmc "
+                           "or megatron to train on it, or drop " +
+                           key + ")");
+      }
+    }
+    if (d.valid_fraction > 0) {
+      problems.push_back(src + ": data.valid_fraction is set but data.source = 'synthetic' has no files to split");
+    }
+    return;
+  }
+  const std::string what = d.source == "file"   ? "a text file read as bytes"
+                           : d.source == "llmc" ? "llm.c .bin token shards: a file or glob"
+                                                : "a Megatron dataset prefix: PREFIX.bin + PREFIX.idx";
+  const std::string noun = d.source == "file"   ? "file"
+                           : d.source == "llmc" ? "file (llm.c token shards)"
+                                                : "Megatron dataset (PREFIX.idx + PREFIX.bin)";
+  if (d.path.empty()) {
+    problems.push_back(src + ": data.source = " + d.source + " needs data.path (" + what + ")");
+  } else if (d.source == "file" && !std::filesystem::is_regular_file(d.path)) {
+    problems.push_back(src + ": data.path = '" + d.path + "' is not a readable file");
+  } else if (expand_data_path(d.source, d.path).empty()) {
+    problems.push_back(src + ": data.path = '" + d.path + "' matches no " + noun);
+  }
+  if (!d.valid_path.empty() && expand_data_path(d.source, d.valid_path).empty()) {
+    problems.push_back(src + ": data.valid_path = '" + d.valid_path + "' matches no " + noun);
+  }
+  if (!d.valid_path.empty() && d.valid_fraction > 0) {
+    problems.push_back(src +
+                       ": data.valid_path and data.valid_fraction are both set; validation data comes from "
+                       "one of them");
+  }
+  if (deck.eval.every > 0 && d.valid_path.empty() && d.valid_fraction == 0) {
+    problems.push_back(src + ": eval.every = " + std::to_string(deck.eval.every) +
+                       " needs validation data: set data.valid_path or data.valid_fraction");
+  }
+  if (d.source == "file" && deck.model.vocab < 256) {
+    problems.push_back(src + ": data.source = file reads bytes, so model.vocab must be >= 256, got " +
+                       std::to_string(deck.model.vocab));
+  }
+}
+
+}  // namespace
+
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
   const std::string& src = options.source_name;
   if (deck.model.balance_layers && deck.model.layers_per_stage.empty()) balance_layers(deck, src, problems);
@@ -204,23 +282,7 @@ void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::str
                        " virtual stages (parallel.pipeline x parallel.virtual); add layers or list "
                        "model.layers_per_stage explicitly (0 layers on a stage is allowed there)");
   }
-  // A path the user named but the trainer would not read: training on synthetic bytes instead gives a
-  // plausible loss curve from the wrong data, found only after the run, so it is an error, not a warning.
-  if (deck.data.source != "file" && !deck.data.path.empty()) {
-    problems.push_back(src + ": data.path = '" + deck.data.path + "' is set but data.source = '" + deck.data.source +
-                       "' does not read it (set data.source: file to train on it, or drop data.path)");
-  }
-  if (deck.data.source == "file") {
-    if (deck.data.path.empty()) {
-      problems.push_back(src + ": data.source = file needs data.path (a text file read as bytes)");
-    } else if (!std::filesystem::is_regular_file(deck.data.path)) {
-      problems.push_back(src + ": data.path = '" + deck.data.path + "' is not a readable file");
-    }
-    if (m.vocab < 256) {
-      problems.push_back(src + ": data.source = file reads bytes, so model.vocab must be >= 256, got " +
-                         std::to_string(m.vocab));
-    }
-  }
+  finalize_data(deck, src, problems);
 }
 
 }  // namespace conductor::config

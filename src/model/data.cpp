@@ -1,9 +1,8 @@
 // Deterministic training data (see data.hpp).
 #include "conductor/model/data.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 
@@ -35,30 +34,77 @@ DataSource::DataSource(const plan::Plan& plan)
         successors_[a * kSuccessors + j] = static_cast<int>(mix(table, a * kSuccessors + j) % vocab_);
       }
     }
-  } else if (source_ == "file") {
-    if (vocab_ < 256) {
-      throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
-    }
-    std::ifstream in(plan.data.path, std::ios::binary);
-    if (!in) throw InputError("data.path: cannot open '" + plan.data.path + "'");
-    bytes_ = std::make_shared<std::vector<std::uint8_t>>(std::istreambuf_iterator<char>(in),
-                                                         std::istreambuf_iterator<char>());
-    if (bytes_->size() < static_cast<std::size_t>(seq_len_) + 1) {
-      throw InputError("data.path: '" + plan.data.path + "' has " + std::to_string(bytes_->size()) +
-                       " bytes; model.seq_len = " + std::to_string(seq_len_) + " needs at least " +
-                       std::to_string(seq_len_ + 1));
-    }
+  } else if (source_ == "file" || source_ == "llmc" || source_ == "megatron") {
+    load_files(plan);
   } else {
-    throw InputError("data.source = '" + source_ + "' is not one of synthetic, file");
+    throw InputError("data.source = '" + source_ + "' is not one of synthetic, file, llmc, megatron");
+  }
+}
+
+namespace {
+
+TokenSpan read_run(const std::string& source, const std::string& path) {
+  if (source == "llmc") return read_llmc_shard(path);
+  if (source == "megatron") return read_megatron_dataset(path);
+  return read_bytes_file(path);
+}
+
+std::string listed(const std::vector<std::string>& files) {
+  return files.size() == 1 ? "'" + files[0] + "'" : std::to_string(files.size()) + " files";
+}
+
+}  // namespace
+
+void DataSource::Corpus::add(TokenSpan run, int window) {
+  if (windows_before.empty()) windows_before.push_back(0);
+  const std::size_t n = run.count >= static_cast<std::size_t>(window) ? run.count - window + 1 : 0;
+  windows_before.push_back(windows_before.back() + n);
+  runs.push_back(std::move(run));
+}
+
+void DataSource::Corpus::copy_window(std::size_t w, int window, int* tokens) const {
+  // The run holding window w: the last run whose first window is <= w (runs too short for a window hold none).
+  const auto it = std::upper_bound(windows_before.begin(), windows_before.end(), w);
+  const std::size_t r = static_cast<std::size_t>(it - windows_before.begin()) - 1;
+  const std::size_t start = w - windows_before[r];
+  for (int t = 0; t < window; t++) tokens[t] = static_cast<int>(runs[r].at(start + static_cast<std::size_t>(t)));
+}
+
+void DataSource::load_files(const plan::Plan& plan) {
+  const plan::Data& d = plan.data;
+  if (d.train_files.empty()) throw InputError("data.path = '" + d.path + "' matches no file");
+  if (source_ == "file" && vocab_ < 256) {
+    throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
+  }
+  const int window = seq_len_ + 1;
+  for (const std::string& f : d.train_files) {
+    TokenSpan run = read_run(source_, f);
+    check_token_ids(run, vocab_, "data.path");
+    const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
+    if (held_out > 0) valid_.add(run.slice(run.count - held_out, held_out), window);
+    train_.add(run.slice(0, run.count - held_out), window);
+  }
+  for (const std::string& f : d.valid_files) {
+    TokenSpan run = read_run(source_, f);
+    check_token_ids(run, vocab_, "data.valid_path");
+    valid_.add(std::move(run), window);
+  }
+  const auto too_short = [&](const std::string& key, const std::vector<std::string>& files, const char* part) {
+    return InputError(key + ": " + listed(files) + " hold" + (files.size() == 1 ? "s" : "") + " no " + part +
+                      "window of model.seq_len + 1 = " + std::to_string(window) +
+                      " tokens; use longer files or a shorter model.seq_len");
+  };
+  if (train_.windows() == 0) throw too_short("data.path", d.train_files, d.valid_fraction > 0 ? "training " : "");
+  if (plan.eval.every > 0 && valid_.windows() == 0) {
+    throw d.valid_files.empty() ? too_short("data.valid_fraction", d.train_files, "held-out ")
+                                : too_short("data.valid_path", d.valid_files, "");
   }
 }
 
 void DataSource::row(std::uint64_t stream, int* tokens) const {
   const int n = seq_len_ + 1;
-  if (source_ == "file") {
-    const std::size_t windows = bytes_->size() - n + 1;
-    const std::size_t start = mix(stream, 0) % windows;
-    for (int t = 0; t < n; t++) tokens[t] = (*bytes_)[start + t];
+  if (source_ != "synthetic") {
+    train_.copy_window(mix(stream, 0) % train_.windows(), n, tokens);
     return;
   }
   int cur = static_cast<int>(mix(stream, 0) % vocab_);
@@ -73,19 +119,41 @@ void DataSource::row(std::uint64_t stream, int* tokens) const {
   }
 }
 
-void DataSource::microbatch(int step, int mb, std::vector<int>& inputs, std::vector<int>& targets) const {
+void DataSource::fill(const std::function<void(int, int*)>& row_of, std::vector<int>& inputs,
+                      std::vector<int>& targets) const {
   const int T = seq_len_;
   inputs.resize(static_cast<std::size_t>(batch_) * T);
   targets.resize(static_cast<std::size_t>(batch_) * T);
   std::vector<int> buf(T + 1);
   for (int b = 0; b < batch_; b++) {
-    const std::uint64_t stream = mix(mix(mix(seed_, static_cast<std::uint64_t>(step)), mb), b);
-    row(stream, buf.data());
+    row_of(b, buf.data());
     for (int t = 0; t < T; t++) {
       inputs[b * T + t] = buf[t];
       targets[b * T + t] = buf[t + 1];
     }
   }
+}
+
+void DataSource::microbatch(int step, int mb, std::vector<int>& inputs, std::vector<int>& targets) const {
+  fill([&](int b, int* tokens) { row(mix(mix(mix(seed_, static_cast<std::uint64_t>(step)), mb), b), tokens); }, inputs,
+       targets);
+}
+
+void DataSource::valid_microbatch(int batch, std::vector<int>& inputs, std::vector<int>& targets) const {
+  if (source_ == "synthetic") {
+    // Training streams start from mix(seed, step); a base no step reaches keeps validation rows apart.
+    const std::uint64_t base = mix(seed_ ^ 0x7a11d7a1ull, 0xe7a1ull);
+    fill([&](int b, int* tokens) { row(mix(mix(base, static_cast<std::uint64_t>(batch)), b), tokens); }, inputs,
+         targets);
+    return;
+  }
+  if (valid_.windows() == 0) throw InputError("no validation data: set data.valid_path or data.valid_fraction");
+  fill(
+      [&](int b, int* tokens) {
+        const std::size_t k = static_cast<std::size_t>(batch) * static_cast<std::size_t>(batch_) + b;
+        valid_.copy_window(k * static_cast<std::size_t>(seq_len_) % valid_.windows(), seq_len_ + 1, tokens);
+      },
+      inputs, targets);
 }
 
 double DataSource::empirical_unigram_entropy(int steps, int microbatches) const {

@@ -26,7 +26,21 @@ void run_microbatches(StageModel& model, std::vector<std::vector<float>>& act, s
 
 }  // namespace
 
-std::vector<double> train_reference(const plan::Plan& plan, int until_step) {
+double reference_eval_loss(StageModel& model, int batches) {
+  const int S = model.num_virtual_stages();
+  std::vector<std::vector<float>> act(S + 1, std::vector<float>(model.activation_elements()));
+  double sum = 0.0;
+  for (int b = 0; b < batches; b++) {
+    for (int vs = 0; vs < S; vs++) {
+      const double loss =
+          model.eval_forward(vs, b, vs == 0 ? nullptr : act[vs].data(), vs == S - 1 ? nullptr : act[vs + 1].data());
+      if (vs == S - 1) sum += loss;
+    }
+  }
+  return sum / batches;
+}
+
+std::vector<double> train_reference(const plan::Plan& plan, int until_step, std::vector<double>* valid_losses) {
   const int S = plan.pipeline.p * plan.pipeline.v;
   std::vector<int> all(S);
   for (int i = 0; i < S; i++) all[i] = i;
@@ -42,6 +56,7 @@ std::vector<double> train_reference(const plan::Plan& plan, int until_step) {
     run_microbatches(model, act, grad);
     model.optimizer_step(std::sqrt(model.local_grad_sq_norm()), step);
     losses.push_back(model.step_loss());
+    if (valid_losses && eval_due(plan, step)) valid_losses->push_back(reference_eval_loss(model, plan.eval.batches));
     const int done = step + 1;
     if (!plan.checkpoint.path.empty() &&
         ((plan.checkpoint.every > 0 && done % plan.checkpoint.every == 0) || done == last)) {

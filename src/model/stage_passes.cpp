@@ -2,6 +2,7 @@
 // and the step's losses. See stage.hpp for the contract.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "conductor/model/crossentropy.hpp"
 #include "conductor/model/encoder.hpp"
@@ -53,18 +54,21 @@ void StageModel::upload_step_tokens() {
 }
 
 // ------------------------------------------------------------------------------------------------ F
-void StageModel::forward(int vs, int mb, const float* in, float* out) {
-  VStage& s = stage(vs);
+void StageModel::check_forward_args(const VStage& s, const float* in, const float* out) const {
   if (!s.embedding && !in) {
-    throw Error("model: forward of virtual stage " + std::to_string(vs) + " needs an input tensor");
+    throw Error("model: forward of virtual stage " + std::to_string(s.vs) + " needs an input tensor");
   }
-  if (!s.head && !out) throw Error("model: forward of virtual stage " + std::to_string(vs) + " needs an output tensor");
-  Micro& m = micro(s, mb, Phase::idle, "forward");
+  if (!s.head && !out)
+    throw Error("model: forward of virtual stage " + std::to_string(s.vs) + " needs an output tensor");
+}
+
+// The layers of s on microbatch buffers m: tokens / targets are the microbatch's [B,T] ids on the backend (read
+// on the embedding / head stage only). On the head stage m.losses holds the token losses afterwards.
+void StageModel::run_forward(VStage& s, Micro& m, int* tokens, int* targets, const float* in, float* out) {
   const Dims& d = dims_;
   const std::size_t btc_bytes = activation_elements() * sizeof(float);
-  if (s.embedding || s.head) upload_step_tokens();
   if (s.embedding) {
-    m.tokens = step_tokens_.i() + static_cast<std::size_t>(mb) * d.BT();
+    m.tokens = tokens;
     const float* p = s.params.f();
     encoder_forward(m.res[0], m.tokens, p + s.offset("wte"), p + s.offset("wpe"), d.B, d.T, d.C, *backend_);
   } else {
@@ -72,27 +76,66 @@ void StageModel::forward(int vs, int mb, const float* in, float* out) {
   }
   for (int l = 0; l < s.n_layers; l++) layer_forward(*backend_, m.layers[l], s.w[l], d);
   if (s.head) {
-    head_forward(s, m, mb);
+    m.targets = targets;
+    head_forward(s, m);
   } else {
     backend_->copy(out, m.res[s.n_layers], btc_bytes);
+  }
+}
+
+void StageModel::forward(int vs, int mb, const float* in, float* out) {
+  VStage& s = stage(vs);
+  check_forward_args(s, in, out);
+  Micro& m = micro(s, mb, Phase::idle, "forward");
+  if (s.embedding || s.head) upload_step_tokens();
+  const std::size_t at = static_cast<std::size_t>(mb) * dims_.BT();
+  run_forward(s, m, step_tokens_.i() + at, step_targets_.i() + at, in, out);
+  if (s.head) {
+    // The token losses stay on the backend until someone asks (loss(), step_loss()): reading them here would
+    // block the host on the device after every last-stage forward.
+    backend_->copy(step_token_losses_.f() + at, m.losses, dims_.BT() * sizeof(float));
+    loss_pending_[mb] = 1;
   }
   s.phase[mb] = Phase::after_forward;
 }
 
-// Final LayerNorm, LM head and the token losses of microbatch mb.
-void StageModel::head_forward(VStage& s, Micro& m, int mb) {
+double StageModel::eval_forward(int vs, int batch, const float* in, float* out) {
+  VStage& s = stage(vs);
+  check_forward_args(s, in, out);
+  const std::size_t bt = dims_.BT();
+  if ((s.embedding || s.head) && !eval_tokens_.get()) {
+    eval_tokens_ = DeviceBuffer(*backend_, bt * sizeof(int));
+    eval_targets_ = DeviceBuffer(*backend_, bt * sizeof(int));
+  }
+  if (s.embedding || s.head) {
+    data_.valid_microbatch(batch, host_inputs_, host_targets_);
+    backend_->upload(eval_tokens_.get(), host_inputs_.data(), bt * sizeof(int));
+    backend_->upload(eval_targets_.get(), host_targets_.data(), bt * sizeof(int));
+  }
+  // Microbatch 0's buffers, idle between steps; given back at once, as a W would (no backward follows).
+  Micro& m = micro(s, 0, Phase::idle, "eval_forward");
+  run_forward(s, m, eval_tokens_.i(), eval_targets_.i(), in, out);
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  if (s.head) {
+    std::vector<float> host(bt);
+    backend_->download(host.data(), m.losses, bt * sizeof(float));
+    double sum = 0.0;
+    for (float v : host) sum += v;
+    loss = sum / static_cast<double>(bt);
+  }
+  s.pool.push_back(std::move(s.active[0]));
+  return loss;
+}
+
+// Final LayerNorm, LM head and the token losses (m.losses) of the microbatch whose targets m.targets points to.
+void StageModel::head_forward(VStage& s, Micro& m) {
   const Dims& d = dims_;
   const float* p = s.params.f();
-  m.targets = step_targets_.i() + static_cast<std::size_t>(mb) * d.BT();
   layernorm_forward(m.lnf, m.meanf, m.rstdf, m.res[s.n_layers], p + s.offset("lnf_w"), p + s.offset("lnf_b"), d.B, d.T,
                     d.C, *backend_);
   matmul_forward(m.logits, m.lnf, p + s.offset("lm_head_w"), nullptr, d.B, d.T, d.C, d.V, WeightLayout::out_in,
                  Accumulate::no, *backend_);
   crossentropy_forward(m.losses, m.probs, m.logits, m.targets, d.B, d.T, d.V, *backend_);
-  // The token losses stay on the backend until someone asks (loss(), step_loss()): reading them here would
-  // block the host on the device after every last-stage forward.
-  backend_->copy(step_token_losses_.f() + static_cast<std::size_t>(mb) * d.BT(), m.losses, d.BT() * sizeof(float));
-  loss_pending_[mb] = 1;
 }
 
 // ------------------------------------------------------------------------------------------------ B

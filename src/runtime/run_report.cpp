@@ -99,7 +99,7 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
 }
 
 void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks,
-                            double loss) {
+                            double loss, double valid_loss) {
   std::vector<trace::OpEvent> compute_events;
   for (const auto& e : all) {
     if (trace::is_compute(e.kind)) compute_events.push_back(e);
@@ -113,11 +113,12 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   }
   measured_.steps.push_back(step_result(rec, compute_events, world_size_, peaks));
   losses_.push_back(loss);
-  char line[256];
+  if (!std::isnan(valid_loss)) valid_losses_.emplace_back(step, valid_loss);
+  char line[320];
   std::snprintf(line, sizeof line, "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f", step + 1,
                 plan_.run.steps, !has_math_ ? "  -   " : loss_text(loss).c_str(),
                 static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
-  log::info(line);
+  log::info(std::isnan(valid_loss) ? std::string(line) : std::string(line) + "  val loss " + loss_text(valid_loss));
 }
 
 void RunReport::finish(const sched::Schedule& order, double memory_limit, int steps_done,
@@ -125,7 +126,8 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
   if (writer_) writer_->close();
   sim::finish_run(measured_, world_size_);
   const double final_loss = losses_.empty() ? std::numeric_limits<double>::quiet_NaN() : losses_.back();
-  const sim::TrainingFigures training{first_step_, losses_, planner.orders_from_policy, planner.latency_ms};
+  const sim::TrainingFigures training{first_step_, losses_, planner.orders_from_policy, planner.latency_ms,
+                                      valid_losses_};
   write_file(dir_ / "summary.json",
              sim::dump_json(sim::summary_json(measured_, plan_, order, memory_limit, training)) + "\n");
   if (!planner.latency_ms.empty()) {

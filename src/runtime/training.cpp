@@ -20,6 +20,7 @@
 #include "conductor/runtime/checkpointing.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/runtime/compute.hpp"
+#include "conductor/runtime/evaluation.hpp"
 #include "conductor/runtime/executor.hpp"
 #include "conductor/runtime/numerics.hpp"
 #include "conductor/runtime/run_report.hpp"
@@ -250,6 +251,10 @@ Training::After Training::step(int step) {
   const NonfiniteGuard::Verdict verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
   if (verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
   const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
+  double valid_loss = std::numeric_limits<double>::quiet_NaN();
+  if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
+    valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
+  }
 
   std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
   double peak = so.peak_memory;
@@ -259,7 +264,7 @@ Training::After Training::step(int step) {
                      (size_ == 2 ? " from rank " + std::to_string(1 - rank_) : std::string()) + " (step " +
                      std::to_string(step) + ")");
   if (report_) {
-    report_->record_step(step, all, peaks, loss);
+    report_->record_step(step, all, peaks, loss, valid_loss);
     if (verdict != NonfiniteGuard::Verdict::Update) {
       (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
     } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {
@@ -310,6 +315,7 @@ void Training::replan(int step, std::vector<trace::OpEvent> all) {
 void Training::finish() {
   if (!report_) return;
   outcome_.losses = report_->losses();
+  outcome_.valid_losses = report_->valid_losses();
   PlannerFigures figures;
   if (ahead_) {
     ahead_->finish();  // stopped early: let the planner finish before reading its figures

@@ -51,6 +51,10 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   out["first_step"] = training.first_step;
   out["losses"] = training.losses;
   out["final_loss"] = training.losses.empty() ? Json() : Json(training.losses.back());
+  Json valid = Json::array();
+  for (const auto& [step, loss] : training.valid_losses) valid.push_back({{"step", step + 1}, {"loss", loss}});
+  out["valid_losses"] = std::move(valid);
+  out["final_valid_loss"] = training.valid_losses.empty() ? Json() : Json(training.valid_losses.back().second);
   return out;
 }
 

@@ -110,12 +110,13 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
 TEST(SummaryJson, RunSummaryIsTheSimulatorsPlusTrainingFields) {
   const Simulated s = simulate_deck();
   const json simulated = written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
-  const sim::TrainingFigures training{2, {5.5, 5.125}, 1, {0.25}};
+  const sim::TrainingFigures training{2, {5.5, 5.125}, 1, {0.25}, {{1, 5.25}}};
   const sim::Json summary =
       sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit, training);
   std::vector<std::string> keys = keys_of(sim::dump_json(summary));
   const std::vector<std::string> added(keys.begin() + static_cast<std::ptrdiff_t>(simulated.size()), keys.end());
-  EXPECT_EQ(added, (std::vector<std::string>{"scheduler", "backend", "first_step", "losses", "final_loss"}));
+  EXPECT_EQ(added, (std::vector<std::string>{"scheduler", "backend", "first_step", "losses", "final_loss",
+                                             "valid_losses", "final_valid_loss"}));
   const json j = written(summary);
   for (const auto& item : simulated.items()) EXPECT_EQ(j[item.key()], item.value()) << item.key();
   EXPECT_EQ(j["scheduler"], json({{"kind", "static"}, {"orders_from_policy", 1}, {"latency_ms", {0.25}}}));
@@ -124,6 +125,8 @@ TEST(SummaryJson, RunSummaryIsTheSimulatorsPlusTrainingFields) {
   EXPECT_EQ(j["first_step"], 2);
   expect_numbers(j["losses"], training.losses, "losses");
   EXPECT_EQ(j["final_loss"].get<double>(), 5.125);
+  EXPECT_EQ(j["valid_losses"], json::parse(R"([{"step": 2, "loss": 5.25}])"));  // step counted from 1
+  EXPECT_EQ(j["final_valid_loss"].get<double>(), 5.25);
 }
 
 TEST(SummaryJson, NonFiniteLossesAreNullAndTheFileStaysValid) {

@@ -47,6 +47,7 @@ struct Deck {
   RunConfig run;
   ModelConfig model;
   DataConfig data;
+  EvalConfig eval;
   OptimConfig optim;
   CheckpointConfig checkpoint;
   ParallelConfig parallel;

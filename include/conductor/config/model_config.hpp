@@ -21,8 +21,15 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic | file
-  std::string path;                  // byte-level text file when source == file
+  std::string source = "synthetic";  // synthetic | file | llmc | megatron
+  std::string path;                  // training data: a file, glob or (megatron) dataset prefix
+  std::string valid_path;            // validation data, same format; empty: valid_fraction of path's tokens
+  double valid_fraction = 0;         // tail of each training file held out for validation when valid_path is empty
+};
+
+struct EvalConfig {
+  int every = 0;    // validation loss after every N steps (and the last); 0: never
+  int batches = 4;  // validation microbatches per evaluation
 };
 
 struct OptimConfig {

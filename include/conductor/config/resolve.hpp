@@ -9,6 +9,11 @@ namespace conductor::config {
 
 plan::Plan resolve(const Deck& deck);
 
+// The files a data path names for data.source `source`, sorted: a file or glob (file, llmc: the matching
+// regular files), or a Megatron dataset prefix or glob of prefixes (megatron: each prefix whose .idx exists;
+// a trailing .bin or .idx is dropped). Empty when nothing matches.
+std::vector<std::string> expand_data_path(const std::string& source, const std::string& path);
+
 // Pieces of resolve(), for the deck's own derived keys (finalize_sched writes them back for resolved.yaml).
 double resolved_memory_after_b(const Deck& deck);
 // schedule.memory_limit, or the kind's default; 0 for a file: schedule without one (its own peak then).

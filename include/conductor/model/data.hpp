@@ -1,15 +1,21 @@
 #pragma once
-// Training tokens. A microbatch's tokens are a pure function of (run.seed, step, microbatch index), so the first
-// and the last virtual stage each generate the inputs / targets they need locally, and every schedule, rank
-// count and restart sees the same data.
+// Training and validation tokens. A microbatch's tokens are a pure function of (run.seed, step, microbatch
+// index), a validation batch's of (run.seed, batch index), so the first and the last virtual stage each generate
+// the inputs / targets they need locally, and every schedule, rank count and restart sees the same data.
 //   synthetic: a first-order Markov source over model.vocab (each token has 4 successors with probabilities
 //              0.55, 0.25, 0.12, 0.08, chosen from run.seed), so a model can learn far below the unigram entropy.
-//   file:      windows of seq_len + 1 bytes of data.path at positions drawn from (seed, step, microbatch, row).
+//              Validation rows come from streams training never draws.
+//   file, llmc, megatron: the files of data.path (token_files.hpp) as one list of token runs; a training row is
+//              a window of seq_len + 1 tokens inside one run, at a position drawn from (seed, step, microbatch,
+//              row). Validation rows are consecutive windows (stride seq_len) of data.valid_path's runs, or of
+//              the last data.valid_fraction of each training file (then held out of training).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "conductor/model/token_files.hpp"
 #include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
@@ -22,6 +28,8 @@ class DataSource {
   int vocab() const { return vocab_; }
   // inputs [B,T] and targets [B,T] (targets = inputs shifted by one) of microbatch mb at step `step`.
   void microbatch(int step, int mb, std::vector<int>& inputs, std::vector<int>& targets) const;
+  // The same for validation batch `batch` (0 <= batch < eval.batches; the same tokens at every evaluation).
+  void valid_microbatch(int batch, std::vector<int>& inputs, std::vector<int>& targets) const;
   // Entropy (nats) of the token distribution measured over `steps` x `microbatches` microbatches: the loss of
   // the best model that ignores context.
   double empirical_unigram_entropy(int steps, int microbatches) const;
@@ -30,13 +38,29 @@ class DataSource {
   double empirical_conditional_entropy(int steps, int microbatches) const;
 
  private:
+  // The token runs of a file-backed source and the number of seq_len + 1 windows that start in each.
+  struct Corpus {
+    std::vector<TokenSpan> runs;
+    std::vector<std::size_t> windows_before;  // windows in runs [0, i); back() = total
+    std::size_t windows() const { return windows_before.empty() ? 0 : windows_before.back(); }
+    void add(TokenSpan run, int window);
+    void copy_window(std::size_t w, int window, int* tokens) const;
+  };
+  void load_files(const plan::Plan& plan);
   void row(std::uint64_t stream, int* tokens) const;  // seq_len + 1 tokens
+  // inputs / targets of one microbatch whose row b (seq_len + 1 tokens) row_of(b, tokens) writes.
+  void fill(const std::function<void(int, int*)>& row_of, std::vector<int>& inputs, std::vector<int>& targets) const;
   std::string source_;
   int batch_, seq_len_, vocab_;
   std::uint64_t seed_;
-  std::vector<int> successors_;                       // [vocab][4] (synthetic)
-  std::shared_ptr<std::vector<std::uint8_t>> bytes_;  // file contents (file)
+  std::vector<int> successors_;  // [vocab][4] (synthetic)
+  Corpus train_, valid_;         // file, llmc, megatron
 };
+
+// Whether the validation loss is computed after step `step` (0-based): every eval.every steps and after the last.
+inline bool eval_due(const plan::Plan& plan, int step) {
+  return plan.eval.every > 0 && ((step + 1) % plan.eval.every == 0 || step + 1 == plan.run.steps);
+}
 
 // SplitMix64: the counter-based hash behind every random stream of the model layer.
 inline std::uint64_t splitmix64(std::uint64_t x) {

@@ -81,6 +81,11 @@ class StageModel {
   // W: accumulates the weight gradients of microbatch mb and frees its buffers.
   void backward_weight(int vs, int mb);
   void backward_full(int vs, int mb, const float* grad_out, float* grad_in);
+  // Forward only on validation batch `batch` (DataSource::valid_microbatch), between steps (no microbatch in
+  // flight; uses and gives back microbatch 0's buffers). in / out as forward. Returns the batch's mean token loss
+  // on the last virtual stage, NaN elsewhere. The same math as forward, so the loss does not depend on the split
+  // over ranks.
+  double eval_forward(int vs, int batch, const float* in, float* out);
   // Mean token loss of microbatch mb of the current step (last virtual stage only, after its forward).
   double loss(int mb) const;
   // Mean of loss(mb) over all microbatches (all forwards of the step done on the last virtual stage).
@@ -133,7 +138,9 @@ class StageModel {
   std::unique_ptr<VStage> make_stage(int vs, const std::vector<int>& split) const;
   Micro& micro(VStage& s, int mb, Phase expected, const char* op);
   void layout_micro(const VStage& s, Micro* m, float* base, int* ibase, std::size_t& nfloats, std::size_t& nints) const;
-  void head_forward(VStage& s, Micro& m, int mb);
+  void check_forward_args(const VStage& s, const float* in, const float* out) const;
+  void run_forward(VStage& s, Micro& m, int* tokens, int* targets, const float* in, float* out);
+  void head_forward(VStage& s, Micro& m);
   void head_backward_input(VStage& s, Micro& m);
   std::vector<unsigned char> checkpoint_image(int vs, int steps_done, const std::string& file) const;
   void load_stage(int vs, long long file_id, const std::string& file, int manifest_step);  // file_id: an hid_t
@@ -154,6 +161,7 @@ class StageModel {
   void upload_step_tokens();                 // the step's token ids, once per step (embedding / head stages)
   DeviceBuffer step_tokens_, step_targets_;  // [M,B,T] int token ids and next-token targets of the step
   int tokens_step_ = -1;                     // the step step_tokens_ holds
+  DeviceBuffer eval_tokens_, eval_targets_;  // [B,T] of the validation batch eval_forward runs
   std::vector<std::unique_ptr<VStage>> stages_;
   std::map<int, int> index_;  // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_datt_;

@@ -88,8 +88,16 @@ struct ModelDims {
 };
 
 struct Data {
-  std::string source = "synthetic";  // synthetic | file
-  std::string path;
+  std::string source = "synthetic";      // synthetic | file | llmc | megatron
+  std::string path;                      // as the deck wrote it (a file, glob or dataset prefix), for messages
+  std::vector<std::string> train_files;  // path expanded: files (megatron: dataset prefixes), sorted
+  std::vector<std::string> valid_files;  // data.valid_path expanded; empty: valid_fraction of train_files
+  double valid_fraction = 0;
+};
+
+struct Eval {
+  int every = 0;  // 0: no validation loss
+  int batches = 4;
 };
 
 struct Optim {
@@ -147,6 +155,7 @@ struct Plan {
   Noise noise;
   ModelDims model;
   Data data;
+  Eval eval;
   Optim optim;
   Checkpoint checkpoint;
   Runtime runtime;

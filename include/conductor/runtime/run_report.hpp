@@ -2,8 +2,10 @@
 // Rank 0's record of a run: the run folder's resolved.yaml, the trace (trace.h5, flushed every step, continued
 // when a resumed run finds it), one console line per step and, at the end, summary.json and the summary lines.
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
@@ -29,14 +31,16 @@ class RunReport {
   RunReport(const plan::Plan& plan, const sched::Schedule& order, int world_size, int first_step,
             const std::vector<std::string>& hosts, bool has_math);
 
-  // One step: every rank's events, the per-rank memory peaks and the step's loss (NaN without math). Appends to
-  // the trace and prints the step line.
-  void record_step(int step, const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks, double loss);
+  // One step: every rank's events, the per-rank memory peaks, the step's loss (NaN without math) and its
+  // validation loss (NaN when none was computed). Appends to the trace and prints the step line.
+  void record_step(int step, const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks, double loss,
+                   double valid_loss = std::numeric_limits<double>::quiet_NaN());
 
   // Closes the trace and writes summary.json; prints the summary lines.
   void finish(const sched::Schedule& order, double memory_limit, int steps_done, const PlannerFigures& planner);
 
   const std::vector<double>& losses() const { return losses_; }
+  const std::vector<std::pair<int, double>>& valid_losses() const { return valid_losses_; }
 
  private:
   const plan::Plan& plan_;
@@ -48,6 +52,7 @@ class RunReport {
   std::unique_ptr<trace::TraceWriter> writer_;
   sim::RunResult measured_;
   std::vector<double> losses_;
+  std::vector<std::pair<int, double>> valid_losses_;  // (step, loss)
 };
 
 }  // namespace conductor::runtime

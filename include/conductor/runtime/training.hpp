@@ -3,6 +3,7 @@
 // steps, each step executed by the readiness-driven executor under the order the global tier gives, and
 // records every op in <run.output>/trace.h5 (rank 0 writes; flushed every step).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mpi.h>
@@ -13,11 +14,12 @@
 namespace conductor::runtime {
 
 struct RunOutcome {
-  std::vector<double> losses;  // per step (rank 0; NaN without math)
-  int first_step = 0;          // > 0 when resumed from a checkpoint
-  int steps_done = 0;          // steps completed by this run
-  int stop_signal = 0;         // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
-  bool nonfinite = false;      // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
+  std::vector<double> losses;                        // per step (rank 0; NaN without math)
+  std::vector<std::pair<int, double>> valid_losses;  // (step, validation loss) per evaluation (rank 0)
+  int first_step = 0;                                // > 0 when resumed from a checkpoint
+  int steps_done = 0;                                // steps completed by this run
+  int stop_signal = 0;                               // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
+  bool nonfinite = false;  // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
   std::string output_dir;
 };
 

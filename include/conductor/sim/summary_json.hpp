@@ -4,6 +4,7 @@
 // The fields and their units: docs/trace.md, "summary.json".
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
@@ -23,14 +24,16 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
 
 // What `conductor run` measures beyond the simulator's figures.
 struct TrainingFigures {
-  int first_step = 0;                        // the step the run started from (> 0 after checkpoint.resume)
-  std::vector<double> losses;                // one per step run; NaN where no loss exists (emulated backend)
-  int orders_from_policy = 0;                // steps that ran an order the global tier computed
-  std::vector<double> scheduler_latency_ms;  // wall time of each next_order
+  int first_step = 0;                                  // the step the run started from (> 0 after checkpoint.resume)
+  std::vector<double> losses;                          // one per step run; NaN where no loss exists (emulated backend)
+  int orders_from_policy = 0;                          // steps that ran an order the global tier computed
+  std::vector<double> scheduler_latency_ms;            // wall time of each next_order
+  std::vector<std::pair<int, double>> valid_losses{};  // (step, validation loss) per evaluation (eval.every)
 };
 
 // The simulator's summary above plus scheduler: {kind, orders_from_policy, latency_ms}, backend, first_step,
-// losses and final_loss (the last loss; null when none).
+// losses and final_loss (the last loss; null when none), valid_losses ([{step, loss}], step counted from 1 as in
+// the step lines; empty without eval.every) and final_valid_loss (null when none).
 Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
                   const TrainingFigures& training);
 

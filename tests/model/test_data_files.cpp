@@ -1,0 +1,277 @@
+// Tokenized data on disk (llm.c shards, Megatron indexed datasets), the validation split and the validation loss.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "conductor/config/resolve.hpp"
+#include "conductor/config/schema.hpp"
+#include "conductor/model/reference.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/util/error.hpp"
+#include "model_test_util.hpp"
+#include "token_file_writers.hpp"
+
+using namespace conductor;
+using namespace conductor::model;
+using namespace token_files_test;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(testing::TempDir()) / ("conductor-data-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Token i of a corpus is its position (mod vocab), so a window shows where it came from.
+std::vector<int> positions(int from, int n, int vocab) {
+  std::vector<int> t(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; i++) t[static_cast<std::size_t>(i)] = (from + i) % vocab;
+  return t;
+}
+
+config::Deck file_deck(const std::string& source, const std::string& path) {
+  config::Deck deck = model_test::tiny_deck();
+  deck.model.vocab = 4096;
+  deck.data.source = source;
+  deck.data.path = path;
+  return deck;
+}
+
+// Every row (inputs then the last target) is seq_len + 1 consecutive positions; returns the rows' first tokens.
+std::vector<int> row_starts(const std::vector<int>& in, const std::vector<int>& tg, int T) {
+  std::vector<int> starts;
+  for (std::size_t r = 0; r * T < in.size(); r++) {
+    const int first = in[r * T];
+    for (int t = 0; t < T; t++) {
+      EXPECT_EQ(in[r * T + t], first + t) << "row " << r;
+      EXPECT_EQ(tg[r * T + t], first + t + 1) << "row " << r;
+    }
+    starts.push_back(first);
+  }
+  return starts;
+}
+
+std::string error_of(const config::Deck& deck) {
+  try {
+    DataSource d(config::resolve(deck));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(DataFiles, LlmcShardsAreReadAsWindowsInsideOneShard) {
+  const std::string dir = temp_dir("llmc");
+  write_llmc(dir + "/train_000.bin", positions(0, 200, 4096));
+  write_llmc(dir + "/train_001.bin", positions(1000, 300, 4096), 20240801, 7, 4);  // Llama 3 layout, uint32
+  const config::Deck deck = file_deck("llmc", dir + "/train_*.bin");
+  ASSERT_EQ(config::resolve(deck).data.train_files.size(), 2u);
+  DataSource src(config::resolve(deck));
+  std::vector<int> in, tg;
+  bool first_shard = false, second_shard = false;
+  for (int step = 0; step < 20; step++) {
+    src.microbatch(step, 0, in, tg);
+    for (int s : row_starts(in, tg, deck.model.seq_len)) {
+      first_shard |= s + deck.model.seq_len < 200;
+      second_shard |= s >= 1000 && s + deck.model.seq_len < 1300;
+      EXPECT_TRUE(s + deck.model.seq_len < 200 || (s >= 1000 && s + deck.model.seq_len < 1300)) << s;
+    }
+  }
+  EXPECT_TRUE(first_shard && second_shard);
+}
+
+TEST(DataFiles, MegatronDatasetIsOneTokenStream) {
+  const std::string dir = temp_dir("megatron");
+  // Documents of 7 tokens: windows of 7 cross document boundaries, as Megatron's GPT dataset does.
+  std::vector<std::vector<int>> docs;
+  for (int d = 0; d < 40; d++) docs.push_back(positions(7 * d, 7, 4096));
+  write_megatron(dir + "/corpus_text_document", docs);
+  for (const std::string& path : {dir + "/corpus_text_document", dir + "/corpus_text_document.idx", dir + "/corpus*"}) {
+    const config::Deck deck = file_deck("megatron", path);
+    ASSERT_EQ(config::resolve(deck).data.train_files, std::vector<std::string>{dir + "/corpus_text_document"}) << path;
+    DataSource src(config::resolve(deck));
+    std::vector<int> in, tg;
+    src.microbatch(3, 1, in, tg);
+    for (int s : row_starts(in, tg, deck.model.seq_len)) EXPECT_LE(s + deck.model.seq_len, 279);
+  }
+  write_megatron(dir + "/wide", docs, 4);  // int32 tokens
+  DataSource wide(config::resolve(file_deck("megatron", dir + "/wide")));
+  std::vector<int> in, tg;
+  wide.microbatch(0, 0, in, tg);
+  row_starts(in, tg, 6);
+}
+
+TEST(DataFiles, ValidFractionHoldsTheTailOutOfTraining) {
+  const std::string dir = temp_dir("fraction");
+  write_llmc(dir + "/a.bin", positions(0, 400, 4096));
+  config::Deck deck = file_deck("llmc", dir + "/a.bin");
+  deck.data.valid_fraction = 0.25;  // tokens 300..399
+  DataSource src(config::resolve(deck));
+  std::vector<int> in, tg;
+  const int T = deck.model.seq_len;
+  for (int step = 0; step < 30; step++) {
+    src.microbatch(step, step % 3, in, tg);
+    for (int s : row_starts(in, tg, T)) EXPECT_LE(s + T, 299) << "a training row reaches the held-out tail";
+  }
+  std::vector<int> starts;
+  for (int b = 0; b < 3; b++) {
+    src.valid_microbatch(b, in, tg);
+    for (int s : row_starts(in, tg, T)) starts.push_back(s);
+  }
+  // Consecutive windows of the tail, stride seq_len, the same at every call.
+  for (std::size_t k = 0; k < starts.size(); k++) EXPECT_EQ(starts[k], 300 + static_cast<int>(k) * T);
+  std::vector<int> again, tg2;
+  src.valid_microbatch(1, again, tg2);
+  src.valid_microbatch(1, in, tg);
+  EXPECT_EQ(again, in);
+}
+
+TEST(DataFiles, TokenIdsMustBeBelowVocab) {
+  const std::string dir = temp_dir("vocab");
+  std::vector<int> tokens = positions(0, 100, 50);
+  tokens[77] = 50256;
+  write_llmc(dir + "/a.bin", tokens);
+  config::Deck deck = file_deck("llmc", dir + "/a.bin");
+  deck.model.vocab = 50000;
+  const std::string e = error_of(deck);
+  EXPECT_TRUE(has(e, "data.path: '" + dir + "/a.bin' holds token id 50256 (token 77 of the file)")) << e;
+  EXPECT_TRUE(has(e, "model.vocab = 50000")) << e;
+  deck.model.vocab = 50257;
+  EXPECT_EQ(error_of(deck), "(no error)");
+  // The validation files are checked too, under their own key.
+  write_llmc(dir + "/ok.bin", positions(0, 100, 50));
+  deck.data.path = dir + "/ok.bin";
+  deck.data.valid_path = dir + "/a.bin";
+  deck.model.vocab = 60;
+  EXPECT_TRUE(has(error_of(deck), "data.valid_path: '" + dir + "/a.bin' holds token id 50256")) << error_of(deck);
+}
+
+TEST(DataFiles, BadLlmcShardsNameFileAndExpectation) {
+  const std::string dir = temp_dir("bad-llmc");
+  const std::string f = dir + "/a.bin";
+  const config::Deck deck = file_deck("llmc", f);
+  write_llmc(f, positions(0, 100, 50), 12345);
+  EXPECT_TRUE(has(error_of(deck), "'" + f + "' is not an llm.c token shard: header magic 12345, expected 20240520"))
+      << error_of(deck);
+  write_llmc(f, positions(0, 100, 50), 20240520, 2);
+  EXPECT_TRUE(has(error_of(deck), "'" + f + "': llm.c header version 2 with magic 20240520, expected version 1"))
+      << error_of(deck);
+  write_llmc(f, positions(0, 100, 50));
+  truncate_to(f, 1024 + 150);
+  EXPECT_TRUE(has(error_of(deck), "'" + f +
+                                      "': the llm.c header says 100 tokens of 2 bytes (1224 bytes with the "
+                                      "header) but the file has 1174 bytes"))
+      << error_of(deck);
+  truncate_to(f, 100);
+  EXPECT_TRUE(has(error_of(deck), "'" + f + "' is 100 bytes, shorter than the 1024-byte header")) << error_of(deck);
+  write_llmc(f, positions(0, 5, 50));
+  EXPECT_TRUE(has(error_of(deck), "data.path: '" + f + "' holds no window of model.seq_len + 1 = 7 tokens"))
+      << error_of(deck);
+}
+
+TEST(DataFiles, BadMegatronDatasetsNameFileAndExpectation) {
+  const std::string dir = temp_dir("bad-megatron");
+  const std::string p = dir + "/d";
+  const config::Deck deck = file_deck("megatron", p);
+  const std::vector<std::vector<int>> docs = {positions(0, 30, 50), positions(30, 20, 50)};
+  write_megatron(p, docs);
+  ASSERT_EQ(error_of(deck), "(no error)");
+  patch(p + ".idx", 0, "MMIDIDY");
+  EXPECT_TRUE(has(error_of(deck), "'" + p +
+                                      ".idx' is not a Megatron indexed-dataset index: it starts with "
+                                      "\"MMIDIDY\\x00\\x00\", expected \"MMIDIDX\\x00\\x00\""))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 9, std::string("\x02", 1));
+  EXPECT_TRUE(has(error_of(deck), "'" + p + ".idx': index version 2, expected 1")) << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 17, std::string("\x07", 1));
+  EXPECT_TRUE(has(error_of(deck), "'" + p + ".idx': token dtype code 7 is not an integer type")) << error_of(deck);
+  write_megatron(p, docs);
+  truncate_to(p + ".idx", 40);
+  EXPECT_TRUE(has(error_of(deck), "'" + p +
+                                      ".idx': the header says 2 sequences and 3 document indices, which need "
+                                      "82 bytes, but the file has 40"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  truncate_to(p + ".bin", 90);
+  EXPECT_TRUE(has(error_of(deck), "'" + p + ".bin' has 90 bytes but '" + p + ".idx' describes 50 tokens of 2 bytes"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 34 + 8 + 8, std::string("\x10\0\0\0\0\0\0\0", 8));  // the second sequence's pointer
+  EXPECT_TRUE(has(error_of(deck), "'" + p +
+                                      ".idx': sequence 1 has 20 tokens at byte 16, expected a size >= 0 at "
+                                      "byte 60"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 34 + 24 + 16, std::string("\x01", 1));  // the last document index
+  EXPECT_TRUE(has(error_of(deck), "'" + p + ".idx': document index 2 is 1; the document indices must rise from 0"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  std::filesystem::remove(p + ".bin");
+  EXPECT_TRUE(has(error_of(deck), "cannot open '" + p + ".bin'")) << error_of(deck);
+}
+
+TEST(DataFiles, DeckChecksPathsAndValidationData) {
+  const std::string dir = temp_dir("deck");
+  write_llmc(dir + "/a.bin", positions(0, 100, 50));
+  const auto problems = [](const std::vector<std::string>& overrides) {
+    config::LoadOptions o;
+    o.command = config::Command::Validate;
+    o.source_name = "deck.yaml";
+    o.overrides = overrides;
+    try {
+      config::parse_deck("", o);
+    } catch (const DeckError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_TRUE(has(problems({"data.source=llmc", "data.path=" + dir + "/nothing_*.bin"}),
+                  "data.path = '" + dir + "/nothing_*.bin' matches no file (llm.c token shards)"));
+  EXPECT_TRUE(has(problems({"data.source=megatron", "data.path=" + dir + "/a"}),
+                  "data.path = '" + dir + "/a' matches no Megatron dataset (PREFIX.idx + PREFIX.bin)"));
+  EXPECT_TRUE(has(problems({"data.source=llmc", "data.path=" + dir + "/a.bin", "eval.every=5"}),
+                  "eval.every = 5 needs validation data: set data.valid_path or data.valid_fraction"));
+  EXPECT_TRUE(has(problems({"data.valid_path=" + dir + "/a.bin"}),
+                  "data.valid_path = '" + dir + "/a.bin' is set but data.source = 'synthetic' does not read it"));
+  EXPECT_EQ(problems({"data.source=llmc", "data.path=" + dir + "/a.bin", "eval.every=5", "data.valid_fraction=0.1"}),
+            "(no error)");
+  EXPECT_EQ(problems({"eval.every=5"}), "(no error)");  // synthetic data has its own validation stream
+}
+
+// The validation loss is a forward pass only: training is bit-identical with and without it, and the loss is
+// that of the validation batches (not the training ones).
+TEST(DataFiles, ValidationLossLeavesTrainingUnchanged) {
+  config::Deck deck = model_test::tiny_deck();
+  deck.parallel.pipeline = 1;
+  deck.parallel.virtual_chunks = 1;
+  deck.eval.every = 2;
+  deck.eval.batches = 3;
+  std::vector<double> valid;
+  const std::vector<double> with = train_reference(config::resolve(deck), -1, &valid);
+  deck.eval.every = 0;
+  const std::vector<double> without = train_reference(config::resolve(deck));
+  EXPECT_EQ(with, without);
+  ASSERT_EQ(valid.size(), 3u);  // after steps 2, 4 and the last (5)
+  for (double v : valid) EXPECT_TRUE(std::isfinite(v) && v > 0);
+  EXPECT_NE(valid[0], valid[2]);  // the model changed between evaluations
+  // A fresh model: the validation loss equals the mean of the batches' mean token losses computed by hand from
+  // the logits of the same tokens.
+  const plan::Plan plan = config::resolve(deck);
+  StageModel m(plan, {0}, 1);
+  const double loss = reference_eval_loss(m, 2);
+  double by_hand = 0;
+  std::vector<float> act;
+  for (int b = 0; b < 2; b++) by_hand += m.eval_forward(0, b, nullptr, nullptr);
+  EXPECT_EQ(loss, by_hand / 2);
+  EXPECT_NEAR(loss, std::log(static_cast<double>(deck.model.vocab)), 0.5);  // near-uniform predictions at init
+}
