@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build run test test-faults test-fast test-no-policy test-asan test-tsan bench policy format format-check clean
+.PHONY: all deps configure build install run test test-faults test-fast test-no-policy test-asan test-tsan bench policy format format-check clean
 
 all: build
 
@@ -26,6 +26,12 @@ configure: $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+# Installs the binary, bin/conductor-analysis (the analysis tools' launcher), bin/conductor-launch and, under
+# PREFIX/share/conductor, the analysis tools, job scripts and inputs; the docs under PREFIX/share/doc/conductor.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 run: deps build
 	scripts/conductor-launch $(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK) $(RUN_OVERRIDES)

@@ -3,7 +3,8 @@
 #
 # Conventions used by every script:
 #   CONDUCTOR_ROOT     the source tree (default: the folder above the submitted script)
-#   CONDUCTOR_BINARY   the conductor executable (default: $CONDUCTOR_ROOT/build/conductor)
+#   CONDUCTOR_BINARY   the conductor executable (default: $CONDUCTOR_ROOT/build/conductor; in an installed tree,
+#                      where CONDUCTOR_ROOT is PREFIX/share/conductor, PREFIX/bin/conductor)
 #   OVERRIDES          space-separated deck overrides `key.path=value`; an entry `@FILE` is a deck fragment (a
 #                      YAML file such as inputs/noise/jitter10.yaml) that conductor merges onto the deck; the
 #                      fragments go first, in order, the overrides after them (e.g.
@@ -43,7 +44,10 @@ cj_resolve() {
 
 # Checks the binary; sets CONDUCTOR_BINARY to its absolute path.
 cj_require_binary() {
-  CONDUCTOR_BINARY=$(cj_resolve "${CONDUCTOR_BINARY:-$CONDUCTOR_ROOT/build/conductor}")
+  local default=$CONDUCTOR_ROOT/build/conductor
+  [[ ! -e $default && -x $CONDUCTOR_ROOT/../../bin/conductor ]] &&
+    default=$(cd "$CONDUCTOR_ROOT/../../bin" && pwd)/conductor
+  CONDUCTOR_BINARY=$(cj_resolve "${CONDUCTOR_BINARY:-$default}")
   [[ -x $CONDUCTOR_BINARY ]] ||
     cj_fail "conductor binary '$CONDUCTOR_BINARY' is missing or not executable (build it with 'make build' in" \
       "$CONDUCTOR_ROOT, or set CONDUCTOR_BINARY)"

@@ -40,7 +40,7 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
   std::vector<std::string> found;
   std::error_code ec;
   if (fs::is_directory(dir, ec)) {
-    for (const char* name : {"trace.h5", "summary.json", "resolved.yaml"}) {
+    for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml"}) {
       if (fs::exists(dir / name, ec)) found.emplace_back(name);
     }
     for (const auto& entry : fs::directory_iterator(dir, ec)) {

@@ -20,6 +20,7 @@
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/progress.hpp"
 #include "conductor/version.hpp"
 
 namespace conductor::cli {
@@ -121,8 +122,10 @@ int cmd_simulate(const Invocation& inv) {
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
   sim::RunResult run;
+  Progress progress("simulate", "steps", deck.run.steps);  // on stderr, at most once a second
   if (!planner) {
     run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
+      progress.update(r.step + 1);
       if (r.events.empty()) return;
       // The shared definition of the per-step figures (trace/summary.hpp).
       const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
@@ -142,6 +145,7 @@ int cmd_simulate(const Invocation& inv) {
     // sees that step's timings and produces the next step's order.
     const sim::PlannedRun scheduled = sim::simulate_with_planner(
         *noise, options, deck.run.steps, *planner, [&](const sim::StepResult& r, const sched::Schedule&) {
+          progress.update(r.step + 1);
           if (!writer || r.events.empty()) return;
           trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
           writer->append_events(r.events);

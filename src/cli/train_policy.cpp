@@ -14,6 +14,7 @@
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
+#include "conductor/util/progress.hpp"
 
 namespace conductor::cli {
 
@@ -49,7 +50,9 @@ int cmd_train_policy(const Invocation& inv) {
   if (!curve) throw Error("cannot write '" + (out / "curve.csv").string() + "'");
   curve << "iteration,decisions,sampled_makespan_ms,greedy_makespan_ms,heuristic_makespan_ms,policy_loss,"
            "value_loss,entropy,seconds\n";
+  Progress progress("train-policy", "iterations", deck.policy.iterations);  // on stderr, at most once a second
   const auto result = policy::train_ppo(setup, [&](const policy::IterationStats& s) {
+    progress.update(s.iteration + 1);
     std::snprintf(line, sizeof line,
                   "iter %4d/%d  decisions %6d  makespan sampled %.4f greedy %.4f heuristic %.4f ms (greedy %+.2f%%)  "
                   "loss pi %+.4f v %.5f  entropy %.3f  %.1f s",

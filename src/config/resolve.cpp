@@ -56,6 +56,15 @@ plan::Optim resolved_optim(const Deck& d) {
                      o.beta2, o.eps,          o.weight_decay, o.grad_clip, o.skip_nonfinite_steps};
 }
 
+// runtime.peak_tflops = 0: the backend's device. cuda: NVIDIA's dense figures for an H100/H200 SXM (bf16 tensor
+// cores, TF32 tensor cores, plain fp32); emulated: the device its cost model describes; cpu: a nominal figure.
+double resolved_peak_tflops(const Deck& d) {
+  if (d.runtime.peak_tflops > 0) return d.runtime.peak_tflops;
+  if (d.backend == "cuda") return d.model.precision == "bf16" ? 989.4 : d.cuda.tf32 ? 494.7 : 66.9;
+  if (d.backend == "emulated" && d.cost.device_tflops > 0) return d.cost.device_tflops;
+  return 1.0;
+}
+
 }  // namespace
 
 double resolved_memory_after_b(const Deck& d) {
@@ -194,7 +203,7 @@ std::vector<std::string> expand_data_path(const std::string& source, const std::
 plan::Plan resolve(const Deck& d) {
   plan::Plan out;
   out.backend = d.backend;
-  out.run = plan::Run{d.run.name, d.run.steps, d.run.seed, d.run.output};
+  out.run = plan::Run{d.run.name, d.run.steps, d.run.seed, d.run.output, d.run.log_every};
   out.pipeline = plan::Pipeline{d.parallel.pipeline, d.parallel.microbatches, d.parallel.virtual_chunks,
                                 d.parallel.microbatch_size};
   out.schedule = plan::ScheduleOptions{d.schedule.kind, d.schedule.execution, d.schedule.hint};
@@ -207,7 +216,7 @@ plan::Plan resolve(const Deck& d) {
                         expand_data_path(d.data.source, d.data.valid_path), d.data.valid_fraction};
   out.eval = plan::Eval{d.eval.every, d.eval.batches};
   out.optim = resolved_optim(d);
-  out.runtime = plan::Runtime{d.runtime.watchdog_s};
+  out.runtime = plan::Runtime{d.runtime.watchdog_s, resolved_peak_tflops(d)};
   out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep};
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
   out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};

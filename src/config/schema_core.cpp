@@ -38,6 +38,11 @@ void add_core_fields(std::vector<Field>& f) {
                   "(MemAvailable).")
                   .range(0, 1e9));
   f.push_back(field<int>(
+                  "run.log_every", [](Deck & d) -> auto& { return d.run.log_every; },
+                  "`conductor run`: print a step line every this many steps (the last step always); "
+                  "metrics.jsonl in run.output gets every step regardless.")
+                  .range(1, 1e9));
+  f.push_back(field<int>(
                   "parallel.pipeline", [](Deck & d) -> auto& { return d.parallel.pipeline; },
                   "Pipeline stages p. For `conductor run` this must equal the number of MPI ranks.")
                   .range(1, 65536));
@@ -84,6 +89,14 @@ void add_core_fields(std::vector<Field>& f) {
                   "end-of-step collective) before it aborts every rank with a message naming the peer and "
                   "the op (exit 1). Its own compute never counts.")
                   .range(0.1, 1e7));
+  f.push_back(field<double>(
+                  "runtime.peak_tflops", [](Deck & d) -> auto& { return d.runtime.peak_tflops; },
+                  "Peak TFLOP/s of one device, the denominator of MFU (model FLOPs per second / (ranks x "
+                  "peak)) in step lines and metrics.jsonl. 0: the backend's default: cuda 989.4 (bf16), "
+                  "494.7 (fp32 with cuda.tf32) or 66.9 (fp32), the dense figures of an H100/H200 SXM; "
+                  "emulated: cost.device_tflops when > 0 (the device its op times model), else as cpu; "
+                  "cpu: a nominal 1 TFLOP/s (set your CPU's figure for a meaningful MFU).")
+                  .range(0, 1e9));
 }
 
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {

@@ -299,8 +299,9 @@ std::string resolve_policy_path(const std::string& configured) {
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
-      const auto cand = dir / rel;
-      if (std::filesystem::exists(cand)) return cand.string();
+      for (const auto& cand : {dir / rel, dir / "share/conductor" / rel}) {  // source tree; installed (make install)
+        if (std::filesystem::exists(cand)) return cand.string();
+      }
     }
   }
   return rel;  // missing: load_policy names it

@@ -1,7 +1,10 @@
 #include "conductor/runtime/compute.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <thread>
@@ -243,6 +246,14 @@ class DeviceModelCompute final : public StageCompute {
   }
   int queue_depth() const override { return depth_; }
   void* device_stream() const override { return backend_->stream(); }
+  double peak_memory_bytes() const override {
+    cudaMemPool_t pool = nullptr;
+    std::uint64_t high = 0;
+    if (cudaDeviceGetMemPool(&pool, backend_->device()) != cudaSuccess ||
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high) != cudaSuccess)
+      return 0.0;
+    return static_cast<double>(high);
+  }
 
  private:
   struct Marks {
@@ -291,6 +302,12 @@ class EmulatedCompute final : public Compute {
 };
 
 }  // namespace
+
+double Compute::peak_memory_bytes() const {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports kilobytes
+}
 
 std::unique_ptr<Compute> make_compute(const plan::Plan& plan, const sched::Schedule& s, int rank,
                                       const sim::NoiseModel& noise, MPI_Comm comm) {

@@ -1,15 +1,21 @@
 #include "conductor/runtime/run_report.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
+#include "conductor/plan/flops.hpp"
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sim/summary_json.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
+#include "conductor/util/progress.hpp"
 #include "conductor/version.hpp"
 
 namespace conductor::runtime {
@@ -73,6 +79,75 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   return r;
 }
 
+// The step's figures as rank 0 derives them: what metrics.jsonl records and the step line prints.
+struct Derived {
+  double unix_s = 0, elapsed_s = 0, eta_s = -1;
+  double step_ms = 0, tokens_per_s = 0, mfu = 0;
+  double peak_memory_gb = 0, peak_activations = 0;
+};
+
+double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
+// NaN and infinities are not JSON: they become null.
+nlohmann::ordered_json number_or_null(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
+
+std::string metrics_line(int step, const trace::StepRecord& rec, const StepFigures& f, const Derived& d) {
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["time"] = d.unix_s;
+  j["elapsed_s"] = d.elapsed_s;
+  j["eta_s"] = number_or_null(d.eta_s >= 0 ? d.eta_s : std::numeric_limits<double>::quiet_NaN());
+  j["loss"] = number_or_null(f.loss);
+  j["step_time_ms"] = d.step_ms;
+  j["tokens_per_s"] = d.tokens_per_s;
+  j["samples_per_s"] = rec.samples_per_s;
+  j["mfu"] = d.mfu;
+  j["lr"] = number_or_null(f.learning_rate);
+  j["grad_norm"] = number_or_null(f.grad_norm);
+  if (!std::isnan(f.valid_loss)) j["valid_loss"] = f.valid_loss;
+  j["bubble_ratio"] = rec.bubble_ratio;
+  j["peak_memory_gb"] = d.peak_memory_gb;
+  j["peak_activations"] = d.peak_activations;
+  return j.dump();
+}
+
+std::string wall_clock_text(double unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+// One fixed-width column: the number, "nan"/"inf", or "-" where the backend has no math.
+std::string column(const char* format, int width, double v, bool shown) {
+  char buf[48];
+  if (shown && std::isfinite(v)) {
+    std::snprintf(buf, sizeof buf, format, v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%*s", width, !shown ? "-" : std::isnan(v) ? "nan" : "inf");
+  }
+  return buf;
+}
+
+// Fixed-width columns, so consecutive lines align.
+std::string step_line(int step, int steps, const trace::StepRecord& rec, const StepFigures& f, const Derived& d,
+                      bool has_math) {
+  const std::string loss = column("%11.8f", 11, f.loss, has_math);
+  const std::string lr = column("%9.3e", 9, f.learning_rate, has_math);
+  const std::string norm = column("%9.3e", 9, f.grad_norm, has_math);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f  tokens/s %10.0f  MFU %6.2f%%  "
+                "lr %s  gnorm %s  mem %7.3f GB  | %s  elapsed %s  ETA %s",
+                step + 1, steps, loss.c_str(), d.step_ms, rec.bubble_ratio, rec.samples_per_s, d.tokens_per_s,
+                100.0 * d.mfu, lr.c_str(), norm.c_str(), d.peak_memory_gb, wall_clock_text(d.unix_s).c_str(),
+                format_duration(d.elapsed_s).c_str(), format_duration(d.eta_s).c_str());
+  if (std::isnan(f.valid_loss)) return line;
+  return std::string(line) + "  val loss " + column("%11.8f", 11, f.valid_loss, true);
+}
+
 }  // namespace
 
 RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int world_size, int first_step,
@@ -82,11 +157,19 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
       world_size_(world_size),
       first_step_(first_step),
       has_math_(has_math),
-      samples_per_step_(static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size) {
+      samples_per_step_(static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size),
+      tokens_per_step_(plan::tokens_per_step(plan.model, plan.pipeline)),
+      model_flops_per_step_(plan::model_flops_per_step(plan.model, plan.pipeline)),
+      peak_flops_(plan.runtime.peak_tflops * 1e12 * world_size),
+      start_(std::chrono::steady_clock::now()) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw InputError("run.output = '" + dir_.string() + "': cannot create the folder: " + ec.message());
   write_file(dir_ / "resolved.yaml", plan.deck_yaml);
+  // A resumed run appends to the metrics of the steps before it; a new one starts the file.
+  const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
+  metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
+  if (!metrics_) throw Error(metrics_path.string() + ": cannot write");
   if (!plan.trace.enabled) return;
   const std::string trace_path = (dir_ / "trace.h5").string();
   if (first_step > 0 && std::filesystem::exists(trace_path)) {
@@ -98,32 +181,42 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   }
 }
 
-void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks,
-                            double loss, double valid_loss) {
+void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, const StepFigures& figures) {
   std::vector<trace::OpEvent> compute_events;
   for (const auto& e : all) {
     if (trace::is_compute(e.kind)) compute_events.push_back(e);
   }
   trace::StepRecord rec = trace::summarize_step(compute_events, world_size_, step, samples_per_step_);
-  rec.loss = loss;
+  rec.loss = figures.loss;
   if (writer_) {
     writer_->append_events(all);
     writer_->append_step(rec);
     writer_->flush();
   }
-  measured_.steps.push_back(step_result(rec, compute_events, world_size_, peaks));
-  losses_.push_back(loss);
-  if (!std::isnan(valid_loss)) valid_losses_.emplace_back(step, valid_loss);
-  char line[320];
-  std::snprintf(line, sizeof line, "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f", step + 1,
-                plan_.run.steps, !has_math_ ? "  -   " : loss_text(loss).c_str(),
-                static_cast<double>(rec.makespan_ns) * 1e-6, rec.bubble_ratio, rec.samples_per_s);
-  log::info(std::isnan(valid_loss) ? std::string(line) : std::string(line) + "  val loss " + loss_text(valid_loss));
+  measured_.steps.push_back(step_result(rec, compute_events, world_size_, figures.peak_activations));
+  losses_.push_back(figures.loss);
+  if (!std::isnan(figures.valid_loss)) valid_losses_.emplace_back(step, figures.valid_loss);
+
+  Derived d;
+  d.unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  d.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  d.eta_s = eta_seconds(d.elapsed_s, step + 1 - first_step_, plan_.run.steps - first_step_);
+  d.step_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+  const double step_s = d.step_ms * 1e-3;
+  d.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
+  d.mfu = step_s > 0 && peak_flops_ > 0 ? model_flops_per_step_ / step_s / peak_flops_ : 0.0;
+  d.peak_memory_gb = max_of(figures.peak_memory_bytes) * 1e-9;
+  d.peak_activations = max_of(figures.peak_activations);
+  metrics_ << metrics_line(step, rec, figures, d) << '\n' << std::flush;
+  if (!metrics_) throw Error((dir_ / "metrics.jsonl").string() + ": cannot write");
+  if ((step + 1) % plan_.run.log_every == 0 || step + 1 == plan_.run.steps)
+    log::info(step_line(step, plan_.run.steps, rec, figures, d, has_math_));
 }
 
 void RunReport::finish(const sched::Schedule& order, double memory_limit, int steps_done,
                        const PlannerFigures& planner) {
   if (writer_) writer_->close();
+  metrics_.close();
   sim::finish_run(measured_, world_size_);
   const double final_loss = losses_.empty() ? std::numeric_limits<double>::quiet_NaN() : losses_.back();
   const sim::TrainingFigures training{first_step_, losses_, planner.orders_from_policy, planner.latency_ms,
@@ -148,7 +241,7 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
       measured_.mean_lower_bound_ms > 0 ? measured_.mean_makespan_ms / measured_.mean_lower_bound_ms : 0.0,
       has_loss ? ", final loss " : "", has_loss ? loss_text(final_loss).c_str() : "");
   log::info(line);
-  log::info("results: " + (dir_ / "summary.json").string() + ", " +
+  log::info("results: " + (dir_ / "summary.json").string() + ", " + (dir_ / "metrics.jsonl").string() + ", " +
             (writer_ ? (dir_ / "trace.h5").string() + ", " : std::string()) + (dir_ / "resolved.yaml").string());
 }
 

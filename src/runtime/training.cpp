@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "collective.hpp"
+#include "conductor/model/optimizer.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/checkpointing.hpp"
 #include "conductor/runtime/clock.hpp"
@@ -257,14 +258,26 @@ Training::After Training::step(int step) {
   }
 
   std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
-  double peak = so.peak_memory;
-  std::vector<double> peaks(static_cast<std::size_t>(size_));
-  watched_gather(*watchdog_, &peak, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, comm_,
+  // Each rank's peaks: activations in flight (M_F, the memory model's unit) and bytes of its backend's memory.
+  const double mine[2] = {so.peak_memory, compute_->peak_memory_bytes()};
+  std::vector<double> peaks(2 * static_cast<std::size_t>(size_));
+  watched_gather(*watchdog_, mine, 2, MPI_DOUBLE, peaks.data(), 2, MPI_DOUBLE, 0, comm_,
                  "the end-of-step gather of peak memory" +
                      (size_ == 2 ? " from rank " + std::to_string(1 - rank_) : std::string()) + " (step " +
                      std::to_string(step) + ")");
   if (report_) {
-    report_->record_step(step, all, peaks, loss, valid_loss);
+    StepFigures figures;
+    figures.loss = loss;
+    figures.valid_loss = valid_loss;
+    if (has_math) {
+      figures.grad_norm = std::sqrt(numbers.grad_sq_norm);
+      figures.learning_rate = model::learning_rate(plan_.optim, step);
+    }
+    for (int r = 0; r < size_; ++r) {
+      figures.peak_activations.push_back(peaks[2 * static_cast<std::size_t>(r)]);
+      figures.peak_memory_bytes.push_back(peaks[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    report_->record_step(step, all, figures);
     if (verdict != NonfiniteGuard::Verdict::Update) {
       (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
     } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {

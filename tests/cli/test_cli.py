@@ -106,6 +106,20 @@ class CliTest(unittest.TestCase):
                     self.assertEqual(repr(float(text)), text)  # shortest text of that double
             self.assertGreater(len(row[2].split(".")[1]), 6, row[2])  # this seed's makespan is not a round number
 
+    @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") == "0", "built with -DCONDUCTOR_POLICY=OFF: no train-policy")
+    def test_train_policy_progress(self):
+        # One progress line per iteration on stderr with CONDUCTOR_PROGRESS_S=0 (rate-limited to 1 s by default).
+        out = os.path.join(self.tmp.name, "tp")
+        deck = self.deck("run: {output: %s}\nparallel: {pipeline: 2, microbatches: 4}\n"
+                         "ppo: {iterations: 2, episodes: 1, eval_steps: 1}\n" % out)
+        proc = subprocess.run([BIN, "train-policy", deck], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, CONDUCTOR_PROGRESS_S="0"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = [l for l in proc.stderr.splitlines() if l.startswith("train-policy: ")]
+        self.assertEqual(len(lines), 2, proc.stderr)
+        self.assertRegex(lines[0], r"^train-policy: 1/2 iterations \( +50%\), elapsed [0-9.]+ s, ETA [0-9.]+ s$")
+        self.assertRegex(lines[1], r"^train-policy: 2/2 iterations \(100%\), elapsed .*, ETA 0\.0 s$")
+
     def test_misspelled_section(self):
         path = self.deck("run:\n  steps: 2\nschedul:\n  kind: 1f1b\n")
         proc = conductor("validate", path)

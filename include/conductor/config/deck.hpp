@@ -17,6 +17,7 @@ struct RunConfig {
   std::string output;          // "" resolves to runs/<name> (simulate: runs/<name>-sim)
   bool overwrite = false;      // write into a folder that holds another run's results
   double memory_limit_gb = 0;  // size guard: refuse decks estimated above this; 0 = the machine's available memory
+  int log_every = 1;           // `conductor run`: a console step line every this many steps
 };
 
 struct ParallelConfig {
@@ -40,6 +41,7 @@ struct CudaConfig {
 
 struct RuntimeConfig {
   double watchdog_s = 300.0;  // a rank that hears nothing from a peer it waits on this long aborts the run
+  double peak_tflops = 0.0;   // peak TFLOP/s of one device for MFU; 0 = the backend's default (resolve.cpp)
 };
 
 struct Deck {

@@ -29,6 +29,7 @@ struct Run {
   int steps = 10;
   unsigned long long seed = 1234;  // data order and every derived random stream
   std::string output;              // the run's folder
+  int log_every = 1;               // `conductor run`: a console step line every this many steps
 };
 
 struct Pipeline {
@@ -116,6 +117,7 @@ struct Optim {
 // The runtime's own settings.
 struct Runtime {
   double watchdog_s = 300;  // a rank that hears nothing it waits for this long aborts every rank
+  double peak_tflops = 1;   // resolved: peak TFLOP/s of one device, for MFU
 };
 
 struct Checkpoint {

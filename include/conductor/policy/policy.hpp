@@ -48,7 +48,8 @@ void save_policy(const Policy& policy, const std::string& path);
 Policy load_policy(const std::string& path);
 
 // scheduler.policy = "" resolves to the shipped default: inputs/policies/default.pt under the current
-// directory, else under the directory above the binary's (build/..).
+// directory, else under a directory above the binary's (build/..), or its share/conductor/ (an installed tree:
+// bin/../share/conductor/inputs/policies/default.pt).
 std::string resolve_policy_path(const std::string& configured);
 
 }  // namespace conductor::policy

@@ -55,6 +55,9 @@ class Compute {
   virtual double local_grad_sq_norm() const = 0;
   virtual void optimizer_step(double global_grad_norm, int step) = 0;
   virtual model::StageModel* model() { return nullptr; }
+  // Peak bytes of the memory this backend computes in, so far: the process's peak resident set on the host
+  // (cpu, emulated); the high watermark of CUDA's stream-ordered allocator on the GPU (cuda).
+  virtual double peak_memory_bytes() const;
   // The backend's stream for device backends (a cudaStream_t), which device transports order after.
   virtual void* device_stream() const { return nullptr; }
 };

@@ -1,7 +1,12 @@
 #pragma once
 // Rank 0's record of a run: the run folder's resolved.yaml, the trace (trace.h5, flushed every step, continued
-// when a resumed run finds it), one console line per step and, at the end, summary.json and the summary lines.
+// when a resumed run finds it), metrics.jsonl (one JSON object per step, flushed every step, appended to by a
+// resumed run), a console line every run.log_every steps and, at the end, summary.json and the summary lines.
+// The per-step figures (docs/trace.md, "metrics.jsonl"): time stamps, elapsed time and ETA, loss, step time,
+// tokens/s and samples/s, MFU, learning rate, gradient norm, peak memory.
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -23,6 +28,16 @@ struct PlannerFigures {
   std::vector<double> latency_ms;
 };
 
+// What the ranks measured in a step beyond the events (NaN where the backend has no math).
+struct StepFigures {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  double learning_rate = std::numeric_limits<double>::quiet_NaN();
+  double valid_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: no validation this step (eval.every)
+  std::vector<double> peak_activations;   // per rank, M_F (the executor's memory model)
+  std::vector<double> peak_memory_bytes;  // per rank, Compute::peak_memory_bytes
+};
+
 class RunReport {
  public:
   // Creates the run folder and writes resolved.yaml; opens the trace (a new one, or the existing one continued at
@@ -31,10 +46,9 @@ class RunReport {
   RunReport(const plan::Plan& plan, const sched::Schedule& order, int world_size, int first_step,
             const std::vector<std::string>& hosts, bool has_math);
 
-  // One step: every rank's events, the per-rank memory peaks, the step's loss (NaN without math) and its
-  // validation loss (NaN when none was computed). Appends to the trace and prints the step line.
-  void record_step(int step, const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks, double loss,
-                   double valid_loss = std::numeric_limits<double>::quiet_NaN());
+  // One step: every rank's events and the step's figures. Appends to the trace and metrics.jsonl and prints the
+  // step line when due (run.log_every, and the last step).
+  void record_step(int step, const std::vector<trace::OpEvent>& all, const StepFigures& figures);
 
   // Closes the trace and writes summary.json; prints the summary lines.
   void finish(const sched::Schedule& order, double memory_limit, int steps_done, const PlannerFigures& planner);
@@ -49,6 +63,11 @@ class RunReport {
   int first_step_;
   bool has_math_;
   double samples_per_step_;
+  double tokens_per_step_;
+  double model_flops_per_step_;
+  double peak_flops_;  // all ranks together, FLOP/s
+  std::chrono::steady_clock::time_point start_;
+  std::ofstream metrics_;
   std::unique_ptr<trace::TraceWriter> writer_;
   sim::RunResult measured_;
   std::vector<double> losses_;
