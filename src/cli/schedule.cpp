@@ -1,6 +1,7 @@
 // `conductor schedule`: the deck's schedule (generated, or read from schedule.kind: file:PATH) printed as the text
 // form, as torch.distributed.pipelining's CSV, or as an ASCII timeline of its first simulated step.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -27,7 +28,8 @@ void draw_op(std::string& row, const trace::OpEvent& e, std::int64_t t0, double 
   auto last = static_cast<std::size_t>(std::llround(static_cast<double>(e.end_ns - t0) / ns_per_column));
   last = std::min(std::max(last, first + 1), row.size());  // every op shows, however short
   std::string label = std::string(trace::to_string(e.kind)) + std::to_string(e.microbatch);
-  if (e.chunk > 0) std::transform(label.begin(), label.end(), label.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (e.chunk > 0)
+    std::transform(label.begin(), label.end(), label.begin(), [](unsigned char c) { return std::tolower(c); });
   for (std::size_t i = first; i < last; ++i) row[i] = i - first < label.size() ? label[i - first] : '-';
 }
 
@@ -48,9 +50,10 @@ void print_chart(const std::string& deck_path, const sched::Schedule& schedule, 
   std::printf("%s: %s, p %d, m %d, v %d (%s placement); simulated step 0: makespan %.4g ms, bubble %.3f\n",
               deck_path.c_str(), schedule.name.c_str(), schedule.p, schedule.m, schedule.v,
               sched::to_string(schedule.placement), step.makespan_ms, step.bubble_ratio);
-  std::printf("one column = %.4g ms; F forward, B backward (input), W backward (weights), BW full backward, then the "
-              "microbatch; lower case: chunk 1 and up; '.' idle\n",
-              ns_per_column * 1e-6);
+  std::printf(
+      "one column = %.4g ms; F forward, B backward (input), W backward (weights), BW full backward, then the "
+      "microbatch; lower case: chunk 1 and up; '.' idle\n",
+      ns_per_column * 1e-6);
   for (int r = 0; r < schedule.p; ++r) std::printf("rank %3d |%s|\n", r, rows[static_cast<std::size_t>(r)].c_str());
 }
 

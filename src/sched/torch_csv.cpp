@@ -126,7 +126,8 @@ Placement infer_placement(const std::vector<Located>& all, int p, int v, const s
     return "rank " + std::to_string(x.rank) + ", position " + std::to_string(x.field) + ": stage " +
            std::to_string(x.action.stage) + " belongs on rank " + std::to_string(on);
   };
-  std::string why = source + ": the stage indices fit neither loop placement (" + where(*loop_bad, loop_bad->action.stage % p) + ")";
+  std::string why =
+      source + ": the stage indices fit neither loop placement (" + where(*loop_bad, loop_bad->action.stage % p) + ")";
   why += v == 2 ? " nor V placement (" + where(*v_bad, v_rank(v_bad->action.stage, p)) + ")"
                 : " nor V placement (it needs parallel.virtual = 2)";
   throw InputError(why);

@@ -62,7 +62,8 @@ TEST(TorchCsv, ExportsTheLockStepGrid) {
 TEST(TorchCsv, ReadsTorchFields) {
   // Idle fields, spaces, quotes, CRLF line ends, an OVERLAP_F_B pair and a trailing blank line.
   std::vector<std::vector<int>> field_of;
-  const std::string text = "0F0,0F1,,\"0I0\",(0W0;0F2)OVERLAP_F_B,0I1,0W1,,,0B2\r\n,1F0, 1I0 ,1F1,1I1,1W0,1W1,1F2,1B2\r\n\n";
+  const std::string text =
+      "0F0,0F1,,\"0I0\",(0W0;0F2)OVERLAP_F_B,0I1,0W1,,,0B2\r\n,1F0, 1I0 ,1F1,1I1,1W0,1W1,1F2,1B2\r\n\n";
   const Schedule s = parse_torch_csv(text, "t.csv", ScheduleShape{2, 3, 1, std::nullopt}, &field_of);
   EXPECT_EQ(s.ranks[0], (std::vector<Action>{{OpKind::F, 0, 0},
                                              {OpKind::F, 1, 0},
