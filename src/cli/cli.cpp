@@ -38,6 +38,15 @@ const std::vector<CommandSpec>& commands() {
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"}},
        false,
        &cmd_validate},
+      {"schedule",
+       "print the deck's schedule: text form, torch CSV or a timeline",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...] [--format text|csv|chart]",
+       "Prints the schedule the deck runs (generated, or read from schedule.kind: file:PATH and validated): "
+       "conductor's text form, torch.distributed.pipelining's CSV (one line per rank; docs/schedules.md), or an "
+       "ASCII timeline of its first simulated step. Writes no files.",
+       {{"--format", true, "text (default), csv or chart"}},
+       false,
+       &cmd_schedule},
       {"train-policy",
        "train the PPO scheduling policy in the simulator",
        "DECK [FRAGMENT.yaml ...] [key.path=value ...]",

@@ -7,7 +7,8 @@ namespace conductor::config {
 void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
                   "schedule.kind", [](Deck & d) -> auto& { return d.schedule.kind; },
-                  "Pipeline schedule generator, or `file:PATH` for a schedule in the text form.")
+                  "Pipeline schedule generator, or `file:PATH` for a schedule file: conductor's text form or "
+                  "torch.distributed.pipelining's CSV (docs/schedules.md).")
                   .one_of({"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"})
                   .or_prefix("file:"));
   f.push_back(field<std::string>(
@@ -28,6 +29,12 @@ void add_sched_fields(std::vector<Field>& f) {
           "`backfill` (up to 1.56x on the multimodal deck) but it loses to strict in most other cases "
           "(`bench_sim --grid`: below 0.998 in 40 of 64 cells).")
           .one_of({"schedule", "bf", "bfw", "backfill"}));
+  f.push_back(field<std::string>(
+                  "schedule.placement", [](Deck & d) -> auto& { return d.schedule.placement; },
+                  "Which rank holds each virtual stage of a `file:` schedule: `loop` (stage % p), `v` (two chunks "
+                  "per rank in a V), or `auto` (the text form's own line; a CSV's stage indices decide). A generator "
+                  "fixes its own (zb-v: v, the others: loop).")
+                  .one_of({"auto", "loop", "v"}));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "
@@ -152,6 +159,15 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
                        " uses one chunk per rank, but parallel.virtual = " + std::to_string(v) +
                        "; use 1f1b-interleaved or zb-v for virtual chunks, or set "
                        "parallel.virtual = 1");
+  }
+  if (deck.schedule.placement != "auto") {
+    if (!from_file) {
+      problems.push_back(src + ": schedule.placement = " + deck.schedule.placement + " applies to file: schedules; " +
+                         "schedule.kind = " + kind + " fixes its own placement (leave schedule.placement auto)");
+    } else if (deck.schedule.placement == "v" && v != 2) {
+      problems.push_back(src + ": schedule.placement = v places two chunks per rank: set parallel.virtual = 2 (got " +
+                         std::to_string(v) + ")");
+    }
   }
   if (deck.noise.straggler_rank >= p) {
     problems.push_back(src + ": noise.straggler_rank = " + std::to_string(deck.noise.straggler_rank) +

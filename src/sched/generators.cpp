@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "conductor/sched/engine.hpp"
+#include "conductor/sched/torch_csv.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
 
@@ -435,15 +436,10 @@ Schedule make_schedule(const plan::Plan& plan) {
   const std::string& kind = plan.schedule.kind;
   const int p = plan.pipeline.p, m = plan.pipeline.m, v = plan.pipeline.v;
   if (kind.rfind("file:", 0) == 0) {
-    const std::string path = kind.substr(5);
-    Schedule s = load_schedule(path);
-    if (s.p != p || s.m != m || s.v != v) {
-      throw InputError(path + ": the schedule is for pipeline " + std::to_string(s.p) + ", microbatches " +
-                       std::to_string(s.m) + ", virtual " + std::to_string(s.v) + " but the deck has " +
-                       std::to_string(p) + ", " + std::to_string(m) + ", " + std::to_string(v));
-    }
-    validate_or_throw(s, plan_limit(plan), cost.memory_after_b, path);
-    return s;
+    ScheduleShape shape{p, m, v, std::nullopt};
+    if (plan.schedule.placement != "auto")
+      shape.placement = plan.schedule.placement == "v" ? Placement::V : Placement::Loop;
+    return import_schedule(kind.substr(5), shape, plan_limit(plan), cost.memory_after_b);
   }
   return generate(kind, p, m, v, cost, plan_limit(plan));
 }

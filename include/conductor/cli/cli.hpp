@@ -49,6 +49,7 @@ int cmd_validate(const Invocation& inv);
 int cmd_simulate(const Invocation& inv);
 int cmd_run(const Invocation& inv);
 int cmd_train_policy(const Invocation& inv);
+int cmd_schedule(const Invocation& inv);
 
 // Entry point used by main(): parses argv, sets up MPI for distributed commands, maps errors to exit codes.
 int main(int argc, char** argv);

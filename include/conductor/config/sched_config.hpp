@@ -10,6 +10,7 @@ struct ScheduleConfig {
   std::string execution = "strict";  // strict | readiness
   std::string hint = "backfill";     // schedule | bf | bfw | backfill
   double memory_limit = 0;           // units of M_F per rank; 0 = the kind's default
+  std::string placement = "auto";    // auto | loop | v (file: schedules; a generator's kind fixes its own)
 };
 
 struct CostConfig {

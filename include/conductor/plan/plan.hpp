@@ -43,6 +43,7 @@ struct ScheduleOptions {
   std::string kind = "1f1b";         // a generator, or file:PATH
   std::string execution = "strict";  // strict | readiness (sched::parse_execution)
   std::string hint = "backfill";     // schedule | bf | bfw | backfill (sched::parse_hint)
+  std::string placement = "auto";    // auto | loop | v: where a file: schedule's stages live (sched/torch_csv.hpp)
 };
 
 // The noise-free cost model's numbers (sched::CostModel adds its queries): per-rank F, B, W times (ms per

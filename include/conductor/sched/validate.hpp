@@ -10,6 +10,7 @@
 //      reported first ("memory in use 4 M_F after 0F3 exceeds the limit of 3 M_F"), else a circular wait at the
 //      lowest stuck rank with the action it waits for.
 // Times (comm included) do not matter for validity: a valid list runs under any positive op and comm times.
+#include <functional>
 #include <string>
 
 #include "conductor/sched/schedule.hpp"
@@ -24,8 +25,17 @@ struct Violation {
   std::string message() const;  // "rank 2, position 7: ..."
 };
 
+// How a report names an action of a rank and a position in its list, for a schedule read from a file that writes
+// them otherwise (torch's CSV: stage-indexed actions, positions counted in fields, idle slots included;
+// torch_csv.hpp). Empty functions: the text form (to_string(Action)) and the list index. With an action namer, a
+// circular wait is reported in its words too.
+struct Naming {
+  std::function<std::string(int rank, const Action& action)> action;
+  std::function<int(int rank, int index)> position;
+};
+
 // memory_limit <= 0: not checked. memory_after_b: the fraction a (schedule.hpp).
-Violation validate(const Schedule& s, double memory_limit, double memory_after_b);
+Violation validate(const Schedule& s, double memory_limit, double memory_after_b, const Naming& naming = {});
 
 // Throws InputError("<what>: rank r, position i: reason") when invalid.
 void validate_or_throw(const Schedule& s, double memory_limit, double memory_after_b, const std::string& what);

@@ -1,0 +1,91 @@
+// `conductor schedule`: the deck's schedule (generated, or read from schedule.kind: file:PATH) printed as the text
+// form, as torch.distributed.pipelining's CSV, or as an ASCII timeline of its first simulated step.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "conductor/cli/cli.hpp"
+#include "conductor/cli/size_guard.hpp"
+#include "conductor/config/resolve.hpp"
+#include "conductor/sched/generators.hpp"
+#include "conductor/sched/torch_csv.hpp"
+#include "conductor/sim/noise.hpp"
+#include "conductor/sim/simulator.hpp"
+#include "conductor/util/error.hpp"
+
+namespace conductor::cli {
+
+namespace {
+
+constexpr int kChartColumns = 100;  // the step's makespan spread over this many characters
+
+// One op's cells: its kind and microbatch ("F3", "BW12"), then '-' to its end; lower case for chunks >= 1, so
+// the two chunks of an interleaved or V schedule stand apart. What does not fit its cells is cut.
+void draw_op(std::string& row, const trace::OpEvent& e, std::int64_t t0, double ns_per_column) {
+  const auto first = static_cast<std::size_t>(std::llround(static_cast<double>(e.start_ns - t0) / ns_per_column));
+  auto last = static_cast<std::size_t>(std::llround(static_cast<double>(e.end_ns - t0) / ns_per_column));
+  last = std::min(std::max(last, first + 1), row.size());  // every op shows, however short
+  std::string label = std::string(trace::to_string(e.kind)) + std::to_string(e.microbatch);
+  if (e.chunk > 0)
+    std::transform(label.begin(), label.end(), label.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (std::size_t i = first; i < last; ++i) row[i] = i - first < label.size() ? label[i - first] : '-';
+}
+
+void print_chart(const std::string& deck_path, const sched::Schedule& schedule, const sim::StepResult& step) {
+  std::int64_t t0 = 0, t1 = 0;
+  bool any = false;
+  for (const auto& e : step.events) {
+    if (e.peer >= 0) continue;  // transfers: the chart shows compute only
+    t0 = any ? std::min(t0, e.start_ns) : e.start_ns;
+    t1 = any ? std::max(t1, e.end_ns) : e.end_ns;
+    any = true;
+  }
+  const double ns_per_column = std::max<double>(1.0, static_cast<double>(t1 - t0) / kChartColumns);
+  std::vector<std::string> rows(static_cast<std::size_t>(schedule.p), std::string(kChartColumns, '.'));
+  for (const auto& e : step.events) {
+    if (e.peer < 0) draw_op(rows[static_cast<std::size_t>(e.rank)], e, t0, ns_per_column);
+  }
+  std::printf("%s: %s, p %d, m %d, v %d (%s placement); simulated step 0: makespan %.4g ms, bubble %.3f\n",
+              deck_path.c_str(), schedule.name.c_str(), schedule.p, schedule.m, schedule.v,
+              sched::to_string(schedule.placement), step.makespan_ms, step.bubble_ratio);
+  std::printf(
+      "one column = %.4g ms; F forward, B backward (input), W backward (weights), BW full backward, then the "
+      "microbatch; lower case: chunk 1 and up; '.' idle\n",
+      ns_per_column * 1e-6);
+  for (int r = 0; r < schedule.p; ++r) std::printf("rank %3d |%s|\n", r, rows[static_cast<std::size_t>(r)].c_str());
+}
+
+}  // namespace
+
+int cmd_schedule(const Invocation& inv) {
+  const std::string format = inv.has_flag("--format") ? inv.flags.at("--format") : "text";
+  if (format != "text" && format != "csv" && format != "chart") {
+    std::fprintf(stderr, "conductor: --format '%s' is not a format: text, csv or chart\n", format.c_str());
+    return kExitUsage;
+  }
+  const config::Deck deck = load_deck(inv, config::Command::Simulate);
+  const plan::Plan plan = config::resolve(deck);
+  sched::Schedule schedule;
+  try {
+    check_simulate_size(deck, 0);
+    schedule = sched::make_schedule(plan);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "conductor: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (format == "text") {
+    std::fputs(sched::to_text(schedule).c_str(), stdout);
+  } else if (format == "csv") {
+    std::fputs(sched::to_torch_csv(schedule).c_str(), stdout);
+  } else {
+    sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
+    options.record_events = true;
+    const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
+    print_chart(inv.deck_path, schedule, sim::simulate_step(schedule, noise, options, 0));
+  }
+  return 0;
+}
+
+}  // namespace conductor::cli

@@ -1,0 +1,261 @@
+#include "conductor/sched/torch_csv.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "conductor/sched/engine.hpp"
+#include "conductor/sched/validate.hpp"
+#include "conductor/util/error.hpp"
+
+namespace conductor::sched {
+
+namespace {
+
+// torch's letter of an op kind: its B is the full backward, its I the backward for the input (conductor's B).
+char torch_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return 'F';
+    case OpKind::B: return 'I';
+    case OpKind::W: return 'W';
+    case OpKind::BW: return 'B';
+  }
+  return '?';
+}
+
+std::string torch_name(const Schedule& s, int rank, const Action& a) {
+  return std::to_string(s.stage_of(rank, a.chunk)) + torch_letter(a.kind) + std::to_string(a.microbatch);
+}
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
+
+// One compute action as torch writes it, with its stage index still global.
+struct CsvAction {
+  int stage = 0;
+  OpKind kind = OpKind::F;
+  int microbatch = 0;
+};
+
+// torch's action types that are not computations: its runtime format adds them; the compute-only format has none.
+bool is_runtime_type(const std::string& type) {
+  static const char* const kTypes[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+  return std::any_of(std::begin(kTypes), std::end(kTypes), [&](const char* t) { return type == t; });
+}
+
+const char* const kExpected =
+    "expected STAGE KIND MICROBATCH with KIND F, I, W or B (such as 2I3), or (A;B)OVERLAP_F_B";
+
+// Parses "2I3"; "" on success, else why not.
+std::string parse_single(const std::string& tok, CsvAction& out) {
+  std::size_t i = 0;
+  long long stage = 0;
+  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i])) && stage <= (1 << 20))
+    stage = stage * 10 + (tok[i++] - '0');
+  std::size_t j = i;
+  while (j < tok.size() && !std::isdigit(static_cast<unsigned char>(tok[j]))) ++j;
+  const std::string type = tok.substr(i, j - i);
+  if (i == 0 || type.empty()) return "unknown action '" + tok + "': " + kExpected;
+  if (is_runtime_type(type)) {
+    return "action '" + tok +
+           "' is one of torch's runtime actions (communication, resharding); conductor reads the compute-only "
+           "format: F, I, W, B and OVERLAP_F_B";
+  }
+  if (type.size() != 1 || std::string("FIWB").find(type[0]) == std::string::npos)
+    return "unknown action '" + tok + "': " + kExpected;
+  out.kind = type[0] == 'F' ? OpKind::F : type[0] == 'I' ? OpKind::B : type[0] == 'W' ? OpKind::W : OpKind::BW;
+  if (j == tok.size()) return "action '" + tok + "' has no microbatch: " + kExpected;
+  long long mb = 0;
+  while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j])) && mb <= (1 << 20))
+    mb = mb * 10 + (tok[j++] - '0');
+  if (j != tok.size()) return "unknown action '" + tok + "': " + kExpected;
+  out.stage = static_cast<int>(stage);
+  out.microbatch = static_cast<int>(mb);
+  return "";
+}
+
+// Parses one field: an action, or "(A;B)OVERLAP_F_B" (its actions in order); "" on success, else why not.
+std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
+  if (field[0] != '(') {
+    CsvAction a;
+    const std::string why = parse_single(field, a);
+    if (why.empty()) out.push_back(a);
+    return why;
+  }
+  const auto close = field.find(')');
+  if (close == std::string::npos || field.substr(close + 1) != "OVERLAP_F_B")
+    return "unknown action '" + field + "': " + kExpected;
+  std::istringstream inner(field.substr(1, close - 1));
+  std::string part;
+  int count = 0;
+  while (std::getline(inner, part, ';')) {
+    CsvAction a;
+    if (auto why = parse_single(trim(part), a); !why.empty()) return why + " (in '" + field + "')";
+    out.push_back(a);
+    ++count;
+  }
+  if (count == 0) return "unknown action '" + field + "': an OVERLAP_F_B pair names its actions";
+  return "";
+}
+
+int v_rank(int stage, int p) { return stage < p ? stage : 2 * p - 1 - stage; }
+
+struct Located {
+  CsvAction action;
+  int rank = 0;
+  int field = 0;
+};
+
+// The placement the stage indices fit (loop when both do: then they agree); an InputError naming a misplaced
+// action of each when they fit neither.
+Placement infer_placement(const std::vector<Located>& all, int p, int v, const std::string& source) {
+  const Located* loop_bad = nullptr;
+  const Located* v_bad = nullptr;
+  for (const auto& x : all) {
+    if (!loop_bad && x.action.stage % p != x.rank) loop_bad = &x;
+    if (!v_bad && (v != 2 || v_rank(x.action.stage, p) != x.rank)) v_bad = &x;
+  }
+  if (!loop_bad) return Placement::Loop;
+  if (!v_bad) return Placement::V;
+  auto where = [&](const Located& x, int on) {
+    return "rank " + std::to_string(x.rank) + ", position " + std::to_string(x.field) + ": stage " +
+           std::to_string(x.action.stage) + " belongs on rank " + std::to_string(on);
+  };
+  std::string why =
+      source + ": the stage indices fit neither loop placement (" + where(*loop_bad, loop_bad->action.stage % p) + ")";
+  why += v == 2 ? " nor V placement (" + where(*v_bad, v_rank(v_bad->action.stage, p)) + ")"
+                : " nor V placement (it needs parallel.virtual = 2)";
+  throw InputError(why);
+}
+
+}  // namespace
+
+std::string to_torch_csv(const Schedule& s) {
+  ExecOptions eo;
+  eo.execution = Execution::Strict;
+  const ExecResult run = execute(
+      s, eo, [](int, const Action&) { return 1.0; }, [](const Transfer&) { return 0.0; });
+  std::vector<std::vector<std::string>> grid(static_cast<std::size_t>(s.p));
+  for (const OpTiming& op : run.ops) {
+    const auto slot = static_cast<std::size_t>(std::llround(op.start - run.start));
+    auto& row = grid[static_cast<std::size_t>(op.rank)];
+    if (row.size() <= slot) row.resize(slot + 1);
+    row[slot] = torch_name(s, op.rank, s.ranks[op.rank][op.index]);
+  }
+  std::string out;
+  for (const auto& row : grid) {
+    for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + row[i];
+    out += '\n';
+  }
+  return out;
+}
+
+Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
+                         std::vector<std::vector<int>>* field_of) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
+  if (static_cast<int>(lines.size()) != shape.p) {
+    throw InputError(source + ": " + std::to_string(lines.size()) + " rank lines but parallel.pipeline = " +
+                     std::to_string(shape.p) + " (torch's CSV holds one line per rank)");
+  }
+  const int stages = shape.p * shape.v;
+  std::vector<Located> all;
+  for (int r = 0; r < shape.p; ++r) {
+    std::istringstream fields(lines[static_cast<std::size_t>(r)]);
+    std::string field;
+    for (int f = 0; std::getline(fields, field, ','); ++f) {
+      field = trim(field);
+      if (field.size() >= 2 && field.front() == '"' && field.back() == '"') field = field.substr(1, field.size() - 2);
+      if (field.empty()) continue;
+      auto fail = [&](const std::string& why) {
+        throw InputError(source + ": rank " + std::to_string(r) + ", position " + std::to_string(f) + ": " + why);
+      };
+      std::vector<CsvAction> parsed;
+      if (auto why = parse_field(field, parsed); !why.empty()) fail(why);
+      for (const auto& a : parsed) {
+        if (a.stage >= stages) {
+          fail("action '" + field + "' names stage " + std::to_string(a.stage) + " but the deck has " +
+               std::to_string(stages) + " stages (parallel.pipeline x parallel.virtual = " + std::to_string(shape.p) +
+               " x " + std::to_string(shape.v) + ")");
+        }
+        if (a.microbatch >= shape.m) {
+          fail("action '" + field + "' names microbatch " + std::to_string(a.microbatch) +
+               " but parallel.microbatches = " + std::to_string(shape.m));
+        }
+        all.push_back({a, r, f});
+      }
+    }
+  }
+  Schedule s;
+  s.p = shape.p;
+  s.m = shape.m;
+  s.v = shape.v;
+  s.name = source;
+  s.placement = shape.placement ? *shape.placement : infer_placement(all, shape.p, shape.v, source);
+  s.ranks.resize(static_cast<std::size_t>(s.p));
+  if (field_of) field_of->assign(static_cast<std::size_t>(s.p), {});
+  for (const auto& x : all) {
+    if (s.rank_of(x.action.stage) != x.rank) {
+      throw InputError(source + ": rank " + std::to_string(x.rank) + ", position " + std::to_string(x.field) +
+                       ": stage " + std::to_string(x.action.stage) + " is on rank " +
+                       std::to_string(s.rank_of(x.action.stage)) + " under " + to_string(s.placement) + " placement");
+    }
+    s.ranks[x.rank].push_back(Action{x.action.kind, x.action.microbatch, s.chunk_of(x.action.stage)});
+    if (field_of) (*field_of)[x.rank].push_back(x.field);
+  }
+  return s;
+}
+
+bool is_torch_csv(const std::string& path, const std::string& text) {
+  std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ext == ".csv") return true;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    line = trim(line);
+    if (line.empty()) continue;
+    // The text form starts with a comment or a key word; a CSV line with an action or an idle slot.
+    return line[0] == ',' || line[0] == '(' || std::isdigit(static_cast<unsigned char>(line[0]));
+  }
+  return false;
+}
+
+Schedule import_schedule(const std::string& path, const ScheduleShape& shape, double memory_limit, double a) {
+  std::ifstream file(path);
+  if (!file) throw InputError("cannot read schedule file '" + path + "'");
+  std::stringstream buf;
+  buf << file.rdbuf();
+  const std::string text = buf.str();
+  Schedule s;
+  Naming naming;
+  std::vector<std::vector<int>> field_of;
+  if (is_torch_csv(path, text)) {
+    s = parse_torch_csv(text, path, shape, &field_of);
+    naming.action = [&s](int rank, const Action& x) { return torch_name(s, rank, x); };
+    naming.position = [&field_of](int rank, int index) { return field_of[rank][index]; };
+  } else {
+    s = parse_text(text, path);
+    if (s.p != shape.p || s.m != shape.m || s.v != shape.v) {
+      throw InputError(path + ": the schedule is for pipeline " + std::to_string(s.p) + ", microbatches " +
+                       std::to_string(s.m) + ", virtual " + std::to_string(s.v) + " but the deck has " +
+                       std::to_string(shape.p) + ", " + std::to_string(shape.m) + ", " + std::to_string(shape.v));
+    }
+    if (shape.placement && *shape.placement != s.placement) {
+      throw InputError(path + ": the schedule has placement " + to_string(s.placement) +
+                       " but the deck's schedule.placement is " + to_string(*shape.placement));
+    }
+  }
+  const Violation why = validate(s, memory_limit, a, naming);
+  if (!why.ok) throw InputError(path + ": invalid schedule: " + why.message());
+  s.name = "file:" + path;
+  return s;
+}
+
+}  // namespace conductor::sched

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""`conductor schedule`: the text form, torch's CSV and the timeline of a small deck, round trips through
+schedule.kind: file: (simulate included), and the messages for bad input (exit 2)."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+BIN = os.environ["CONDUCTOR_BINARY"]
+
+# 1F1B, p = 2, m = 2, every op 1 ms: rank 0 runs F0 F1, waits, BW0 (2 ms) waits, BW1; makespan 9 ms.
+DECK = """parallel: {pipeline: 2, microbatches: 2}
+schedule: {kind: 1f1b, execution: strict}
+cost: {forward: 1, backward_input: 1, backward_weight: 1, comm: 0}
+"""
+
+
+def conductor(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+
+
+class ScheduleCommandTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.deck = self.write("deck.yaml", DECK)
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def ok(self, *args):
+        proc = conductor("schedule", *args)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def refused(self, *args):
+        proc = conductor("schedule", *args)
+        self.assertEqual(proc.returncode, 2, proc.stdout)
+        return proc.stderr
+
+    def test_text_form(self):
+        self.assertEqual(
+            self.ok(self.deck),
+            "# conductor schedule (1f1b)\npipeline 2\nmicrobatches 2\nvirtual 1\nplacement loop\n"
+            "rank 0: 0F0 0F1 0BW0 0BW1\nrank 1: 0F0 0BW0 0F1 0BW1\n",
+        )
+
+    def test_torch_csv(self):
+        self.assertEqual(self.ok(self.deck, "--format", "csv"), "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n")
+
+    def test_chart(self):
+        lines = self.ok(self.deck, "--format", "chart").splitlines()
+        self.assertIn("1f1b, p 2, m 2, v 1 (loop placement); simulated step 0: makespan 9 ms, bubble 0.333", lines[0])
+        self.assertTrue(lines[1].startswith("one column = 0.09 ms"), lines[1])
+        rows = lines[2:]
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            self.assertEqual(len(row.split("|")[1]), 100, row)
+        # Rank 0 starts at once, rank 1 one forward (11 columns) later; rank 1's last op ends the step early.
+        self.assertTrue(rows[0].startswith("rank   0 |F0--"), rows[0])
+        self.assertTrue(rows[1].startswith("rank   1 |" + "." * 11 + "F0--"), rows[1])
+        self.assertIn("BW1", rows[0])
+        self.assertTrue(rows[1].endswith(".|"), rows[1])
+
+    def test_round_trip_through_a_csv_file(self):
+        # Every generator round-trips in the schedule layer's tests (sched_tests TorchCsv.*); here the command's.
+        for kind, extra in (("zb-v", ["parallel.virtual=2"]),):
+            args = [self.deck, "schedule.kind=" + kind, *extra]
+            csv = self.write(kind + ".csv", self.ok(*args, "--format", "csv"))
+            text = self.ok(*args)
+            again = self.ok(self.deck, "schedule.kind=file:" + csv, *extra)
+            # Same lists and placement; only the first line (the schedule's name) differs.
+            self.assertEqual(again.splitlines()[1:], text.splitlines()[1:], kind)
+            self.assertIn("file:" + csv, again.splitlines()[0])
+            # The simulator runs the imported schedule: same makespan as the generated one.
+            out = os.path.join(self.tmp.name, "sim-" + kind)
+            gen = conductor("simulate", *args, "run.steps=1", "trace.enabled=false", "run.output=" + out + "-g")
+            imp = conductor("simulate", self.deck, "schedule.kind=file:" + csv, *extra, "run.steps=1",
+                            "trace.enabled=false", "run.output=" + out + "-i")
+            self.assertEqual(gen.returncode, 0, gen.stderr)
+            self.assertEqual(imp.returncode, 0, imp.stderr)
+            def figures(out):
+                return [l for l in out.splitlines() if l.startswith(("  makespan ", "  bubble ratio"))]
+            self.assertEqual(len(figures(gen.stdout)), 3, gen.stdout)  # makespan, makespan / LB, bubble
+            self.assertEqual(figures(gen.stdout), figures(imp.stdout), kind)
+
+    def test_bad_format(self):
+        self.assertIn("--format 'xml' is not a format: text, csv or chart", self.refused(self.deck, "--format", "xml"))
+        self.assertIn("flag '--format' needs a value", self.refused(self.deck, "--format"))
+
+    def test_bad_csv_names_file_rank_position_and_reason(self):
+        bad = self.write("bad.csv", "0F0,0F1,,0B0,,0X1\n,1F0,1B0,1F1,1B1\n")
+        err = self.refused(self.deck, "schedule.kind=file:" + bad)
+        self.assertIn(bad + ": rank 0, position 5: unknown action '0X1'", err)
+        short = self.write("short.csv", "0F0,0F1,,0B0,,0B1\n")
+        self.assertIn(short + ": 1 rank lines but parallel.pipeline = 2", self.refused(self.deck, "schedule.kind=file:" + short))
+        missing = self.write("missing.csv", "0F0,0F1,,0B0\n,1F0,1B0,1F1,1B1\n")
+        self.assertIn(missing + ": invalid schedule: rank 0, end of list: missing the backward of stage 0, microbatch 1",
+                      self.refused(self.deck, "schedule.kind=file:" + missing))
+        nofile = os.path.join(self.tmp.name, "nope.csv")
+        self.assertIn("cannot read schedule file '" + nofile + "'", self.refused(self.deck, "schedule.kind=file:" + nofile))
+
+    def test_placement_key(self):
+        err = self.refused(self.deck, "schedule.placement=v")
+        self.assertIn("schedule.placement = v applies to file: schedules", err)
+        v_csv = self.write("v.csv", self.ok(self.deck, "schedule.kind=zb-v", "parallel.virtual=2", "--format", "csv"))
+        err = self.refused(self.deck, "schedule.kind=file:" + v_csv, "parallel.virtual=2", "schedule.placement=loop")
+        self.assertIn(v_csv + ": rank 0, position ", err)
+        self.assertIn("under loop placement", err)
+        self.assertIn("placement v", self.ok(self.deck, "schedule.kind=file:" + v_csv, "parallel.virtual=2",
+                                             "schedule.placement=v"))
+
+
+if __name__ == "__main__":
+    unittest.main()

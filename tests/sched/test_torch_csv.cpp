@@ -1,0 +1,164 @@
+// torch.distributed.pipelining's CSV: round trips for every generator, the grid of a hand-checked export, the
+// placement read from stage indices, and one clear error per kind of bad file.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "conductor/sched/generators.hpp"
+#include "conductor/sched/torch_csv.hpp"
+#include "conductor/sched/validate.hpp"
+#include "conductor/util/error.hpp"
+
+using namespace conductor;
+using namespace conductor::sched;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The message import_schedule() throws for `text` written to `name`, or "no error".
+std::string import_error(const std::string& text, ScheduleShape shape, const std::string& name = "bad.csv") {
+  const std::string path = write_temp(name, text);
+  try {
+    (void)import_schedule(path, shape, 0, 0);
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(path + ": ", 0), 0u) << what;  // every message starts with the file
+    return what.substr(path.size() + 2);
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(TorchCsv, RoundTripsEveryGenerator) {
+  for (const auto& kind : generator_kinds()) {
+    for (int p : {2, 3, 4}) {
+      const int v = kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1;
+      const int m = kind == "1f1b-interleaved" ? 2 * p : 8;
+      const Schedule s = generate(kind, p, m, v, uniform_cost(1, 1, 1));
+      const std::string path = write_temp("roundtrip.csv", to_torch_csv(s));
+      const Schedule t = import_schedule(path, ScheduleShape{p, m, v, std::nullopt}, 0, 0);
+      EXPECT_EQ(t.placement, s.placement) << kind << " p " << p;
+      EXPECT_EQ(t.ranks, s.ranks) << kind << " p " << p;
+      EXPECT_EQ(to_torch_csv(t), to_torch_csv(s)) << kind;
+    }
+  }
+}
+
+TEST(TorchCsv, ExportsTheLockStepGrid) {
+  // 1F1B, p = 2, m = 2, unit times: rank 1's F0 waits a slot for rank 0's, rank 0's B0 (full: torch's B) for
+  // rank 1's.
+  EXPECT_EQ(to_torch_csv(one_f_one_b(2, 2)), "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n");
+  // Split backward: torch's I is conductor's B.
+  const Schedule zb = zb_h1(2, 1);
+  EXPECT_EQ(to_torch_csv(zb), "0F0,,,0I0,0W0\n,1F0,1I0,1W0\n");
+}
+
+TEST(TorchCsv, ReadsTorchFields) {
+  // Idle fields, spaces, quotes, CRLF line ends, an OVERLAP_F_B pair and a trailing blank line.
+  std::vector<std::vector<int>> field_of;
+  const std::string text =
+      "0F0,0F1,,\"0I0\",(0W0;0F2)OVERLAP_F_B,0I1,0W1,,,0B2\r\n,1F0, 1I0 ,1F1,1I1,1W0,1W1,1F2,1B2\r\n\n";
+  const Schedule s = parse_torch_csv(text, "t.csv", ScheduleShape{2, 3, 1, std::nullopt}, &field_of);
+  EXPECT_EQ(s.ranks[0], (std::vector<Action>{{OpKind::F, 0, 0},
+                                             {OpKind::F, 1, 0},
+                                             {OpKind::B, 0, 0},
+                                             {OpKind::W, 0, 0},
+                                             {OpKind::F, 2, 0},
+                                             {OpKind::B, 1, 0},
+                                             {OpKind::W, 1, 0},
+                                             {OpKind::BW, 2, 0}}));
+  EXPECT_EQ(field_of[0], (std::vector<int>{0, 1, 3, 4, 4, 5, 6, 9}));
+  EXPECT_EQ(s.ranks[1].front(), (Action{OpKind::F, 0, 0}));
+  EXPECT_EQ(field_of[1].front(), 1);
+  EXPECT_TRUE(validate(s, 0, 0).ok) << validate(s, 0, 0).message();
+}
+
+TEST(TorchCsv, InfersThePlacementFromStageIndices) {
+  // p = 2, two chunks: rank 0 holds stages 0 and 3 in a V, 0 and 2 in a loop.
+  const std::string v_csv = "0F0,,,3F0,3B0,,,0B0\n,1F0,2F0,,,2B0,1B0\n";
+  const Schedule v = parse_torch_csv(v_csv, "v.csv", ScheduleShape{2, 1, 2, std::nullopt});
+  EXPECT_EQ(v.placement, Placement::V);
+  EXPECT_EQ(v.ranks[0][1], (Action{OpKind::F, 0, 1}));
+  EXPECT_EQ(to_torch_csv(v), v_csv);  // the canonical grid reads back the same
+  const std::string loop_csv = "0F0,,2F0,,,2B0,,0B0\n,1F0,,3F0,3B0,,1B0\n";
+  EXPECT_EQ(parse_torch_csv(loop_csv, "l.csv", ScheduleShape{2, 1, 2, std::nullopt}).placement, Placement::Loop);
+  // A placement the deck states wins, and a stage off its rank under it is an error.
+  EXPECT_EQ(import_error(v_csv, ScheduleShape{2, 1, 2, Placement::Loop}),
+            "rank 0, position 3: stage 3 is on rank 1 under loop placement");
+  EXPECT_EQ(import_error("0F0,,1F0\n,1F0\n", ScheduleShape{2, 1, 2, std::nullopt}),
+            "the stage indices fit neither loop placement (rank 0, position 2: stage 1 belongs on rank 1) nor V "
+            "placement (rank 0, position 2: stage 1 belongs on rank 1)");
+}
+
+TEST(TorchCsvErrors, UnknownAction) {
+  EXPECT_EQ(import_error("0F0,0X0\n1F0,1B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "rank 0, position 1: unknown action '0X0': expected STAGE KIND MICROBATCH with KIND F, I, W or B (such "
+            "as 2I3), or (A;B)OVERLAP_F_B");
+}
+
+TEST(TorchCsvErrors, RuntimeActionIsNotCompute) {
+  EXPECT_EQ(import_error("0F0,0SEND_F0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "rank 0, position 1: action '0SEND_F0' is one of torch's runtime actions (communication, resharding); "
+            "conductor reads the compute-only format: F, I, W, B and OVERLAP_F_B");
+}
+
+TEST(TorchCsvErrors, MissingOp) {
+  EXPECT_EQ(import_error("0F0,,,0B0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "invalid schedule: rank 1, end of list: missing the backward of stage 1, microbatch 0 (1I0+1W0 or 1B0)");
+  EXPECT_EQ(import_error("0F0,,,0I0\n,1F0,1B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "invalid schedule: rank 0, end of list: missing 0W0 (stage 0)");
+}
+
+TEST(TorchCsvErrors, DuplicateOp) {
+  EXPECT_EQ(import_error("0F0,,0F0,0B0\n,1F0,1B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "invalid schedule: rank 0, position 2: action 0F0 appears twice (first at position 0)");
+}
+
+TEST(TorchCsvErrors, Cycle) {
+  // Rank 0 runs microbatch 0's backward before microbatch 1's forward; rank 1 wants microbatch 1 first.
+  EXPECT_EQ(import_error("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", ScheduleShape{2, 2, 1, std::nullopt}),
+            "invalid schedule: rank 0, position 1: 0B0 waits for 1B0 on rank 1, which never runs: the lists wait on "
+            "each other (a cycle)");
+}
+
+TEST(TorchCsvErrors, BackwardBeforeForward) {
+  EXPECT_EQ(import_error("0F0,,,,0B0\n,1B0,,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "invalid schedule: rank 1, position 1: 1B0 comes before its forward 1F0 (position 3)");
+}
+
+TEST(TorchCsvErrors, WrongRankCount) {
+  EXPECT_EQ(import_error("0F0,0B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "1 rank lines but parallel.pipeline = 2 (torch's CSV holds one line per rank)");
+}
+
+TEST(TorchCsvErrors, OutOfRange) {
+  EXPECT_EQ(import_error("0F0,0F4\n,1F0\n", ScheduleShape{2, 2, 1, std::nullopt}),
+            "rank 0, position 1: action '0F4' names microbatch 4 but parallel.microbatches = 2");
+  EXPECT_EQ(import_error("0F0,,2F0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "rank 0, position 2: action '2F0' names stage 2 but the deck has 2 stages (parallel.pipeline x "
+            "parallel.virtual = 2 x 1)");
+}
+
+TEST(TorchCsv, DetectsTheFormat) {
+  EXPECT_TRUE(is_torch_csv("x.CSV", "pipeline 2\n"));
+  EXPECT_TRUE(is_torch_csv("x.sched", "\n0F0,0B0\n"));
+  EXPECT_TRUE(is_torch_csv("x", ",1F0\n"));
+  EXPECT_FALSE(is_torch_csv("x.sched", "# comment\npipeline 2\n"));
+  EXPECT_FALSE(is_torch_csv("x.txt", "pipeline 2\nmicrobatches 1\n"));
+}
+
+TEST(TorchCsv, TextFormThroughImport) {
+  const Schedule s = one_f_one_b(2, 2);
+  const std::string path = write_temp("text.sched", to_text(s));
+  EXPECT_EQ(import_schedule(path, ScheduleShape{2, 2, 1, std::nullopt}, 0, 0).ranks, s.ranks);
+  EXPECT_EQ(import_error(to_text(s), ScheduleShape{2, 2, 1, Placement::V}, "text.sched"),
+            "the schedule has placement loop but the deck's schedule.placement is v");
+  EXPECT_EQ(import_error(to_text(s), ScheduleShape{2, 4, 1, std::nullopt}, "text.sched"),
+            "the schedule is for pipeline 2, microbatches 2, virtual 1 but the deck has 2, 4, 1");
+}
