@@ -106,7 +106,7 @@ plan::Migration migration_from_model(const Deck& d) {
   m.latency_ms = (c.latency_us >= 0 ? c.latency_us : preset.latency_us) * 1e-3;
   if (!m.enabled) return m;
   const int p = d.parallel.pipeline;
-  const double elem = d.model.precision == "fp32" ? 4.0 : 2.0;
+  const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
   for (int r = 0; r < p; ++r) {
     const Share share{layers_of(d, r), r == p - 1};

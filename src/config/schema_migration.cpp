@@ -42,6 +42,11 @@ void add_migration_fields(std::vector<Field>& f) {
                   "migration.latency_us", [](Deck & d) -> auto& { return d.migration.latency_us; },
                   "Latency per message in microseconds; negative = the preset's (custom: required, >= 0).")
                   .range(-1, 1e9));
+  f.push_back(field<int>(
+                  "migration.element_bytes", [](Deck & d) -> auto& { return d.migration.element_bytes; },
+                  "Bytes per element of the tensors a migration moves; 0 = model.precision's (fp32: 4, bf16: 2). "
+                  "2 models a bf16 run of a deck simulated with the emulated backend (which is fp32).")
+                  .range(0, 8));
 }
 
 namespace {
@@ -52,8 +57,8 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
   const MigrationConfig& m = d.migration;
   const bool heads = std::find(m.units.begin(), m.units.end(), "heads") != m.units.end();
   if (heads && m.slices > 0 && d.model.n_heads % m.slices != 0) {
-    problems.push_back(src + ": migration.slices = " + std::to_string(m.slices) + " does not divide model.n_heads = " +
-                       std::to_string(d.model.n_heads) +
+    problems.push_back(src + ": migration.slices = " + std::to_string(m.slices) +
+                       " does not divide model.n_heads = " + std::to_string(d.model.n_heads) +
                        " (unit 'heads'): slices are equal head groups; choose a divisor, 0 for one head per slice, or "
                        "leave heads out of migration.units");
   }
@@ -79,8 +84,9 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        "conductor run does not move slices; set migration.enabled=false");
   }
   if (m.max_fraction <= 0) {
-    problems.push_back(src + ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "
-                             "fraction in (0, 1] or set migration.enabled=false");
+    problems.push_back(src +
+                       ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "
+                       "fraction in (0, 1] or set migration.enabled=false");
   }
   if (m.units.empty()) {
     problems.push_back(src + ": migration.units is empty; name at least one of heads, mlp, vocab");

@@ -44,7 +44,8 @@ Migration::Migration(const plan::Migration& m, const plan::Costs& costs, int ran
   if (!enabled_) return;
   const auto& ops = m.ops[static_cast<std::size_t>(rank)];
   for (int k = 0; k < 3; ++k) kinds_[static_cast<std::size_t>(k)] = per_chunk(ops[static_cast<std::size_t>(k)], v);
-  kinds_[3] = combined(kinds_[1], kinds_[2], per_rank(costs.backward_input, rank), per_rank(costs.backward_weight, rank));
+  kinds_[3] =
+      combined(kinds_[1], kinds_[2], per_rank(costs.backward_input, rank), per_rank(costs.backward_weight, rank));
   if (bytes_per_ms_ <= 0) enabled_ = false;  // no bandwidth: no free transfers, so no migration
 }
 

@@ -2,8 +2,8 @@
 // helper's memory, and the decision's arithmetic.
 #include <gtest/gtest.h>
 
-#include "conductor/sched/engine.hpp"
 #include "conductor/sched/cost.hpp"
+#include "conductor/sched/engine.hpp"
 #include "conductor/sched/migration.hpp"
 
 using namespace conductor;

@@ -23,18 +23,22 @@ plan::Plan plan_of(std::vector<std::string> overrides) {
 
 sim::RunResult simulate(const plan::Plan& plan) {
   const sched::Schedule s = sched::make_schedule(plan);
-  return sim::simulate_run(s, sim::NoiseModel::from_plan(plan, s), sim::SimOptions::from_plan(plan, s),
-                           plan.run.steps);
+  return sim::simulate_run(s, sim::NoiseModel::from_plan(plan, s), sim::SimOptions::from_plan(plan, s), plan.run.steps);
 }
 
 // A small GPT whose costs come from its dimensions: 8 heads, d_model 256, 8 layers.
 std::vector<std::string> model(int p, int m, const std::string& kind) {
-  return {"model.d_model=256",         "model.n_heads=8",
-          "model.n_layers=8",          "model.seq_len=128",
-          "model.vocab=512",           "parallel.pipeline=" + std::to_string(p),
+  return {"model.d_model=256",
+          "model.n_heads=8",
+          "model.n_layers=8",
+          "model.seq_len=128",
+          "model.vocab=512",
+          "parallel.pipeline=" + std::to_string(p),
           "parallel.microbatches=" + std::to_string(m),
-          "schedule.kind=" + kind,     "cost.device_tflops=0.05",
-          "cost.bandwidth_gbps=25",    "cost.comm=0.01",
+          "schedule.kind=" + kind,
+          "cost.device_tflops=0.05",
+          "cost.bandwidth_gbps=25",
+          "cost.comm=0.01",
           "run.steps=1"};
 }
 
@@ -49,14 +53,15 @@ TEST(MigrationSim, NeverSlowerWhenBalancedAndNoiseFree) {
       for (int m : {4, 8}) {
         for (const char* link : {"nvlink", "infiniband"}) {
           std::vector<std::string> o = model(p, m, kind);
-          for (const char* k : {"cost.device_tflops=0", "cost.forward=1", "cost.backward_input=1.1",
-                                "cost.backward_weight=0.9"})
+          for (const char* k :
+               {"cost.device_tflops=0", "cost.forward=1", "cost.backward_input=1.1", "cost.backward_weight=0.9"})
             o.push_back(k);
           const sim::RunResult off = simulate(plan_of(o));
           o.push_back("migration.enabled=true");
           o.push_back(std::string("migration.link=") + link);
           const sim::RunResult on = simulate(plan_of(o));
-          EXPECT_LE(on.mean_makespan_ms, off.mean_makespan_ms + 1e-9) << kind << " p=" << p << " m=" << m << " " << link;
+          EXPECT_LE(on.mean_makespan_ms, off.mean_makespan_ms + 1e-9)
+              << kind << " p=" << p << " m=" << m << " " << link;
           migrated += on.mean_migrated_ops > 0;
         }
       }
@@ -89,8 +94,8 @@ TEST(MigrationSim, NeverFiringIsIdentical) {
   std::vector<std::string> o = model(4, 8, "zb-2p");
   for (const char* k : {"noise.kind=gaussian", "noise.level=0.1", "noise.seed=3", "run.steps=3"}) o.push_back(k);
   const sim::RunResult off = simulate(plan_of(o));
-  for (const char* k : {"migration.enabled=true", "migration.link=custom", "migration.bandwidth_gbps=1e-9",
-                        "migration.latency_us=0"})
+  for (const char* k :
+       {"migration.enabled=true", "migration.link=custom", "migration.bandwidth_gbps=1e-9", "migration.latency_us=0"})
     o.push_back(k);
   const sim::RunResult on = simulate(plan_of(o));
   EXPECT_EQ(on.mean_migrated_ops, 0);

@@ -51,6 +51,7 @@ struct MigrationConfig {
   std::string link = "infiniband";                             // nvlink | infiniband | custom
   double bandwidth_gbps = 0;                                   // 0 = the preset's
   double latency_us = -1;                                      // < 0 = the preset's
+  int element_bytes = 0;  // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
 };
 
 struct SchedulerConfig {
