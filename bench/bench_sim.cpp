@@ -9,7 +9,10 @@
 // (inputs/gpt3-{1.5b,6.2b,14.6b}.yaml, inputs/multimodal.yaml) x {1f1b, 1f1b-interleaved (v 2), zb-h1, zb-2p} x
 // noise {none, jitter10, straggler, congestion} (inputs/noise/*.yaml), mean makespan over 5 seeds x 10 steps;
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
-// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR]]   (--quick skips p=1024; --speed
+// (5) --migration [DECK...]: computation migration (migration.*) under ZB-2p strict and 10% Gaussian jitter against
+// the deck's split and the balanced split: makespan, gain, both bubbles, bytes per step, decision cost per op.
+// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --migration [DECK...]]   (--quick skips
+// p=1024; --speed
 //        runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "conductor/config/deck.hpp"
@@ -398,9 +402,102 @@ void at_scale(int p, int m, int steps) {
   }
 }
 
+// ---- (5) computation migration (docs/migration.md) ----
+
+struct MigRow {
+  double makespan = 0, bubble = 0, stage_bubble = 0, bytes = 0, migrated = 0, cpu_s = 0, ops = 0;
+};
+
+// The deck under ZB-2p strict and 10% Gaussian jitter with `overrides`, mean over seeds x steps; CPU time of the
+// simulation alone (deck loading excluded).
+MigRow mig_run(const std::string& path, const std::string& text, const std::vector<std::string>& overrides, int seeds,
+               int steps) {
+  MigRow row;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    config::LoadOptions o;
+    o.source_name = path;
+    o.command = config::Command::Simulate;
+    o.overrides = overrides;
+    for (const std::string& k :
+         {std::string("schedule.kind=zb-2p"), std::string("schedule.execution=strict"),
+          std::string("trace.enabled=false"), "run.steps=" + std::to_string(steps), std::string("noise.kind=gaussian"),
+          std::string("noise.level=0.1"), "noise.seed=" + std::to_string(seed)})
+      o.overrides.push_back(k);
+    const plan::Plan plan = config::resolve(config::parse_deck(text, o));
+    const sched::Schedule s = sched::make_schedule(plan);
+    const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, s);
+    const sim::SimOptions options = sim::SimOptions::from_plan(plan, s);
+    const std::clock_t t0 = std::clock();
+    const sim::RunResult r = sim::simulate_run(s, noise, options, steps);
+    row.cpu_s += cpu_seconds_since(t0);
+    row.ops += static_cast<double>(s.num_actions()) * steps;
+    row.makespan += r.mean_makespan_ms / seeds;
+    row.bubble += r.mean_bubble_ratio / seeds;
+    row.stage_bubble += r.mean_stage_bubble_ratio / seeds;
+    row.bytes += r.mean_migration_bytes / seeds;
+    row.migrated += r.mean_migrated_ops / seeds;
+  }
+  return row;
+}
+
+void migration_table(const std::vector<std::string>& decks) {
+  const int seeds = 5, steps = 20;
+  std::printf(
+      "## computation migration: ZB-2p strict, gaussian jitter 10%%, mean over %d seeds x %d steps; gain = the "
+      "deck's ZB-2p strict makespan / the row's; derived = cost.device_tflops=150; decision cost = (CPU time with "
+      "migration - without) / ops\n\n"
+      "| deck | baseline | migration | makespan ms | gain | vs off | bubble | per-stage bubble | migrated ops/step | "
+      "MB/step | decision cost us/op |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+      seeds, steps);
+  for (const std::string& path : decks) {
+    const std::string text = read_text(path);
+    const std::vector<std::pair<std::string, std::vector<std::string>>> baselines = {
+        {"deck split, deck costs", {}},
+        {"deck split, derived", {"cost.device_tflops=150"}},
+        {"balanced split, derived", {"cost.device_tflops=150", "model.layers_per_stage=balanced"}}};
+    double reference = 0;
+    for (const auto& [name, base] : baselines) {
+      MigRow off;
+      try {
+        off = mig_run(path, text, base, seeds, steps);
+      } catch (const InputError& e) {
+        std::printf("| %s | %s | n/a: %s |\n", path.c_str(), name.c_str(), e.what());
+        continue;
+      }
+      if (reference == 0) reference = off.makespan;
+      std::printf("| %s | %s | off | %.1f | %.3fx | 1 | %.4f | %.4f | 0 | 0 | |\n", path.c_str(), name.c_str(),
+                  off.makespan, reference / off.makespan, off.bubble, off.stage_bubble);
+      // The decks model bf16 work (150 TFLOP/s) while the emulated backend is fp32: "bf16" rows move 2-byte
+      // tensors.
+      for (const auto& [name2, link, bytes] :
+           {std::tuple{"infiniband", "infiniband", "4"}, std::tuple{"nvlink", "nvlink", "4"},
+            std::tuple{"infiniband bf16", "infiniband", "2"}, std::tuple{"nvlink bf16", "nvlink", "2"}}) {
+        const char* link_name = name2;
+        std::vector<std::string> o = base;
+        o.push_back("migration.enabled=true");
+        o.push_back(std::string("migration.link=") + link);
+        o.push_back(std::string("migration.element_bytes=") + bytes);
+        const MigRow on = mig_run(path, text, o, seeds, steps);
+        std::printf("| %s | %s | %s | %.1f | %.3fx | %.3fx | %.4f | %.4f | %.1f | %.1f | %.2f |\n", path.c_str(),
+                    name.c_str(), link_name, on.makespan, reference / on.makespan, off.makespan / on.makespan,
+                    on.bubble, on.stage_bubble, on.migrated, on.bytes / 1e6, (on.cpu_s - off.cpu_s) / on.ops * 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--migration") == 0) {
+    std::vector<std::string> decks(argv + 2, argv + argc);
+    if (decks.empty()) {
+      decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml", "inputs/multimodal.yaml"};
+    }
+    migration_table(decks);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--split") == 0) {
     std::vector<std::string> decks(argv + 2, argv + argc);
     if (decks.empty()) {

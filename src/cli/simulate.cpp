@@ -53,7 +53,12 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   std::printf("  bubble ratio    %12.4f (1 - busy / (p x makespan))\n", run.mean_bubble_ratio);
   std::printf("  stage bubble    %12.4f (per-stage, Zero Bubble paper: mean of 1 - busy / rank span)\n",
               run.mean_stage_bubble_ratio);
-  std::printf("  throughput      %12.2f samples/s\n\n", run.mean_throughput);
+  std::printf("  throughput      %12.2f samples/s\n", run.mean_throughput);
+  if (d.migration.enabled) {
+    std::printf("  migration       %12.1f ops/step, %.4g MB/step over %s (per link in summary.json)\n",
+                run.mean_migrated_ops, run.mean_migration_bytes / 1e6, d.migration.link.c_str());
+  }
+  std::printf("\n");
   const int shown = std::min(s.p, 16);
   std::printf("  rank    busy ms    idle ms  peak M_F\n");
   for (int r = 0; r < shown; ++r) {
@@ -129,11 +134,15 @@ int cmd_simulate(const Invocation& inv) {
       if (r.events.empty()) return;
       // The shared definition of the per-step figures (trace/summary.hpp).
       const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-      r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
-      r.bubble_ratio = rec.bubble_ratio;
-      r.stage_bubble_ratio = rec.stage_bubble_ratio;
-      r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
-      r.throughput = rec.samples_per_s;
+      // With migration the events hold each op from its start on the owner to its end (the helper's part
+      // included) and no help event: the simulator's own figures count each rank's compute instead.
+      if (!options.migration.enabled) {
+        r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+        r.bubble_ratio = rec.bubble_ratio;
+        r.stage_bubble_ratio = rec.stage_bubble_ratio;
+        r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
+        r.throughput = rec.samples_per_s;
+      }
       if (writer) {
         writer->append_events(r.events);
         writer->append_step(rec);

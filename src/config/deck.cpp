@@ -278,6 +278,7 @@ class Loader {
       finalize_model(deck, options_, problems_);
       finalize_sched(deck, options_, problems_);
       finalize_policy(deck, options_, problems_);
+      finalize_migration(deck, options_, problems_);
     }
     if (!problems_.empty()) throw DeckError(problems_);
     return deck;

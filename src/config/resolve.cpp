@@ -221,6 +221,7 @@ plan::Plan resolve(const Deck& d) {
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
   out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};
   out.scheduler = plan::GlobalTier{d.scheduler.kind, d.policy.path, d.policy.ema, d.policy.verify_samples};
+  out.migration = migration_from_model(d);
   out.activation_bytes = activation_bytes(d);
   out.deck_yaml = resolved_yaml(d);
   return out;

@@ -9,6 +9,7 @@ const std::vector<Field>& schema() {
     add_model_fields(f);
     add_sched_fields(f);
     add_policy_fields(f);
+    add_migration_fields(f);
     return f;
   }();
   return fields;

@@ -1,7 +1,9 @@
 #include "conductor/sched/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <queue>
 #include <string>
 #include <utility>
@@ -20,7 +22,7 @@ double ExecResult::max_rank_bubble() const {
 
 namespace {
 
-enum class EventType : std::uint8_t { Done = 0, Arrive = 1, Announce = 2 };
+enum class EventType : std::uint8_t { Done = 0, Arrive = 1, Announce = 2, HelpDone = 3 };
 
 struct Event {
   double time;
@@ -31,6 +33,78 @@ struct Event {
   int transfer;         // index into transfers (Arrive with record_transfers), else -1
   double expected = 0;  // Announce: when the input is expected
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+// Computation migration's state in the engine: until when each rank helps, when each rank's inputs are expected
+// (set when their producer starts), and the memory helpers hold.
+class Helpers {
+ public:
+  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers)
+      : opt_(opt), drivers_(drivers), on_(!opt.migration.empty()) {
+    if (!on_) return;
+    const std::size_t p = drivers.size();
+    busy_until_.assign(p, -std::numeric_limits<double>::infinity());
+    peak_.assign(p, 0.0);
+    expected_.resize(p);
+    producer_.resize(p);
+    for (std::size_t r = 0; r < p; ++r) {
+      const auto& actions = drivers[r].arbiter().actions();
+      expected_[r].assign(actions.size(), kUnknown);
+      producer_[r].assign(actions.size(), -1);
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        if (const auto in = input_of(s, static_cast<int>(r), actions[i]); in && !in->local()) {
+          producer_[r][i] = in->from_rank;
+        }
+      }
+    }
+  }
+  bool on() const { return on_; }
+  bool helping(int r, double now) const { return on_ && busy_until_[static_cast<std::size_t>(r)] > now; }
+  void expect(int rank, int index, double at) {
+    if (on_) expected_[static_cast<std::size_t>(rank)][static_cast<std::size_t>(index)] = at;
+  }
+  double peak(int r) const { return on_ ? peak_[static_cast<std::size_t>(r)] : 0.0; }
+
+  // Every peer of `owner` that can help with `action` now: idle, not helping, and either done with its step or
+  // waiting for an input whose arrival is expected (the help must end by then) or that the owner itself will
+  // produce by a later op (which cannot start before this op, and so the help, has ended); its free memory.
+  const std::vector<HelpOffer>& offers(int owner, const Action& action, double now) {
+    offers_.clear();
+    for (int q = 0; q < static_cast<int>(drivers_.size()); ++q) {
+      const RankDriver& d = drivers_[static_cast<std::size_t>(q)];
+      if (q == owner || d.running() || helping(q, now)) continue;
+      HelpOffer o;
+      o.rank = q;
+      const Arbiter& a = d.arbiter();
+      if (!a.finished()) {
+        const int next = a.next_in_list();
+        const double at = expected_[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)];
+        const bool from_owner = producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)] == owner;
+        if (a.is_ready(next) || (std::isnan(at) && !from_owner)) continue;  // about to run, or nothing known
+        if (!std::isnan(at)) o.until = at;
+      }
+      if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
+      o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
+      offers_.push_back(o);
+    }
+    return offers_;
+  }
+  // The helper of `o` starts helping at `now`.
+  void engage(const Offload& o, double now) {
+    const std::size_t q = static_cast<std::size_t>(o.helper);
+    busy_until_[q] = now + o.help_time;
+    peak_[q] = std::max(peak_[q], drivers_[q].arbiter().memory_in_use() + o.memory);
+  }
+
+ private:
+  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  const ExecOptions& opt_;
+  const std::vector<RankDriver>& drivers_;
+  bool on_;
+  std::vector<double> busy_until_, peak_;
+  std::vector<std::vector<double>> expected_;
+  std::vector<std::vector<int>> producer_;  // the rank whose op sends each action's cross-rank input, or -1
+  std::vector<HelpOffer> offers_;
 };
 
 }  // namespace
@@ -99,6 +173,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     d.memory_limit =
         opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
     d.memory_after_b = opt.memory_after_b;
+    if (!opt.migration.empty()) d.migration = opt.migration.at(static_cast<std::size_t>(r));
     if (opt.estimate) {
       d.estimate = [&opt, r](const Action& a) { return opt.estimate(r, a); };
     } else {
@@ -127,6 +202,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     res.order[r].reserve(a.size());
   }
   const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
+  Helpers helpers(s, opt, drivers);
   // Kept only for a custom picker (the policy environment): busy horizons and idle time.
   const bool custom = static_cast<bool>(opt.picker);
   std::vector<double> busy_until(custom ? p : 0, 0.0);
@@ -157,7 +233,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     for (int r : touched) {
       is_touched[r] = 0;
       RankDriver& drv = drivers[r];
-      if (drv.running()) continue;
+      if (drv.running() || helpers.helping(r, now)) continue;
       int i = -1;
       if (custom) {
         view.now = now;
@@ -171,24 +247,44 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       }
       if (i < 0) continue;
       const OpStart op = drv.start(i, now);
-      const double dur = compute(r, drv.arbiter().actions()[i]);
+      const Action& act = drv.arbiter().actions()[i];
+      const double dur = compute(r, act);
+      // Alone the op takes `dur` (its estimate `predicted`); with a helper, the longer of the owner's part (its
+      // share of `dur`) and the helper's (transfers and slices at the helper's speed).
+      const bool predict = helpers.on() || (announcing && dest[r][i] >= 0);
+      double busy = dur, took = dur, predicted = predict && opt.estimate ? opt.estimate(r, act) : dur;
+      if (helpers.on()) {
+        const Offload o = drv.offload(i, now, predicted, helpers.offers(r, act, now));
+        if (o.helper >= 0) {
+          busy = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
+          took = std::max(busy, o.help_time);
+          predicted = o.op_time;
+          helpers.engage(o, now);
+          res.busy[o.helper] += o.helper_compute;
+          res.migrations.push_back(
+              MigrationTiming{r, i, o.helper, o.slices, now, now + o.help_time, o.bytes, o.helper_compute});
+          queue.push(Event{now + o.help_time, seq++, EventType::HelpDone, o.helper, -1, -1});
+        }
+      }
       if (first) {
         res.start = now;
         first = false;
       }
-      if (opt.record_ops) res.ops.push_back(OpTiming{r, i, op.ready, now, now + dur, op.wait});
+      if (opt.record_ops) res.ops.push_back(OpTiming{r, i, op.ready, now, now + took, op.wait});
       res.order[r].push_back(i);
-      res.busy[r] += dur;
+      res.busy[r] += busy;
       if (custom) {
-        busy_until[r] = now + dur;
-        view.horizon = std::max(view.horizon, now + dur);
+        busy_until[r] = now + took;
+        view.horizon = std::max(view.horizon, now + took);
       }
-      queue.push(Event{now + dur, seq++, EventType::Done, r, i, -1});
-      if (announcing && dest[r][i] >= 0) {
-        const Action& a = drv.arbiter().actions()[i];
-        const int to = output_of(s, r, a)->to_rank;
-        const double expected = now + (opt.estimate ? opt.estimate(r, a) : dur) + opt.comm_estimate;
-        queue.push(Event{now + opt.announce_latency, seq++, EventType::Announce, to, dest[r][i], -1, expected});
+      queue.push(Event{now + took, seq++, EventType::Done, r, i, -1});
+      if (dest[r][i] >= 0 && (announcing || helpers.on())) {
+        const int to = output_of(s, r, act)->to_rank;
+        const double expected = now + predicted + opt.comm_estimate;
+        helpers.expect(to, dest[r][i], expected);
+        if (announcing) {
+          queue.push(Event{now + opt.announce_latency, seq++, EventType::Announce, to, dest[r][i], -1, expected});
+        }
       }
     }
     touched.clear();
@@ -219,6 +315,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         }
       } else if (e.type == EventType::Arrive) {
         drivers[e.rank].input_arrived(e.index, now);
+      } else if (e.type == EventType::HelpDone) {
+        // The helper is free again: touched below, so it picks.
       } else {
         drivers[e.rank].announce(e.index, e.expected, now);
       }
@@ -227,7 +325,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   }
 
   for (int r = 0; r < p; ++r) {
-    res.peak_memory[r] = drivers[r].arbiter().peak_memory();
+    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r));
     res.first_start[r] = drivers[r].started_any() ? drivers[r].first_start() : 0.0;
     res.last_end[r] = drivers[r].started_any() ? drivers[r].last_end() : 0.0;
   }

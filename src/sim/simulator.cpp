@@ -5,6 +5,7 @@
 
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sched/migration.hpp"
 #include "conductor/trace/summary.hpp"
 
 namespace conductor::sim {
@@ -19,6 +20,7 @@ SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& 
   o.comm_events = plan.trace.comm_events;
   o.samples_per_step = static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size;
   o.activation_bytes = static_cast<std::int64_t>(plan.activation_bytes);
+  o.migration = plan.migration;
   return o;
 }
 
@@ -40,6 +42,12 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   eo.estimate = [&](int rank, const sched::Action& a) { return noise.cost().op_time(rank, a.kind, s.v); };
   eo.comm_estimate = noise.cost().comm_time();
   eo.announce_latency = noise.cost().comm_time();
+  eo.migration = sched::migrations(options.migration, noise.cost(), s.p, s.v);
+  if (!eo.migration.empty()) {
+    eo.helper_speed = [&](int rank, const sched::Action& a) {
+      return noise.compute_factor(step, rank, a.chunk, a.microbatch, a.kind);
+    };
+  }
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) {
@@ -68,6 +76,11 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   }
   r.stage_bubble_ratio = trace::stage_bubble_ratio(r.busy_ms, span);
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
+  for (const sched::MigrationTiming& m : res.migrations) {
+    ++r.migrated_ops;
+    r.migration_bytes += m.bytes;
+    r.link_bytes[{m.owner, m.helper}] += m.bytes;
+  }
 
   if (options.record_events) {
     // The step's clock starts at its first op; the run's clock places it at start_ms.
@@ -115,7 +128,8 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
 void finish_run(RunResult& run, int p) {
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
-  run.mean_stage_bubble_ratio = 0.0;
+  run.mean_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes = 0.0;
+  run.mean_link_bytes.clear();
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
   run.peak_memory.assign(p, 0.0);
@@ -125,6 +139,9 @@ void finish_run(RunResult& run, int p) {
     run.mean_stage_bubble_ratio += s.stage_bubble_ratio / n;
     run.mean_lower_bound_ms += s.lower_bound_ms / n;
     run.mean_throughput += s.throughput / n;
+    run.mean_migrated_ops += s.migrated_ops / n;
+    run.mean_migration_bytes += s.migration_bytes / n;
+    for (const auto& [link, bytes] : s.link_bytes) run.mean_link_bytes[link] += bytes / n;
     for (int r = 0; r < p; ++r) {
       run.mean_busy_ms[r] += s.busy_ms[r] / n;
       run.mean_idle_ms[r] += s.idle_ms[r] / n;

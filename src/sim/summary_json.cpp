@@ -13,6 +13,26 @@ Json step_json(const StepResult& s) {
           {"throughput", s.throughput}};
 }
 
+// Only with migration.enabled, so a run without it writes the summary it always did.
+Json migration_json(const RunResult& run, const plan::Migration& m) {
+  Json links = Json::array();
+  for (const auto& [link, bytes] : run.mean_link_bytes) {
+    links.push_back({{"owner", link.first}, {"helper", link.second}, {"bytes_per_step", bytes}});
+  }
+  Json per_step = Json::array();
+  for (const StepResult& s : run.steps)
+    per_step.push_back({{"migrated_ops", s.migrated_ops}, {"bytes", s.migration_bytes}});
+  return {{"link", m.link},
+          {"bandwidth_gbps", m.bandwidth_gbps},
+          {"latency_ms", m.latency_ms},
+          {"slices", m.slices},
+          {"max_fraction", m.max_fraction},
+          {"migrated_ops_per_step", run.mean_migrated_ops},
+          {"bytes_per_step", run.mean_migration_bytes},
+          {"links", std::move(links)},
+          {"steps", std::move(per_step)}};
+}
+
 }  // namespace
 
 Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit) {
@@ -38,6 +58,7 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   Json steps = Json::array();
   for (const StepResult& s : run.steps) steps.push_back(step_json(s));
   out["steps"] = std::move(steps);
+  if (plan.migration.enabled) out["migration"] = migration_json(run, plan.migration);
   return out;
 }
 

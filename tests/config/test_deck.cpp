@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/util/error.hpp"
 
@@ -425,4 +426,68 @@ TEST(DeckDocs, SectionsAreContiguous) {
         << "section '" << section << "' is split in the schema (at " << f.path << ")";
     current = section;
   }
+}
+
+// migration.*: bad values name the key, the value and what is allowed.
+TEST(Deck, MigrationBadValuesHaveClearMessages) {
+  auto one = [](std::vector<std::string> overrides, Command command = Command::Validate) {
+    const auto p = problems_of("", std::move(overrides), command, 4);
+    return p.size() == 1 ? p[0] : std::string("(") + std::to_string(p.size()) + " problems)";
+  };
+  std::string p = one({"migration.enabled=true", "migration.link=custom"});
+  EXPECT_TRUE(contains(p, "migration.link = custom needs migration.bandwidth_gbps > 0")) << p;
+  EXPECT_TRUE(contains(p, "nvlink, infiniband")) << p;
+  p = one({"migration.enabled=true", "migration.slices=3"});  // 4 heads
+  EXPECT_TRUE(contains(p, "migration.slices = 3 does not divide model.n_heads = 4")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.slices=3", "migration.units=[mlp,vocab]"}).empty());
+  p = one({"migration.enabled=true", "migration.max_fraction=0"});
+  EXPECT_TRUE(contains(p, "migration.max_fraction = 0 moves nothing")) << p;
+  p = one({"migration.max_fraction=1.5"});
+  EXPECT_TRUE(contains(p, "migration.max_fraction")) << p;
+  p = one({"migration.link=ethernet"});
+  EXPECT_TRUE(contains(p, "nvlink")) << p;
+  p = one({"migration.units=[heads,rows]"});
+  EXPECT_TRUE(contains(p, "migration.units")) << p;
+  p = one({"migration.enabled=true"}, Command::Run);
+  EXPECT_TRUE(contains(p, "simulated only")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.link=custom"}).empty());  // off: no link needed
+}
+
+// The link presets resolve to stated numbers; a custom link keeps the deck's; disabled stays off.
+TEST(Deck, MigrationResolvesLinkAndSliceCosts) {
+  plan::Plan off = resolve(parse(""));
+  EXPECT_FALSE(off.migration.enabled);
+  EXPECT_TRUE(off.migration.ops.empty());
+  plan::Plan ib = resolve(parse("", {"migration.enabled=true"}));
+  EXPECT_TRUE(ib.migration.enabled);
+  EXPECT_DOUBLE_EQ(ib.migration.bandwidth_gbps, 25);
+  EXPECT_DOUBLE_EQ(ib.migration.latency_ms, 0.01);
+  plan::Plan nv = resolve(parse("", {"migration.enabled=true", "migration.link=nvlink"}));
+  EXPECT_DOUBLE_EQ(nv.migration.bandwidth_gbps, 300);
+  plan::Plan custom = resolve(parse(
+      "", {"migration.enabled=true", "migration.link=custom", "migration.bandwidth_gbps=7", "migration.latency_us=0"}));
+  EXPECT_DOUBLE_EQ(custom.migration.bandwidth_gbps, 7);
+  EXPECT_DOUBLE_EQ(custom.migration.latency_ms, 0);
+  // Defaults: p = 4, d_model 64, 4 heads, vocab 256, 4 layers (one per rank), microbatch 4 x 64 tokens, fp32.
+  ASSERT_EQ(ib.migration.ops.size(), 4u);
+  EXPECT_EQ(ib.migration.slices, 4);  // 0: one slice per head
+  const double t = 4 * 64, h = 64, s = 64, V = 256, G = 4, e = 4;
+  // Rank 0, F, all units: every FLOP of a layer is in a head or MLP slice; the bytes of the heads and the MLP:
+  // 2 x (th out + th back) + per slice (4h^2 + (4th + 4t)) / G + (8h^2 + 4th) / G, in fp32.
+  const plan::SliceCosts& f0 = ib.migration.ops[0][0];
+  EXPECT_DOUBLE_EQ(f0.sliced_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(f0.helper_factor, 1.0);
+  EXPECT_DOUBLE_EQ(f0.bytes_fixed, 4 * t * h * e);
+  EXPECT_DOUBLE_EQ(f0.bytes_per_slice, ((4 * h * h + 4 * t * h + 4 * t) + (8 * h * h + 4 * t * h)) / G * e);
+  EXPECT_EQ(f0.messages, 4);
+  // The last rank's B: the LM head's vocabulary slices are recomputed on a helper (factor between 1 and 2); only
+  // the hidden state, two per-token statistics and the input-gradient partial cross for it, never logits.
+  const plan::SliceCosts& b3 = ib.migration.ops[3][1];
+  const double layer_b = 24 * t * h * h + 8 * t * s * h, head = 2 * t * h * V;
+  EXPECT_DOUBLE_EQ(b3.sliced_fraction, 1.0);
+  EXPECT_NEAR(b3.helper_factor, (layer_b + 2 * head) / (layer_b + head), 1e-12);
+  EXPECT_DOUBLE_EQ(b3.bytes_fixed, (4 * t * h + 2 * t * h + 2 * t) * e);
+  // Heads only: the MLP's FLOPs stay with the owner.
+  plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]"}));
+  EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / 24.0, 1e-12);
 }

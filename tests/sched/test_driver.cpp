@@ -52,7 +52,7 @@ TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
 
 TEST(RankDriver, StrictHasAtMostOneCandidate) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Strict, Hint::Schedule, 2, 0, {}});
+  RankDriver d(s, 1, DriverOptions{Execution::Strict, Hint::Schedule, 2, 0, {}, {}});
   EXPECT_TRUE(d.candidates(0).empty());
   d.input_arrived(d.arbiter().index_of(OpKind::F, 0, 1), 1.0);
   EXPECT_TRUE(d.candidates(0).empty());  // F1 is ready, F0 is next
@@ -64,7 +64,7 @@ TEST(RankDriver, StrictHasAtMostOneCandidate) {
 
 TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Schedule, 2, 0, {}});
+  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Schedule, 2, 0, {}, {}});
   d.begin(100.0);
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0);
   d.input_arrived(f0, 130.0);
@@ -89,7 +89,7 @@ TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
 // resets it.
 TEST(RankDriver, LatestIsTheLastEventToldOf) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Backfill, 2, 0, {}});
+  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Backfill, 2, 0, {}, {}});
   d.begin(10.0);
   EXPECT_DOUBLE_EQ(d.latest(), 10.0);
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0), f1 = d.arbiter().index_of(OpKind::F, 0, 1);

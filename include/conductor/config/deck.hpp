@@ -57,6 +57,7 @@ struct Deck {
   CostConfig cost;
   NoiseConfig noise;
   SchedulerConfig scheduler;
+  MigrationConfig migration;
   PolicyConfig policy;  // keys under scheduler.* and ppo.* (schema_policy.cpp)
   TraceConfig trace;
   CudaConfig cuda;
@@ -105,5 +106,6 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
 void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
+void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems);
 
 }  // namespace conductor::config

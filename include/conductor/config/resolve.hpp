@@ -35,6 +35,15 @@ struct StageWork {
 };
 StageWork stage_work_from_model(const Deck& deck);
 
+// The migration section resolved (docs/migration.md): the link preset's numbers and, per rank and op kind, the
+// slice split, bytes and memory from the model dimensions; disabled: a default plan::Migration.
+plan::Migration migration_from_model(const Deck& deck);
+struct LinkPreset {
+  double bandwidth_gbps, latency_us;
+};
+// nvlink: 300 GB/s, 5 us; infiniband (HDR, 200 Gb/s): 25 GB/s, 10 us; custom: none (the deck gives both).
+LinkPreset link_preset(const std::string& link);
+
 // The contiguous split of the layers (layer_work[i]: work of layer i) over `stages` stages, each holding at
 // least one layer, that minimises the heaviest stage's work; stage 0 adds `first`, stage stages-1 adds `last`.
 // Exact (dynamic programming over split points); among optimal splits, earlier stages hold more layers.

@@ -41,6 +41,20 @@ struct NoiseConfig {
   double congestion_delay = -1;  // <0 = noise.level x the mean forward time
 };
 
+// Computation migration (docs/migration.md; the simulator only): a helper rank computes equal slices of an
+// owner's op. The link's bandwidth and latency come from a preset unless given; `custom` needs both.
+struct MigrationConfig {
+  bool enabled = false;
+  std::vector<std::string> units = {"heads", "mlp", "vocab"};  // what may move: attention head groups, MLP
+                                                               // column groups, LM-head vocabulary groups
+  int slices = 0;                                              // equal slices per op; 0 = model.n_heads
+  double max_fraction = 0.5;                                   // most of an op's slices one helper takes
+  std::string link = "infiniband";                             // nvlink | infiniband | custom
+  double bandwidth_gbps = 0;                                   // 0 = the preset's
+  double latency_us = -1;                                      // < 0 = the preset's
+  int element_bytes = 0;  // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
+};
+
 struct SchedulerConfig {
   std::string kind = "static";  // static
 };

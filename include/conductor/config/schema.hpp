@@ -107,5 +107,6 @@ void add_core_fields(std::vector<Field>& fields);
 void add_sched_fields(std::vector<Field>& fields);
 void add_model_fields(std::vector<Field>& fields);
 void add_policy_fields(std::vector<Field>& fields);
+void add_migration_fields(std::vector<Field>& fields);
 
 }  // namespace conductor::config

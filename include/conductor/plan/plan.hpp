@@ -2,6 +2,7 @@
 // The resolved plan: what the layers below config (sched, sim, model, runtime, policy) need from a deck, as
 // plain structs with every derived default already filled in. config::resolve (config/resolve.hpp) builds it
 // once from a deck; nothing below config ever sees the deck. Header-only, standard library only.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,31 @@ struct Cuda {
   int queue_depth = 2;
 };
 
+// Computation migration (docs/migration.md), simulated only: a helper rank computes some of the equal slices of
+// an owner's op (attention head groups and MLP column groups of every layer, LM-head vocabulary column groups on
+// the last stage) while the owner computes the rest. config::resolve derives the numbers from the model
+// dimensions; the decision is sched::Migration's.
+struct SliceCosts {  // one op kind (F, B or W) of one rank's whole share; a chunk of v takes 1/v of everything
+  double sliced_fraction = 0;  // of the op's time: `slices` equal slices; the rest is the owner's fixed part
+  double helper_factor = 1;    // a slice's time on a helper / on its owner (> 1: LM-head logits recomputed)
+  double bytes_fixed = 0;      // bytes moved per migrated op whatever its slices (activations out, partials back)
+  double bytes_per_slice = 0;  // bytes moved per slice (weight slices, stashes, weight-gradient slices)
+  int messages = 0;            // transfers paying the link latency per migrated op
+};
+
+struct Migration {
+  bool enabled = false;
+  int slices = 8;             // equal slices per op
+  double max_fraction = 0.5;  // most of an op's slices one helper takes
+  std::string link = "infiniband";
+  double bandwidth_gbps = 25;                  // of the link between owner and helper, each direction
+  double latency_ms = 0.01;                    // per message
+  std::vector<std::array<SliceCosts, 3>> ops;  // per rank: F, B, W
+  // Per rank: bytes of one M_F (the memory limit's unit). A helper holds the bytes of its help (what it receives
+  // and what it returns) while it computes, counted in these units against its own limit.
+  std::vector<double> memory_unit_bytes;
+};
+
 // The global tier's settings a run needs (scheduler.*); train-policy's ppo.* stay in the policy layer's deck.
 struct GlobalTier {
   std::string kind = "static";  // static | ppo
@@ -165,6 +191,7 @@ struct Plan {
   Trace trace;
   Cuda cuda;
   GlobalTier scheduler;
+  Migration migration;
   double activation_bytes = 0;  // bytes of one microbatch crossing a stage boundary (fp32)
   std::string deck_yaml;        // config::resolved_yaml: recorded verbatim (resolved.yaml, traces, checkpoints)
 };

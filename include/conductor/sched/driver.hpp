@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/migration.hpp"
 #include "conductor/sched/schedule.hpp"
 
 namespace conductor::sched {
@@ -65,6 +66,7 @@ struct DriverOptions {
   double memory_limit = 0.0;  // this rank's limit, M_F; <= 0: unlimited
   double memory_after_b = 0.0;
   OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
+  Migration migration;  // computation migration (migration.hpp); default: disabled
 };
 
 // What the driver knows of an op when it starts.
@@ -94,6 +96,11 @@ class RankDriver {
   OpStart start(int index, double now);
   // Action `index` ended at `now`: frees memory, readies same-stage dependents and same-rank consumers.
   void complete(int index, double now);
+  // Computation migration: how action `index`, starting at `now` and estimated to take `estimate` alone, is
+  // shared with one of the peers in `offers` (Migration::decide; helper -1: alone). Does not change the state.
+  Offload offload(int index, double now, double estimate, const std::vector<HelpOffer>& offers) const {
+    return options_.migration.decide(arbiter_.actions()[static_cast<std::size_t>(index)].kind, now, estimate, offers);
+  }
 
   const Arbiter& arbiter() const { return arbiter_; }
   const DriverOptions& options() const { return options_; }

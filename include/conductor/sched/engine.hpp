@@ -46,6 +46,12 @@ struct ExecOptions {
   std::function<double(int rank, const Action& action)> estimate;
   double comm_estimate = 0.0;
   double announce_latency = 0.0;
+  // Computation migration (migration.hpp): one per rank (sched::migrations), empty = off. A peer's offer holds
+  // until its next list op's input is expected: its producer's start plus the op's predicted time (estimate, or
+  // with help the decision's) plus comm_estimate. helper_speed: a helper's time factor for the slices of an
+  // action (the noise of that rank; empty: 1).
+  std::vector<Migration> migration;
+  std::function<double(int rank, const Action& action)> helper_speed;
 };
 
 // A rank that cannot finish: the action it is stuck at and why (an input whose producer never runs, or memory).
@@ -79,13 +85,21 @@ struct TransferTiming {
   double arrived = 0;  // consumer's input available
 };
 
+// One migrated op: `helper` computed `slices` of the owner's action from `start` to `end` (its help, transfers
+// included), moving `bytes` over the owner-helper link.
+struct MigrationTiming {
+  int owner = 0, index = 0, helper = 0, slices = 0;
+  double start = 0, end = 0, bytes = 0, helper_compute = 0;
+};
+
 struct ExecResult {
   std::vector<OpTiming> ops;                  // in start order (when record_ops)
   std::vector<TransferTiming> transfers;      // cross-rank only, when record_transfers
   std::vector<std::vector<int>> order;        // realized order per rank (list indices)
   std::vector<double> busy;                   // per rank, ms of compute
   std::vector<double> first_start, last_end;  // per rank
-  std::vector<double> peak_memory;            // per rank, M_F
+  std::vector<double> peak_memory;            // per rank, M_F (a helper's in-flight slices included)
+  std::vector<MigrationTiming> migrations;    // every migrated op (with ExecOptions::migration)
   double start = 0, end = 0;                  // first op start, last op end over all ranks
   double makespan() const { return end - start; }
   // Largest per-rank span minus work: the Zero Bubble paper's bubble measure.

@@ -4,7 +4,9 @@
 // yields its figures and, on request, its trace events (trace::OpEvent, ns on a clock where step k starts
 // where step k-1 ended) for the HDF5 trace.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
@@ -25,6 +27,7 @@ struct SimOptions {
   bool comm_events = false;               // also SEND/RECV events
   double samples_per_step = 1.0;          // m x microbatch_size, for throughput
   std::int64_t activation_bytes = 0;      // bytes of one transfer, for SEND/RECV events
+  plan::Migration migration;              // computation migration (sched/migration.hpp); off by default
   // The plan's options for `schedule` (its per-rank memory limits: sched::rank_memory_limits).
   static SimOptions from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 };
@@ -41,6 +44,10 @@ struct StepResult {
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
   std::size_t num_ops = 0;
   std::vector<trace::OpEvent> events;  // when SimOptions::record_events
+  // Computation migration: ops migrated, bytes moved in all, and per link (owner, helper) of the step.
+  int migrated_ops = 0;
+  double migration_bytes = 0;
+  std::map<std::pair<int, int>, double> link_bytes;
 };
 
 // Simulates step `step` starting at `start_ms` on the run's clock.
@@ -52,6 +59,8 @@ struct RunResult {
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   double mean_stage_bubble_ratio = 0;
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
+  double mean_migrated_ops = 0, mean_migration_bytes = 0;       // per step
+  std::map<std::pair<int, int>, double> mean_link_bytes;        // per step, (owner, helper)
 };
 
 // Runs `steps` steps; `on_step` (optional) sees each step's result (with events when recorded) before its

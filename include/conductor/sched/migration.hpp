@@ -1,0 +1,68 @@
+#pragma once
+// Computation migration's decision (docs/migration.md), one function shared by every clock: when a rank starts an
+// op, it may give k of the op's equal slices (attention head groups, MLP column groups, LM-head vocabulary
+// groups) to one idle peer, which computes them while the owner computes the rest; the op ends when both parts
+// are in. The engine (engine.cpp) builds the offers from its drivers; the runtime will build them from its
+// peers' announcements. Owned by the rank's RankDriver (driver.hpp).
+//
+// The rule (a baseline, like backfilling's): a peer may help only when it is idle and the help, transfers
+// included, ends before its own next op's input is expected (or the peer has finished its step), within its
+// memory limit. Among those offers and k = 1 .. max_fraction x slices, the owner takes the one that ends the op
+// earliest, and only if that is earlier than running it alone: the owner's predicted finish exceeds the
+// helper's by more than the transfers cost. With exact estimates (noise-free) the help therefore never delays
+// the helper's own next op, and the owner's op ends no later: a strict step is never slower than without it.
+#include <array>
+#include <limits>
+#include <vector>
+
+#include "conductor/plan/plan.hpp"
+#include "conductor/sched/schedule.hpp"
+
+namespace conductor::sched {
+
+// A peer able to help now.
+struct HelpOffer {
+  int rank = -1;
+  double until = std::numeric_limits<double>::infinity();        // the help must end by then
+  double memory_free = std::numeric_limits<double>::infinity();  // M_F the peer may still hold
+  double speed = 1.0;  // the peer's time factor for this work (noise; 1 = the cost model's time)
+};
+
+// The decision for one op: helper -1 = the owner runs it alone (then op_time = owner_time = the estimate).
+struct Offload {
+  int helper = -1;
+  int slices = 0;
+  double op_time = 0;         // the op's predicted duration (owner and helper parts both in)
+  double owner_time = 0;      // the owner's compute: fixed part and the slices it keeps
+  double helper_compute = 0;  // the helper's compute (at its speed)
+  double help_time = 0;       // the helper's part: transfers out, compute, transfers back
+  double bytes = 0;           // over the owner-helper link, both directions
+  double memory = 0;          // M_F the helper holds while it helps (the bytes in its memory unit)
+};
+
+class Migration {
+ public:
+  Migration() = default;  // disabled: decide() always answers "alone"
+  // The plan's migration for `rank`'s ops of one chunk (v chunks per rank share its costs evenly); `costs` are
+  // the plan's (they weight B and W in a combined BW op).
+  Migration(const plan::Migration& migration, const plan::Costs& costs, int rank, int v);
+
+  bool enabled() const { return enabled_; }
+  int max_slices() const { return max_slices_; }
+  // The op of `kind`, estimated to take `estimate` alone, starting at `now`: the best offload among `offers`.
+  Offload decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const;
+  // The op with `slices` slices on `offer`'s rank (no feasibility check).
+  Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
+
+ private:
+  bool enabled_ = false;
+  int slices_ = 1, max_slices_ = 0;
+  double bytes_per_ms_ = 0, latency_ms_ = 0;
+  std::array<plan::SliceCosts, 4> kinds_{};  // per chunk: F, B, W, BW
+  std::vector<double> memory_unit_bytes_;    // per rank
+};
+
+// Per rank, the plan's migration (empty when disabled): what ExecOptions::migration takes.
+std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v);
+
+}  // namespace conductor::sched

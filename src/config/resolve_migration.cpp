@@ -1,0 +1,137 @@
+// The migration section resolved into plan::Migration: link numbers and the slice cost model (docs/migration.md).
+#include <algorithm>
+#include <string>
+
+#include "conductor/config/resolve.hpp"
+#include "conductor/util/error.hpp"
+
+namespace conductor::config {
+
+LinkPreset link_preset(const std::string& link) {
+  if (link == "nvlink") return {300.0, 5.0};
+  if (link == "infiniband") return {25.0, 10.0};
+  return {0.0, -1.0};
+}
+
+namespace {
+
+// One rank's share, in elements and FLOPs: `layers` transformer layers, and the LM head when `head`.
+struct Share {
+  int layers = 0;
+  bool head = false;
+};
+
+// Transformer layers rank r holds, as costs_from_model counts them.
+int layers_of(const Deck& d, int r) {
+  const int p = d.parallel.pipeline;
+  const bool listed = d.parallel.virtual_chunks == 1 && static_cast<int>(d.model.layers_per_stage.size()) == p;
+  if (listed) return d.model.layers_per_stage[static_cast<std::size_t>(r)];
+  return d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
+}
+
+// Accumulates one unit's FLOPs (owner, helper) and bytes (fixed, per slice) of one op kind, in elements.
+struct Part {
+  double flops = 0, helper_flops = 0, fixed = 0, per_slice = 0;
+  int messages = 0;
+};
+
+void add(Part& to, const Part& x) {
+  to.flops += x.flops;
+  to.helper_flops += x.helper_flops;
+  to.fixed += x.fixed;
+  to.per_slice += x.per_slice;
+  to.messages += x.messages;
+}
+
+// The three op kinds (F, B, W) of each unit for one rank: FLOPs as costs_from_model (matmuls 24 t h^2 per layer
+// per pass: attention 8 t h^2, the MLP the rest; attention core 4 t s h in F, 8 t s h in B; LM head 2 t h V per
+// pass) and the tensors a helper receives and returns (elements; G slices):
+//   heads  F: layer input out, partial output back; per slice QKV+proj weights 4h^2/G, stash q,k,v,o + lse back
+//          B: output grad out, input-grad partial back; per slice weights, the stash out, dqkv 3th/G back
+//          W: LN1 output + output grad out; per slice dqkv + context 4th/G out, weight grads 4h^2/G back
+//   mlp    F: as heads; per slice fc1+fc2 weights 2rh^2/G, fc1 pre-activation rth/G back
+//          B: as heads; per slice weights, pre-activation out, its gradient back
+//          W: LN2 output + output grad out; per slice pre-activation and its gradient out, weight grads back
+//   vocab  F: hidden out, per-token max, sum of exponentials and target logit back (3t: the vocabulary-parallel
+//          loss, never logits); per slice weights hV/G
+//          B: hidden + global max and sum out, input-grad partial back; the helper recomputes its logits
+//          W: hidden + max and sum out; per slice weights out (logits recomputed), weight grads back
+// Messages: one out and one back per unit and layer (the owner adds the partials before the next layer).
+std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Share& share) {
+  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
+  const double h = d.model.d_model, s = d.model.seq_len, a = d.model.n_heads, r = d.model.mlp_ratio;
+  const double V = d.model.vocab, G = d.migration.slices, L = share.layers;
+  std::array<Part, 3> p{};
+  if (unit == "heads") {
+    const double w = 4 * h * h / G, stash = (4 * t * h + a * t) / G;
+    p[0] = {L * (8 * t * h * h + 4 * t * s * h), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
+    p[1] = {L * (8 * t * h * h + 8 * t * s * h), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
+    p[2] = {L * 8 * t * h * h, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
+  } else if (unit == "mlp") {
+    const double w = 2 * r * h * h / G, pre = r * t * h / G;
+    p[0] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
+    p[1] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
+    p[2] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
+  } else if (unit == "vocab" && share.head) {
+    const double head = 2 * t * h * V, w = h * V / G;
+    p[0] = {head, head, t * h + 3 * t, w, 2};
+    p[1] = {head, 2 * head, 2 * t * h + 2 * t, w, 2};
+    p[2] = {head, 2 * head, t * h + 2 * t, 2 * w, 2};
+  }
+  for (Part& x : p) {
+    if (x.helper_flops == 0) x.helper_flops = x.flops;
+  }
+  return p;
+}
+
+// Total FLOPs of one rank's F, B, W (costs_from_model's terms): the denominator of the sliced fraction.
+std::array<double, 3> total_flops(const Deck& d, const Share& share) {
+  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
+  const double h = d.model.d_model, s = d.model.seq_len, L = share.layers;
+  const double mm = 24 * t * h * h, att = 4 * t * s * h, head = share.head ? 2 * t * h * d.model.vocab : 0;
+  return {L * (mm + att) + head, L * (mm + 2 * att) + head, L * mm + head};
+}
+
+}  // namespace
+
+plan::Migration migration_from_model(const Deck& d) {
+  plan::Migration m;
+  const MigrationConfig& c = d.migration;
+  m.enabled = c.enabled;
+  m.slices = c.slices;
+  m.max_fraction = c.max_fraction;
+  m.link = c.link;
+  const LinkPreset preset = link_preset(c.link);
+  m.bandwidth_gbps = c.bandwidth_gbps > 0 ? c.bandwidth_gbps : preset.bandwidth_gbps;
+  m.latency_ms = (c.latency_us >= 0 ? c.latency_us : preset.latency_us) * 1e-3;
+  if (!m.enabled) return m;
+  const int p = d.parallel.pipeline;
+  const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
+  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
+  for (int r = 0; r < p; ++r) {
+    const Share share{layers_of(d, r), r == p - 1};
+    std::array<Part, 3> sum{};
+    for (const std::string& unit : c.units) {
+      const std::array<Part, 3> u = unit_parts(d, unit, share);
+      for (int k = 0; k < 3; ++k) add(sum[k], u[k]);
+    }
+    const std::array<double, 3> total = total_flops(d, share);
+    std::array<plan::SliceCosts, 3> ops{};
+    for (int k = 0; k < 3; ++k) {
+      const Part& x = sum[k];
+      ops[k].sliced_fraction = total[k] > 0 ? std::min(1.0, x.flops / total[k]) : 0.0;
+      ops[k].helper_factor = x.flops > 0 ? x.helper_flops / x.flops : 1.0;
+      ops[k].bytes_fixed = x.fixed * elem;
+      ops[k].bytes_per_slice = x.per_slice * elem;
+      ops[k].messages = x.messages;
+    }
+    m.ops.push_back(ops);
+    // The Zero Bubble paper's activations of one microbatch per layer (34 s b h + 5 a s^2 b bytes at 16 bits),
+    // at this precision.
+    const double per_layer = (17.0 * t * d.model.d_model + 2.5 * d.model.n_heads * d.model.seq_len * t) * elem;
+    m.memory_unit_bytes.push_back(std::max(1, share.layers) * per_layer);
+  }
+  return m;
+}
+
+}  // namespace conductor::config

@@ -1,0 +1,97 @@
+// Deck keys of computation migration (migration.*; docs/migration.md) and their cross-field checks.
+#include <algorithm>
+
+#include "conductor/config/resolve.hpp"
+#include "conductor/config/schema.hpp"
+
+namespace conductor::config {
+
+void add_migration_fields(std::vector<Field>& f) {
+  f.push_back(field<bool>(
+      "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
+      "Computation migration (simulated only: `conductor simulate`): when an op starts, its owner may give up "
+      "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
+      "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
+  f.push_back(field<std::vector<std::string>>(
+                  "migration.units", [](Deck & d) -> auto& { return d.migration.units; },
+                  "What may move: `heads` (attention head groups of every layer), `mlp` (MLP column groups), "
+                  "`vocab` (LM-head vocabulary column groups, vocabulary-parallel loss: only the hidden state "
+                  "goes out, never logits). The rest of an op (norms, residuals, loss) stays with its owner.")
+                  .one_of({"heads", "mlp", "vocab"}));
+  f.push_back(field<int>(
+                  "migration.slices", [](Deck & d) -> auto& { return d.migration.slices; },
+                  "Equal slices per op: slice i holds n_heads/slices heads and mlp_ratio*d_model/slices MLP "
+                  "columns of every layer, and vocab/slices LM-head columns; must divide model.n_heads when "
+                  "`heads` moves. 0 = model.n_heads (one head per slice).")
+                  .range(0, 4096));
+  f.push_back(field<double>(
+                  "migration.max_fraction", [](Deck & d) -> auto& { return d.migration.max_fraction; },
+                  "Most of an op's slices one helper takes (0.5: up to half).")
+                  .range(0, 1));
+  f.push_back(field<std::string>(
+                  "migration.link", [](Deck & d) -> auto& { return d.migration.link; },
+                  "Link between owner and helper: `nvlink` (300 GB/s, 5 us per message), `infiniband` (HDR "
+                  "200 Gb/s: 25 GB/s, 10 us), or `custom` (migration.bandwidth_gbps and migration.latency_us "
+                  "given).")
+                  .one_of({"nvlink", "infiniband", "custom"}));
+  f.push_back(field<double>(
+                  "migration.bandwidth_gbps", [](Deck & d) -> auto& { return d.migration.bandwidth_gbps; },
+                  "Link bandwidth in GB/s per direction; 0 = the preset's (custom: required, > 0).")
+                  .range(0, 1e9));
+  f.push_back(field<double>(
+                  "migration.latency_us", [](Deck & d) -> auto& { return d.migration.latency_us; },
+                  "Latency per message in microseconds; negative = the preset's (custom: required, >= 0).")
+                  .range(-1, 1e9));
+  f.push_back(field<int>(
+                  "migration.element_bytes", [](Deck & d) -> auto& { return d.migration.element_bytes; },
+                  "Bytes per element of the tensors a migration moves; 0 = model.precision's (fp32: 4, bf16: 2). "
+                  "2 models a bf16 run of a deck simulated with the emulated backend (which is fp32).")
+                  .range(0, 8));
+}
+
+namespace {
+
+// A head is indivisible: the slices split the heads evenly. (MLP columns and vocabulary columns are many: a
+// group one column larger than another changes nothing measurable, so they need not divide.)
+void check_heads(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
+  const MigrationConfig& m = d.migration;
+  const bool heads = std::find(m.units.begin(), m.units.end(), "heads") != m.units.end();
+  if (heads && m.slices > 0 && d.model.n_heads % m.slices != 0) {
+    problems.push_back(src + ": migration.slices = " + std::to_string(m.slices) +
+                       " does not divide model.n_heads = " + std::to_string(d.model.n_heads) +
+                       " (unit 'heads'): slices are equal head groups; choose a divisor, 0 for one head per slice, or "
+                       "leave heads out of migration.units");
+  }
+}
+
+}  // namespace
+
+void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
+  if (deck.migration.slices == 0) deck.migration.slices = deck.model.n_heads;  // resolved.yaml shows the value
+  const MigrationConfig& m = deck.migration;
+  const std::string& src = options.source_name;
+  if (m.link == "custom" && m.enabled && (m.bandwidth_gbps <= 0 || m.latency_us < 0)) {
+    problems.push_back(src +
+                       ": migration.link = custom needs migration.bandwidth_gbps > 0 and migration.latency_us >= 0 "
+                       "(got " +
+                       std::to_string(m.bandwidth_gbps) + " GB/s, " + std::to_string(m.latency_us) +
+                       " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
+  }
+  if (!m.enabled) return;
+  if (options.command == Command::Run) {
+    problems.push_back(src +
+                       ": migration.enabled = true: computation migration is simulated only (conductor simulate); "
+                       "conductor run does not move slices; set migration.enabled=false");
+  }
+  if (m.max_fraction <= 0) {
+    problems.push_back(src +
+                       ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "
+                       "fraction in (0, 1] or set migration.enabled=false");
+  }
+  if (m.units.empty()) {
+    problems.push_back(src + ": migration.units is empty; name at least one of heads, mlp, vocab");
+  }
+  check_heads(deck, src, problems);
+}
+
+}  // namespace conductor::config

@@ -1,0 +1,129 @@
+// Computation migration in the virtual-time engine (migration.hpp, engine.cpp): a hand-computed case, the
+// helper's memory, and the decision's arithmetic.
+#include <gtest/gtest.h>
+
+#include "conductor/sched/cost.hpp"
+#include "conductor/sched/engine.hpp"
+#include "conductor/sched/migration.hpp"
+
+using namespace conductor;
+using namespace conductor::sched;
+
+namespace {
+
+// p = 2, m = 1, strict: each rank runs F0 B0 W0. Rank 0 takes 1 ms per op, rank 1 (the straggling stage) 3 ms;
+// transfers between stages take 0.
+Schedule two_ranks() {
+  return parse_text("pipeline 2\nmicrobatches 1\nvirtual 1\nrank 0: 0F0 0B0 0W0\nrank 1: 0F0 0B0 0W0\n");
+}
+
+// Every op splits into 4 equal slices, all of it sliceable; a helper takes at most 2. A migrated op moves
+// 1 MB plus 0.5 MB per slice over a 1 GB/s link (1e6 bytes per ms) and pays 0.1 ms of latency once.
+plan::Migration unit_migration() {
+  plan::Migration m;
+  m.enabled = true;
+  m.slices = 4;
+  m.max_fraction = 0.5;
+  m.bandwidth_gbps = 1;
+  m.latency_ms = 0.1;
+  plan::SliceCosts c;
+  c.sliced_fraction = 1;
+  c.bytes_fixed = 1e6;
+  c.bytes_per_slice = 0.5e6;
+  c.messages = 1;
+  m.ops.assign(2, {c, c, c});
+  m.memory_unit_bytes.assign(2, 1e6);  // one M_F = 1 MB: a 1.5 MB help holds 1.5 M_F
+  return m;
+}
+
+plan::Costs straggling_costs() {
+  plan::Costs c;
+  c.forward = c.backward_input = c.backward_weight = {1.0, 3.0};
+  return c;
+}
+
+ExecResult run(const plan::Migration& m, std::vector<double> limits = {}) {
+  const Schedule s = two_ranks();
+  const CostModel cost(straggling_costs());
+  ExecOptions eo;
+  eo.rank_memory_limit = std::move(limits);
+  eo.migration = migrations(m, cost, s.p, s.v);
+  return execute(
+      s, eo, [&](int r, const Action& a) { return cost.op_time(r, a.kind, s.v); }, [](const Transfer&) { return 0.0; });
+}
+
+}  // namespace
+
+// Hand computation. Without migration: r0 F0 [0,1], r1 F0 [1,4], B0 [4,7], W0 [7,10]; r0 B0 [7,8], W0 [8,9]:
+// makespan 10 ms.
+// With it (a slice of a 3 ms op is 0.75 ms; k slices move 1 + 0.5k MB = (1 + 0.5k) ms, +0.1 ms latency):
+//   t=0   r0 F0 (1 ms): k=1 would take max(0.75, 1.5+0.1+0.25) = 1.85 > 1: alone, [0,1].
+//   t=1   r1 F0 (3 ms): r0 is idle and its next op (B0) waits on rank 1 itself: k=1 takes
+//         max(2.25, 1.5+0.1+0.75 = 2.35) = 2.35, k=2 max(1.5, 2+0.1+1.5 = 3.6): k=1, [1, 3.35], r0 helps [1, 3.35].
+//   t=3.35 r1 B0: the same, [3.35, 5.70]; r0 helps [3.35, 5.70].
+//   t=5.70 r0 (first in rank order) starts B0, r1 is still to pick: no offer; r1 W0 then finds r0 busy: alone
+//         [5.70, 8.70]; r0 B0 [5.70, 6.70], W0 [6.70, 7.70].
+// Makespan 8.70 ms; 2 ops migrated, 2 x 1.5 MB = 3 MB, all on link (1 -> 0). Busy: r0 3 + 2 x 0.75 = 4.5 ms,
+// r1 2.25 + 2.25 + 3 = 7.5 ms. Rank 0's peak memory: 1 M_F (its F0) + 1.5 M_F of help = 2.5 M_F.
+TEST(Migration, HandComputedStragglerCase) {
+  const ExecResult off = run(plan::Migration{});
+  EXPECT_NEAR(off.makespan(), 10.0, 1e-12);
+  EXPECT_TRUE(off.migrations.empty());
+  const ExecResult on = run(unit_migration());
+  EXPECT_NEAR(on.makespan(), 8.70, 1e-9);
+  ASSERT_EQ(on.migrations.size(), 2u);
+  double bytes = 0;
+  for (const MigrationTiming& m : on.migrations) {
+    EXPECT_EQ(m.owner, 1);
+    EXPECT_EQ(m.helper, 0);
+    EXPECT_EQ(m.slices, 1);
+    EXPECT_NEAR(m.end - m.start, 2.35, 1e-9);
+    bytes += m.bytes;
+  }
+  EXPECT_NEAR(on.migrations[0].start, 1.0, 1e-12);
+  EXPECT_NEAR(on.migrations[1].start, 3.35, 1e-9);
+  EXPECT_DOUBLE_EQ(bytes, 3e6);
+  EXPECT_NEAR(on.busy[0], 4.5, 1e-9);
+  EXPECT_NEAR(on.busy[1], 7.5, 1e-9);
+  EXPECT_NEAR(on.peak_memory[0], 2.5, 1e-9);
+  EXPECT_NEAR(off.peak_memory[0], 1.0, 1e-12);
+}
+
+// A helper whose free memory cannot hold the help (limit 2 M_F, 1 M_F in use, 1.5 M_F needed) is never asked:
+// the step runs as without migration.
+TEST(Migration, HelpersMemoryLimitRefusesHelp) {
+  const ExecResult on = run(unit_migration(), {2.0, 2.0});
+  EXPECT_TRUE(on.migrations.empty());
+  EXPECT_NEAR(on.makespan(), 10.0, 1e-12);
+  EXPECT_LE(on.peak_memory[0], 2.0);
+  const ExecResult roomy = run(unit_migration(), {2.5, 2.5});  // exactly enough
+  EXPECT_EQ(roomy.migrations.size(), 2u);
+}
+
+// No bandwidth: nothing moves (a deck never gets free transfers).
+TEST(Migration, NoBandwidthNoMigration) {
+  plan::Migration m = unit_migration();
+  m.bandwidth_gbps = 0;
+  const ExecResult on = run(m);
+  EXPECT_TRUE(on.migrations.empty());
+  EXPECT_NEAR(on.makespan(), 10.0, 1e-12);
+}
+
+// The decision: the best k, only when it gains, within the offer's window and the fraction.
+TEST(Migration, DecisionTakesTheBestFeasibleSplit) {
+  const Migration mig(unit_migration(), straggling_costs(), 1, 1);
+  EXPECT_EQ(mig.max_slices(), 2);
+  HelpOffer peer;
+  peer.rank = 0;
+  Offload o = mig.decide(OpKind::F, 0.0, 3.0, {peer});
+  EXPECT_EQ(o.helper, 0);
+  EXPECT_EQ(o.slices, 1);
+  EXPECT_NEAR(o.op_time, 2.35, 1e-12);
+  EXPECT_NEAR(o.owner_time, 2.25, 1e-12);
+  peer.until = 2.0;  // the help (2.35 ms) would end after the peer's next input: refused
+  EXPECT_EQ(mig.decide(OpKind::F, 0.0, 3.0, {peer}).helper, -1);
+  peer.until = 1e9;
+  peer.speed = 3.0;  // a slow peer: 1.6 + 2.25 = 3.85 > 3, no gain
+  EXPECT_EQ(mig.decide(OpKind::F, 0.0, 3.0, {peer}).helper, -1);
+  EXPECT_EQ(Migration().decide(OpKind::F, 0.0, 3.0, {HelpOffer{0}}).helper, -1);  // disabled
+}
