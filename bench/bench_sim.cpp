@@ -50,7 +50,7 @@ plan::Noise lognormal(double level, unsigned long long seed) {
 void speed(const std::string& kind, int p, int m, sched::Execution ex, sched::Hint hint, int steps) {
   const sched::CostModel cost = sched::uniform_cost(1.0, 1.0, 1.0, 0.05, 0.5);
   std::clock_t t0 = std::clock();
-  const sched::Schedule s = sched::generate(kind, p, m, kind == "zb-v" ? 2 : 1, cost);
+  const sched::Schedule s = sched::generate(kind, p, m, plan::v_shaped_kind(kind) ? 2 : 1, cost);
   const double gen = cpu_seconds_since(t0);
   const sim::NoiseModel noise(s, cost, lognormal(0.1, 1));
   sim::SimOptions o;
@@ -103,10 +103,10 @@ void table(int p, int m, int seeds, int steps) {
   std::printf(
       "| schedule | noise | strict | ready schedule | ready bf | ready bfw | ready backfill |\n"
       "|---|---|---|---|---|---|---|\n");
-  const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p",
-                                          "zb-2p", "zb-v"};
+  const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1",    "zb-h2", "zb-1p",
+                                          "zb-2p", "zb-v", "zb-v-greedy",      "dualpipev"};
   for (const auto& kind : kinds) {
-    const int v = kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1;
+    const int v = plan::v_shaped_kind(kind) || kind == "1f1b-interleaved" ? 2 : 1;
     const sched::Schedule s = sched::generate(kind, p, m, v, cost);
     const double limit = sched::default_memory_limit(kind, p, m, v);
     for (double level : {0.0, 0.05, 0.10, 0.20}) {

@@ -39,8 +39,8 @@ runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
   layout.p = deck.parallel.pipeline;
   layout.m = deck.parallel.microbatches;
   layout.v = deck.parallel.virtual_chunks;
-  layout.placement =
-      deck.schedule.kind == "zb-v" || deck.schedule.placement == "v" ? sched::Placement::V : sched::Placement::Loop;
+  layout.placement = plan::v_shaped_kind(deck.schedule.kind) || deck.schedule.placement == "v" ? sched::Placement::V
+                                                                                               : sched::Placement::Loop;
   const std::vector<int> split = model::split_layers(config::resolve(deck).model, layout.num_stages());
   runtime::RankModelShape s;
   s.vocab = deck.model.vocab;

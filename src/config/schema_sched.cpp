@@ -9,7 +9,8 @@ void add_sched_fields(std::vector<Field>& f) {
                   "schedule.kind", [](Deck & d) -> auto& { return d.schedule.kind; },
                   "Pipeline schedule generator, or `file:PATH` for a schedule file: conductor's text form or "
                   "torch.distributed.pipelining's CSV (docs/schedules.md).")
-                  .one_of({"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v"})
+                  .one_of({"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v",
+                           "zb-v-greedy", "dualpipev"})
                   .or_prefix("file:"));
   f.push_back(field<std::string>(
                   "schedule.execution", [](Deck & d) -> auto& { return d.schedule.execution; },
@@ -33,12 +34,13 @@ void add_sched_fields(std::vector<Field>& f) {
                   "schedule.placement", [](Deck & d) -> auto& { return d.schedule.placement; },
                   "Which rank holds each virtual stage of a `file:` schedule: `loop` (stage % p), `v` (two chunks "
                   "per rank in a V), or `auto` (the text form's own line; a CSV's stage indices decide). A generator "
-                  "fixes its own (zb-v: v, the others: loop).")
+                  "fixes its own (zb-v, zb-v-greedy, dualpipev: v; the others: loop).")
                   .one_of({"auto", "loop", "v"}));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "
-                  "0 = the schedule kind's default (p for 1F1B-like and zb-1p, 2p for zb-2p).")
+                  "0 = the schedule kind's default (p for 1F1B-like, zb-1p and zb-v, 2p for zb-2p, p + 0.5 for "
+                  "dualpipev).")
                   .range(0, 1e9));
   f.push_back(field<std::vector<double>>(
                   "cost.forward", [](Deck & d) -> auto& { return d.cost.forward; },
@@ -147,17 +149,20 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
                          std::to_string(m) + " must be a multiple of parallel.pipeline = " + std::to_string(p) +
                          " (e.g. " + std::to_string(((m + p - 1) / p) * p) + ")");
     }
-  } else if (kind == "zb-v") {
+  } else if (plan::v_shaped_kind(kind)) {
     if (v != 2) {
-      problems.push_back(src +
-                         ": schedule.kind = zb-v places two chunks per rank in a V: set parallel.virtual = 2 "
-                         "(got " +
-                         std::to_string(v) + ")");
+      problems.push_back(src + ": schedule.kind = " + kind +
+                         " places two chunks per rank in a V: set parallel.virtual = 2 (got " + std::to_string(v) +
+                         ")");
+    }
+    if (kind == "dualpipev" && m < 2 * p) {
+      problems.push_back(src + ": schedule.kind = dualpipev needs parallel.microbatches >= 2 x parallel.pipeline = " +
+                         std::to_string(2 * p) + " (got " + std::to_string(m) + ")");
     }
   } else if (!from_file && v != 1) {
     problems.push_back(src + ": schedule.kind = " + kind +
                        " uses one chunk per rank, but parallel.virtual = " + std::to_string(v) +
-                       "; use 1f1b-interleaved or zb-v for virtual chunks, or set "
+                       "; use 1f1b-interleaved, zb-v, zb-v-greedy or dualpipev for virtual chunks, or set "
                        "parallel.virtual = 1");
   }
   if (deck.schedule.placement != "auto") {

@@ -13,8 +13,8 @@
 namespace conductor::sched {
 
 const std::vector<std::string>& generator_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p",
-                                                 "zb-2p", "zb-v"};
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1",    "zb-h2", "zb-1p",
+                                                 "zb-2p", "zb-v", "zb-v-greedy",      "dualpipev"};
   return kinds;
 }
 
@@ -352,15 +352,15 @@ Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::s
   return best.schedule;
 }
 
-Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
-  check_shape("zb-v", p, m, 2);
+Schedule zb_v_greedy(int p, int m, const CostModel& cost, double limit) {
+  check_shape("zb-v-greedy", p, m, 2);
   if (limit < 1.0 - 1e-9) {
-    throw InputError("zb-v: memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
+    throw InputError("zb-v-greedy: memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   // Base list per rank, microbatch-major along the V: down (chunk 0), up (chunk 1), back down the V. Its
   // order is the reservation order of the arbiter's memory rule, so chunk-0 forwards running ahead never
   // starve the chunk-1 forward that turns a microbatch around.
-  Schedule base = empty_schedule(p, m, 2, Placement::V, "zb-v");
+  Schedule base = empty_schedule(p, m, 2, Placement::V, "zb-v-greedy");
   for (int r = 0; r < p; ++r) {
     for (int i = 0; i < m; ++i) {
       for (Action a : {act(OpKind::F, i, 0), act(OpKind::F, i, 1), act(OpKind::B, i, 1), act(OpKind::W, i, 1),
@@ -374,16 +374,20 @@ Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
     Schedule s = realize(base, cost, limit, h);
     best.offer(std::move(s), cost, limit);
   }
-  if (!best.found) throw Error("zb-v: no candidate schedule validated (generator bug)");
+  if (!best.found) throw Error("zb-v-greedy: no candidate schedule validated (generator bug)");
   return best.schedule;
 }
 
 Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit) {
   check_shape(kind, p, m, v);
   const double limit = memory_limit > 0 ? memory_limit : default_memory_limit(kind, p, m, v);
-  if (kind == "zb-v") {
-    if (v != 2) throw InputError("zb-v places two chunks per rank in a V: v must be 2 (got " + std::to_string(v) + ")");
-    return zb_v(p, m, cost, limit);
+  if (plan::v_shaped_kind(kind)) {
+    if (v != 2) {
+      throw InputError(kind + " places two chunks per rank in a V: v must be 2 (got " + std::to_string(v) + ")");
+    }
+    if (kind == "zb-v") return zb_v(p, m, cost, limit);
+    if (kind == "zb-v-greedy") return zb_v_greedy(p, m, cost, limit);
+    return dualpipe_v(p, m, limit, cost.memory_after_b);
   }
   if (kind == "1f1b-interleaved") {
     Schedule s = interleaved_1f1b(p, m, v);
@@ -392,7 +396,7 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   }
   if (v != 1) {
     throw InputError(kind + " uses one chunk per rank (got v = " + std::to_string(v) +
-                     "); use 1f1b-interleaved or zb-v for virtual chunks");
+                     "); use 1f1b-interleaved, zb-v, zb-v-greedy or dualpipev for virtual chunks");
   }
   Schedule s;
   if (kind == "gpipe")
@@ -406,8 +410,9 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   else if (kind == "zb-1p" || kind == "zb-2p")
     return zb_auto(p, m, cost, limit, kind);
   else
-    throw InputError("unknown schedule kind '" + kind +
-                     "' (gpipe, 1f1b, 1f1b-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, file:PATH)");
+    throw InputError(
+        "unknown schedule kind '" + kind +
+        "' (gpipe, 1f1b, 1f1b-interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, zb-v-greedy, dualpipev, file:PATH)");
   validate_or_throw(s, limit, cost.memory_after_b, kind + " with memory limit " + fmt(limit) + " M_F");
   return s;
 }

@@ -33,7 +33,7 @@ int world_rank() {
 config::Deck tiny_deck(const std::string& kind, const std::string& execution, const std::string& hint = "schedule",
                        const std::vector<std::string>& extra = {}) {
   const int p = world_size();
-  const int v = (kind == "1f1b-interleaved" || kind == "zb-v") ? 2 : 1;
+  const int v = (kind == "1f1b-interleaved" || plan::v_shaped_kind(kind)) ? 2 : 1;
   config::LoadOptions o;
   o.command = config::Command::Run;
   o.world_size = p;
@@ -75,7 +75,7 @@ TEST_P(LossEquality, MatchesSingleRank) {
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, LossEquality,
                          ::testing::Combine(::testing::Values("gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2",
-                                                              "zb-1p", "zb-2p", "zb-v"),
+                                                              "zb-1p", "zb-2p", "zb-v", "zb-v-greedy", "dualpipev"),
                                             ::testing::Values("strict", "readiness"), ::testing::Values("schedule")),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);

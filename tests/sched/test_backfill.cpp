@@ -58,7 +58,7 @@ TEST(Backfill, NeverSlowerThanStrictWithoutNoise) {
     for (const Shape& shape : shapes(p)) {
       for (const std::string& kind : generator_kinds()) {
         for (int m : {p, 2 * p, 4 * p}) {
-          const int v = (kind == "1f1b-interleaved" || kind == "zb-v") ? 2 : 1;
+          const int v = (kind == "1f1b-interleaved" || plan::v_shaped_kind(kind)) ? 2 : 1;
           if (kind == "1f1b-interleaved" && m % p != 0) continue;
           Schedule s;
           try {

@@ -13,7 +13,7 @@ using namespace conductor::sched;
 
 TEST(Text, RoundTripsEveryGenerator) {
   for (const auto& kind : generator_kinds()) {
-    const int v = kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1;
+    const int v = plan::v_shaped_kind(kind) || kind == "1f1b-interleaved" ? 2 : 1;
     const Schedule s = generate(kind, 4, 8, v, uniform_cost(1, 1, 1));
     const Schedule t = parse_text(to_text(s), "x");
     EXPECT_EQ(t.p, s.p);

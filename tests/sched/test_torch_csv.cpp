@@ -38,7 +38,7 @@ std::string import_error(const std::string& text, ScheduleShape shape, const std
 TEST(TorchCsv, RoundTripsEveryGenerator) {
   for (const auto& kind : generator_kinds()) {
     for (int p : {2, 3, 4}) {
-      const int v = kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1;
+      const int v = plan::v_shaped_kind(kind) || kind == "1f1b-interleaved" ? 2 : 1;
       const int m = kind == "1f1b-interleaved" ? 2 * p : 8;
       const Schedule s = generate(kind, p, m, v, uniform_cost(1, 1, 1));
       const std::string path = write_temp("roundtrip.csv", to_torch_csv(s));

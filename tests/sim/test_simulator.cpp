@@ -48,7 +48,7 @@ double mean_makespan(const Schedule& s, const CostModel& c, const std::string& k
   return sum / seeds;
 }
 
-int v_of(const std::string& kind) { return kind == "zb-v" || kind == "1f1b-interleaved" ? 2 : 1; }
+int v_of(const std::string& kind) { return plan::v_shaped_kind(kind) || kind == "1f1b-interleaved" ? 2 : 1; }
 
 }  // namespace
 

@@ -14,7 +14,13 @@ inline double default_memory_limit(const std::string& kind, int p, int m, int v)
   if (kind == "gpipe") return m;
   if (kind == "zb-h2" || kind == "zb-2p") return 2.0 * p;
   if (kind == "1f1b-interleaved") return ((v + 1.0) * p - 1.0) / v;
+  if (kind == "dualpipev") return p + 0.5;  // an overlapped pair's F lands before its B frees
   return p;
+}
+
+// Generator kinds that place two chunks per rank in a V (parallel.virtual = 2).
+inline bool v_shaped_kind(const std::string& kind) {
+  return kind == "zb-v" || kind == "zb-v-greedy" || kind == "dualpipev";
 }
 
 // The Zero Bubble paper's fraction of a GPT layer's activations still needed by W after B (16-bit activations:

@@ -12,8 +12,14 @@
 //                       insert W where F or B would wait, within the memory limit) over its heuristic variants,
 //                       plus readiness-realized variants; the candidate with the shortest noise-free makespan
 //                       under the given cost model wins (memory limit p resp. 2p unless given)
-//   zb-v                two chunks per rank in V placement, split backward, built by the same greedy timeline
-//                       fill (B first, then F, W filling idle time) within the limit (default p, like 1F1B)
+//   zb-v                ZB-V as published (Zero Bubble, arXiv 2401.10241 section 6): the authors' greedy search over
+//                       two chunks per rank in V placement (zbv.cpp), smallest largest per-rank bubble of its
+//                       variants, within the limit (default p M_F, 1F1B's)
+//   zb-v-greedy         conductor's earlier V: the same placement, a microbatch-major list realized by the
+//                       readiness arbiter (B first, then F, W filling idle time) within the limit (default p)
+//   dualpipev           DeepSeek's DualPipe in a V, as torch.distributed.pipelining's ScheduleDualPipeV
+//                       (dualpipev.cpp): overlapped F-and-full-B pairs written as two consecutive actions;
+//                       needs m >= 2p; peak p + 1/2 M_F (a pair's F runs before its B frees)
 #include <string>
 #include <vector>
 
@@ -50,7 +56,9 @@ Schedule interleaved_1f1b(int p, int m, int v);
 Schedule zb_h1(int p, int m);
 Schedule zb_h2(int p, int m);
 Schedule zb_auto(int p, int m, const CostModel& cost, double memory_limit, const std::string& name);
-Schedule zb_v(int p, int m, const CostModel& cost, double memory_limit);
+Schedule zb_v(int p, int m, const CostModel& cost, double memory_limit);  // zbv.cpp
+Schedule zb_v_greedy(int p, int m, const CostModel& cost, double memory_limit);
+Schedule dualpipe_v(int p, int m, double memory_limit, double memory_after_b);  // dualpipev.cpp
 
 // Noise-free strict makespan of a schedule under a cost model (ms).
 double planned_makespan(const Schedule& s, const CostModel& cost);
