@@ -32,7 +32,7 @@ class Outputs(FaultCase):
         deck, before = self.first_run()
         r = mpirun(2, "run", deck, "run.steps=2")
         self.assertFault(r, 2, r"run\.output = '%s' already holds the results of another run \(trace\.h5, "
-                         r"summary\.json, resolved\.yaml\).*run\.overwrite=true" % self.out)
+                         r"summary\.json, metrics\.jsonl, resolved\.yaml\).*run\.overwrite=true" % self.out)
         self.assertEqual(digests(self.out), before, "a refused run changed the old results")
 
     def test_failed_input_check_writes_nothing(self):
