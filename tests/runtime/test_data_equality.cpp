@@ -14,22 +14,15 @@
 #include "conductor/config/resolve.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/runtime/training.hpp"
+#include "mpi_world.hpp"
 #include "token_file_writers.hpp"
 
 using namespace conductor;
 
 namespace {
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using conductor::test_support::world_rank;
+using conductor::test_support::world_size;
 
 // A corpus with learnable structure: each token mostly follows from the previous one.
 std::vector<int> corpus(int n, int vocab, unsigned seed) {

@@ -14,21 +14,14 @@
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
+#include "mpi_world.hpp"
 
 using namespace conductor;
 
 namespace {
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using conductor::test_support::world_rank;
+using conductor::test_support::world_size;
 
 config::Deck tiny_deck(const std::string& kind, const std::string& execution, const std::string& hint = "schedule",
                        const std::vector<std::string>& extra = {}) {

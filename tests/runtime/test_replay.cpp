@@ -19,21 +19,14 @@
 #include "conductor/sim/replay.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_reader.hpp"
+#include "mpi_world.hpp"
 
 using namespace conductor;
 
 namespace {
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using conductor::test_support::world_rank;
+using conductor::test_support::world_size;
 
 struct Case {
   std::string backend, kind, execution, hint;

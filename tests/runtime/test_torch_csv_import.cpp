@@ -14,22 +14,14 @@
 #include "conductor/model/reference.hpp"
 #include "conductor/runtime/training.hpp"
 #include "conductor/sched/generators.hpp"
+#include "mpi_world.hpp"
 
 using namespace conductor;
 
 namespace {
 
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using conductor::test_support::world_rank;
+using conductor::test_support::world_size;
 
 TEST(TorchCsvImport, TrainsToSingleRankLosses) {
   const int p = world_size();
