@@ -279,7 +279,8 @@ class EmulatedCompute final : public Compute {
   void begin_step(int) override {}
   OpTicket launch(int step, const sched::Action& a, int, const float*, float*) override {
     last_.start_ns = steady_now_ns();
-    const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
+    const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind) * share_;
+    share_ = 1.0;
     sleep_until_ns(last_.start_ns + ms_to_ns(ms));
     last_.end_ns = steady_now_ns();
     return ++tickets_;
@@ -292,9 +293,11 @@ class EmulatedCompute final : public Compute {
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0.0; }
   void optimizer_step(double, int) override {}
+  void keep_share(double share) override { share_ = share; }
 
  private:
   int rank_;
+  double share_ = 1.0;  // of the next op's time (keep_share)
   const sim::NoiseModel& noise_;
   std::int64_t bytes_;
   OpSpan last_;
@@ -302,6 +305,10 @@ class EmulatedCompute final : public Compute {
 };
 
 }  // namespace
+
+void Compute::keep_share(double) {
+  throw Error("computation migration runs only on the emulated backend (issue 15: cpu and cuda slices)");
+}
 
 double Compute::peak_memory_bytes() const {
   rusage usage{};

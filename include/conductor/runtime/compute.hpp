@@ -44,6 +44,9 @@ class Compute {
   // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
   // Both buffers must stay untouched until finished() says the op is done.
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
+  // Computation migration: the next launch() runs only `share` (0..1] of its op's time, the rest being a
+  // helper's. Only the emulated backend can (it sleeps the modelled share); the others refuse migration.
+  virtual void keep_share(double share);
   // Non-blocking: true once the op finished, with its span (then the ticket is released).
   virtual bool finished(OpTicket ticket, OpSpan& span) = 0;
   // Launched, unfinished ops the executor may keep queued: 1 for host backends; cuda.queue_depth (2 by

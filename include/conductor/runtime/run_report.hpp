@@ -34,8 +34,8 @@ struct StepFigures {
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
   double learning_rate = std::numeric_limits<double>::quiet_NaN();
   double valid_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: no validation this step (eval.every)
-  std::vector<double> peak_activations;   // per rank, M_F (the executor's memory model)
-  std::vector<double> peak_memory_bytes;  // per rank, Compute::peak_memory_bytes
+  std::vector<double> peak_activations;                          // per rank, M_F (the executor's memory model)
+  std::vector<double> peak_memory_bytes;                         // per rank, Compute::peak_memory_bytes
 };
 
 class RunReport {
