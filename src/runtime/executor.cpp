@@ -275,7 +275,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::vector<std::int64_t> help_back(at(n), -1), help_bytes(at(n), 0);
   std::vector<std::vector<char>> reply_buf(at(n));
   std::vector<char> help_declined(at(n), 0);
+  std::vector<std::int64_t> decided_at(at(n), INT64_MAX);  // a migrated op starts when the owner decides
   int peers_finished = 0;
+  int help_sends = 0;   // help payloads (out or back) posted and not yet complete
   Control sent_status;  // the last status this rank sent
   bool finished_sent = false;
   auto post_control_recv = [&](int q) {
@@ -418,11 +420,13 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     help_buffers.emplace_back(static_cast<std::size_t>(c.bytes_out));
     data_ids[data_.post_send(o.helper, help_tag(i, false), help_buffers.back().data(), help_buffers.back().size())] = {
         Role::HelpSend, i, true};
+    ++help_sends;
     reply_buf[at(i)].resize(static_cast<std::size_t>(c.bytes_back));
     data_ids[data_.post_recv(o.helper, help_tag(i, true), reply_buf[at(i)].data(), reply_buf[at(i)].size())] = {
         Role::HelpReply, i, false};
     peers[at(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
     help_of[at(i)] = o.helper;
+    decided_at[at(i)] = now;
     help_slices[at(i)] = o.slices;
     help_bytes[at(i)] = bytes;
     own_share[at(i)] = o.owner_time / (estimate_ns / 1e6);
@@ -439,6 +443,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       help_buffers.emplace_back(static_cast<std::size_t>(job.request.bytes_back));
       data_ids[data_.post_send(job.owner, help_tag(job.request.index, true), help_buffers.back().data(),
                                help_buffers.back().size())] = {Role::HelpSend, job.owner, true};
+      ++help_sends;
     };
     ++progress;
     if (job.declined) {
@@ -520,7 +525,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         help_back[at(p.action)] = now;
         ++progress;
       } else if (p.role == Role::HelpSend) {
-        // a help payload left: its buffer is freed with the step's
+        --help_sends;  // its buffer is freed with the step's
       } else if (!p.send) {
         half_arrived(p.action, Role::Tensor, now);
       } else {
@@ -534,6 +539,13 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       delayed.pop();
     }
     return control_done.size() + data_done.size();
+  };
+  // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a
+  // single-copy mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle
+  // peer to take it, short enough not to wait out a peer that turned out busy.
+  auto push_help_sends = [&] {
+    const std::int64_t deadline = clock_.now_ns() + 2'000'000;
+    while (help_sends > 0 && poll_now < deadline) drain();
   };
   auto post_tensor_send = [&](int i, const sched::Transfer& out) {
     data_ids[data_.post_send(out.to_rank, tag_of(order, out), out_buf[at(i)], payload_bytes)] = {Role::Tensor, i, true};
@@ -561,7 +573,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     driver.start(i, since_begin(now));
     say_busy();
     double predicted = announcing ? dopt.estimate(a) : migrating ? model_ns(a) : 0.0;
-    if (migrating) predicted = offload(i, now, model_ns(a));
+    if (migrating) {
+      predicted = offload(i, now, model_ns(a));
+      push_help_sends();  // before this rank sleeps in its share
+    }
     if (announce_inputs && out && !out->local()) {
       const double expected = static_cast<double>(now) + predicted + comm_estimate_ns();
       out_announce[at(i)] = {std::isfinite(expected) ? std::llround(expected) : kUnknown, now};
@@ -601,12 +616,12 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       const OpSpan span = own_span[at(i)];
       in_flight.erase(in_flight.begin());
       ++progress;
-      const std::int64_t start = clock_.to_common(span.start_ns);
+      const std::int64_t start = std::min(clock_.to_common(span.start_ns), decided_at[at(i)]);
       const std::int64_t end = std::max(clock_.to_common(span.end_ns), help_back[at(i)]);
       driver.complete(i, since_begin(end));
       const auto& a = actions[at(i)];
       // The op's time alone (its share scaled back): what the next step's estimates expect.
-      measuring.add(a, static_cast<double>(clock_.to_common(span.end_ns) - start) / own_share[at(i)]);
+      measuring.add(a, static_cast<double>(span.end_ns - span.start_ns) / own_share[at(i)]);
       trace::OpEvent e;
       e.step = step;
       e.rank = rank_;
@@ -661,7 +676,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       empty = drain() > 0 ? 0 : empty + 1;
     }
     retire();
-    if (serve_help()) continue;
+    if (serve_help()) {
+      push_help_sends();  // the reply, before this rank sleeps in an op of its own
+      continue;
+    }
     // A help accepted while idle runs first: its payload is on its way.
     const bool help_pending = !jobs.empty() && !jobs.front().declined;
     if (!driver.finished() && !help_pending && static_cast<int>(in_flight.size()) < depth) {
