@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <queue>
 #include <string>
 #include <thread>
@@ -277,6 +278,8 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::vector<char> help_declined(at(n), 0);
   std::vector<std::int64_t> decided_at(at(n), INT64_MAX);  // a migrated op starts when the owner decides
   int peers_finished = 0;
+  // While this rank sleeps in an op or a help, the help payloads it sent keep moving (set once drain exists).
+  std::function<bool()> keep_moving;
   int help_sends = 0;   // help payloads (out or back) posted and not yet complete
   Control sent_status;  // the last status this rank sent
   bool finished_sent = false;
@@ -458,7 +461,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     }
     say_busy();
     const std::int64_t start = clock_.now_ns();
-    sleep_until_ns(steady_now_ns() + job.request.help_ns);
+    sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, keep_moving);
     const std::int64_t end = clock_.now_ns();
     reply();
     const sched::Action& a = order.ranks[at(job.owner)][at(static_cast<int>(job.request.index))];
@@ -543,6 +546,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a
   // single-copy mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle
   // peer to take it, short enough not to wait out a peer that turned out busy.
+  if (migrating) {
+    keep_moving = [&] {
+      if (help_sends == 0) return false;
+      drain();
+      return help_sends > 0;
+    };
+    compute_.set_progress(keep_moving);
+  }
   auto push_help_sends = [&] {
     const std::int64_t deadline = clock_.now_ns() + 2'000'000;
     while (help_sends > 0 && poll_now < deadline) drain();
@@ -749,6 +760,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (b) compute_.give_buffer(b);  // outputs without a consumer on this rank (none in valid schedules)
     b = nullptr;
   }
+  if (migrating) compute_.set_progress({});  // keep_moving refers to this step's state
   outcome.peak_memory = state.peak_memory();
   measured_ = std::move(measuring);
   return outcome;
