@@ -15,8 +15,10 @@ import sys
 import numpy as np
 
 SUPPORTED_SCHEMA = 1
-KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE")
+KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE", "HELP_F", "HELP_B", "HELP_W", "HELP_BW")
 COMPUTE_KINDS = ("F", "B", "W", "BW")
+# Busy time: a rank's own ops and the slices it computed for another rank (migration's HELP_* rows).
+BUSY_KINDS = COMPUTE_KINDS + ("HELP_F", "HELP_B", "HELP_W", "HELP_BW")
 EVENT_FIELDS = ("step", "rank", "stage", "chunk", "microbatch", "kind", "ready_ns", "start_ns", "end_ns",
                 "bytes", "wait_ns", "peer", "migrated")
 STEP_FIELDS = ("step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "samples_per_s", "lower_bound_ns")
@@ -91,7 +93,7 @@ class Trace:
 
     def compute_mask(self, events=None):
         ev = self.events if events is None else events
-        codes = [self.kind_codes[k] for k in COMPUTE_KINDS if k in self.kind_codes]
+        codes = [self.kind_codes[k] for k in BUSY_KINDS if k in self.kind_codes]
         return np.isin(ev["kind"], codes)
 
     def step_events(self, step, compute_only=False):

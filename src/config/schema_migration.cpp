@@ -9,7 +9,8 @@ namespace conductor::config {
 void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
-      "Computation migration (simulated only: `conductor simulate`): when an op starts, its owner may give up "
+      "Computation migration (`conductor simulate`, and `conductor run` on backend emulated only): when an op starts, "
+      "its owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(
@@ -78,10 +79,13 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
   }
   if (!m.enabled) return;
-  if (options.command == Command::Run) {
-    problems.push_back(src +
-                       ": migration.enabled = true: computation migration is simulated only (conductor simulate); "
-                       "conductor run does not move slices; set migration.enabled=false");
+  if (options.command == Command::Run && deck.backend != "emulated") {
+    // The emulated runtime moves real message sizes and sleeps the slice times; moving real slices through the
+    // trainer's kernels (cpu, cuda) is issue 15's remaining work.
+    problems.push_back(src + ": migration.enabled = true with backend = " + deck.backend +
+                       ": conductor run migrates only on the emulated backend (backend: emulated); cpu and "
+                       "cuda slices are not moved yet (issue 15); set migration.enabled=false or use conductor "
+                       "simulate");
   }
   if (m.max_fraction <= 0) {
     problems.push_back(src +

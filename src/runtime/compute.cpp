@@ -279,8 +279,9 @@ class EmulatedCompute final : public Compute {
   void begin_step(int) override {}
   OpTicket launch(int step, const sched::Action& a, int, const float*, float*) override {
     last_.start_ns = steady_now_ns();
-    const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind);
-    sleep_until_ns(last_.start_ns + ms_to_ns(ms));
+    const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind) * share_;
+    share_ = 1.0;
+    sleep_with_progress_until_ns(last_.start_ns + ms_to_ns(ms), progress_);
     last_.end_ns = steady_now_ns();
     return ++tickets_;
   }
@@ -292,9 +293,13 @@ class EmulatedCompute final : public Compute {
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0.0; }
   void optimizer_step(double, int) override {}
+  void keep_share(double share) override { share_ = share; }
+  void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
 
  private:
   int rank_;
+  double share_ = 1.0;  // of the next op's time (keep_share)
+  std::function<bool()> progress_;
   const sim::NoiseModel& noise_;
   std::int64_t bytes_;
   OpSpan last_;
@@ -302,6 +307,18 @@ class EmulatedCompute final : public Compute {
 };
 
 }  // namespace
+
+void sleep_with_progress_until_ns(std::int64_t deadline_ns, const std::function<bool()>& progress) {
+  constexpr std::int64_t kProgressEveryNs = 100'000;
+  while (progress && steady_now_ns() < deadline_ns && progress()) {
+    sleep_until_ns(std::min(deadline_ns, steady_now_ns() + kProgressEveryNs));
+  }
+  sleep_until_ns(deadline_ns);
+}
+
+void Compute::keep_share(double) {
+  throw Error("computation migration runs only on the emulated backend (issue 15: cpu and cuda slices)");
+}
 
 double Compute::peak_memory_bytes() const {
   rusage usage{};

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <queue>
 #include <string>
 #include <thread>
@@ -28,6 +30,38 @@ struct Announcement {
   std::int64_t start_ns = 0;     // when the producing op started
 };
 constexpr std::int64_t kUnknown = INT64_MIN;
+
+// Computation migration's control message (see executor.hpp), one tag per step, in order per pair of ranks.
+enum class ControlKind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
+struct Control {
+  ControlKind kind = ControlKind::Busy;
+  std::int64_t index = -1;           // Help, Declined: the op's position in the owner's list; Idle: the next op's
+  std::int64_t slices = 0;           // Help
+  std::int64_t help_ns = 0;          // Help: the slices' modelled time on the helper
+  std::int64_t bytes_out = 0;        // Help: payload owner -> helper
+  std::int64_t bytes_back = 0;       // Help: payload helper -> owner
+  std::int64_t until_ns = kUnknown;  // Idle: announced arrival of the awaited input (kUnknown: none)
+  std::int64_t producer = -1;        // Idle: the rank producing that input (-1: none)
+};
+
+// What an owner knows of a peer: its last status, and until when it helps this rank.
+struct PeerView {
+  ControlKind status = ControlKind::Busy;
+  std::int64_t until_ns = kUnknown;
+  int producer = -1;
+  int next = -1;  // Idle: its next op's position in its list
+  std::int64_t engaged_until = INT64_MIN;
+};
+
+// A help request on the helper: its payload, then its slices' work.
+struct HelpJob {
+  int owner = -1;
+  Control request;
+  std::vector<char> payload;
+  bool payload_in = false;
+  bool declined = false;  // it came while this rank ran its own ops: the payload goes straight back
+  std::int64_t arrived = 0;
+};
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
@@ -109,6 +143,7 @@ double Executor::injected_comm_ms(int step, const sched::Transfer& t) const {
 
 StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   const auto& actions = order.ranks[static_cast<std::size_t>(rank_)];
+  const bool migrating = options_.migration.enabled() && order.p > 1;
   const int n = static_cast<int>(actions.size());
   const auto at = [](int i) { return static_cast<std::size_t>(i); };
   sched::DriverOptions dopt;
@@ -120,6 +155,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // when each cross-rank input is expected.
   const bool announcing = options_.execution == sched::Execution::Readiness && options_.hint == sched::Hint::Backfill;
   if (announcing) dopt.estimate = measured_.estimate();
+  if (migrating) dopt.migration = options_.migration;
+  // Migration decides and announces with the cost model's estimate, as the simulator does.
+  const auto model_ns = [&](const sched::Action& a) { return noise_.cost().op_time(rank_, a.kind, order.v) * 1e6; };
+  const bool announce_inputs = announcing || migrating;
   sched::MeasuredDurations measuring;
   sched::RankDriver driver(order, rank_, dopt);
   const sched::Arbiter& state = driver.arbiter();
@@ -139,7 +178,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::vector<char> header_in(at(n), 0), tensor_in(at(n), 0);
   std::vector<OpTicket> ticket(at(n), -1);
   std::vector<int> in_flight;  // launched, unfinished, in launch order
-  enum class Role { Header, Tensor, Announcement };
+  enum class Role { Header, Tensor, Announcement, Control, HelpPayload, HelpReply, HelpSend };
   struct Pending {
     Role role;
     int action;
@@ -167,7 +206,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (!in || in->local()) continue;
     const int tag = tag_of(order, *in);
     control_ids[control_.post_recv(in->from_rank, tag, &in_header[at(i)], sizeof(Header))] = {Role::Header, i, false};
-    if (announcing) {
+    if (announce_inputs) {
       control_ids[control_.post_recv(in->from_rank, announce_tag_of(order, *in), &in_announce[at(i)],
                                      sizeof(Announcement))] = {Role::Announcement, i, false};
     }
@@ -207,9 +246,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   };
   // An announcement of input i received at `now`: the driver learns when it is expected (when its producer
   // measured anything); a comm-event trace records it, so a replay feeds the same announcements.
+  std::vector<char> announce_known(at(n), 0);
   auto announced = [&](int i, std::int64_t now) {
     const Announcement& a = in_announce[at(i)];
     if (a.expected_ns == kUnknown) return;
+    announce_known[at(i)] = 1;
     driver.announce(i, since_begin(a.expected_ns), since_begin(now));
     ++outcome.announcements;
     if (options_.comm_events) {
@@ -218,6 +259,232 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       e.ready_ns = a.expected_ns;
       outcome.events.push_back(e);
     }
+  };
+  // Computation migration's state (see executor.hpp). Tags: control above the announcements; payloads above
+  // every tensor tag, out and back per owner's list position.
+  const int control_tag = 4 * order.num_stages() * order.m;
+  const auto help_tag = [&](std::int64_t index, bool back) {
+    return 2 * order.num_stages() * order.m + 2 * static_cast<int>(index) + (back ? 1 : 0);
+  };
+  std::vector<Control> control_in(at(order.p));
+  std::deque<Control> control_out;             // send buffers, alive until the step's sends drained
+  std::deque<std::vector<char>> help_buffers;  // payloads sent (out or back), same
+  std::vector<PeerView> peers(at(order.p));
+  std::deque<HelpJob> jobs;                                    // requests to this rank, in arrival order
+  std::vector<int> help_of(at(n), -1), help_slices(at(n), 0);  // the owner's side: helper, slices per action
+  std::vector<double> own_share(at(n), 1.0);
+  std::vector<std::int64_t> help_back(at(n), -1), help_bytes(at(n), 0);
+  std::vector<std::vector<char>> reply_buf(at(n));
+  std::vector<char> help_declined(at(n), 0);
+  std::vector<std::int64_t> decided_at(at(n), INT64_MAX);  // a migrated op starts when the owner decides
+  int peers_finished = 0;
+  // While this rank sleeps in an op or a help, the help payloads it sent keep moving (set once drain exists).
+  std::function<bool()> keep_moving;
+  int help_sends = 0;   // help payloads (out or back) posted and not yet complete
+  Control sent_status;  // the last status this rank sent
+  bool finished_sent = false;
+  auto post_control_recv = [&](int q) {
+    control_ids[control_.post_recv(q, control_tag, &control_in[at(q)], sizeof(Control))] = {Role::Control, q, false};
+  };
+  auto broadcast = [&](const Control& c) {
+    sent_status = c;
+    for (int q = 0; q < order.p; ++q) {
+      if (q == rank_) continue;
+      control_out.push_back(c);
+      control_ids[control_.post_send(q, control_tag, &control_out.back(), sizeof(Control))] = {Role::Control, q, true};
+    }
+  };
+  if (migrating) {
+    for (int q = 0; q < order.p; ++q) {
+      if (q != rank_) post_control_recv(q);
+    }
+  }
+  // A control message from peer q arrived at `now`.
+  auto on_control = [&](int q, std::int64_t now) {
+    const Control c = control_in[at(q)];
+    ++progress;
+    if (c.kind == ControlKind::Help) {
+      HelpJob& job = jobs.emplace_back();
+      job.owner = q;
+      job.request = c;
+      job.arrived = now;
+      // The owner saw an old Idle: this rank has started an op since, so the help could delay it.
+      job.declined = sent_status.kind == ControlKind::Busy;
+      job.payload.resize(static_cast<std::size_t>(c.bytes_out));
+      data_ids[data_.post_recv(q, help_tag(c.index, false), job.payload.data(), job.payload.size())] = {
+          Role::HelpPayload, q, false};
+    } else if (c.kind == ControlKind::Declined) {
+      help_declined[at(static_cast<int>(c.index))] = 1;
+    } else {
+      PeerView& v = peers[at(q)];
+      v.status = c.kind;
+      v.until_ns = c.until_ns;
+      v.producer = static_cast<int>(c.producer);
+      v.next = static_cast<int>(c.index);
+    }
+    if (c.kind == ControlKind::Finished) {
+      ++peers_finished;  // nothing more comes from q this step
+    } else {
+      post_control_recv(q);
+    }
+  };
+  // The helper's payload from `owner` is in: the oldest such job without its payload (MPI keeps a pair's
+  // messages in order, and an owner's requests with them).
+  auto help_payload_in = [&](int owner) {
+    for (HelpJob& job : jobs) {
+      if (job.owner == owner && !job.payload_in) {
+        job.payload_in = true;
+        ++progress;
+        return;
+      }
+    }
+  };
+  // Tells the peers this rank is busy (it starts an op or a help) when it last said otherwise.
+  auto say_busy = [&] {
+    if (migrating && !finished_sent && sent_status.kind != ControlKind::Busy) broadcast(Control{});
+  };
+  // Idle with nothing launched: tells the peers what its next op waits for (or that its step is done).
+  auto say_idle = [&] {
+    if (!migrating || finished_sent || !in_flight.empty()) return;
+    if (driver.finished()) {
+      Control c;
+      c.kind = ControlKind::Finished;
+      broadcast(c);
+      finished_sent = true;
+      return;
+    }
+    const int next = state.next_in_list();
+    if (next >= n || state.is_ready(next)) return;  // blocked on memory: about to run, offers nothing
+    Control c;
+    c.kind = ControlKind::Idle;
+    c.index = next;
+    if (announce_known[at(next)]) c.until_ns = in_announce[at(next)].expected_ns;
+    if (const auto in = sched::input_of(order, rank_, actions[at(next)]); in && !in->local())
+      c.producer = in->from_rank;
+    if (sent_status.kind != c.kind || sent_status.until_ns != c.until_ns || sent_status.producer != c.producer ||
+        sent_status.index != c.index) {
+      broadcast(c);
+    }
+  };
+  // When this rank's output for peer q's op `next` is expected there: kUnknown while its producing op has not
+  // started or is `deciding` (it then comes after the op being decided, and so after the help), else the
+  // announced time (its start plus estimates). This rank knows it better than q's last Idle, which may predate
+  // it.
+  auto own_delivery = [&](int q, int next, int deciding) -> std::int64_t {
+    const auto in = sched::input_of(order, q, order.ranks[at(q)][at(next)]);
+    if (!in || in->from_rank != rank_) return kUnknown;
+    const int producer = in->payload == sched::Payload::Activation
+                             ? state.index_of(sched::OpKind::F, in->from_chunk, in->microbatch)
+                             : state.backward_index(in->from_chunk, in->microbatch);
+    return state.is_started(producer) && producer != deciding ? out_announce[at(producer)].expected_ns : kUnknown;
+  };
+  // The peers that can help now (the simulator's rule, engine.cpp's Helpers, on the peers' last status), in ms
+  // since the step began.
+  std::vector<sched::HelpOffer> offers;
+  auto build_offers = [&](std::int64_t now, int deciding) {
+    offers.clear();
+    for (int q = 0; q < order.p; ++q) {
+      const PeerView& v = peers[at(q)];
+      if (q == rank_ || v.engaged_until > now) continue;
+      sched::HelpOffer o;
+      o.rank = q;
+      if (v.status == ControlKind::Idle) {
+        const std::int64_t until = v.producer == rank_ ? own_delivery(q, v.next, deciding) : v.until_ns;
+        if (until != kUnknown) {
+          o.until = since_begin(until) / 1e6;
+        } else if (v.producer != rank_) {
+          continue;  // nothing known of its next input
+        }
+      } else if (v.status != ControlKind::Finished) {
+        continue;
+      }
+      offers.push_back(o);
+    }
+  };
+  // Owner: decides for action i starting at `now` (estimated `estimate_ns` alone); on a helper, sends the
+  // request and its payload, posts the reply's receive and keeps the owner's share. Returns the op's predicted
+  // duration (ns).
+  auto offload = [&](int i, std::int64_t now, double estimate_ns) {
+    build_offers(now, i);
+    if (offers.empty()) return estimate_ns;
+    const sched::Offload o = driver.offload(i, since_begin(now) / 1e6, estimate_ns / 1e6, offers);
+    if (o.helper < 0) return estimate_ns;
+    const std::int64_t bytes = std::llround(o.bytes);
+    Control c;
+    c.kind = ControlKind::Help;
+    c.index = i;
+    c.slices = o.slices;
+    c.help_ns = ms_to_ns(o.helper_compute);
+    c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
+    c.bytes_back = bytes - c.bytes_out;
+    control_out.push_back(c);
+    control_ids[control_.post_send(o.helper, control_tag, &control_out.back(), sizeof(Control))] = {Role::Control,
+                                                                                                    o.helper, true};
+    help_buffers.emplace_back(static_cast<std::size_t>(c.bytes_out));
+    data_ids[data_.post_send(o.helper, help_tag(i, false), help_buffers.back().data(), help_buffers.back().size())] = {
+        Role::HelpSend, i, true};
+    ++help_sends;
+    reply_buf[at(i)].resize(static_cast<std::size_t>(c.bytes_back));
+    data_ids[data_.post_recv(o.helper, help_tag(i, true), reply_buf[at(i)].data(), reply_buf[at(i)].size())] = {
+        Role::HelpReply, i, false};
+    peers[at(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
+    help_of[at(i)] = o.helper;
+    decided_at[at(i)] = now;
+    help_slices[at(i)] = o.slices;
+    help_bytes[at(i)] = bytes;
+    own_share[at(i)] = o.owner_time / (estimate_ns / 1e6);
+    compute_.keep_share(own_share[at(i)]);
+    return o.op_time * 1e6;
+  };
+  // Helper: runs the oldest request whose payload is in (sleeps its slices' modelled time), returns the reply
+  // and records the work as a HELP_* event. False when there is none.
+  auto serve_help = [&] {
+    if (jobs.empty() || !jobs.front().payload_in) return false;
+    HelpJob job = std::move(jobs.front());
+    jobs.pop_front();
+    auto reply = [&] {
+      help_buffers.emplace_back(static_cast<std::size_t>(job.request.bytes_back));
+      data_ids[data_.post_send(job.owner, help_tag(job.request.index, true), help_buffers.back().data(),
+                               help_buffers.back().size())] = {Role::HelpSend, job.owner, true};
+      ++help_sends;
+    };
+    ++progress;
+    if (job.declined) {
+      Control c;
+      c.kind = ControlKind::Declined;
+      c.index = job.request.index;
+      control_out.push_back(c);
+      control_ids[control_.post_send(job.owner, control_tag, &control_out.back(), sizeof(Control))] = {Role::Control,
+                                                                                                       job.owner, true};
+      reply();
+      return true;
+    }
+    say_busy();
+    const std::int64_t start = clock_.now_ns();
+    sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, keep_moving);
+    const std::int64_t end = clock_.now_ns();
+    reply();
+    const sched::Action& a = order.ranks[at(job.owner)][at(static_cast<int>(job.request.index))];
+    trace::OpEvent e;
+    e.step = step;
+    e.rank = rank_;
+    e.stage = order.stage_of(job.owner, a.chunk);
+    e.chunk = a.chunk;
+    e.microbatch = a.microbatch;
+    e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(a.kind));
+    e.ready_ns = job.arrived;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.bytes = job.request.bytes_out + job.request.bytes_back;
+    e.wait_ns = std::max<std::int64_t>(0, start - last_end);
+    e.peer = job.owner;
+    e.migrated = static_cast<std::int8_t>(job.request.slices);
+    outcome.events.push_back(e);
+    last_end = std::max(last_end, end);
+    return true;
+  };
+  const auto migration_over = [&] {
+    return !migrating || (finished_sent && peers_finished == order.p - 1 && jobs.empty());
   };
   std::vector<std::int64_t> early_send_done(at(n), -1);  // a queued-early send seen complete before its producer
   auto send_finished = [&](int i, std::int64_t now) {
@@ -240,7 +507,9 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       if (it == control_ids.end()) continue;
       const Pending p = it->second;
       control_ids.erase(it);
-      if (p.role == Role::Announcement) {
+      if (p.role == Role::Control) {
+        if (!p.send) on_control(p.action, now);
+      } else if (p.role == Role::Announcement) {
         if (!p.send) announced(p.action, now);
       } else if (!p.send) {
         half_arrived(p.action, Role::Header, now);
@@ -253,7 +522,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       if (it == data_ids.end()) continue;
       const Pending p = it->second;
       data_ids.erase(it);
-      if (!p.send) {
+      if (p.role == Role::HelpPayload) {
+        help_payload_in(p.action);
+      } else if (p.role == Role::HelpReply) {
+        help_back[at(p.action)] = now;
+        ++progress;
+      } else if (p.role == Role::HelpSend) {
+        --help_sends;  // its buffer is freed with the step's
+      } else if (!p.send) {
         half_arrived(p.action, Role::Tensor, now);
       } else {
         send_finished(p.action, now);
@@ -265,6 +541,22 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       accept(delayed.top().second, now);
       delayed.pop();
     }
+    return control_done.size() + data_done.size();
+  };
+  // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a
+  // single-copy mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle
+  // peer to take it, short enough not to wait out a peer that turned out busy.
+  if (migrating) {
+    keep_moving = [&] {
+      if (help_sends == 0) return false;
+      drain();
+      return help_sends > 0;
+    };
+    compute_.set_progress(keep_moving);
+  }
+  auto push_help_sends = [&] {
+    const std::int64_t deadline = clock_.now_ns() + 2'000'000;
+    while (help_sends > 0 && poll_now < deadline) drain();
   };
   auto post_tensor_send = [&](int i, const sched::Transfer& out) {
     data_ids[data_.post_send(out.to_rank, tag_of(order, out), out_buf[at(i)], payload_bytes)] = {Role::Tensor, i, true};
@@ -290,8 +582,14 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (out && has_payload) out_buf[at(i)] = compute_.take_buffer();
     const std::int64_t now = clock_.now_ns();
     driver.start(i, since_begin(now));
-    if (announcing && out && !out->local()) {
-      const double expected = static_cast<double>(now) + dopt.estimate(a) + comm_estimate_ns();
+    say_busy();
+    double predicted = announcing ? dopt.estimate(a) : migrating ? model_ns(a) : 0.0;
+    if (migrating) {
+      predicted = offload(i, now, model_ns(a));
+      push_help_sends();  // before this rank sleeps in its share
+    }
+    if (announce_inputs && out && !out->local()) {
+      const double expected = static_cast<double>(now) + predicted + comm_estimate_ns();
       out_announce[at(i)] = {std::isfinite(expected) ? std::llround(expected) : kUnknown, now};
       control_ids[control_.post_send(out->to_rank, announce_tag_of(order, *out), &out_announce[at(i)],
                                      sizeof(Announcement))] = {Role::Announcement, i, true};
@@ -306,17 +604,35 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // Ops finish in launch order (one stream; host backends inside launch()), so they are retired in that order
   // and the first unfinished one ends the pass: a later op seen finished first (its event completed between
   // two queries) waits one pass, and trace events and wait times stay in device order.
+  std::vector<OpSpan> own_span(at(n));
+  std::vector<char> own_done(at(n), 0);
   auto retire = [&] {
     while (!in_flight.empty()) {
       const int i = in_flight.front();
-      OpSpan span;
-      if (!compute_.finished(ticket[at(i)], span)) break;
+      if (!own_done[at(i)]) {
+        if (!compute_.finished(ticket[at(i)], own_span[at(i)])) break;
+        own_done[at(i)] = 1;
+      }
+      if (help_of[at(i)] >= 0 && help_back[at(i)] < 0) break;  // the helper's part is not in yet
+      if (help_declined[at(i)]) {
+        // The helper was busy after all: the owner computes the slices it sent (its share's rate).
+        const std::int64_t own = own_span[at(i)].end_ns - own_span[at(i)].start_ns;
+        sleep_until_ns(steady_now_ns() + std::llround(static_cast<double>(own) * (1.0 / own_share[at(i)] - 1.0)));
+        own_span[at(i)].end_ns = steady_now_ns();
+        help_back[at(i)] = clock_.to_common(own_span[at(i)].end_ns);
+        help_slices[at(i)] = 0;
+        own_share[at(i)] = 1.0;
+        help_declined[at(i)] = 0;
+      }
+      const OpSpan span = own_span[at(i)];
       in_flight.erase(in_flight.begin());
       ++progress;
-      const std::int64_t start = clock_.to_common(span.start_ns), end = clock_.to_common(span.end_ns);
+      const std::int64_t start = std::min(clock_.to_common(span.start_ns), decided_at[at(i)]);
+      const std::int64_t end = std::max(clock_.to_common(span.end_ns), help_back[at(i)]);
       driver.complete(i, since_begin(end));
       const auto& a = actions[at(i)];
-      measuring.add(a, static_cast<double>(end - start));
+      // The op's time alone (its share scaled back): what the next step's estimates expect.
+      measuring.add(a, static_cast<double>(span.end_ns - span.start_ns) / own_share[at(i)]);
       trace::OpEvent e;
       e.step = step;
       e.rank = rank_;
@@ -329,6 +645,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       e.end_ns = end;
       e.bytes = bytes;
       e.wait_ns = std::max<std::int64_t>(0, start - last_end);
+      e.migrated = static_cast<std::int8_t>(help_slices[at(i)]);
       outcome.events.push_back(e);
       last_end = std::max(last_end, end);
 
@@ -360,10 +677,23 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
 
   std::int64_t idle_sleep_ns = 5'000;
   Watchdog::Timer quiet(watchdog_, clock_.now_ns());
-  while (!driver.finished()) {
-    drain();
+  while (!driver.finished() || !migration_over()) {
+    // Migration: poll until nothing more completes. A peer's control messages queue up while this rank sleeps
+    // in an op, and each poll matches one per peer (its receive is re-posted after each), so one poll would
+    // decide on an old status.
+    // Open MPI's test-some progresses only on a call that finds nothing complete, so two empty polls in a row.
+    const std::size_t first = drain();
+    for (int empty = first > 0 ? 0 : 1, polls = 0; migrating && empty < 2 && polls < 64; ++polls) {
+      empty = drain() > 0 ? 0 : empty + 1;
+    }
     retire();
-    if (static_cast<int>(in_flight.size()) < depth) {
+    if (serve_help()) {
+      push_help_sends();  // the reply, before this rank sleeps in an op of its own
+      continue;
+    }
+    // A help accepted while idle runs first: its payload is on its way.
+    const bool help_pending = !jobs.empty() && !jobs.front().declined;
+    if (!driver.finished() && !help_pending && static_cast<int>(in_flight.size()) < depth) {
       const int i = driver.next(driver.latest());  // see RankDriver::latest: a replay makes the same choice
       if (i >= 0) {
         idle_sleep_ns = 5'000;
@@ -371,6 +701,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         continue;
       }
     }
+    say_idle();
     // Waiting on a peer: nothing moved since the last poll, nothing of its own in flight, no injected delay
     // pending. One comparison per poll on the time drain() read.
     if (progress != seen_progress || !in_flight.empty() || !delayed.empty()) {
@@ -429,6 +760,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     if (b) compute_.give_buffer(b);  // outputs without a consumer on this rank (none in valid schedules)
     b = nullptr;
   }
+  if (migrating) compute_.set_progress({});  // keep_moving refers to this step's state
   outcome.peak_memory = state.peak_memory();
   measured_ = std::move(measuring);
   return outcome;

@@ -75,7 +75,9 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   for (int k = 0; k < p; ++k)
     r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
   r.peak_memory = peaks;
-  r.num_ops = events.size();
+  // The schedule's ops, as the simulator counts them: a helper's slice work (HELP_*) is busy time, not an op.
+  r.num_ops = static_cast<std::size_t>(std::count_if(
+      events.begin(), events.end(), [](const trace::OpEvent& e) { return e.kind <= trace::EventKind::BW; }));
   return r;
 }
 

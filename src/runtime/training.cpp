@@ -125,6 +125,8 @@ ExecutorOptions executor_options(const plan::Plan& plan, const sched::Schedule& 
   eo.inject_full_comm_time = plan.backend == "emulated";
   eo.watchdog_s = plan.runtime.watchdog_s;
   eo.oversubscribed = node_oversubscribed(rank, comm);
+  // The deck's check lets migration through only on the emulated backend (schema_migration.cpp).
+  if (plan.migration.enabled) eo.migration = sched::Migration(plan.migration, plan.costs, rank, order.v);
   return eo;
 }
 

@@ -11,6 +11,10 @@ const char* to_string(EventKind kind) {
     case EventKind::SEND: return "SEND";
     case EventKind::RECV: return "RECV";
     case EventKind::ANNOUNCE: return "ANNOUNCE";
+    case EventKind::HELP_F: return "HELP_F";
+    case EventKind::HELP_B: return "HELP_B";
+    case EventKind::HELP_W: return "HELP_W";
+    case EventKind::HELP_BW: return "HELP_BW";
   }
   return "?";
 }

@@ -52,8 +52,9 @@ Handle build_compound(const std::vector<Member>& members, std::size_t mem_size, 
 Handle kind_type(bool file) {
   Handle type(H5Tenum_create(file ? H5T_STD_I8LE : H5T_NATIVE_SCHAR), H5Tclose);
   if (!type.valid()) throw std::logic_error("trace: H5Tenum_create failed: " + last_error());
-  for (EventKind k : {EventKind::F, EventKind::B, EventKind::W, EventKind::BW, EventKind::SEND, EventKind::RECV,
-                      EventKind::ANNOUNCE}) {
+  for (EventKind k :
+       {EventKind::F, EventKind::B, EventKind::W, EventKind::BW, EventKind::SEND, EventKind::RECV, EventKind::ANNOUNCE,
+        EventKind::HELP_F, EventKind::HELP_B, EventKind::HELP_W, EventKind::HELP_BW}) {
     std::int8_t value = static_cast<std::int8_t>(k);
     ok(H5Tenum_insert(type.get(), to_string(k), &value));
   }
@@ -72,7 +73,8 @@ std::vector<Member> event_members() {
       {"chunk", offsetof(OpEvent, chunk), H5T_NATIVE_INT32, H5T_STD_I32LE, "", "virtual chunk on this rank"},
       {"microbatch", offsetof(OpEvent, microbatch), H5T_NATIVE_INT32, H5T_STD_I32LE, "",
        "microbatch index within the step"},
-      {"kind", offsetof(OpEvent, kind), -1, -1, "", "F, B, W, BW (compute), SEND, RECV, ANNOUNCE"},
+      {"kind", offsetof(OpEvent, kind), -1, -1, "",
+       "F, B, W, BW (compute), SEND, RECV, ANNOUNCE, HELP_F/B/W/BW (slices computed for peer)"},
       {"ready_ns", offsetof(OpEvent, ready_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
        "compute: inputs arrived and memory fits; transfer: posted; ANNOUNCE: the announced arrival"},
       {"start_ns", offsetof(OpEvent, start_ns), H5T_NATIVE_INT64, H5T_STD_I64LE, "ns",
@@ -86,7 +88,7 @@ std::vector<Member> event_members() {
       {"peer", offsetof(OpEvent, peer), H5T_NATIVE_INT32, H5T_STD_I32LE, "",
        "the other rank of a transfer; -1 for compute"},
       {"migrated", offsetof(OpEvent, migrated), H5T_NATIVE_INT8, H5T_STD_I8LE, "",
-       "1 when the op ran (partly) on another rank than its owner"},
+       "slices computed on another rank than the op's owner (owner's op: sent away; HELP_*: computed here)"},
   };
 }
 

@@ -448,8 +448,15 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(contains(p, "nvlink")) << p;
   p = one({"migration.units=[heads,rows]"});
   EXPECT_TRUE(contains(p, "migration.units")) << p;
+  // conductor run migrates on the emulated backend only; cpu (the default) and cuda are refused, naming issue 15.
   p = one({"migration.enabled=true"}, Command::Run);
-  EXPECT_TRUE(contains(p, "simulated only")) << p;
+  EXPECT_TRUE(contains(p, "migration.enabled = true with backend = cpu")) << p;
+  EXPECT_TRUE(contains(p, "issue 15")) << p;
+  p = one({"migration.enabled=true", "backend=cuda"}, Command::Run);
+  EXPECT_TRUE(contains(p, "backend = cuda")) << p;
+  for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=emulated"}, Command::Run)) {
+    EXPECT_FALSE(contains(q, "migration")) << q;
+  }
   EXPECT_TRUE(problems_of("", {"migration.link=custom"}).empty());  // off: no link needed
 }
 

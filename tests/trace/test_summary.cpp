@@ -44,6 +44,21 @@ TEST(Summary, HandComputedTwoRanks) {
   EXPECT_DOUBLE_EQ(r.stage_bubble_ratio, (0.25 + 0.0) / 2);
 }
 
+TEST(Summary, HelpRowsAreTheHelpersBusyTime) {
+  // Migration: rank 1 computes slices of rank 0's F [100,200) in [120,180) (a HELP_F row, peer 0); rank 1's own
+  // F runs [200,300). Rank 1 is busy 60 + 100 over its span [120,300) of 180; without the HELP row it would be
+  // 100 busy over [200,300).
+  OpEvent help = op(0, 1, EventKind::HELP_F, 120, 180);
+  help.peer = 0;
+  help.migrated = 2;
+  std::vector<OpEvent> ev = {op(0, 0, EventKind::F, 100, 200), help, op(0, 1, EventKind::F, 200, 300)};
+  StepRecord r = summarize_step(ev, 2, 0, 1.0);
+  EXPECT_EQ(r.makespan_ns, 200);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 1.0 - 260.0 / 400.0);
+  EXPECT_DOUBLE_EQ(r.lower_bound_ns, 160.0);
+  EXPECT_DOUBLE_EQ(r.stage_bubble_ratio, (0.0 + (1.0 - 160.0 / 180.0)) / 2);
+}
+
 TEST(Summary, IdleRankCountsInTheDenominator) {
   // world_size 3 but rank 2 never computes: its whole makespan is bubble.
   std::vector<OpEvent> ev = {op(0, 0, EventKind::F, 0, 1000), op(0, 1, EventKind::F, 0, 1000)};

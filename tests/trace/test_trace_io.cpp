@@ -205,9 +205,9 @@ TEST(TraceIO, FileLayoutEnumAndFilters) {
   ASSERT_GE(idx, 0);
   hid_t kind = H5Tget_member_type(type, static_cast<unsigned>(idx));
   EXPECT_EQ(H5Tget_class(kind), H5T_ENUM);
-  EXPECT_EQ(H5Tget_nmembers(kind), 7);
-  const char* names[] = {"F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE"};
-  for (int v = 0; v < 7; ++v) {
+  EXPECT_EQ(H5Tget_nmembers(kind), 11);
+  const char* names[] = {"F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE", "HELP_F", "HELP_B", "HELP_W", "HELP_BW"};
+  for (int v = 0; v < 11; ++v) {
     std::int8_t value = static_cast<std::int8_t>(v);
     char name[16] = {};
     ASSERT_GE(H5Tenum_nameof(kind, &value, name, sizeof name), 0);
@@ -256,7 +256,8 @@ TEST(TraceIO, RoundTripH5py) {
 f = h5py.File(sys.argv[1], "r")
 e, s = f["events"], f["steps"]
 kinds = h5py.check_enum_dtype(e.dtype["kind"])
-assert kinds == {"F": 0, "B": 1, "W": 2, "BW": 3, "SEND": 4, "RECV": 5, "ANNOUNCE": 6}, kinds
+assert kinds == {"F": 0, "B": 1, "W": 2, "BW": 3, "SEND": 4, "RECV": 5, "ANNOUNCE": 6,
+                 "HELP_F": 7, "HELP_B": 8, "HELP_W": 9, "HELP_BW": 10}, kinds
 names = {v: k for k, v in kinds.items()}
 print(len(e), int(e["end_ns"].sum()), "".join(names[int(k)][0] for k in e["kind"][:6]))
 print(int(s["step"][0]), repr(float(s["loss"][0])), int(s["makespan_ns"][0]), repr(float(s["bubble_ratio"][0])))

@@ -147,10 +147,10 @@ struct Cuda {
   int queue_depth = 2;
 };
 
-// Computation migration (docs/migration.md), simulated only: a helper rank computes some of the equal slices of
-// an owner's op (attention head groups and MLP column groups of every layer, LM-head vocabulary column groups on
-// the last stage) while the owner computes the rest. config::resolve derives the numbers from the model
-// dimensions; the decision is sched::Migration's.
+// Computation migration (docs/migration.md), simulated and run on the emulated backend: a helper rank computes some of
+// the equal slices of an owner's op (attention head groups and MLP column groups of every layer, LM-head vocabulary
+// column groups on the last stage) while the owner computes the rest. config::resolve derives the numbers from the
+// model dimensions; the decision is sched::Migration's.
 struct SliceCosts {  // one op kind (F, B or W) of one rank's whole share; a chunk of v takes 1/v of everything
   double sliced_fraction = 0;  // of the op's time: `slices` equal slices; the rest is the owner's fixed part
   double helper_factor = 1;    // a slice's time on a helper / on its owner (> 1: LM-head logits recomputed)

@@ -3,6 +3,7 @@
 // runs no math: each op takes its cost-model time, so the runtime's logic can be exercised with many ranks on
 // few cores and compared with the simulator. Both inject the plan's noise model as real delays.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,12 @@ class Compute {
   // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
   // Both buffers must stay untouched until finished() says the op is done.
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
+  // Computation migration: the next launch() runs only `share` (0..1] of its op's time, the rest being a
+  // helper's. Only the emulated backend can (it sleeps the modelled share); the others refuse migration.
+  virtual void keep_share(double share);
+  // Called over and over while an op of a host backend waits (emulated: sleeps), as long as it returns true: the
+  // executor keeps migration's payloads moving (a rendezvous moves only while its sender polls). Empty: none.
+  virtual void set_progress(std::function<bool()> progress) { (void)progress; }
   // Non-blocking: true once the op finished, with its span (then the ticket is released).
   virtual bool finished(OpTicket ticket, OpSpan& span) = 0;
   // Launched, unfinished ops the executor may keep queued: 1 for host backends; cuda.queue_depth (2 by
@@ -69,5 +76,7 @@ std::unique_ptr<Compute> make_compute(const plan::Plan& plan, const sched::Sched
 
 // Sleeps until `deadline_ns` on the steady clock (sleep, not spin: oversubscribed ranks share cores).
 void sleep_until_ns(std::int64_t deadline_ns);
+// The same, calling `progress` every 100 us while it returns true (Compute::set_progress).
+void sleep_with_progress_until_ns(std::int64_t deadline_ns, const std::function<bool()>& progress);
 
 }  // namespace conductor::runtime

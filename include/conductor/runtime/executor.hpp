@@ -20,6 +20,17 @@
 // injected, emulated; else 0). The consumer posts its receives with the headers' and drains them like the
 // headers, so every announcement of a step is received within the step. In the first step nothing is measured:
 // announcements say "unknown" and nothing is backfilled.
+//
+// Computation migration (ExecutorOptions::migration; docs/migration.md, "In the runtime") adds one 64-byte
+// control message kind on one tag above the announcements, per pair of ranks, in order: a rank's status (Idle
+// with the announced arrival of the input its next op waits for and that input's producer; Busy; Finished: its
+// step's ops are done and it sends nothing more this step) and help requests (owner's list position, slices,
+// the slices' modelled time, bytes each way). The owner decides with the peers' last status
+// (sched::RankDriver::offload, the simulator's decision), sends the request and a payload of the modelled size
+// on the data transport; the helper sleeps the slices' time between its own ops and returns a payload of the
+// modelled size; the owner's op ends when its own share and the reply are in. Announcements are sent whenever
+// migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
+// once its ops are done, every peer has said Finished and every help it was asked for is served.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,6 +62,7 @@ struct ExecutorOptions {
   bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise
   bool oversubscribed = false;         // more ranks than cores on this node: idle ranks sleep between polls
   double watchdog_s = 0.0;             // abort when no input arrives for this long with nothing to do (0: never)
+  sched::Migration migration;          // this rank's computation migration (emulated backend only); default off
 };
 
 class Executor {

@@ -19,6 +19,11 @@ enum class EventKind : std::int8_t {
   SEND = 4,      // a tensor leaving this rank (start = posted, end = completed)
   RECV = 5,      // a tensor arriving at this rank (start = posted, end = arrived)
   ANNOUNCE = 6,  // an input's expected arrival announced to this rank (backfill; see docs/trace.md)
+  // Computation migration: slices of another rank's (peer's) F, B, W or BW op computed on this rank.
+  HELP_F = 7,
+  HELP_B = 8,
+  HELP_W = 9,
+  HELP_BW = 10,
 };
 
 const char* to_string(EventKind kind);
@@ -37,7 +42,8 @@ struct OpEvent {
   std::int64_t bytes = 0;    // activation/gradient bytes moved (comm) or held (compute)
   std::int64_t wait_ns = 0;  // idle time on this rank right before this op started
   std::int32_t peer = -1;    // the other rank of a transfer; -1 for compute
-  std::int8_t migrated = 0;  // 1 when computed (partly) by another rank than its owner
+  // Slices computed on another rank than the op's owner (owner's row: sent away; HELP_* row: computed here).
+  std::int8_t migrated = 0;
 };
 
 // Per-step figures, as computed by the writer of the trace (rank 0 or the simulator).

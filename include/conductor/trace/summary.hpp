@@ -17,8 +17,11 @@
 
 namespace conductor::trace {
 
+// Busy time: an op of this rank (F, B, W, BW) or slices it computed for another rank (HELP_*: migration).
 inline bool is_compute(EventKind kind) {
-  return kind == EventKind::F || kind == EventKind::B || kind == EventKind::W || kind == EventKind::BW;
+  return kind == EventKind::F || kind == EventKind::B || kind == EventKind::W || kind == EventKind::BW ||
+         kind == EventKind::HELP_F || kind == EventKind::HELP_B || kind == EventKind::HELP_W ||
+         kind == EventKind::HELP_BW;
 }
 
 // The per-stage bubble from per-rank busy time and span (same unit); span[r] < 0 marks a rank without a
