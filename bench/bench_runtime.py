@@ -8,14 +8,16 @@ cost-model time), all figures as ratios measured side by side in this one run:
 With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (20 ms ops, 10% jitter and a
 straggler), measured and as the simulator predicts for the same deck and seed (steps after the first: the
 runtime has no measured estimates in its first step).
-Usage: bench/bench_runtime.py [--backfill] [BUILD_DIR]   (make bench runs it without --backfill)"""
+With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict, 20 ms ops,
+40 ms on a straggling stage, NVLink link, 4 slices), measured and as the simulator predicts for the same deck.
+Usage: bench/bench_runtime.py [--backfill|--migration] [BUILD_DIR]   (make bench runs it without either)"""
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-ARGS = [a for a in sys.argv[1:] if a != "--backfill"]
+ARGS = [a for a in sys.argv[1:] if a not in ("--backfill", "--migration")]
 BUILD = ARGS[0] if ARGS else "build"
 BIN = os.path.join(BUILD, "conductor")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -77,9 +79,55 @@ def backfill_rows():
                           (p, kind, label, x[False][0], x[False][1], x[False][0] / x[False][1], x[True][0] / x[True][1]))
 
 
+MIGRATION_DECK = """\
+backend: emulated
+run: {name: mig, steps: 4, output: %(out)s}
+parallel: {pipeline: %(p)d, microbatches: 8}
+model: {n_layers: 4, d_model: 64, n_heads: 4, seq_len: 32}
+schedule: {kind: 1f1b, execution: strict}
+cost: {forward: [%(costs)s], backward_input: [%(costs)s], backward_weight: [%(costs)s], comm: 0.5}
+migration: {enabled: %(enabled)s, slices: 4, link: nvlink}
+trace: {enabled: false}
+"""
+
+
+def migration_run(tmp, p, straggler, enabled, simulate):
+    name = "mig%d%s%s" % (p, "on" if enabled else "off", "-sim" if simulate else "")
+    out = os.path.join(tmp, name)
+    costs = ", ".join("40.0" if r == straggler else "20.0" for r in range(p))
+    deck = os.path.join(tmp, name + ".yaml")
+    with open(deck, "w") as f:
+        f.write(MIGRATION_DECK % dict(out=out, p=p, costs=costs, enabled="true" if enabled else "false"))
+    cmd = [BIN, "simulate", deck] if simulate else ["mpiexec", "-n", str(p), "--oversubscribe", BIN, "run", deck]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    if proc.returncode != 0:
+        sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)["makespan_ms"]
+
+
+def migration_rows():
+    print("== migration on over off, emulated runtime vs simulator (1F1B strict, m=8, 20 ms ops, 40 ms on the "
+          "straggler, NVLink, 4 slices, 4 steps; mean makespan)")
+    print("   %-3s %-9s %10s %10s %9s %9s %9s" % ("p", "straggler", "off ms", "on ms", "runtime", "sim", "run/sim"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for p, straggler in ((2, 0), (4, 1)):
+            gain = {}
+            for sim in (False, True):
+                off = migration_run(tmp, p, straggler, False, sim)
+                on = migration_run(tmp, p, straggler, True, sim)
+                gain[sim] = (off, on, off / on)
+            print("   %-3d %-9d %10.2f %10.2f %8.3fx %8.3fx %9.3f" % (p, straggler, gain[False][0], gain[False][1],
+                                                                    gain[False][2], gain[True][2],
+                                                                    gain[False][2] / gain[True][2]))
+
+
 def main():
     if "--backfill" in sys.argv[1:]:
         backfill_rows()
+        return
+    if "--migration" in sys.argv[1:]:
+        migration_rows()
         return
     with tempfile.TemporaryDirectory() as tmp:
         print("== dispatch + arbitration overhead (zero-cost ops, m=256, zb-2p readiness bfw, trace on)")

