@@ -452,8 +452,11 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   p = one({"migration.enabled=true"}, Command::Run);
   EXPECT_TRUE(contains(p, "migration.enabled = true with backend = cpu")) << p;
   EXPECT_TRUE(contains(p, "issue 15")) << p;
-  p = one({"migration.enabled=true", "backend=cuda"}, Command::Run);
-  EXPECT_TRUE(contains(p, "backend = cuda")) << p;
+  // A build without CUDA (the sanitizer builds) adds its own problem for backend=cuda: look for ours among them.
+  bool cuda_refused = false;
+  for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=cuda"}, Command::Run))
+    cuda_refused = cuda_refused || contains(q, "migration.enabled = true with backend = cuda");
+  EXPECT_TRUE(cuda_refused);
   for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=emulated"}, Command::Run)) {
     EXPECT_FALSE(contains(q, "migration")) << q;
   }
