@@ -2,7 +2,11 @@
 // placement read from stage indices, and one clear error per kind of bad file.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/torch_csv.hpp"
@@ -14,8 +18,14 @@ using namespace conductor::sched;
 
 namespace {
 
+// In a folder of this process and test: ctest -j runs these tests as parallel processes, and one shared
+// bad.csv was rewritten by one test while another read it.
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("conductor-csv-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
   std::ofstream(path) << text;
   return path;
 }
