@@ -168,7 +168,7 @@ cj_requeue_unfinished() {
 #   run:              srun --mpi=pmix over all tasks of the job (one rank per pipeline stage; outside Slurm
 #                     `mpirun -np P`); the program picks its GPU from SLURM_LOCALID itself.
 #   simulate|validate: one task.
-# and checks that the run wrote OUTPUT/summary.json (srun can exit 0 when nothing ran).
+# and checks that the run wrote a new OUTPUT/summary.json (srun can exit 0 when nothing ran).
 cj_launch() {
   local command=$1 deck=$2 output=$3
   shift 3
@@ -237,6 +237,10 @@ cj_launch() {
     cj_log "DRY_RUN=1: not launched"
     return 0
   fi
+  # A requeued job's folder holds the previous attempt's summary.json: only one written by this launch counts.
+  # The stamp lives in the output folder, so both mtimes come from the same file system's clock.
+  local stamp="$output/.conductor-launch-stamp"
+  : >"$stamp" || cj_fail "cannot write to the output folder '$output'"
   local rc=0
   if [[ -n ${SLURM_JOB_ID:-} && $command == run ]]; then
     cj_run_forwarding_term "${cmd[@]}"
@@ -244,6 +248,9 @@ cj_launch() {
   else
     "${cmd[@]}" || rc=$?
   fi
+  local fresh=0
+  [[ -s $output/summary.json && ! $output/summary.json -ot $stamp ]] && fresh=1
+  rm -f "$stamp"
   if [[ $command == run && $rc -eq 3 ]]; then
     # A clean stop (SIGTERM/SIGINT): trace, summary and checkpoint are written; the run did not finish.
     cj_log "'run' stopped cleanly before its last step (exit 3); results so far in $output"
@@ -258,8 +265,9 @@ cj_launch() {
     echo "conductor-job: error: '$command' failed with exit code $rc" >&2
     exit "$rc"
   fi
-  if [[ $command != validate && ! -s $output/summary.json ]]; then
-    echo "conductor-job: error: '$command' exited 0 but wrote no $output/summary.json; nothing ran" >&2
+  if [[ $command != validate && $fresh != 1 ]]; then
+    echo "conductor-job: error: '$command' exited 0 but wrote no new $output/summary.json; nothing ran" \
+      "(a launcher that failed before starting the ranks, e.g. srun's MPI plugin)" >&2
     exit 1
   fi
   cj_log "done: $output"

@@ -103,6 +103,12 @@ printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nexit 0\n' "$bin" >fak
 chmod +x fake-conductor
 expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out8 bash "$src/jobs/train-cpu.sbatch"
+# A requeued job's folder keeps the previous attempt's summary.json: that one does not count as this launch's.
+mkdir -p out9 && echo '{"steps": 7}' >out9/summary.json && touch -d '-1 minute' out9/summary.json
+expect 1 "exited 0 but wrote no new .*summary.json; nothing ran" -- \
+  env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out9 bash "$src/jobs/train-cpu.sbatch"
+[[ $(cat out9/summary.json) == '{"steps": 7}' && ! -e out9/.conductor-launch-stamp ]] && ok ||
+  bad "the previous summary.json was changed or the launch stamp was left behind"
 
 # --- sweep.sbatch: ids 0..n-1 map one-to-one onto decks x schedules x executions x noises
 export SWEEP_DECKS="inputs/quickstart.yaml $src/tests/slurm/tiny.yaml" SWEEP_SCHEDULES="1f1b zb-h1 gpipe"

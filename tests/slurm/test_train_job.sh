@@ -223,11 +223,20 @@ say "sweep report: readiness+bfw vs strict speedup ${speedup}x"
 # start_now ID: a requeued job waits about two minutes before it is eligible again; not in a test. (Once it is
 # pending; `scontrol update` spells the begin time StartTime.) Not in the same second as the end of its previous
 # run: slurmd revoked that run's credential, and a new one created in the same second counts as revoked too ("Job
-# credential revoked": the job ends FAILED); hence the two seconds' wait.
+# credential revoked": the job ends FAILED); hence the two seconds' wait. Nor while the previous run's step daemons
+# are still cleaning up: the new attempt's first step has the same id (ID.0) and the pmix plugin fails to create its
+# socket folder (spmix_appdir_0_ID.0) while the old one exists ("pmixp_usock_create_srv"); a real cluster's
+# requeue delay hides both.
 start_now() {
   local deadline=$((SECONDS + 60)) st
   while :; do
     st=$(squeue -h -j "$1" -o %T 2>/dev/null || true)
+    if [[ $st == PENDING ]]; then
+      while pgrep -f "slurmstepd: \[$1\." >/dev/null || compgen -G "$cluster/tmp/spmix_appdir_*_$1.*" >/dev/null; do
+        [[ $SECONDS -lt $deadline ]] || fail "job $1's previous step daemons did not end within 60 s"
+        sleep 0.2
+      done
+    fi
     [[ $st == PENDING ]] && sleep 2 && scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && return 0
     [[ -z $st || $st == RUNNING ]] && return 0 # already started (or gone: the caller checks the outcome)
     [[ $SECONDS -lt $deadline ]] || fail "job $1 is still $st after 60 s, not pending"
