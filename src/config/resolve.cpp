@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "conductor/plan/flops.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::config {
@@ -92,8 +93,9 @@ struct LayerFlops {
 
 LayerFlops layer_flops(const Deck& d) {
   const double tokens = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
-  const double h = d.model.d_model, s = d.model.seq_len;
-  return {24.0 * tokens * h * h, 4.0 * tokens * s * h, 2.0 * tokens * h * d.model.vocab};
+  const plan::ModelDims m = resolved_model(d.model);
+  return {tokens * plan::layer_matmul_flops_per_token(m), tokens * plan::layer_attention_flops_per_token(m),
+          tokens * plan::head_flops_per_token(m)};
 }
 
 }  // namespace

@@ -68,6 +68,14 @@ TEST(Resolve, CostsFromTheModelAndBandwidth) {
   EXPECT_EQ(config::resolve(parsed({"trace.enabled=false"})).trace.comm_events, false);
 }
 
+// The MLP's share of the cost follows model.mlp_ratio (2 r h^2 per token in each of its two matmuls), as in MFU.
+TEST(Resolve, CostsFollowTheMlpRatio) {
+  const plan::Plan p = config::resolve(
+      parsed({"cost.device_tflops=100", "model.mlp_ratio=2", "parallel.pipeline=2", "model.n_layers=2"}));
+  const double tokens = 4.0 * 64, h = 64;
+  EXPECT_DOUBLE_EQ(p.costs.backward_weight[0], 2 * (4 + 2 * 2) * tokens * h * h / 1e11);
+}
+
 // A file: schedule without a limit has none in the plan; its limit is the loaded schedule's own peak.
 TEST(Resolve, FileScheduleLimitComesFromTheSchedule) {
   config::Deck deck;
