@@ -119,14 +119,36 @@ sweep_analyze_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\2/p' <<<"$
 [[ -n $sweep_id && -n $sweep_analyze_id ]] || fail "submit-sweep.sh printed no job ids: $submit_out"
 say "submitted sweep array $sweep_id (2 tasks, simulate) and its analysis $sweep_analyze_id (afterok)"
 
+# wait_gone IDS LIMIT WHAT: waits until the jobs (comma-separated ids) have left the queue, at most LIMIT seconds.
+wait_gone() {
+  local deadline=$((SECONDS + $2)) left
+  while :; do
+    left=$(squeue -h -j "$1" -o '%i %T' 2>/dev/null || true)
+    [[ -z $left ]] && return 0
+    [[ $SECONDS -lt $deadline ]] || fail "$3 still queued or running after $2 s: $(echo $left)"
+    sleep 1
+  done
+}
+
+# job_field ID FIELD: one field of `scontrol show job` (JobState, Restarts, ...).
+job_field() { scontrol -o show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+
+# same_losses OUT REF STEPS WHAT: OUT's trace has steps 0..STEPS-1, each once, with REF's losses bit for bit.
+same_losses() {
+  "$python" - "$1/trace.h5" "$2/trace.h5" "$3" "$4" <<'EOF'
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    sa, sb = a["steps"][...], b["steps"][...]
+ok = list(sa["step"]) == list(range(int(sys.argv[3]))) and np.array_equal(sa["loss"], sb["loss"])
+print(f"slurm-test: {sys.argv[4]} trace: {len(sa)} steps, each once; losses equal to the uninterrupted run: {ok}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
 jobs="$train_id,$analyze_id,$sweep_id,$sweep_analyze_id"
-deadline=$((SECONDS + ${JOB_TIMEOUT:-120}))
-while :; do
-  left=$(squeue -h -j "$jobs" -o '%i %T' 2>/dev/null || true)
-  [[ -z $left ]] && break
-  [[ $SECONDS -lt $deadline ]] || fail "jobs still queued or running after ${JOB_TIMEOUT:-120} s: $(echo $left)"
-  sleep 1
-done
+wait_gone "$jobs" "${JOB_TIMEOUT:-120}" "jobs"
 say "all jobs left the queue"
 
 # Every record of every job (an array job has one per task) must be COMPLETED with exit code 0:0.
@@ -261,14 +283,9 @@ if [[ $mode == run ]]; then
   scontrol requeue "$rq_id" || fail "scontrol requeue $rq_id failed"
   say "requeued job $rq_id at $(cat "$rq_out/checkpoints/latest")"
   start_now "$rq_id"
-  deadline=$((SECONDS + 180))
-  while [[ -n $(squeue -h -j "$rq_id" 2>/dev/null) ]]; do
-    [[ $SECONDS -lt $deadline ]] || fail "the requeued job is still queued or running after 180 s"
-    sleep 1
-  done
-  line=$(scontrol -o show job "$rq_id")
-  state=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p')
-  restarts=$(tr ' ' '\n' <<<"$line" | sed -n 's/^Restarts=//p')
+  wait_gone "$rq_id" 180 "the requeued job"
+  state=$(job_field "$rq_id" JobState)
+  restarts=$(job_field "$rq_id" Restarts)
   [[ $state == COMPLETED ]] || fail "the requeued job ended $state"
   [[ ${restarts:-0} -ge 1 ]] || fail "the job was not restarted (Restarts=$restarts)"
   grep -q "resuming from $rq_out/checkpoints" "$work/requeue-$rq_id.log" ||
@@ -277,16 +294,7 @@ if [[ $mode == run ]]; then
   # shellcheck disable=SC2086
   ${MPIEXEC:-mpiexec} -n "$ntasks" --oversubscribe "$bin" run "$deck" $rq_overrides "run.output=$ref_out" \
     >"$work/requeue-reference.log" 2>&1 || fail "the uninterrupted reference run failed"
-  "$python" - "$rq_out/trace.h5" "$ref_out/trace.h5" <<'EOF' || fail "the requeued run's trace differs from the uninterrupted run's"
-import sys
-import h5py
-import numpy as np
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    sa, sb = a["steps"][...], b["steps"][...]
-ok = list(sa["step"]) == list(range(120)) and np.array_equal(sa["loss"], sb["loss"])
-print(f"slurm-test: requeued trace: {len(sa)} steps, each once; losses equal to the uninterrupted run: {ok}")
-sys.exit(0 if ok else 1)
-EOF
+  same_losses "$rq_out" "$ref_out" 120 "requeued" || fail "the requeued run's trace differs from the uninterrupted run's"
   say "requeue: restarted $restarts time(s), resumed from its checkpoint, same losses as an uninterrupted run"
 
   # The time-limit warning (issue 17): `#SBATCH --signal=B:TERM@LEAD` signals the batch shell; `scancel -b -s
@@ -320,13 +328,8 @@ EOF
   [[ -n $stopped_at && $stopped_at -lt $tl_steps ]] || fail "the job did not requeue itself after the stop"
   say "the run stopped cleanly at step $stopped_at and the job requeued itself"
   start_now "$tl_id"
-  deadline=$((SECONDS + 180))
-  while [[ -n $(squeue -h -j "$tl_id" 2>/dev/null) ]]; do
-    [[ $SECONDS -lt $deadline ]] || fail "the requeued time-limit job is still queued or running after 180 s"
-    sleep 1
-  done
-  line=$(scontrol -o show job "$tl_id")
-  state=$(tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p')
+  wait_gone "$tl_id" 180 "the requeued time-limit job"
+  state=$(job_field "$tl_id" JobState)
   [[ $state == COMPLETED ]] || fail "the requeued time-limit job ended $state"
   grep -q "resuming from $tl_out/checkpoints (step-$(printf %06d "$stopped_at"))" "$tl_log" ||
     fail "the restarted job did not resume from the stop's checkpoint"
@@ -334,16 +337,8 @@ EOF
   # shellcheck disable=SC2086
   ${MPIEXEC:-mpiexec} -n "$ntasks" --oversubscribe "$bin" run "$deck" $tl_overrides "run.output=$tl_ref" \
     >"$work/timelimit-reference.log" 2>&1 || fail "the uninterrupted reference run failed"
-  "$python" - "$tl_out/trace.h5" "$tl_ref/trace.h5" "$tl_steps" <<'EOF' || fail "the time-limit job's trace differs from the uninterrupted run's"
-import sys
-import h5py
-import numpy as np
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    sa, sb = a["steps"][...], b["steps"][...]
-ok = list(sa["step"]) == list(range(int(sys.argv[3]))) and np.array_equal(sa["loss"], sb["loss"])
-print(f"slurm-test: stopped and requeued trace: {len(sa)} steps, each once; losses equal to the uninterrupted run: {ok}")
-sys.exit(0 if ok else 1)
-EOF
+  same_losses "$tl_out" "$tl_ref" "$tl_steps" "stopped and requeued" ||
+    fail "the time-limit job's trace differs from the uninterrupted run's"
   say "time limit: graceful stop at step $stopped_at (exit 3), requeued itself, resumed, same losses"
 fi
 say "PASSED"
