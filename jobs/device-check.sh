@@ -14,13 +14,14 @@
 #
 # Usage: bash jobs/device-check.sh     (from anywhere; builds in $BUILD, default <repo>/build-device)
 # Env:   BUILD, JOBS (default nproc), CUDA_ARCH (default: GPU 0's compute capability, else "90;80"),
-#        GPU_KIT (auto: the kit when the system lacks a library; 1: always; 0: never), OUT
+#        GPU_KIT (auto: the kit when the system lacks a library; 1: always; 0: never), BUDGET (s, default 470), OUT
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-device}
 JOBS=${JOBS:-$(nproc)}
 START=$(date +%s)
+BUDGET=${BUDGET:-470}
 if [[ -n ${OUT:-} ]]; then
   mkdir -p "$OUT"
   RESULTS=$OUT/device-check.txt
@@ -38,10 +39,20 @@ SUMMARY=()
 FAILED=0
 say() { echo "device-check: $*"; }
 
-# phase NAME TIMEOUT_S COMMAND...: runs the command under a time limit and records PASS / FAIL / TIMEOUT.
+# phase NAME TIMEOUT_S COMMAND...: runs the command under a time limit and records PASS / FAIL / TIMEOUT. The
+# limit shrinks to what is left of the whole check's budget (BUDGET s, default 470: 8 minutes with the summary);
+# a phase that would get under 10 s is skipped (recorded as SKIPPED, which fails the check).
 phase() {
   local name=$1 limit=$2
   shift 2
+  local left=$((BUDGET - ($(date +%s) - START)))
+  ((limit > left)) && limit=$left
+  if ((limit < 10)); then
+    say "=== $name skipped: the ${BUDGET}s budget is spent"
+    SUMMARY+=("$(printf '%-14s %-16s %4ds' "$name" "SKIPPED (budget)" 0)")
+    FAILED=1
+    return 1
+  fi
   say "=== $name (limit ${limit}s): $*"
   local t0 rc
   t0=$(date +%s)
@@ -54,7 +65,7 @@ phase() {
     status="FAIL (exit $rc)"
   fi
   [[ $status == PASS ]] || FAILED=1
-  SUMMARY+=("$(printf '%-12s %-16s %4ds' "$name" "$status" "$dt")")
+  SUMMARY+=("$(printf '%-14s %-16s %4ds' "$name" "$status" "$dt")")
   return $rc
 }
 
@@ -109,25 +120,25 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 TARGETS=(conductor cuda_kernel_tests cuda_stage_tests cuda_pipeline_test cuda_device_test cuda_runtime_test bench_cuda)
 TORCH_ARGS=()
 [[ $POLICY == OFF ]] && TORCH_ARGS=(-DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON)
-if phase configure 150 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_CUDA=ON \
+if phase configure 90 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCONDUCTOR_POLICY=$POLICY "${TORCH_ARGS[@]}" &&
-  phase build 300 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
-  phase cuda-tests 150 ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 120
+  phase build 240 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
+  phase cuda-tests 120 ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 100
   BENCH_OUT=$(mktemp)
-  phase quickstart 120 bash -c "'$BUILD/bench/bench_cuda' --quickstart '$ROOT/inputs/quickstart.yaml' --steps 10 \
+  phase quickstart 60 bash -c "'$BUILD/bench/bench_cuda' --quickstart '$ROOT/inputs/quickstart.yaml' --steps 10 \
     | tee -a '$BENCH_OUT'"
   # conductor run at p=2 on one GPU: both ranks share GPU 0 over the host-staged (MPI) transport.
   RUNS=$BUILD/device-runs
   for exec_mode in strict readiness; do
-    phase "run-$exec_mode" 90 mpiexec -n 2 --oversubscribe "$BUILD/conductor" run "$ROOT/inputs/quickstart.yaml" \
+    phase "run-$exec_mode" 60 mpiexec -n 2 --oversubscribe "$BUILD/conductor" run "$ROOT/inputs/quickstart.yaml" \
       backend=cuda cuda.allow_gpu_sharing=true cuda.transport=mpi parallel.pipeline=2 model.n_layers=4 \
       model.d_model=768 model.n_heads=12 model.seq_len=512 model.precision=bf16 parallel.microbatches=8 \
       parallel.microbatch_size=4 run.steps=6 schedule.execution=$exec_mode trace.enabled=false \
       run.output="$RUNS/$exec_mode" run.overwrite=true
   done
-  phase bench-bf16 120 bash -c "'$BUILD/bench/bench_cuda' --precision bf16 --layers 4 --batch 8 --microbatches 4 \
-    --steps 4 | tee '$BENCH_OUT'"
-  phase bench-tf32 90 bash -c "'$BUILD/bench/bench_cuda' --precision fp32 --tf32 --layers 4 --batch 8 \
+  phase bench-bf16 60 bash -c "'$BUILD/bench/bench_cuda' --precision bf16 --layers 4 --batch 8 --microbatches 4 \
+    --steps 4 | tee -a '$BENCH_OUT'"
+  phase bench-tf32 45 bash -c "'$BUILD/bench/bench_cuda' --precision fp32 --tf32 --layers 4 --batch 8 \
     --microbatches 2 --steps 2 | tee -a '$BENCH_OUT'"
 fi
 
