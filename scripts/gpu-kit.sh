@@ -115,10 +115,11 @@ say "dropped ${#dropped[@]} plugins that need fabrics outside the kit: ${dropped
 glibc_of() { (objdump -T "$@" 2>/dev/null || true) | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1; }
 glibc_min=$(find "$KIT/usr" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print |
   xargs objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)
-for f in "$KIT"/fallback/lib/*.so.*; do
+for f in "$KIT"/fallback/lib/*.so*; do  # SONAME and glibc of each fallback library: env.sh reads them
   [[ -f $f && ! -L $f ]] || continue
-  echo "$(basename "$f") $(glibc_of "$f")"
-done >"$KIT/fallback/glibc.txt"
+  soname=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  if [[ -n $soname ]]; then echo "$soname $(glibc_of "$f")"; fi
+done | sort >"$KIT/fallback/sonames.txt"
 
 # ---- the big files travel gzipped (OpenBLAS alone is 36 MB with its kernels for every x86 CPU); env.sh unpacks
 # them next to themselves the first time it runs ----
@@ -143,16 +144,14 @@ done < <(find "\$GPU_KIT" -name '*.gz' -type f)
 _gk_l=\$_gk_u/lib/$ARCH_TRIPLET
 # Runtime dependencies the system lacks (by soname): links in fallback/needed, which alone goes on the path.
 mkdir -p "\$GPU_KIT/fallback/needed"
-for _gk_f in "\$GPU_KIT"/fallback/lib/*.so.*; do
-  _gk_n=\$(basename "\$_gk_f")
+while read -r _gk_n _gk_v; do
   /sbin/ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*\$_gk_n " && continue
-  ln -sf "\$_gk_f" "\$GPU_KIT/fallback/needed/\$_gk_n"
-  _gk_v=\$(awk -v f="\$(basename "\$(readlink -f "\$_gk_f")")" '\$1 == f {print \$2}' "\$GPU_KIT/fallback/glibc.txt")
+  ln -sf "\$GPU_KIT/fallback/lib/\$_gk_n" "\$GPU_KIT/fallback/needed/\$_gk_n"
   if [[ -n \$_gk_glibc && -n \$_gk_v && \$(printf '%s\n' "\$_gk_v" "\$_gk_glibc" | sort -V | head -1) != "\$_gk_v" ]]; then
     echo "gpu-kit: this system lacks \$_gk_n, and the kit's copy needs glibc \$_gk_v (the system has \$_gk_glibc)" >&2
     return 1 2>/dev/null || exit 1
   fi
-done
+done <"\$GPU_KIT/fallback/sonames.txt"
 export CMAKE_PREFIX_PATH=\$_gk_u\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}
 # OpenBLAS lives in a subfolder (Debian's alternatives link it at install time); find_path/find_library read these.
 export CMAKE_INCLUDE_PATH=\$_gk_u/include/$ARCH_TRIPLET/openblas-pthread\${CMAKE_INCLUDE_PATH:+:\$CMAKE_INCLUDE_PATH}
