@@ -127,13 +127,14 @@ if phase configure 90 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYP
   BENCH_OUT=$(mktemp)
   phase quickstart 60 bash -c "'$BUILD/bench/bench_cuda' --quickstart '$ROOT/inputs/quickstart.yaml' --steps 10 \
     | tee -a '$BENCH_OUT'"
-  # conductor run at p=2 on one GPU: both ranks share GPU 0 over the host-staged (MPI) transport.
+  # conductor run at p=2 on one GPU: both ranks share GPU 0 over the host-staged (MPI) transport. MFU divides by
+  # ranks x runtime.peak_tflops: half of the GPU's 989.4 bf16 TFLOP/s per rank makes it the one GPU's MFU.
   RUNS=$BUILD/device-runs
   for exec_mode in strict readiness; do
     phase "run-$exec_mode" 60 mpiexec -n 2 --oversubscribe "$BUILD/conductor" run "$ROOT/inputs/quickstart.yaml" \
       backend=cuda cuda.allow_gpu_sharing=true cuda.transport=mpi parallel.pipeline=2 model.n_layers=4 \
       model.d_model=768 model.n_heads=12 model.seq_len=512 model.precision=bf16 parallel.microbatches=8 \
-      parallel.microbatch_size=4 run.steps=6 schedule.execution=$exec_mode trace.enabled=false \
+      parallel.microbatch_size=4 run.steps=6 schedule.execution=$exec_mode trace.enabled=false runtime.peak_tflops=494.7 \
       run.output="$RUNS/$exec_mode" run.overwrite=true
   done
   phase bench-bf16 60 bash -c "'$BUILD/bench/bench_cuda' --precision bf16 --layers 4 --batch 8 --microbatches 4 \
