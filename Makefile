@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build install run test test-faults test-fast test-no-policy test-asan test-tsan test-asan-policy test-tsan-policy bench policy format format-check clean
+.PHONY: all deps configure build install run test test-faults test-fast test-no-policy test-gpu-kit test-asan test-tsan test-asan-policy test-tsan-policy bench policy format format-check clean
 
 all: build
 
@@ -49,6 +49,11 @@ test-fast: build
 # The build without the global tier (-DCONDUCTOR_POLICY=OFF, no LibTorch) in build-nopolicy, and its test suite.
 test-no-policy: deps
 	JOBS=$(JOBS) scripts/test-no-policy.sh build-nopolicy
+
+# The device kit (docs/gpu.md): rebuilds .gpu-kit from Debian's packages (network: apt), hides the system's copies
+# of those libraries in a mount namespace, builds against the kit alone and runs the CPU tests (root).
+test-gpu-kit:
+	JOBS=$(JOBS) scripts/test-gpu-kit.sh build-gpu-kit
 
 # Sanitizer builds (own build folders; CUDA off; -O1 -g), the first finding fails the test; scripts/sanitizers/
 # holds the dependencies' suppressions. CI runs test-asan and test-tsan:

@@ -5,12 +5,10 @@
 //     Times training steps of one pipeline stage shaped like a GPT-2 1.5B middle stage (d_model 1600, 25 heads
 //     of 64, MLP 6400, sequence 1024, `--layers` layers, no embedding or LM head) on one GPU: F and full
 //     backward of every microbatch, then the gradient norm and AdamW. Reports tokens/s and MFU.
-//     FLOPs per token (model FLOPs, the PaLM / llm.c convention; recomputation and the masked half of the
-//     attention products are not counted, nor LayerNorm, GELU, softmax or the optimizer):
-//       per layer, forward  = 2 * (3C*C + C*C + 2*C*F)  [QKV, projection, MLP]  +  2 * 2 * T*C  [QK^T, AV]
-//                         = 24 C^2 + 4 T C               (F = 4C)
-//       training (F + B + W) = 3 x forward = 72 C^2 + 12 T C  per layer per token
-//       C = 1600, T = 1024: 184.32 + 19.66 = 203.98 MFLOP per layer per token.
+//     FLOPs per token as llm.c counts them (gpt2_estimate_mfu): 6 N + 6 L C T, N the stage's parameters (here
+//     L layers of 12 C^2 + 13 C: weights, biases, LayerNorms), the causal attention products at half the square
+//     (recomputation, LayerNorm, GELU, softmax and the optimizer are not counted):
+//       C = 1600, T = 1024: 6 x 30.74M + 6 x 1.64M = 194.27 MFLOP per layer per token.
 //     MFU = achieved FLOP/s / peak dense FLOP/s of the precision (H100/H200 SXM: 989 TFLOP/s bf16, 495 TF32;
 //     A100: 312 bf16; fp32 without TF32 uses the non-tensor peak: H100/H200 67, A100 19.5).
 //
@@ -156,7 +154,8 @@ int bench_stage(const Args& a) {
   const double secs = seconds_since(t0) / a.steps;
 
   const double C = d.model.d_model, T = d.model.seq_len;
-  const double flop_per_token = a.layers * (72.0 * C * C + 12.0 * T * C);
+  const double params = static_cast<double>(model.parameter_count(1));
+  const double flop_per_token = 6.0 * params + 6.0 * a.layers * C * T;  // llm.c's count (header comment)
   const double tokens = static_cast<double>(a.microbatches) * a.batch * T;
   const double tflops = flop_per_token * tokens / secs / 1e12;
   const double peak = a.peak_tflops > 0 ? a.peak_tflops : peak_tflops(prop.name, a.precision, a.tf32);

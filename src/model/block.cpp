@@ -41,7 +41,7 @@ void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& bu
   const AttnBlock s = attn_block(w, d, h0, h1);
   const float* proj_b = h0 == 0 ? w.proj_b : nullptr;
   matmul_forward(buf.qkv, ln, s.qkv_w, s.qkv_b, d.B, d.T, d.C, s.n3, WeightLayout::out_in, Accumulate::no, be);
-  attention_forward(buf.y, buf.att, buf.qkv, d.B, d.T, s.ny, s.ng, be);
+  attention_forward(buf.y, buf.lse, buf.qkv, d.B, d.T, s.ny, s.ng, be);
   matmul_forward(out, buf.y, s.proj_w, proj_b, d.B, d.T, s.ny, d.C, WeightLayout::in_out, Accumulate::yes, be);
 }
 
@@ -49,7 +49,7 @@ void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuff
                                     const LayerView& w, const Dims& d, int h0, int h1) {
   const AttnBlock s = attn_block(w, d, h0, h1);
   matmul_backward_input(buf.dy, dout, s.proj_w, d.B, d.T, s.ny, d.C, WeightLayout::in_out, Accumulate::no, be);
-  attention_backward(buf.dqkv, buf.datt, buf.dy, buf.qkv, buf.att, d.B, d.T, s.ny, s.ng, be);
+  attention_backward(buf.dqkv, buf.delta, buf.dy, buf.qkv, buf.y, buf.lse, d.B, d.T, s.ny, s.ng, be);
   matmul_backward_input(dln, buf.dqkv, s.qkv_w, d.B, d.T, d.C, s.n3, WeightLayout::out_in, Accumulate::yes, be);
 }
 

@@ -244,45 +244,65 @@ CONDUCTOR_SIMD_CLONES void layernorm_backward_weight(float* dweight, float* dbia
 }
 
 // ---------------------------------------------------------------- attention
-CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+// Fused causal attention (FlashAttention's algorithm on the CPU): no [T,T] matrix. The forward walks each query's
+// keys in blocks of kKeyBlock with an online softmax (running maximum and sum; the accumulated output is rescaled
+// when the maximum grows) and keeps the row's log-sum-exp; the backward recomputes each probability from it.
+namespace {
+constexpr int kKeyBlock = 64;
+
+inline const float* head_row(const float* qkv, int b, int t, int h, int T, long C3, int HS) {
+  return qkv + (static_cast<long>(b) * T + t) * C3 + 3L * h * HS;
+}
+}  // namespace
+
+CONDUCTOR_SIMD_CLONES void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                                              Backend&) {
   if (NH <= 0) return;  // an empty head range
   const int HS = C / NH;
   const long C3 = 3L * NH * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        const float* q = qkv + (static_cast<long>(b) * T + t) * C3 + 3L * h * HS;
-        float* a = att + ((static_cast<long>(b) * NH + h) * T + t) * T;
-        float maxv = -FLT_MAX;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float* k = qkv + (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS + HS;
-          a[t2] = dot(q, k, HS) * scale;
-          maxv = std::max(maxv, a[t2]);
-        }
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t; t2++) {
-          a[t2] = fast_exp(a[t2] - maxv);
-          sum += a[t2];
-        }
-        const float inv = 1.0f / sum;
-        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-        float* o = out + (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
-        std::memset(o, 0, sizeof(float) * HS);
-        for (int t2 = 0; t2 <= t; t2++) {
-          axpy(o, a[t2], qkv + (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS + 2 * HS, HS);
+#pragma omp parallel
+  {
+    std::vector<float> score(kKeyBlock);
+#pragma omp for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        for (int t = 0; t < T; t++) {
+          const float* q = head_row(qkv, b, t, h, T, C3, HS);
+          float* o = out + (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
+          std::memset(o, 0, sizeof(float) * HS);
+          float maxv = -FLT_MAX, sum = 0.0f;
+          for (int j0 = 0; j0 <= t; j0 += kKeyBlock) {
+            const int n = std::min(kKeyBlock, t + 1 - j0);
+            float block_max = -FLT_MAX;
+            for (int j = 0; j < n; j++) {
+              score[j] = dot(q, head_row(qkv, b, j0 + j, h, T, C3, HS) + HS, HS) * scale;
+              block_max = std::max(block_max, score[j]);
+            }
+            if (block_max > maxv) {  // rescale what the earlier blocks accumulated to the new maximum
+              const float c = fast_exp(maxv - block_max);
+              sum *= c;
+              for (int i = 0; i < HS; i++) o[i] *= c;
+              maxv = block_max;
+            }
+            for (int j = 0; j < n; j++) {
+              const float p = fast_exp(score[j] - maxv);
+              sum += p;
+              axpy(o, p, head_row(qkv, b, j0 + j, h, T, C3, HS) + 2 * HS, HS);
+            }
+          }
+          const float inv = 1.0f / sum;
+          for (int i = 0; i < HS; i++) o[i] *= inv;
+          lse[(static_cast<long>(b) * NH + h) * T + t] = maxv + std::log(sum);
         }
       }
     }
   }
 }
 
-CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                                              const float* att, int B, int T, int C, int NH, Backend&) {
+CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv,
+                                              const float* out, const float* lse, int B, int T, int C, int NH,
+                                              Backend&) {
   if (NH <= 0) return;  // an empty head range
   const int HS = C / NH;
   const long C3 = 3L * NH * HS;
@@ -298,21 +318,21 @@ CONDUCTOR_SIMD_CLONES void attention_backward(float* dqkv, float* datt, const fl
         const long row = (static_cast<long>(b) * T + t) * C3 + 3L * h * HS;
         const float* q = qkv + row;
         float* dq = dqkv + row;
-        const float* a = att + ((static_cast<long>(b) * NH + h) * T + t) * T;
-        float* da = datt + ((static_cast<long>(b) * NH + h) * T + t) * T;
-        const float* d = dout + (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
-        float s = 0.0f;
+        const long orow = (static_cast<long>(b) * T + t) * NH * HS + static_cast<long>(h) * HS;
+        const float* d = dout + orow;
+        const long r = (static_cast<long>(b) * NH + h) * T + t;
+        // sum_j p_j dp_j = dout . out: the softmax backward's row term without the probabilities.
+        const float D = dot(d, out + orow, HS);
+        delta[r] = D;
+        const float m = lse[r];
         for (int t2 = 0; t2 <= t; t2++) {
           const long row2 = (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS;
-          da[t2] = dot(qkv + row2 + 2 * HS, d, HS);
-          axpy(dqkv + row2 + 2 * HS, a[t2], d, HS);  // dv
-          s += a[t2] * da[t2];
-        }
-        for (int t2 = 0; t2 <= t; t2++) {
-          const long row2 = (static_cast<long>(b) * T + t2) * C3 + 3L * h * HS;
-          const float dpre = a[t2] * (da[t2] - s) * scale;
-          axpy(dq, dpre, qkv + row2 + HS, HS);  // dq
-          axpy(dqkv + row2 + HS, dpre, q, HS);  // dk
+          const float p = fast_exp(dot(q, qkv + row2 + HS, HS) * scale - m);
+          const float dp = dot(qkv + row2 + 2 * HS, d, HS);
+          axpy(dqkv + row2 + 2 * HS, p, d, HS);  // dv
+          const float ds = p * (dp - D) * scale;
+          axpy(dq, ds, qkv + row2 + HS, HS);  // dq
+          axpy(dqkv + row2 + HS, ds, q, HS);  // dk
         }
       }
     }

@@ -38,12 +38,12 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
   be.kernels().layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, B, T, C, be);
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Backend& be) {
-  be.kernels().attention_forward(out, att, qkv, B, T, C, NH, be);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, Backend& be) {
+  be.kernels().attention_forward(out, lse, qkv, B, T, C, NH, be);
 }
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, Backend& be) {
-  be.kernels().attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, be);
+void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH, Backend& be) {
+  be.kernels().attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, be);
 }
 
 void gelu_forward(float* out, const float* inp, std::size_t N, Backend& be) {

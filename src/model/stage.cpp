@@ -155,9 +155,9 @@ class Carver {
 };
 
 // One layer's activations and the gradients B keeps for W, between the residual stream entries l and l+1.
-// dy and datt are B's scratch, shared by every layer and microbatch.
+// dy and delta are B's scratch, shared by every layer and microbatch.
 void layout_layer(LayerActs& a, const std::vector<float*>& res, const std::vector<float*>& dres, int l,
-                  Carver<float>& f, const Dims& d, float* scratch_dy, float* scratch_datt) {
+                  Carver<float>& f, const Dims& d, float* scratch_dy, float* scratch_delta) {
   const std::size_t BT = d.BT(), btc = BT * d.C;
   a.x = res[l];
   a.out = res[l + 1];
@@ -171,11 +171,11 @@ void layout_layer(LayerActs& a, const std::vector<float*>& res, const std::vecto
   a.mean2 = f.take(BT);
   a.rstd2 = f.take(BT);
   a.attn.qkv = f.take(3 * btc);
-  a.attn.att = f.take(static_cast<std::size_t>(d.B) * d.NH * d.T * d.T);
+  a.attn.lse = f.take(static_cast<std::size_t>(d.B) * d.NH * d.T);
   a.attn.y = f.take(btc);
   a.attn.dqkv = f.take(3 * btc);
   a.attn.dy = scratch_dy;
-  a.attn.datt = scratch_datt;
+  a.attn.delta = scratch_delta;
   a.mlp.h = f.take(BT * d.F);
   a.mlp.gelu = f.take(BT * d.F);
   a.mlp.dh = f.take(BT * d.F);
@@ -215,7 +215,7 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
   }
   const Dims& d = dims_;
   scratch_dy_ = DeviceBuffer(*backend_, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));
-  scratch_datt_ = DeviceBuffer(*backend_, static_cast<std::size_t>(d.B) * d.NH * d.T * d.T * sizeof(float));
+  scratch_delta_ = DeviceBuffer(*backend_, static_cast<std::size_t>(d.B) * d.NH * d.T * sizeof(float));
 }
 
 StageModel::~StageModel() = default;
@@ -280,7 +280,7 @@ void StageModel::layout_micro(const VStage& s, Micro* m, float* base, int* ibase
   for (auto& p : out.dres) p = f.take(btc);
   out.layers.assign(L, LayerActs{});
   for (int l = 0; l < L; l++) {
-    layout_layer(out.layers[l], out.res, out.dres, l, f, d, scratch_dy_.f(), scratch_datt_.f());
+    layout_layer(out.layers[l], out.res, out.dres, l, f, d, scratch_dy_.f(), scratch_delta_.f());
   }
   if (s.embedding) out.tokens = i.take(BT);
   if (s.head) {

@@ -11,10 +11,10 @@ std::uint64_t layer_parameters(std::uint64_t C, std::uint64_t F) {
 }
 
 // Floats of one layer's activations for one microbatch, as StageModel::layout_micro carves them: residual
-// stream and its gradient, LayerNorm outputs and statistics, q/k/v and their gradients, attention weights,
-// MLP hidden (pre- and post-GELU, and its gradient).
-std::uint64_t layer_activation_floats(std::uint64_t BT, std::uint64_t C, std::uint64_t F, std::uint64_t heads_tt_b) {
-  return 2 * BT * C + 13 * BT * C + 4 * BT + heads_tt_b + 3 * BT * F;
+// stream and its gradient, LayerNorm outputs and statistics, q/k/v and their gradients, the attention's per-row
+// log-sum-exp (the fused attention keeps no [T,T] weights), MLP hidden (pre- and post-GELU, and its gradient).
+std::uint64_t layer_activation_floats(std::uint64_t BT, std::uint64_t C, std::uint64_t F, std::uint64_t heads_bt) {
+  return 2 * BT * C + 13 * BT * C + 4 * BT + heads_bt + 3 * BT * F;
 }
 
 }  // namespace
@@ -23,8 +23,7 @@ RankMemory estimate_rank_memory(const RankModelShape& s) {
   const std::uint64_t C = static_cast<std::uint64_t>(s.d_model), F = static_cast<std::uint64_t>(s.mlp_hidden);
   const std::uint64_t V = static_cast<std::uint64_t>(s.vocab), T = static_cast<std::uint64_t>(s.seq_len);
   const std::uint64_t BT = static_cast<std::uint64_t>(s.microbatch_size) * T;
-  const std::uint64_t att =
-      static_cast<std::uint64_t>(s.microbatch_size) * static_cast<std::uint64_t>(s.n_heads) * T * T;
+  const std::uint64_t att = BT * static_cast<std::uint64_t>(s.n_heads);
   RankMemory r;
   std::uint64_t act_floats = 0;
   for (int layers : s.layers) {

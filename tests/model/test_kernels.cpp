@@ -1,6 +1,7 @@
 // The kernel functions on the CPU backend against plain loops in double: the matmul family's weight layouts and
-// overwrite / accumulate modes, and the kernels the trainer does not reach (residual_forward, the one-tensor
-// sum_squares). Every other kernel is checked through the trainer (test_slices, test_oracle) and, on a GPU,
+// overwrite / accumulate modes, the fused attention against the materialised one it replaced (every score in a
+// [T,T] matrix, softmax, then the products), and the kernels the trainer does not reach (residual_forward, the
+// one-tensor sum_squares). Every other kernel is checked through the trainer (test_slices, test_oracle) and, on a GPU,
 // against its CUDA implementation (tests/cuda/test_cuda_kernels.cpp).
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "conductor/model/adamw.hpp"
+#include "conductor/model/attention.hpp"
 #include "conductor/model/backend.hpp"
 #include "conductor/model/gelu.hpp"
 #include "conductor/model/matmul.hpp"
@@ -123,6 +125,122 @@ TEST(Kernels, SumSquaresEachEqualsOneByOne) {
     EXPECT_EQ(each[i], sum_squares(xs[i], sizes[i], be)) << i;
     EXPECT_NEAR(each[i], want, 1e-9 * (1.0 + want)) << i;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The materialised causal attention in double (the algorithm before the fused kernel): P = softmax(QK^T / sqrt(HS))
+// row by row over j <= t, out = P V; backward dV = P^T dout, dP = dout V^T, dS = P (dP - rowsum(P dP)), dQ = dS K
+// and dK = dS^T Q, both scaled. qkv (B,T,NH,3,HS), out / dout (B,T,NH*HS).
+struct NaiveAttention {
+  std::vector<double> out, lse, dqkv;
+  NaiveAttention(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int NH, int HS) {
+    const int C = NH * HS, C3 = 3 * C;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+    out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+    lse.assign(static_cast<std::size_t>(B) * NH * T, 0.0);
+    dqkv.assign(qkv.size(), 0.0);
+    auto at = [&](int b, int t, int h, int part, int i) {
+      return static_cast<std::size_t>(b) * T * C3 + static_cast<std::size_t>(t) * C3 + 3 * h * HS + part * HS + i;
+    };
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        std::vector<double> P(static_cast<std::size_t>(T) * T, 0.0), dP(P.size(), 0.0);
+        for (int t = 0; t < T; t++) {
+          double m = -1e300, sum = 0;
+          for (int j = 0; j <= t; j++) {
+            double s = 0;
+            for (int i = 0; i < HS; i++) s += double(qkv[at(b, t, h, 0, i)]) * qkv[at(b, j, h, 1, i)];
+            P[t * T + j] = s * scale;
+            m = std::max(m, P[t * T + j]);
+          }
+          for (int j = 0; j <= t; j++) sum += P[t * T + j] = std::exp(P[t * T + j] - m);
+          for (int j = 0; j <= t; j++) P[t * T + j] /= sum;
+          lse[(static_cast<std::size_t>(b) * NH + h) * T + t] = m + std::log(sum);
+          for (int i = 0; i < HS; i++) {
+            double o = 0;
+            for (int j = 0; j <= t; j++) o += P[t * T + j] * qkv[at(b, j, h, 2, i)];
+            out[(static_cast<std::size_t>(b) * T + t) * C + h * HS + i] = o;
+          }
+        }
+        for (int t = 0; t < T; t++) {
+          const float* d = &dout[(static_cast<std::size_t>(b) * T + t) * C + h * HS];
+          double rowsum = 0;
+          for (int j = 0; j <= t; j++) {
+            double dp = 0;
+            for (int i = 0; i < HS; i++) {
+              dp += double(d[i]) * qkv[at(b, j, h, 2, i)];
+              dqkv[at(b, j, h, 2, i)] += P[t * T + j] * d[i];
+            }
+            dP[t * T + j] = dp;
+            rowsum += P[t * T + j] * dp;
+          }
+          for (int j = 0; j <= t; j++) {
+            const double ds = P[t * T + j] * (dP[t * T + j] - rowsum) * scale;
+            for (int i = 0; i < HS; i++) {
+              dqkv[at(b, t, h, 0, i)] += ds * qkv[at(b, j, h, 1, i)];
+              dqkv[at(b, j, h, 1, i)] += ds * qkv[at(b, t, h, 0, i)];
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+// Largest |a - b| / max(|b|, floor) over the elements (floor: the scale of the tensor, so near-zero elements
+// count by absolute error).
+double max_rel_error(const std::vector<float>& a, const std::vector<double>& b) {
+  double scale = 0, worst = 0;
+  for (double x : b) scale = std::max(scale, std::abs(x));
+  for (std::size_t i = 0; i < a.size(); i++) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-2 * scale));
+  }
+  return worst;
+}
+
+// Sequences shorter and longer than the kernel's key block (64), so that the online softmax rescales; several
+// heads; HS 16 and 64.
+class FusedAttention : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(FusedAttention, MatchesTheMaterialisedAttentionWithin1e4) {
+  const auto [T, NH, HS] = GetParam();
+  const int B = 2, C = NH * HS;
+  const std::vector<float> qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 7),
+                           dout = randn(static_cast<std::size_t>(B) * T * C, 8);
+  const NaiveAttention ref(qkv, dout, B, T, NH, HS);
+  std::vector<float> out(ref.out.size()), lse(ref.lse.size()), delta(lse.size()), dqkv(qkv.size(), 123.0f);
+  Backend& be = cpu_backend();
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, be);
+  attention_backward(dqkv.data(), delta.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, be);
+  EXPECT_LE(max_rel_error(out, ref.out), 1e-4);
+  EXPECT_LE(max_rel_error(lse, ref.lse), 1e-4);
+  EXPECT_LE(max_rel_error(dqkv, ref.dqkv), 1e-4);  // overwritten: the 123s are gone
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
+                         ::testing::Values(std::tuple{5, 2, 16}, std::tuple{64, 1, 16}, std::tuple{150, 3, 16},
+                                           std::tuple{130, 2, 64}));
+
+// The same inputs give the same bits on every call (ranks and schedules rely on it): no order depends on threads.
+TEST(FusedAttentionDeterminism, RepeatedCallsGiveIdenticalBits) {
+  const int B = 2, T = 97, NH = 3, HS = 16, C = NH * HS;
+  const std::vector<float> qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 9),
+                           dout = randn(static_cast<std::size_t>(B) * T * C, 10);
+  std::vector<float> out[2], lse[2], delta(static_cast<std::size_t>(B) * NH * T), dqkv[2];
+  for (int r = 0; r < 2; r++) {
+    out[r].resize(dout.size());
+    lse[r].resize(delta.size());
+    dqkv[r].resize(qkv.size());
+    attention_forward(out[r].data(), lse[r].data(), qkv.data(), B, T, C, NH, cpu_backend());
+    attention_backward(dqkv[r].data(), delta.data(), dout.data(), qkv.data(), out[r].data(), lse[r].data(), B, T, C, NH,
+                       cpu_backend());
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(lse[0], lse[1]);
+  EXPECT_EQ(dqkv[0], dqkv[1]);
 }
 
 }  // namespace

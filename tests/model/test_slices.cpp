@@ -58,17 +58,17 @@ struct Layer {
 };
 
 struct AttnBufs {
-  std::vector<float> qkv, att, y, dqkv, dy, datt;
+  std::vector<float> qkv, lse, y, dqkv, dy, delta;
   AttnSliceBuffers b;
   AttnBufs(const Dims& d, int ng) {
     const std::size_t bt = d.BT();
     qkv.resize(bt * 3 * ng * d.HS);
     dqkv.resize(qkv.size());
-    att.resize(static_cast<std::size_t>(d.B) * ng * d.T * d.T);
-    datt.resize(att.size());
+    lse.resize(static_cast<std::size_t>(d.B) * ng * d.T);
+    delta.resize(lse.size());
     y.resize(bt * ng * d.HS);
     dy.resize(y.size());
-    b = {qkv.data(), att.data(), y.data(), dqkv.data(), dy.data(), datt.data()};
+    b = {qkv.data(), lse.data(), y.data(), dqkv.data(), dy.data(), delta.data()};
   }
 };
 

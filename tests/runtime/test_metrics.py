@@ -54,7 +54,10 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual([r["loss"] for r in rows], summary["losses"])  # exactly: the same doubles
         self.assertEqual([r["loss"] for r in rows], trace_loss)
         tokens = 4 * 2 * 16  # microbatches x microbatch_size x seq_len
-        flops = 3 * tokens * (2 * (2 * (4 + 2 * 4) * 32 * 32 + 4 * 16 * 32) + 2 * 32 * 256)
+        # llm.c's count: 6 N + 6 L C T per token, N every parameter (V 256, T 16, C 32, L 2, MLP 4C).
+        C, T, L, V = 32, 16, 2, 256
+        n_params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+        flops = tokens * (6 * n_params + 6 * L * C * T)
         for r, ms, s in zip(rows, makespan_ms, summary["steps"]):
             self.assertAlmostEqual(r["step_time_ms"], ms, places=6)
             self.assertAlmostEqual(r["step_time_ms"], s["makespan_ms"], places=6)

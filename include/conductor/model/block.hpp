@@ -49,12 +49,12 @@ struct LayerView {
 
 // Buffers of one attention slice of ng = h1 - h0 heads, for one microbatch.
 struct AttnSliceBuffers {
-  float* qkv = nullptr;   // [B,T,ng,3,HS]  forward, kept for B and W
-  float* att = nullptr;   // [B,ng,T,T]     forward, kept for B
-  float* y = nullptr;     // [B,T,ng*HS]    forward, kept for W
-  float* dqkv = nullptr;  // [B,T,ng,3,HS]  written by B, kept for W
-  float* dy = nullptr;    // [B,T,ng*HS]    scratch of B
-  float* datt = nullptr;  // [B,ng,T,T]     scratch of B
+  float* qkv = nullptr;    // [B,T,ng,3,HS]  forward, kept for B and W
+  float* lse = nullptr;    // [B,ng,T]       forward, kept for B (attention.hpp)
+  float* y = nullptr;      // [B,T,ng*HS]    forward, kept for B and W
+  float* dqkv = nullptr;   // [B,T,ng,3,HS]  written by B, kept for W
+  float* dy = nullptr;     // [B,T,ng*HS]    scratch of B
+  float* delta = nullptr;  // [B,ng,T]       scratch of B
 };
 
 // Buffers of one MLP slice of nc = c1 - c0 hidden columns, for one microbatch.

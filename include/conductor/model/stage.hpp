@@ -164,7 +164,7 @@ class StageModel {
   DeviceBuffer eval_tokens_, eval_targets_;  // [B,T] of the validation batch eval_forward runs
   std::vector<std::unique_ptr<VStage>> stages_;
   std::map<int, int> index_;  // vs -> position in stages_
-  DeviceBuffer scratch_dy_, scratch_datt_;
+  DeviceBuffer scratch_dy_, scratch_delta_;
   std::vector<int> host_inputs_, host_targets_;
 };
 

@@ -1,15 +1,19 @@
 #pragma once
-// Model FLOPs of one training step, the numerator of MFU: the matmuls of forward and backward (backward = 2x
-// forward: input and weight gradients), no recomputation, no elementwise work. Per layer and token, forward:
-// 2 x (4 h^2 attention projections + 2 mlp_ratio h^2 MLP) + 4 s h for the attention scores and their
-// weighted sum (QK^T and AV, no causal halving); the LM head 2 h V per token: the cost model's per-layer work
-// (config::stage_work_from_model, costs_from_model) for any mlp_ratio; with 4, the usual 6 N + 12 L h s per token.
+// Two FLOP counts, each with one home:
+// - The cost model's forward work per token (config::costs_from_model, stage_work_from_model, the balanced
+//   split): one layer's matmuls 2 x (4 h^2 attention projections + 2 mlp_ratio h^2 MLP), its attention 4 s h
+//   (QK^T and AV over the whole square: what the simulator's relative stage costs were calibrated with), the LM
+//   head 2 h V. Backward is twice forward (input and weight gradients).
+// - Model FLOPs of one training step, the numerator of MFU, as llm.c counts them (gpt2_estimate_mfu, after Kaplan
+//   et al. 2020, section 2.1): 6 N + 6 L C T per token, N every parameter of the model (the tied token embedding,
+//   which the LM head multiplies by, the position embedding, LayerNorms and biases: small terms), L layers, C =
+//   d_model, T = seq_len. 6 N is forward (2 N) plus backward (input and weight gradients, 4 N) of the weight
+//   matmuls; 6 L C T the attention scores and their weighted sum (QK^T, AV: 2 x 2 T C per token forward, halved by
+//   the causal mask, times 3 for training). No recomputation, no elementwise work.
 #include "conductor/plan/plan.hpp"
 
 namespace conductor::plan {
 
-// Forward FLOPs per token: one layer's matmuls (attention projections and MLP), its attention (scores and
-// weighted sum), the LM head. The cost model (config::costs_from_model, the balanced split) and MFU both use these.
 inline double layer_matmul_flops_per_token(const ModelDims& m) {
   const double h = m.d_model;
   return 2.0 * (4.0 + 2.0 * m.mlp_ratio) * h * h;
@@ -17,15 +21,24 @@ inline double layer_matmul_flops_per_token(const ModelDims& m) {
 inline double layer_attention_flops_per_token(const ModelDims& m) { return 4.0 * m.seq_len * m.d_model; }
 inline double head_flops_per_token(const ModelDims& m) { return 2.0 * m.d_model * m.vocab; }
 
-inline double model_flops_per_step(const ModelDims& m, const Pipeline& p) {
-  const double tokens = static_cast<double>(p.m) * p.microbatch_size * m.seq_len;
-  const double layer_forward = layer_matmul_flops_per_token(m) + layer_attention_flops_per_token(m);
-  return 3.0 * tokens * (m.n_layers * layer_forward + head_flops_per_token(m));
+// Parameters of the whole model (GPT-2 layout: biases, two LayerNorms per layer, a final LayerNorm).
+inline double model_parameter_count(const ModelDims& m) {
+  const double c = m.d_model, f = static_cast<double>(m.mlp_ratio) * m.d_model;
+  const double layer = (3 * c * c + 3 * c) + (c * c + c) + (c * f + f) + (f * c + c) + 2 * (2 * c);
+  return static_cast<double>(m.vocab) * c + static_cast<double>(m.seq_len) * c + m.n_layers * layer + 2 * c;
+}
+
+inline double model_flops_per_token(const ModelDims& m) {
+  return 6.0 * model_parameter_count(m) + 6.0 * m.n_layers * static_cast<double>(m.d_model) * m.seq_len;
 }
 
 // Tokens a step trains on.
 inline double tokens_per_step(const ModelDims& m, const Pipeline& p) {
   return static_cast<double>(p.m) * p.microbatch_size * m.seq_len;
+}
+
+inline double model_flops_per_step(const ModelDims& m, const Pipeline& p) {
+  return tokens_per_step(m, p) * model_flops_per_token(m);
 }
 
 }  // namespace conductor::plan

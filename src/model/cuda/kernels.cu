@@ -9,9 +9,11 @@
 
 #include <cfloat>
 #include <cmath>
+#include <string>
 
 #include "conductor/model/cuda/check.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
+#include "conductor/util/error.hpp"
 #include "kernels.cuh"
 
 namespace conductor::model::cuda {
@@ -244,38 +246,184 @@ __global__ void layernorm_weight_partial_kernel(float* partial, const float* dou
 }
 
 // ------------------------------------------------------------------------------------------------ attention
-// One warp per row (b, h, t) of T scores; entries after t are causal-masked to exact zeros.
-__global__ void causal_softmax_forward_kernel(float* att, int rows, int T) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int t = row % T;
-  float* a = att + static_cast<std::size_t>(row) * T;
-  float maxv = -FLT_MAX;
-  for (int t2 = lane; t2 <= t; t2 += 32) maxv = fmaxf(maxv, a[t2]);
-  maxv = warp_max(maxv);
-  float sum = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float e = expf(a[t2] - maxv);
-    a[t2] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / warp_sum(sum);
-  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+// Fused causal attention (FlashAttention's algorithm), one head of one sequence per block column: no [T,T]
+// matrix. A block of kRows threads holds kRows consecutive rows (one per thread, in registers) and streams the
+// other side's rows through shared memory in tiles of kRows. Forward: a thread per query, online softmax over
+// the key tiles (the accumulated output is rescaled when the row's maximum grows), the row's log-sum-exp kept.
+// Backward (FlashAttention-2's split, so that no two threads add into one element and the sums keep a fixed
+// order): a thread per query for dq, a thread per key for dk and dv, each probability recomputed from the
+// log-sum-exp; delta = dout . out per query first. Head sizes 4 .. 128, powers of two (template argument); the tile
+// height halves for 128 so that shared memory stays at 32 KB per block.
+template <int HS>
+__host__ __device__ constexpr int attn_rows() {
+  return HS <= 64 ? 32 : 16;
 }
 
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, float scale, int rows, int T) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int t = row % T;
-  const std::size_t off = static_cast<std::size_t>(row) * T;
-  const float* a = att + off;
-  float* da = datt + off;
-  float s = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) s += a[t2] * da[t2];
-  s = warp_sum(s);
-  for (int t2 = lane; t2 < T; t2 += 32) da[t2] = t2 <= t ? a[t2] * (da[t2] - s) * scale : 0.0f;
+// Row t of head h of sequence b in qkv (B,T,NH,3,HS): q at +0, k at +HS, v at +2HS.
+__device__ __forceinline__ std::size_t qkv_row(int b, int t, int h, int T, int NH, int hs) {
+  return (static_cast<std::size_t>(b) * T + t) * 3 * NH * hs + static_cast<std::size_t>(3) * h * hs;
+}
+__device__ __forceinline__ std::size_t out_row(int b, int t, int h, int T, int NH, int hs) {
+  return (static_cast<std::size_t>(b) * T + t) * NH * hs + static_cast<std::size_t>(h) * hs;
+}
+
+// Copies rows r0 .. r0+kRows-1 (those < T) of part `part` of head h into tile[kRows][HS]; zeros beyond T.
+template <int HS, int kRows>
+__device__ void load_tile(float (*tile)[HS], const float* src, int part, int b, int h, int r0, int T, int NH,
+                          bool qkv_layout) {
+  for (int e = threadIdx.x; e < kRows * HS; e += blockDim.x) {
+    const int r = e / HS, i = e % HS, t = r0 + r;
+    float v = 0.0f;
+    if (t < T) v = qkv_layout ? src[qkv_row(b, t, h, T, NH, HS) + part * HS + i] : src[out_row(b, t, h, T, NH, HS) + i];
+    tile[r][i] = v;
+  }
+}
+
+template <int HS>
+__global__ void flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, float scale) {
+  constexpr int R = attn_rows<HS>();
+  __shared__ float ks[R][HS], vs[R][HS];
+  const int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * R, t = t0 + threadIdx.x;
+  const bool live = t < T;
+  float q[HS], acc[HS];
+  for (int i = 0; i < HS; i++) {
+    q[i] = live ? qkv[qkv_row(b, t, h, T, NH, HS) + i] : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float maxv = -FLT_MAX, sum = 0.0f;
+  const int last = min(t0 + R, T) - 1;  // the block's last query: keys beyond it are masked for every thread
+  for (int j0 = 0; j0 <= last; j0 += R) {
+    __syncthreads();
+    load_tile<HS, R>(ks, qkv, 1, b, h, j0, T, NH, true);
+    load_tile<HS, R>(vs, qkv, 2, b, h, j0, T, NH, true);
+    __syncthreads();
+    if (!live) continue;
+    const int n = min(R, t - j0 + 1);  // keys j0 .. t of this tile
+    if (n <= 0) continue;
+    float sc[R];
+    float block_max = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+      float d = 0.0f;
+      for (int i = 0; i < HS; i++) d += q[i] * ks[j][i];
+      sc[j] = d * scale;
+      block_max = fmaxf(block_max, sc[j]);
+    }
+    if (block_max > maxv) {
+      const float c = expf(maxv - block_max);
+      sum *= c;
+      for (int i = 0; i < HS; i++) acc[i] *= c;
+      maxv = block_max;
+    }
+    for (int j = 0; j < n; j++) {
+      const float p = expf(sc[j] - maxv);
+      sum += p;
+      for (int i = 0; i < HS; i++) acc[i] += p * vs[j][i];
+    }
+  }
+  if (!live) return;
+  const float inv = 1.0f / sum;
+  float* o = out + out_row(b, t, h, T, NH, HS);
+  for (int i = 0; i < HS; i++) o[i] = acc[i] * inv;
+  lse[(static_cast<std::size_t>(b) * NH + h) * T + t] = maxv + logf(sum);
+}
+
+// delta[b,h,t] = dout[b,t,h,:] . out[b,t,h,:], one thread per row.
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int NH,
+                                       int hs) {
+  const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
+  GRID_STRIDE(r, rows) {
+    const int t = static_cast<int>(r % T), h = static_cast<int>((r / T) % NH), b = static_cast<int>(r / T / NH);
+    const std::size_t o = out_row(b, t, h, T, NH, hs);
+    float d = 0.0f;
+    for (int i = 0; i < hs; i++) d += dout[o + i] * out[o + i];
+    delta[r] = d;
+  }
+}
+
+// dq of R queries per block: keys 0 .. t streamed through shared memory.
+template <int HS>
+__global__ void flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                         const float* delta, int T, int NH, float scale) {
+  constexpr int R = attn_rows<HS>();
+  __shared__ float ks[R][HS], vs[R][HS];
+  const int h = blockIdx.y, b = blockIdx.z, t0 = blockIdx.x * R, t = t0 + threadIdx.x;
+  const bool live = t < T;
+  float q[HS], d[HS], dq[HS];
+  const std::size_t qr = live ? qkv_row(b, t, h, T, NH, HS) : 0, orow = live ? out_row(b, t, h, T, NH, HS) : 0;
+  for (int i = 0; i < HS; i++) {
+    q[i] = live ? qkv[qr + i] : 0.0f;
+    d[i] = live ? dout[orow + i] : 0.0f;
+    dq[i] = 0.0f;
+  }
+  const std::size_t r = (static_cast<std::size_t>(b) * NH + h) * T + (live ? t : 0);
+  const float m = live ? lse[r] : 0.0f, D = live ? delta[r] : 0.0f;
+  const int last = min(t0 + R, T) - 1;
+  for (int j0 = 0; j0 <= last; j0 += R) {
+    __syncthreads();
+    load_tile<HS, R>(ks, qkv, 1, b, h, j0, T, NH, true);
+    load_tile<HS, R>(vs, qkv, 2, b, h, j0, T, NH, true);
+    __syncthreads();
+    if (!live) continue;
+    const int n = min(R, t - j0 + 1);
+    for (int j = 0; j < n; j++) {
+      float s = 0.0f, dp = 0.0f;
+      for (int i = 0; i < HS; i++) {
+        s += q[i] * ks[j][i];
+        dp += d[i] * vs[j][i];
+      }
+      const float p = expf(s * scale - m), ds = p * (dp - D) * scale;
+      for (int i = 0; i < HS; i++) dq[i] += ds * ks[j][i];
+    }
+  }
+  if (!live) return;
+  for (int i = 0; i < HS; i++) dqkv[qr + i] = dq[i];
+}
+
+// dk and dv of R keys per block: queries j .. T-1 (with their dout, lse and delta) streamed through shared memory.
+template <int HS>
+__global__ void flash_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                           const float* delta, int T, int NH, float scale) {
+  constexpr int R = attn_rows<HS>();
+  __shared__ float qs[R][HS], ds_[R][HS], ms[R], Ds[R];
+  const int h = blockIdx.y, b = blockIdx.z, j0 = blockIdx.x * R, j = j0 + threadIdx.x;
+  const bool live = j < T;
+  float k[HS], v[HS], dk[HS], dv[HS];
+  const std::size_t kr = live ? qkv_row(b, j, h, T, NH, HS) : 0;
+  for (int i = 0; i < HS; i++) {
+    k[i] = live ? qkv[kr + HS + i] : 0.0f;
+    v[i] = live ? qkv[kr + 2 * HS + i] : 0.0f;
+    dk[i] = 0.0f;
+    dv[i] = 0.0f;
+  }
+  const std::size_t rbase = (static_cast<std::size_t>(b) * NH + h) * T;
+  for (int i0 = j0; i0 < T; i0 += R) {  // query tiles from the block's first key on (earlier ones are masked)
+    __syncthreads();
+    load_tile<HS, R>(qs, qkv, 0, b, h, i0, T, NH, true);
+    load_tile<HS, R>(ds_, dout, 0, b, h, i0, T, NH, false);
+    for (int e = threadIdx.x; e < R; e += blockDim.x) {
+      ms[e] = i0 + e < T ? lse[rbase + i0 + e] : 0.0f;
+      Ds[e] = i0 + e < T ? delta[rbase + i0 + e] : 0.0f;
+    }
+    __syncthreads();
+    if (!live) continue;
+    for (int r = max(0, j - i0); r < R && i0 + r < T; r++) {  // queries i >= j
+      float s = 0.0f, dp = 0.0f;
+      for (int i = 0; i < HS; i++) {
+        s += qs[r][i] * k[i];
+        dp += ds_[r][i] * v[i];
+      }
+      const float p = expf(s * scale - ms[r]), dsc = p * (dp - Ds[r]) * scale;
+      for (int i = 0; i < HS; i++) {
+        dv[i] += p * ds_[r][i];
+        dk[i] += dsc * qs[r][i];
+      }
+    }
+  }
+  if (!live) return;
+  for (int i = 0; i < HS; i++) {
+    dqkv[kr + HS + i] = dk[i];
+    dqkv[kr + 2 * HS + i] = dv[i];
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ pointwise
@@ -561,65 +709,67 @@ void layernorm_backward_weight(float* dweight, float* dbias, const float* dout, 
 }
 
 // ================================================================================================ attention
-// Per sequence b, the NH heads are one strided batch: head h's q, k, v are [T,HS] row blocks of qkv with row
-// stride 3*C and head stride 3*HS, its scores a [T,T] block of att. The products cover the full T x T square
-// (the masked half is overwritten with zeros by the softmax), as in llm.c.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Backend& be) {
-  if (NH <= 0) return;  // an empty head range
-  CudaContext& cx = context(be);
-  const int HS = C / NH, C3 = 3 * C;
-  const long long TT = static_cast<long long>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for (int b = 0; b < B; b++) {
-    const float* q = qkv + static_cast<long long>(b) * T * C3;
-    // att[h] = scale * q[h] k[h]^T
-    sgemm_strided(cx, att + b * NH * TT, T, TT, {q, false, C3, 3 * HS}, {q + HS, true, C3, 3 * HS}, T, T, HS, NH, scale,
-                  0.0f);
-  }
-  const int rows = B * NH * T;
-  if (rows > 0) {
-    causal_softmax_forward_kernel<<<row_grid(rows), kThreads, 0, cx.stream>>>(att, rows, T);
-    cudaCheckLaunch();
-  }
-  for (int b = 0; b < B; b++) {
-    const float* q = qkv + static_cast<long long>(b) * T * C3;
-    // out[h] = att[h] v[h]
-    sgemm_strided(cx, out + static_cast<long long>(b) * T * C, C, HS, {att + b * NH * TT, false, T, TT},
-                  {q + 2 * HS, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
+// The fused kernels above, instantiated for head sizes 4 .. 128, powers of two (the head size sizes their registers
+// and shared tiles at compile time); any other is an error naming the supported ones.
+namespace {
+template <template <int> class Launch, typename... Args>
+void dispatch_head_size(int HS, Args&&... args) {
+  switch (HS) {
+    case 4: Launch<4>::run(args...); break;
+    case 8: Launch<8>::run(args...); break;
+    case 16: Launch<16>::run(args...); break;
+    case 32: Launch<32>::run(args...); break;
+    case 64: Launch<64>::run(args...); break;
+    case 128: Launch<128>::run(args...); break;
+    default:
+      throw Error("cuda attention: head size " + std::to_string(HS) +
+                  " (d_model / n_heads) is not supported by the fused kernel: use 4, 8, 16, 32, 64 or 128");
   }
 }
 
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, int B, int T,
-                        int C, int NH, Backend& be) {
-  if (NH <= 0) return;  // an empty head range
-  CudaContext& cx = context(be);
-  const int HS = C / NH, C3 = 3 * C;
-  const long long TT = static_cast<long long>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for (int b = 0; b < B; b++) {
-    const float* q = qkv + static_cast<long long>(b) * T * C3;
-    float* dq = dqkv + static_cast<long long>(b) * T * C3;
-    const float* d = dout + static_cast<long long>(b) * T * C;
-    const float* a = att + b * NH * TT;
-    // datt[h] = dout[h] v[h]^T
-    sgemm_strided(cx, datt + b * NH * TT, T, TT, {d, false, C, HS}, {q + 2 * HS, true, C3, 3 * HS}, T, T, HS, NH, 1.0f,
-                  0.0f);
-    // dv[h] = att[h]^T dout[h]
-    sgemm_strided(cx, dq + 2 * HS, C3, 3 * HS, {a, true, T, TT}, {d, false, C, HS}, T, HS, T, NH, 1.0f, 0.0f);
-  }
-  const int rows = B * NH * T;
-  if (rows > 0) {  // datt := d(scores) * scale
-    causal_softmax_backward_kernel<<<row_grid(rows), kThreads, 0, cx.stream>>>(datt, att, scale, rows, T);
+dim3 attn_grid(int T, int B, int NH, int rows) {
+  return dim3(static_cast<unsigned>((T + rows - 1) / rows), static_cast<unsigned>(NH), static_cast<unsigned>(B));
+}
+
+template <int HS>
+struct ForwardLaunch {
+  static void run(float* out, float* lse, const float* qkv, int B, int T, int NH, float scale, cudaStream_t s) {
+    constexpr int R = attn_rows<HS>();
+    flash_forward_kernel<HS><<<attn_grid(T, B, NH, R), R, 0, s>>>(out, lse, qkv, T, NH, scale);
     cudaCheckLaunch();
   }
-  for (int b = 0; b < B; b++) {
-    const float* q = qkv + static_cast<long long>(b) * T * C3;
-    float* dq = dqkv + static_cast<long long>(b) * T * C3;
-    const float* ds = datt + b * NH * TT;
-    // dq[h] = ds[h] k[h];  dk[h] = ds[h]^T q[h]
-    sgemm_strided(cx, dq, C3, 3 * HS, {ds, false, T, TT}, {q + HS, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
-    sgemm_strided(cx, dq + HS, C3, 3 * HS, {ds, true, T, TT}, {q, false, C3, 3 * HS}, T, HS, T, NH, 1.0f, 0.0f);
+};
+
+template <int HS>
+struct BackwardLaunch {
+  static void run(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int B, int T,
+                  int NH, float scale, cudaStream_t s) {
+    constexpr int R = attn_rows<HS>();
+    flash_backward_dq_kernel<HS><<<attn_grid(T, B, NH, R), R, 0, s>>>(dqkv, dout, qkv, lse, delta, T, NH, scale);
+    cudaCheckLaunch();
+    flash_backward_dkdv_kernel<HS><<<attn_grid(T, B, NH, R), R, 0, s>>>(dqkv, dout, qkv, lse, delta, T, NH, scale);
+    cudaCheckLaunch();
   }
+};
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, Backend& be) {
+  if (NH <= 0 || B <= 0 || T <= 0) return;  // an empty head range
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  dispatch_head_size<ForwardLaunch>(HS, out, lse, qkv, B, T, NH, scale, context(be).stream);
+}
+
+void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH, Backend& be) {
+  if (NH <= 0 || B <= 0 || T <= 0) return;  // an empty head range
+  CudaContext& cx = context(be);
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  attention_delta_kernel<<<grid_for(static_cast<std::size_t>(B) * NH * T), kThreads, 0, cx.stream>>>(delta, dout, out,
+                                                                                                     B, T, NH, HS);
+  cudaCheckLaunch();
+  dispatch_head_size<BackwardLaunch>(HS, dqkv, dout, qkv, lse, delta, B, T, NH, scale, cx.stream);
 }
 
 // ================================================================================================ pointwise
