@@ -4,7 +4,8 @@ the global gradient norm and non-finite check are back, and rolls back and redoe
 had a non-finite value. Proof of exactness: over 5 steps at p=2 and p=4, the losses and the final weights and
 AdamW moments are bit-identical to the synchronous path, when every step is clipped (a tiny optim.grad_clip:
 5 rollbacks) and when one step's gradients read as NaN (CONDUCTOR_INJECT_NAN, skipped by
-optim.skip_nonfinite_steps: 1 rollback); the rollbacks are counted, so a path that never rolls back fails."""
+optim.skip_nonfinite_steps: 1 rollback); the rollbacks are counted, so a path that never rolls back fails.
+The size guard counts the rollback copy."""
 import os
 import re
 
@@ -62,6 +63,19 @@ class PostValidation(FaultCase):
 
     def test_nan_p4(self):
         self.check_nan(4)
+
+    def test_size_guard_counts_the_copy(self):
+        # The rollback copy (weights, m, v: 3 of the 4 fp32 copies the state already has) is in the estimate.
+        state = {}
+        for on in (False, True):
+            r = mpirun(2, "run", self.deck(steps=1), "run.memory_limit_gb=0.001",
+                       "schedule.post_validation=%s" % ("true" if on else "false"))
+            copy = " and its post-validation copy" if on else ""
+            m = re.search(r"rank 0: ([0-9.e+-]+) GB for (\d+) parameters with their gradients and AdamW state%s, "
+                          % copy, r.text)
+            self.assertIsNotNone(m, r.text)
+            state[on] = float(m.group(1))
+        self.assertAlmostEqual(state[True] / state[False], 7 / 4, delta=0.01)
 
 
 if __name__ == "__main__":
