@@ -54,6 +54,12 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   std::printf("  stage bubble    %12.4f (per-stage, Zero Bubble paper: mean of 1 - busy / rank span)\n",
               run.mean_stage_bubble_ratio);
   std::printf("  throughput      %12.2f samples/s\n", run.mean_throughput);
+  std::printf(
+      "  run             %12.4f ms for %zu steps%s: %.2f samples/s, bubble %.4f; steady state (from "
+      "the end of step 0): %.2f samples/s, bubble %.4f; largest rank's stage bubble %.4f (the Zero "
+      "Bubble paper's rate, mean over steps)\n",
+      run.span_ms, run.steps.size(), d.schedule.post_validation ? " (overlapping)" : "", run.run_throughput,
+      run.run_bubble_ratio, run.steady_throughput, run.steady_bubble_ratio, run.mean_max_stage_bubble_ratio);
   if (d.migration.enabled) {
     std::printf("  migration       %12.1f ops/step, %.4g MB/step over %s (per link in summary.json)\n",
                 run.mean_migrated_ops, run.mean_migration_bytes / 1e6, d.migration.link.c_str());

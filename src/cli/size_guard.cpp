@@ -49,6 +49,7 @@ runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
   s.n_heads = deck.model.n_heads;
   s.mlp_hidden = deck.model.mlp_ratio * deck.model.d_model;
   s.microbatch_size = deck.parallel.microbatch_size;
+  s.post_validation = deck.schedule.post_validation;
   for (int c = 0; c < layout.v; ++c) {
     const int stage = layout.stage_of(rank, c);
     s.layers.push_back(split[static_cast<std::size_t>(stage)]);
@@ -133,7 +134,8 @@ void check_run_size(const config::Deck& deck) {
     problem = "the run needs about " + gb(node_total) + " of memory on this node (" + std::to_string(node_ranks) +
               " rank" + (node_ranks == 1 ? "" : "s") + "; rank " + std::to_string(rank) + ": " +
               gb(memory.state_bytes) + " for " + std::to_string(memory.parameters) +
-              " parameters with their gradients and AdamW state, " + gb(memory.activation_bytes) +
+              " parameters with their gradients and AdamW state" +
+              (deck.schedule.post_validation ? " and its post-validation copy, " : ", ") + gb(memory.activation_bytes) +
               " of activations), above the limit of " + gb(limit) + " set by " + source +
               "; use a smaller model, fewer or smaller microbatches in flight, or more nodes";
   }

@@ -7,6 +7,7 @@
 
 #include "conductor/model/adamw.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/util/error.hpp"
 #include "stage_internal.hpp"
 
 namespace conductor::model {
@@ -55,14 +56,24 @@ double StageModel::local_grad_sq_norm() const {
   return total;
 }
 
+bool clipping_applies(const plan::Optim& optim, double global_grad_norm) {
+  return static_cast<float>(clip_scale(optim, global_grad_norm)) != 1.0f;  // the scale the kernel multiplies by
+}
+
 void StageModel::optimizer_step(double global_grad_norm, int step) {
+  adamw_all(static_cast<float>(clip_scale(plan_.optim, global_grad_norm)), step);
+}
+
+void StageModel::optimizer_step_unclipped(int step) { adamw_all(1.0f, step); }
+
+void StageModel::adamw_all(float grad_scale, int step) {
   const auto& o = plan_.optim;
   AdamWStep update;
   update.lr = static_cast<float>(learning_rate(plan_.optim, step));
   update.beta1 = static_cast<float>(o.beta1);
   update.beta2 = static_cast<float>(o.beta2);
   update.eps = static_cast<float>(o.eps);
-  update.grad_scale = static_cast<float>(clip_scale(plan_.optim, global_grad_norm));
+  update.grad_scale = grad_scale;
   update.t = step + 1;
   for (auto& s : stages_) {
     for (const auto& t : s->tensors) {
@@ -70,6 +81,35 @@ void StageModel::optimizer_step(double global_grad_norm, int step) {
       adamw_update(s->params.f() + t.offset, s->adam_m.f() + t.offset, s->adam_v.f() + t.offset,
                    s->grads.f() + t.offset, t.numel, update, *backend_);
     }
+  }
+}
+
+// AdamW is not invertible in floating point, so undoing an update needs the state from before it: weights, m
+// and v (the gradients stay untouched by the update, and the step count is an argument).
+std::size_t StageModel::keep_backup() {
+  if (backup_.empty()) {
+    for (const auto& s : stages_) backup_.emplace_back(*backend_, 3 * s->n_params * sizeof(float));
+  }
+  std::size_t bytes = 0;
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    const VStage& s = *stages_[k];
+    const std::size_t n = s.n_params;
+    backend_->copy(backup_[k].f(), s.params.f(), n * sizeof(float));
+    backend_->copy(backup_[k].f() + n, s.adam_m.f(), n * sizeof(float));
+    backend_->copy(backup_[k].f() + 2 * n, s.adam_v.f(), n * sizeof(float));
+    bytes += backup_[k].bytes();
+  }
+  return bytes;
+}
+
+void StageModel::restore_backup() {
+  if (backup_.size() != stages_.size()) throw Error("model: restore_backup() without keep_backup()");
+  for (std::size_t k = 0; k < stages_.size(); ++k) {
+    VStage& s = *stages_[k];
+    const std::size_t n = s.n_params;
+    backend_->copy(s.params.f(), backup_[k].f(), n * sizeof(float));
+    backend_->copy(s.adam_m.f(), backup_[k].f() + n, n * sizeof(float));
+    backend_->copy(s.adam_v.f(), backup_[k].f() + 2 * n, n * sizeof(float));
   }
 }
 

@@ -4,7 +4,8 @@ namespace conductor::runtime {
 
 namespace {
 
-constexpr std::uint64_t kCopies = 4;  // weights, gradients, AdamW m, AdamW v (fp32 each)
+constexpr std::uint64_t kCopies = 4;          // weights, gradients, AdamW m, AdamW v (fp32 each)
+constexpr std::uint64_t kRollbackCopies = 3;  // post-validation's copy of weights, m and v (StageModel::keep_backup)
 
 std::uint64_t layer_parameters(std::uint64_t C, std::uint64_t F) {
   return 4 * C /* ln1, ln2 */ + 3 * C * C + 3 * C /* qkv */ + C * C + C /* proj */ + 2 * F * C + F + C /* mlp */;
@@ -39,7 +40,7 @@ RankMemory estimate_rank_memory(const RankModelShape& s) {
     r.parameters += 2 * C + V * C;
     act_floats += 2 * BT * C + 3 * BT + 2 * BT * V + BT;  // final LayerNorm, logits, probabilities, targets
   }
-  r.state_bytes = kCopies * r.parameters * sizeof(float);
+  r.state_bytes = (kCopies + (s.post_validation ? kRollbackCopies : 0)) * r.parameters * sizeof(float);
   r.activation_bytes = static_cast<std::uint64_t>(s.in_flight * static_cast<double>(act_floats * sizeof(float)));
   return r;
 }

@@ -74,10 +74,10 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
       r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; });
 }
 
-StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchdog) const {
+std::vector<double> StepReducer::local_row(int step, bool stop_here) const {
   // [loss, stop, stage 0's tensors..., stage 1's tensors..., ...]; zero where this rank holds nothing.
   const std::size_t width = static_cast<std::size_t>(per_stage_);
-  std::vector<double> local(2 + static_cast<std::size_t>(num_vs_) * width, 0.0), global(local.size(), 0.0);
+  std::vector<double> local(2 + static_cast<std::size_t>(num_vs_) * width, 0.0);
   local[0] = compute_.has_loss() ? compute_.step_loss() : 0.0;
   local[1] = stop_here ? 1.0 : 0.0;
   if (model::StageModel* m = compute_.model()) {
@@ -89,7 +89,11 @@ StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchd
       local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width] =
           std::numeric_limits<double>::quiet_NaN();
   }
-  sum_over_ranks(local, global, step, watchdog);
+  return local;
+}
+
+StepNumbers StepReducer::numbers_of(const std::vector<double>& global) const {
+  const std::size_t width = static_cast<std::size_t>(per_stage_);
   StepNumbers n;
   n.loss = global[0];
   n.stop = global[1] > 0;
@@ -103,6 +107,36 @@ StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchd
     if (n.nonfinite_stage < 0 && !std::isfinite(stage_sum)) n.nonfinite_stage = vs;
   }
   return n;
+}
+
+StepNumbers StepReducer::reduce(int step, bool stop_here, const Watchdog& watchdog) const {
+  const std::vector<double> local = local_row(step, stop_here);
+  std::vector<double> global(local.size(), 0.0);
+  sum_over_ranks(local, global, step, watchdog);
+  return numbers_of(global);
+}
+
+StepReducer::Pending::~Pending() {
+  // Only on an error path (finish() completes it): the request must not outlive the buffers it writes.
+  if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+}
+
+void StepReducer::start(int step, bool stop_here, Pending& pending) const {
+  pending.local_ = local_row(step, stop_here);
+  pending.global_.assign(pending.local_.size(), 0.0);
+  pending.step_ = step;
+  MPI_Iallreduce(pending.local_.data(), pending.global_.data(), static_cast<int>(pending.local_.size()), MPI_DOUBLE,
+                 MPI_SUM, comm_.get(), &pending.request_);
+}
+
+StepNumbers StepReducer::finish(Pending& pending, const Watchdog& watchdog) const {
+  std::vector<MPI_Request> r{pending.request_};
+  pending.request_ = MPI_REQUEST_NULL;
+  watchdog.wait_all(r, [&](std::size_t) {
+    return "the global gradient norm and non-finite check of step " + std::to_string(pending.step_) +
+           " (post-validation allreduce)";
+  });
+  return numbers_of(pending.global_);
 }
 
 NonfiniteGuard::Verdict NonfiniteGuard::judge(const StepNumbers& n, int step, int stage_rank_of_nonfinite,

@@ -142,6 +142,9 @@ class Training {
   void plan_first_order(const sched::PlannerFactory& make_planner);
   void open_data_plane();
   After step(int step);
+  StepNumbers update_synchronously(int step, bool has_math, NonfiniteGuard::Verdict& verdict);
+  StepNumbers update_post_validated(int step, bool has_math, NonfiniteGuard::Verdict& verdict);
+  void report_backup_size();
   void checkpoint_if_due(int step, bool stopping, bool last);
   void replan(int step, std::vector<trace::OpEvent> all);
   void finish();
@@ -169,6 +172,7 @@ class Training {
   std::optional<Watchdog> watchdog_;
   std::optional<StepReducer> reducer_;
   std::optional<NonfiniteGuard> nonfinite_;
+  std::size_t backup_bytes_ = 0;  // post-validation's copy of weights and AdamW moments on this rank
 };
 
 Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner)
@@ -248,11 +252,10 @@ Training::After Training::step(int step) {
 
   // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
   // same numbers, so every rank takes the same decision on a non-finite step without another message.
-  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
   const bool has_math = compute_->payload_floats() > 0;
-  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
-  const NonfiniteGuard::Verdict verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
-  if (verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
+  NonfiniteGuard::Verdict verdict = NonfiniteGuard::Verdict::Update;
+  const StepNumbers numbers = plan_.schedule.post_validation ? update_post_validated(step, has_math, verdict)
+                                                             : update_synchronously(step, has_math, verdict);
   const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
   double valid_loss = std::numeric_limits<double>::quiet_NaN();
   if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
@@ -298,6 +301,58 @@ Training::After Training::step(int step) {
   outcome_.stop_signal = stop_requested() ? stop_signal_number() : SIGTERM;
   if (rank_ == 0) log::warn("stop requested (signal): stopped after step " + std::to_string(step + 1));
   return After::Stop;
+}
+
+StepNumbers Training::update_synchronously(int step, bool has_math, NonfiniteGuard::Verdict& verdict) {
+  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
+  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
+  verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
+  if (verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
+  return numbers;
+}
+
+// Optimizer post-validation (the Zero Bubble paper's): the reduction is posted, this rank keeps a copy of its
+// weights and AdamW moments and steps optimistically, unclipped, while the slower ranks still compute; then the
+// global numbers decide. A step that needed clipping, or that the non-finite policy skips or stops at, is rolled
+// back to the copy and redone exactly as update_synchronously does it, so every step's result is bit-identical.
+StepNumbers Training::update_post_validated(int step, bool has_math, NonfiniteGuard::Verdict& verdict) {
+  StepReducer::Pending pending;
+  reducer_->start(step, stop_requested(), pending);
+  model::StageModel* stages = compute_->model();
+  if (stages) {
+    backup_bytes_ = stages->keep_backup();
+    stages->optimizer_step_unclipped(step);
+  }
+  const StepNumbers numbers = reducer_->finish(pending, *watchdog_);
+  if (step == first_step_) report_backup_size();
+  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
+  verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
+  const double norm = std::sqrt(numbers.grad_sq_norm);
+  const bool clipped = verdict == NonfiniteGuard::Verdict::Update && model::clipping_applies(plan_.optim, norm);
+  if (!clipped && verdict == NonfiniteGuard::Verdict::Update) return numbers;  // the optimistic step stands
+  ++outcome_.rollbacks;
+  if (stages) {
+    stages->restore_backup();
+    if (clipped) stages->optimizer_step(norm, step);
+  }
+  if (rank_ == 0) {
+    log::info("step " + std::to_string(step + 1) + ": post-validation rolled back the optimistic update (" +
+              (clipped ? "gradient norm above optim.grad_clip; redone clipped" : "non-finite; not redone") + ")");
+  }
+  return numbers;
+}
+
+// The price of post-validation: one more copy of weights and both AdamW moments (rank 0 names the largest).
+void Training::report_backup_size() {
+  const double mine = static_cast<double>(backup_bytes_);
+  double largest = 0;
+  MPI_Reduce(&mine, &largest, 1, MPI_DOUBLE, MPI_MAX, 0, comm_);
+  if (rank_ != 0 || largest <= 0) return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "post-validation: a copy of weights and AdamW moments for rollback, %.3f MiB on the largest rank",
+                largest / (1024.0 * 1024.0));
+  log::info(buf);
 }
 
 void Training::checkpoint_if_due(int step, bool stopping, bool last) {

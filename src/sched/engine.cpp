@@ -22,7 +22,7 @@ double ExecResult::max_rank_bubble() const {
 
 namespace {
 
-enum class EventType : std::uint8_t { Done = 0, Arrive = 1, Announce = 2, HelpDone = 3 };
+enum class EventType : std::uint8_t { Done = 0, Arrive = 1, Announce = 2, HelpDone = 3, Release = 4 };
 
 struct Event {
   double time;
@@ -226,6 +226,10 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
 
   double now = 0.0;
   for (int r = 0; r < p; ++r) touch(r);
+  const auto released = [&](int r) { return opt.release.empty() || opt.release.at(r) <= now; };
+  for (int r = 0; r < static_cast<int>(opt.release.size()); ++r) {
+    if (opt.release[r] > now) queue.push(Event{opt.release[r], seq++, EventType::Release, r, -1, -1});
+  }
   bool first = true;
   for (;;) {
     // Free ranks pick, in rank order.
@@ -233,7 +237,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     for (int r : touched) {
       is_touched[r] = 0;
       RankDriver& drv = drivers[r];
-      if (drv.running() || helpers.helping(r, now)) continue;
+      if (drv.running() || helpers.helping(r, now) || !released(r)) continue;
       int i = -1;
       if (custom) {
         view.now = now;
@@ -270,7 +274,12 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         res.start = now;
         first = false;
       }
-      if (opt.record_ops) res.ops.push_back(OpTiming{r, i, op.ready, now, now + took, op.wait});
+      if (opt.record_ops) {
+        // With a release time, the rank's idle time before it belongs to the previous step.
+        const double from = opt.release.empty() ? op.ready : opt.release[r];
+        res.ops.push_back(OpTiming{r, i, std::max(op.ready, from), now, now + took,
+                                   opt.release.empty() ? op.wait : std::min(op.wait, now - from)});
+      }
       res.order[r].push_back(i);
       res.busy[r] += busy;
       if (custom) {
@@ -315,8 +324,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         }
       } else if (e.type == EventType::Arrive) {
         drivers[e.rank].input_arrived(e.index, now);
-      } else if (e.type == EventType::HelpDone) {
-        // The helper is free again: touched below, so it picks.
+      } else if (e.type == EventType::HelpDone || e.type == EventType::Release) {
+        // The helper is free again, or the rank's step may start: touched below, so it picks.
       } else {
         drivers[e.rank].announce(e.index, e.expected, now);
       }

@@ -16,10 +16,10 @@ PlannedRun simulate_with_planner(const NoiseModel& noise, const SimOptions& opti
   sched::Schedule order = planner.initial_order();
   out.latency_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   sched::PlanAhead ahead(planner, steps, sched::PlanAhead::Threading::Inline);
-  double clock = 0.0;
+  out.run.samples_per_step = options.samples_per_step;
+  StepClock clock;
   for (int k = 0; k < steps; ++k) {
-    StepResult r = simulate_step(order, noise, internal, k, clock);
-    clock = r.start_ms + r.makespan_ms;
+    StepResult r = clock.simulate(order, noise, internal, k);
     std::optional<sched::Schedule> next = ahead.after_step(k, order, r.events);
     if (!options.record_events) {
       r.events.clear();

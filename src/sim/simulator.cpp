@@ -21,16 +21,23 @@ SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& 
   o.samples_per_step = static_cast<double>(plan.pipeline.m) * plan.pipeline.microbatch_size;
   o.activation_bytes = static_cast<std::int64_t>(plan.activation_bytes);
   o.migration = plan.migration;
+  o.overlap_steps = plan.schedule.post_validation;
   return o;
 }
 
 namespace {
 std::int64_t to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
-}  // namespace
 
-StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step,
-                         double start_ms) {
+// One step; release_ms (overlapping steps): per rank, when it may start on the run's clock; null: the step
+// starts at start_ms.
+StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step,
+                    double start_ms, const std::vector<double>* release_ms) {
   sched::ExecOptions eo;
+  // The engine's clock starts at the earliest release; `zero` is where its 0 lies on the run's clock.
+  const double zero = release_ms ? *std::min_element(release_ms->begin(), release_ms->end()) : 0.0;
+  if (release_ms) {
+    for (double t : *release_ms) eo.release.push_back(t - zero);
+  }
   eo.execution = options.execution;
   eo.hint = options.hint;
   eo.memory_limit = options.memory_limit;
@@ -57,7 +64,11 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
 
   StepResult r;
   r.step = step;
-  r.start_ms = start_ms;
+  // The step's clock starts at its first op; the run's clock places it at start_ms (synchronous steps).
+  const double origin = release_ms ? zero : start_ms - res.start;
+  r.start_ms = release_ms ? zero + res.start : start_ms;
+  r.rank_end_ms.resize(s.p);
+  for (int k = 0; k < s.p; ++k) r.rank_end_ms[k] = origin + (res.order[k].empty() ? res.end : res.last_end[k]);
   r.makespan_ms = res.makespan();
   r.num_ops = s.num_actions();
   r.busy_ms = res.busy;
@@ -75,6 +86,9 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
     if (!res.order[k].empty()) span[k] = res.last_end[k] - res.first_start[k];
   }
   r.stage_bubble_ratio = trace::stage_bubble_ratio(r.busy_ms, span);
+  for (int k = 0; k < s.p; ++k) {
+    if (span[k] > 0) r.max_stage_bubble_ratio = std::max(r.max_stage_bubble_ratio, 1.0 - r.busy_ms[k] / span[k]);
+  }
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
   for (const sched::MigrationTiming& m : res.migrations) {
     ++r.migrated_ops;
@@ -83,8 +97,6 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   }
 
   if (options.record_events) {
-    // The step's clock starts at its first op; the run's clock places it at start_ms.
-    const double origin = start_ms - res.start;
     r.events.reserve(res.ops.size() + 2 * res.transfers.size());
     for (const auto& op : res.ops) {
       const sched::Action& a = s.ranks[op.rank][op.index];
@@ -125,10 +137,62 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
   return r;
 }
 
+}  // namespace
+
+StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step,
+                         double start_ms) {
+  return run_step(s, noise, options, step, start_ms, nullptr);
+}
+
+StepResult StepClock::simulate(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step) {
+  if (!options.overlap_steps) {
+    StepResult r = simulate_step(s, noise, options, step, clock_);
+    clock_ = r.start_ms + r.makespan_ms;
+    return r;
+  }
+  if (release_.size() != static_cast<std::size_t>(s.p)) release_.assign(static_cast<std::size_t>(s.p), clock_);
+  StepResult r = run_step(s, noise, options, step, 0.0, &release_);
+  release_ = r.rank_end_ms;
+  return r;
+}
+
+namespace {
+
+// The run-level figures (RunResult's comment): span, throughput and global bubble over all steps and over
+// steps 1.. (the steady state).
+void finish_run_span(RunResult& run, int p) {
+  if (run.steps.empty()) return;
+  const auto end_of = [](const StepResult& s) { return s.start_ms + s.makespan_ms; };
+  double busy_all = 0.0, busy_steady = 0.0, run_end = end_of(run.steps.front());
+  for (std::size_t k = 0; k < run.steps.size(); ++k) {
+    double busy = 0.0;
+    for (double b : run.steps[k].busy_ms) busy += b;
+    busy_all += busy;
+    if (k > 0) busy_steady += busy;
+    run_end = std::max(run_end, end_of(run.steps[k]));
+  }
+  const double n = static_cast<double>(run.steps.size());
+  run.span_ms = run_end - run.steps.front().start_ms;
+  run.run_throughput = run.span_ms > 0 ? n * run.samples_per_step / (run.span_ms * 1e-3) : 0.0;
+  run.run_bubble_ratio = run.span_ms > 0 ? 1.0 - busy_all / (p * run.span_ms) : 0.0;
+  const double steady_ms = run_end - end_of(run.steps.front());
+  if (run.steps.size() < 2 || steady_ms <= 0) {
+    run.steady_throughput = run.run_throughput;
+    run.steady_bubble_ratio = run.run_bubble_ratio;
+    return;
+  }
+  run.steady_throughput = (n - 1) * run.samples_per_step / (steady_ms * 1e-3);
+  run.steady_bubble_ratio = 1.0 - busy_steady / (p * steady_ms);
+}
+
+}  // namespace
+
 void finish_run(RunResult& run, int p) {
+  finish_run_span(run, p);
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
-  run.mean_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes = 0.0;
+  run.mean_stage_bubble_ratio = run.mean_max_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes =
+      0.0;
   run.mean_link_bytes.clear();
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
@@ -137,6 +201,7 @@ void finish_run(RunResult& run, int p) {
     run.mean_makespan_ms += s.makespan_ms / n;
     run.mean_bubble_ratio += s.bubble_ratio / n;
     run.mean_stage_bubble_ratio += s.stage_bubble_ratio / n;
+    run.mean_max_stage_bubble_ratio += s.max_stage_bubble_ratio / n;
     run.mean_lower_bound_ms += s.lower_bound_ms / n;
     run.mean_throughput += s.throughput / n;
     run.mean_migrated_ops += s.migrated_ops / n;

@@ -58,6 +58,14 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   Json steps = Json::array();
   for (const StepResult& s : run.steps) steps.push_back(step_json(s));
   out["steps"] = std::move(steps);
+  // The run as a whole (simulator.hpp, RunResult): what a user gets when steps overlap.
+  out["run"] = {{"overlapping_steps", plan.schedule.post_validation},
+                {"span_ms", run.span_ms},
+                {"throughput", run.run_throughput},
+                {"bubble_ratio", run.run_bubble_ratio},
+                {"steady_throughput", run.steady_throughput},
+                {"steady_bubble_ratio", run.steady_bubble_ratio},
+                {"max_stage_bubble_ratio", run.mean_max_stage_bubble_ratio}};
   if (plan.migration.enabled) out["migration"] = migration_json(run, plan.migration);
   return out;
 }

@@ -69,10 +69,11 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
   const sim::RunResult& run = s.run;
   const sim::Json summary = sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit);
   EXPECT_EQ(keys_of(sim::dump_json(summary)),
-            (std::vector<std::string>{"makespan_ms", "bubble_ratio", "stage_bubble_ratio", "lower_bound_ms",
-                                      "makespan_over_lower_bound", "throughput", "schedule", "execution", "hint",
-                                      "pipeline", "microbatches", "virtual", "memory_limit", "noise", "num_steps",
-                                      "busy_ms", "idle_ms", "peak_memory", "steps"}));
+            (std::vector<std::string>{
+                "makespan_ms",  "bubble_ratio", "stage_bubble_ratio", "lower_bound_ms", "makespan_over_lower_bound",
+                "throughput",   "schedule",     "execution",          "hint",           "pipeline",
+                "microbatches", "virtual",      "memory_limit",       "noise",          "num_steps",
+                "busy_ms",      "idle_ms",      "peak_memory",        "steps",          "run"}));
   const json j = written(summary);
   expect_numbers(
       json::array({j["makespan_ms"], j["bubble_ratio"], j["stage_bubble_ratio"], j["lower_bound_ms"], j["throughput"]}),
@@ -105,6 +106,22 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
                    {r.makespan_ms, r.bubble_ratio, r.stage_bubble_ratio, r.lower_bound_ms, r.throughput},
                    "step " + std::to_string(k));
   }
+}
+
+TEST(SummaryJson, RunFiguresAreTheRunResults) {
+  const Simulated s = simulate_deck();
+  const json j = written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
+  const json& run = j["run"];
+  EXPECT_EQ(run["overlapping_steps"], false);
+  expect_numbers(json::array({run["span_ms"], run["throughput"], run["bubble_ratio"], run["steady_throughput"],
+                              run["steady_bubble_ratio"], run["max_stage_bubble_ratio"]}),
+                 {s.run.span_ms, s.run.run_throughput, s.run.run_bubble_ratio, s.run.steady_throughput,
+                  s.run.steady_bubble_ratio, s.run.mean_max_stage_bubble_ratio},
+                 "run");
+  // Synchronous steps back to back: the run's span is the sum of the makespans.
+  double sum = 0.0;
+  for (const auto& step : s.run.steps) sum += step.makespan_ms;
+  EXPECT_NEAR(s.run.span_ms, sum, 1e-9 * sum);
 }
 
 TEST(SummaryJson, RunSummaryIsTheSimulatorsPlusTrainingFields) {

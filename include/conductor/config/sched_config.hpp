@@ -11,6 +11,7 @@ struct ScheduleConfig {
   std::string hint = "backfill";     // schedule | bf | bfw | backfill
   double memory_limit = 0;           // units of M_F per rank; 0 = the kind's default
   std::string placement = "auto";    // auto | loop | v (file: schedules; a generator's kind fixes its own)
+  bool post_validation = false;      // optimizer post-validation, overlapping steps (docs/post-validation.md)
 };
 
 struct CostConfig {

@@ -13,4 +13,8 @@ double learning_rate(const plan::Optim& optim, int step);
 // optim.grad_clip <= 0 (no clipping).
 double clip_scale(const plan::Optim& optim, double global_grad_norm);
 
+// Whether clipping changes the update at this norm: the AdamW kernel's float scale differs from 1 (optimizer
+// post-validation redoes an unclipped optimistic step exactly when this holds).
+bool clipping_applies(const plan::Optim& optim, double global_grad_norm);
+
 }  // namespace conductor::model

@@ -99,6 +99,13 @@ class StageModel {
   std::vector<std::vector<double>> grad_sq_norms() const;
   // AdamW with gradient scale clip_scale(global_grad_norm) and learning_rate(step) (optimizer.hpp).
   void optimizer_step(double global_grad_norm, int step);
+  // Optimizer post-validation (runtime/training.cpp): the update with gradient scale 1, taken before the global
+  // norm is known; equal bit for bit to optimizer_step when clipping_applies() is false for that norm.
+  void optimizer_step_unclipped(int step);
+  // Copies the weights and AdamW moments of the held stages into a backup (allocated on first use, kept for the
+  // run); returns the backup's bytes. restore_backup() puts them back (undoes an optimistic update).
+  std::size_t keep_backup();
+  void restore_backup();
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
@@ -134,6 +141,7 @@ class StageModel {
 
   VStage& stage(int vs);
   const VStage& stage(int vs) const;
+  void adamw_all(float grad_scale, int step);
   void allocate_step_buffers();
   std::unique_ptr<VStage> make_stage(int vs, const std::vector<int>& split) const;
   Micro& micro(VStage& s, int mb, Phase expected, const char* op);
@@ -163,7 +171,8 @@ class StageModel {
   int tokens_step_ = -1;                     // the step step_tokens_ holds
   DeviceBuffer eval_tokens_, eval_targets_;  // [B,T] of the validation batch eval_forward runs
   std::vector<std::unique_ptr<VStage>> stages_;
-  std::map<int, int> index_;  // vs -> position in stages_
+  std::vector<DeviceBuffer> backup_;  // keep_backup(): per held stage, weights | AdamW m | AdamW v
+  std::map<int, int> index_;          // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_delta_;
   std::vector<int> host_inputs_, host_targets_;
 };

@@ -10,15 +10,16 @@ namespace conductor::runtime {
 
 struct RankModelShape {
   int vocab = 256, seq_len = 64, d_model = 64, n_heads = 4, mlp_hidden = 256, microbatch_size = 4;
-  std::vector<int> layers;  // per virtual stage held by the rank
-  bool embedding = false;   // holds virtual stage 0 (token and position embeddings)
-  bool head = false;        // holds the last virtual stage (final LayerNorm, LM head, loss)
-  double in_flight = 1;     // peak microbatches whose activations are held (units of M_F)
+  std::vector<int> layers;       // per virtual stage held by the rank
+  bool embedding = false;        // holds virtual stage 0 (token and position embeddings)
+  bool head = false;             // holds the last virtual stage (final LayerNorm, LM head, loss)
+  double in_flight = 1;          // peak microbatches whose activations are held (units of M_F)
+  bool post_validation = false;  // schedule.post_validation: a rollback copy of weights and AdamW m and v
 };
 
 struct RankMemory {
   std::uint64_t parameters = 0;   // floats of the weights held
-  std::uint64_t state_bytes = 0;  // weights, gradients, AdamW m and v
+  std::uint64_t state_bytes = 0;  // weights, gradients, AdamW m and v (and their rollback copy)
   std::uint64_t activation_bytes = 0;
   std::uint64_t total() const { return state_bytes + activation_bytes; }
 };

@@ -11,6 +11,10 @@
 // knows which row is missing, and the other ranks wait 1.5x as long for rank 0, which therefore speaks first
 // unless it is rank 0 that is silent.
 //
+// With schedule.post_validation the same row travels by MPI_Iallreduce (start/finish), so that a rank steps its
+// optimizer while the others still compute; the per-peer naming of a silent rank is then the watchdog's plain
+// timeout.
+//
 // NonfiniteGuard: a step whose loss or global gradient norm is NaN/Inf stops the run (exit 1, no checkpoint)
 // or, with optim.skip_nonfinite_steps = N > 0, is skipped: no update of weights or AdamW moments, while the
 // data, the learning-rate schedule and AdamW's step count advance as if it had been taken (the next step is
@@ -42,7 +46,27 @@ class StepReducer {
   // makes that rank's first gradient entry NaN at that step.
   StepNumbers reduce(int step, bool stop_here, const Watchdog& watchdog) const;
 
+  // The same numbers, non-blocking (optimizer post-validation): start() posts an MPI_Iallreduce of the same
+  // row, finish() waits for it under the watchdog. Exact like reduce(): each entry has one contributing rank.
+  class Pending {
+   public:
+    Pending() = default;
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    ~Pending();
+
+   private:
+    friend class StepReducer;
+    std::vector<double> local_, global_;
+    MPI_Request request_ = MPI_REQUEST_NULL;
+    int step_ = 0;
+  };
+  void start(int step, bool stop_here, Pending& pending) const;
+  StepNumbers finish(Pending& pending, const Watchdog& watchdog) const;
+
  private:
+  std::vector<double> local_row(int step, bool stop_here) const;
+  StepNumbers numbers_of(const std::vector<double>& global) const;
   void sum_over_ranks(const std::vector<double>& local, std::vector<double>& global, int step,
                       const Watchdog& watchdog) const;
   Compute& compute_;

@@ -20,6 +20,7 @@ struct RunOutcome {
   int steps_done = 0;                                // steps completed by this run
   int stop_signal = 0;                               // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
   bool nonfinite = false;  // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
+  int rollbacks = 0;       // schedule.post_validation: optimistic updates undone (clipping or non-finite)
   std::string output_dir;
 };
 

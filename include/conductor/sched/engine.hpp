@@ -52,6 +52,9 @@ struct ExecOptions {
   // action (the noise of that rank; empty: 1).
   std::vector<Migration> migration;
   std::function<double(int rank, const Action& action)> helper_speed;
+  // Overlapping steps (sim::StepClock): per rank, no op starts before this time (when the rank finished its
+  // previous step); an op's ready time is never earlier. Empty: every rank may start at 0.
+  std::vector<double> release;
 };
 
 // A rank that cannot finish: the action it is stuck at and why (an input whose producer never runs, or memory).

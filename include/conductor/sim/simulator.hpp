@@ -28,6 +28,9 @@ struct SimOptions {
   double samples_per_step = 1.0;          // m x microbatch_size, for throughput
   std::int64_t activation_bytes = 0;      // bytes of one transfer, for SEND/RECV events
   plan::Migration migration;              // computation migration (sched/migration.hpp); off by default
+  // Overlapping steps (schedule.post_validation): each rank starts step k+1 as soon as it has finished its own
+  // part of step k, instead of when the whole step has ended (StepClock; docs/post-validation.md).
+  bool overlap_steps = false;
   // The plan's options for `schedule` (its per-rank memory limits: sched::rank_memory_limits).
   static SimOptions from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 };
@@ -39,6 +42,7 @@ struct StepResult {
   double makespan_ms = 0;
   double bubble_ratio = 0;                            // 1 - sum busy / (p x makespan)
   double stage_bubble_ratio = 0;                      // mean over ranks of 1 - busy / the rank's span
+  double max_stage_bubble_ratio = 0;                  // largest over ranks: the Zero Bubble paper's bubble rate
   double lower_bound_ms = 0;                          // max per-rank busy
   double throughput = 0;                              // samples / s
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
@@ -48,14 +52,37 @@ struct StepResult {
   int migrated_ops = 0;
   double migration_bytes = 0;
   std::map<std::pair<int, int>, double> link_bytes;
+  std::vector<double> rank_end_ms;  // per rank, the end of its last op of the step on the run's clock
 };
 
 // Simulates step `step` starting at `start_ms` on the run's clock.
 StepResult simulate_step(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int step,
                          double start_ms = 0.0);
 
+// Where each step starts on the run's clock. Synchronous steps (the default): every rank starts step k where
+// step k-1 ended (its last op on any rank). Overlapping steps (SimOptions::overlap_steps): rank r starts step k
+// when it has finished its own ops of step k-1 (its optimizer step costs no time in the model, and the global
+// check is post-validated), so step k's forwards overlap step k-1's tail on the other ranks.
+class StepClock {
+ public:
+  StepResult simulate(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int step);
+
+ private:
+  double clock_ = 0.0;           // synchronous: the end of the previous step
+  std::vector<double> release_;  // overlapping: per rank, the end of its previous step
+};
+
 struct RunResult {
   std::vector<StepResult> steps;  // events dropped unless kept by the caller's callback
+  // Over the whole run (finish_run), beside the per-step means: from the first op of step 0 to the last op of
+  // the last step (span_ms), the samples of all steps per second of it and the bubble of the run on the global
+  // measure (1 - busy / (p x span_ms)); and the steady state, which leaves step 0's fill out: from the end of
+  // step 0 to the end of the last step, the samples of steps 1.. per second and their bubble. With one step the
+  // steady figures are the run's.
+  double samples_per_step = 0;
+  double span_ms = 0, run_throughput = 0, run_bubble_ratio = 0;
+  double steady_throughput = 0, steady_bubble_ratio = 0;
+  double mean_max_stage_bubble_ratio = 0;  // per step, the largest rank's 1 - busy / span (the paper's measure)
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   double mean_stage_bubble_ratio = 0;
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
@@ -77,10 +104,10 @@ template <class OnStep>
 RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps,
                        OnStep&& on_step) {
   RunResult run;
-  double clock = 0.0;
+  run.samples_per_step = options.samples_per_step;
+  StepClock clock;
   for (int k = 0; k < steps; ++k) {
-    StepResult r = simulate_step(schedule, noise, options, k, clock);
-    clock = r.start_ms + r.makespan_ms;
+    StepResult r = clock.simulate(schedule, noise, options, k);
     on_step(r);
     r.events.clear();
     r.events.shrink_to_fit();
