@@ -16,9 +16,8 @@ TEST_P(BackfillWide, NeverSlowerThanStrictWithoutNoise) {
   const int p = GetParam();
   const int cases = backfill_cases::for_each_noise_free_case(
       p, [&](const std::string& kind, int m, const backfill_cases::Shape& shape, double strict, double backfill) {
-        EXPECT_LE(backfill, strict + 1e-9 * strict)
-            << kind << " p=" << p << " m=" << m << " " << shape.name << ": backfill " << backfill << " vs strict "
-            << strict;
+        EXPECT_LE(backfill, strict + 1e-9 * strict) << kind << " p=" << p << " m=" << m << " " << shape.name
+                                                    << ": backfill " << backfill << " vs strict " << strict;
       });
   // Every generator accepts m = p, 2p and 4p at these depths (interleaved included: m is a multiple of p), so
   // the grid is complete: 10 generators x 3 m x 4 shapes, less any the generators refuse.
