@@ -11,13 +11,17 @@
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
 // (5) --migration [DECK...]: computation migration (migration.*) under ZB-2p strict and 10% Gaussian jitter against
 // the deck's split and the balanced split: makespan, gain, both bubbles, bytes per step, decision cost per op.
-// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --migration [DECK...]]   (--quick skips
-// p=1024; --speed
+// (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
+// backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
+// (7) --heavy [INPUTS_DIR]: only the heavy-variability rows of (4).
+// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
+//                   --scale P M [STEPS] | --migration [DECK...]]   (--quick skips p=1024; --speed
 //        runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -377,6 +381,13 @@ void heavy(const std::string& inputs) {
   }
 }
 
+void at_scale_header() {
+  std::printf(
+      "\n## at scale (F = B = W = 1, comm 0.05, lognormal 10%%; bubble ratio, and the simulator's CPU time per op, "
+      "which bounds the arbitration cost)\n\n| schedule | p | m | strict | bfw | backfill "
+      "|\n|---|---|---|---|---|---|\n");
+}
+
 // Bubble ratios at scale (uniform costs as part 1, lognormal 10%) and the simulator's CPU time per op.
 void at_scale(int p, int m, int steps) {
   const sched::CostModel cost = sched::uniform_cost(1.0, 1.0, 1.0, 0.05, 0.5);
@@ -508,14 +519,25 @@ int main(int argc, char** argv) {
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const bool speed_only = argc > 1 && std::strcmp(argv[1], "--speed") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--heavy") == 0) {
+    heavy(argc > 2 ? argv[2] : "inputs");
+    return 0;
+  }
+  if (argc > 3 && std::strcmp(argv[1], "--scale") == 0) {
+    const int p = std::atoi(argv[2]), m = std::atoi(argv[3]);
+    if (p < 2 || m < p) {
+      std::fprintf(stderr, "bench_sim --scale P M [STEPS]: need P >= 2 and M >= P, got %s %s\n", argv[2], argv[3]);
+      return 2;
+    }
+    at_scale_header();
+    at_scale(p, m, argc > 4 ? std::atoi(argv[4]) : (p >= 1024 ? 1 : 5));
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--grid") == 0) {
     const std::string inputs = argc > 2 ? argv[2] : "inputs";
     grid(inputs);
     heavy(inputs);
-    std::printf(
-        "\n## at scale (F = B = W = 1, comm 0.05, lognormal 10%%; bubble ratio, and the simulator's CPU time per op, "
-        "which bounds the arbitration cost)\n\n| schedule | p | m | strict | bfw | backfill "
-        "|\n|---|---|---|---|---|---|\n");
+    at_scale_header();
     at_scale(64, 512, 5);
     at_scale(1024, 4096, 1);
     return 0;

@@ -20,15 +20,15 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(
       field<std::string>(
           "schedule.hint", [](Deck & d) -> auto& { return d.schedule.hint; },
-          "Readiness ranking: `schedule` (the list's order), `bf` (backward before forward), "
-          "`bfw` (B, then F, W fills idle time), `backfill` (the list's next op as soon as it can run; "
-          "while it waits for an input, only ops expected to end before that input arrives, those that "
-          "unblock another rank first; memory budget: the list's own peak per rank; never slower than strict "
-          "without noise). `conductor run` estimates ops by the previous step's measured durations, so its "
-          "first step runs each list in order. `bf`, `bfw` and `schedule` are greedy (RRFP's rankings, any ready "
-          "op may start): kept to compare against and for heavy variability, where `bfw` can win more than "
-          "`backfill` (up to 1.56x on the multimodal deck) but it loses to strict in most other cases "
-          "(`bench_sim --grid`: below 0.998 in 40 of 64 cells).")
+          "Readiness ranking (which to pick: docs/design.md, 'Readiness hints'): `backfill` (the list's next op "
+          "as soon as it can run; while it waits for an input, only ops expected to end before that input arrives, "
+          "those that unblock another rank first; memory budget: the list's own peak per rank; never slower than "
+          "strict without noise; `conductor run` estimates ops by the previous step's measured durations, so its "
+          "first step runs each list in order). Greedy rankings (any ready op may start; RRFP's; no guarantee "
+          "against the list): `schedule` (list order; wins under heavy variability on zero-bubble lists), `bf` "
+          "(B and W before F: for lists without a W split (GPipe, 1F1B, interleaved); with split W it starves the "
+          "next stage), `bfw` (B, then F, W fills idle time: the most under heavy variability on zero-bubble "
+          "lists, up to 1.56x, but below 0.998 of strict in 40 of `bench_sim --grid`'s 64 cells).")
           .one_of({"schedule", "bf", "bfw", "backfill"}));
   f.push_back(field<std::string>(
                   "schedule.placement", [](Deck & d) -> auto& { return d.schedule.placement; },

@@ -173,6 +173,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     d.memory_limit =
         opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
     d.memory_after_b = opt.memory_after_b;
+    d.spread = opt.spread;
+    d.late_delay = opt.late_delay;
     if (!opt.migration.empty()) d.migration = opt.migration.at(static_cast<std::size_t>(r));
     if (opt.estimate) {
       d.estimate = [&opt, r](const Action& a) { return opt.estimate(r, a); };

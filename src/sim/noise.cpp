@@ -97,6 +97,11 @@ double NoiseModel::compute_factor(int step, int rank, int chunk, int microbatch,
   return f;
 }
 
+double NoiseModel::duration_spread() const {
+  const double g = gaussian_ ? cfg_.level : 0.0, l = lognormal_ ? cfg_.level : 0.0;
+  return std::sqrt(g * g + l * l);
+}
+
 double NoiseModel::compute_time_ms(int step, int rank, int chunk, int microbatch, sched::OpKind kind) const {
   return cost_.op_time(rank, kind, v_) * compute_factor(step, rank, chunk, microbatch, kind);
 }

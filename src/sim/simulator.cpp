@@ -49,6 +49,8 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   eo.estimate = [&](int rank, const sched::Action& a) { return noise.cost().op_time(rank, a.kind, s.v); };
   eo.comm_estimate = noise.cost().comm_time();
   eo.announce_latency = noise.cost().comm_time();
+  eo.spread = noise.duration_spread();
+  eo.late_delay = noise.congestion_delay_ms();
   eo.migration = sched::migrations(options.migration, noise.cost(), s.p, s.v);
   if (!eo.migration.empty()) {
     eo.helper_speed = [&](int rank, const sched::Action& a) {

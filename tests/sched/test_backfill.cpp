@@ -8,72 +8,23 @@
 #include <string>
 #include <tuple>
 
+#include "backfill_cases.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/generators.hpp"
 
 using namespace conductor;
 using namespace conductor::sched;
 
-namespace {
+using backfill_cases::run;
 
-struct Shape {
-  std::string name;
-  CostModel cost;
-};
-
-std::vector<Shape> shapes(int p) {
-  std::vector<Shape> out;
-  out.push_back({"uniform", uniform_cost(1, 1, 1, 0.05)});
-  out.push_back({"w<f", uniform_cost(1, 1, 0.4, 0.05)});
-  out.push_back({"comm=F", uniform_cost(1, 1, 1, 1.0)});
-  CostModel heavy = uniform_cost(1, 1, 1, 0.05);
-  heavy.forward.assign(p, 1.0);
-  heavy.backward_input.assign(p, 1.0);
-  heavy.backward_weight.assign(p, 1.0);
-  heavy.forward.back() = heavy.backward_input.back() = 1.5;
-  heavy.backward_weight.back() = 1.2;
-  out.push_back({"heavy last", heavy});
-  return out;
-}
-
-ExecResult run(const Schedule& s, const CostModel& cost, Execution mode, Hint hint, double limit,
-               double factor_rank = -1, double factor = 1.0) {
-  ExecOptions eo;
-  eo.execution = mode;
-  eo.hint = hint;
-  eo.memory_limit = limit;
-  eo.estimate = [&](int r, const Action& a) { return cost.op_time(r, a.kind, s.v); };
-  eo.comm_estimate = cost.comm_time();
-  eo.announce_latency = cost.comm_time();
-  return execute(
-      s, eo, [&](int r, const Action& a) { return cost.op_time(r, a.kind, s.v) * (r == factor_rank ? factor : 1.0); },
-      [&](const Transfer&) { return cost.comm_time(); });
-}
-
-}  // namespace
-
+// The fast property grid (p in {2, 4, 8}); test_backfill_wide.cpp runs p up to 64 (label slow).
 TEST(Backfill, NeverSlowerThanStrictWithoutNoise) {
   int cases = 0;
   for (int p : {2, 4, 8}) {
-    for (const Shape& shape : shapes(p)) {
-      for (const std::string& kind : generator_kinds()) {
-        for (int m : {p, 2 * p, 4 * p}) {
-          const int v = (kind == "1f1b-interleaved" || plan::v_shaped_kind(kind)) ? 2 : 1;
-          if (kind == "1f1b-interleaved" && m % p != 0) continue;
-          Schedule s;
-          try {
-            s = generate(kind, p, m, v, shape.cost);
-          } catch (const InputError&) {
-            continue;  // a combination the generator refuses (documented there)
-          }
-          const double limit = default_memory_limit(kind, p, m, v);
-          const double strict = run(s, shape.cost, Execution::Strict, Hint::Schedule, limit).makespan();
-          const double backfill = run(s, shape.cost, Execution::Readiness, Hint::Backfill, limit).makespan();
+    cases += backfill_cases::for_each_noise_free_case(
+        p, [&](const std::string& kind, int m, const backfill_cases::Shape& shape, double strict, double backfill) {
           EXPECT_LE(backfill, strict + 1e-9) << kind << " p=" << p << " m=" << m << " " << shape.name;
-          ++cases;
-        }
-      }
-    }
+        });
   }
   EXPECT_GT(cases, 150);
 }

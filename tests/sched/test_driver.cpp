@@ -3,6 +3,7 @@
 // finishes every list; ready and wait times are the driver's, on the caller's clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -16,6 +17,14 @@ using namespace conductor::sched;
 namespace {
 
 double jittered(std::mt19937& rng) { return std::uniform_real_distribution<double>(0.5, 1.5)(rng); }
+
+DriverOptions options(Execution execution, Hint hint, double memory_limit = 2) {
+  DriverOptions o;
+  o.execution = execution;
+  o.hint = hint;
+  o.memory_limit = memory_limit;
+  return o;
+}
 
 }  // namespace
 
@@ -52,7 +61,7 @@ TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
 
 TEST(RankDriver, StrictHasAtMostOneCandidate) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Strict, Hint::Schedule, 2, 0, {}, {}});
+  RankDriver d(s, 1, options(Execution::Strict, Hint::Schedule));
   EXPECT_TRUE(d.candidates(0).empty());
   d.input_arrived(d.arbiter().index_of(OpKind::F, 0, 1), 1.0);
   EXPECT_TRUE(d.candidates(0).empty());  // F1 is ready, F0 is next
@@ -64,7 +73,7 @@ TEST(RankDriver, StrictHasAtMostOneCandidate) {
 
 TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Schedule, 2, 0, {}, {}});
+  RankDriver d(s, 1, options(Execution::Readiness, Hint::Schedule));
   d.begin(100.0);
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0);
   d.input_arrived(f0, 130.0);
@@ -89,7 +98,7 @@ TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
 // resets it.
 TEST(RankDriver, LatestIsTheLastEventToldOf) {
   const Schedule s = one_f_one_b(2, 4);
-  RankDriver d(s, 1, DriverOptions{Execution::Readiness, Hint::Backfill, 2, 0, {}, {}});
+  RankDriver d(s, 1, options(Execution::Readiness, Hint::Backfill));
   d.begin(10.0);
   EXPECT_DOUBLE_EQ(d.latest(), 10.0);
   const int f0 = d.arbiter().index_of(OpKind::F, 0, 0), f1 = d.arbiter().index_of(OpKind::F, 0, 1);
@@ -104,6 +113,59 @@ TEST(RankDriver, LatestIsTheLastEventToldOf) {
   EXPECT_DOUBLE_EQ(d.latest(), 30.0);
   d.begin(0.0);
   EXPECT_DOUBLE_EQ(d.latest(), 0.0);
+}
+
+// Backfilling under variability: with exact estimates an op must end by the announced arrival; with spread
+// (log-normal sigma) it must end before the input with probability 0.4, i.e. its estimate times
+// exp(sigma sqrt(2) z_0.4) fits; a late input stops backfilling unless transfers are known to come late by
+// late_delay (congestion): then ops that end by expected + late_delay may start.
+namespace {
+
+// Rank 1 of ZB-H1 p=2 m=4 after its first F and B: the list's next op is F1 (waiting for rank 0) and W0 is
+// ready (local work, estimate `w`). Returns whether W0 may start at `now` given F1's input announced at t=10
+// for t=12 (expected).
+bool w_may_start(double w, double now, double spread, double late_delay) {
+  const CostModel cost = uniform_cost(1, 1, 1, 0);
+  const Schedule s = generate("zb-h1", 2, 4, 1, cost);
+  DriverOptions o = options(Execution::Readiness, Hint::Backfill, 0);
+  o.estimate = [w](const Action& a) { return a.kind == OpKind::W ? w : 1.0; };
+  o.spread = spread;
+  o.late_delay = late_delay;
+  RankDriver d(s, 1, o);
+  const Arbiter& a = d.arbiter();
+  const int f0 = a.index_of(OpKind::F, 0, 0), b0 = a.backward_index(0, 0), w0 = a.index_of(OpKind::W, 0, 0);
+  const int f1 = a.index_of(OpKind::F, 0, 1);
+  d.input_arrived(f0, 0.0);
+  d.start(f0, 0.0);
+  d.complete(f0, 1.0);
+  d.start(b0, 1.0);
+  d.complete(b0, 2.0);
+  EXPECT_EQ(a.next_in_list(), std::min(f1, w0)) << "the test expects F1 or W0 next in rank 1's list";
+  if (a.next_in_list() == w0) return true;  // W0 is the list's own next op: no backfilling involved
+  d.announce(f1, 12.0, 10.0);
+  const auto& c = d.candidates(now);
+  return std::find(c.begin(), c.end(), w0) != c.end();
+}
+
+}  // namespace
+
+TEST(RankDriver, BackfillFitsOnEstimateOrWithProbabilityUnderSpread) {
+  // Exact estimates: W0 (estimate 2) fits the gap from 10 to 12, one of 2.5 does not.
+  EXPECT_TRUE(w_may_start(2.0, 10.0, 0, 0));
+  EXPECT_FALSE(w_may_start(2.5, 10.0, 0, 0));
+  // Spread 1: 2.5 x exp(sqrt(2) x -0.2533) = 1.75 fits; 3 x 0.699 = 2.10 does not.
+  EXPECT_TRUE(w_may_start(2.5, 10.0, 1.0, 0));
+  EXPECT_FALSE(w_may_start(3.0, 10.0, 1.0, 0));
+}
+
+TEST(RankDriver, LateInputStopsBackfillingUnlessTransfersComeLateByAKnownDelay) {
+  // At 13 F1's input (expected at 12) is late: nothing starts, however short.
+  EXPECT_FALSE(w_may_start(0.1, 13.0, 0, 0));
+  // Congestion delays a transfer by 4: it is expected at 16; W0 of 3 ends by then, one of 3.5 does not.
+  EXPECT_TRUE(w_may_start(3.0, 13.0, 0, 4.0));
+  EXPECT_FALSE(w_may_start(3.5, 13.0, 0, 4.0));
+  // Later than expected + late_delay: nothing is known any more.
+  EXPECT_FALSE(w_may_start(0.1, 16.5, 0, 4.0));
 }
 
 // The runtime's estimates: the mean measured duration of the same kind and chunk; nothing measured: infinite,

@@ -66,6 +66,14 @@ struct DriverOptions {
   double memory_limit = 0.0;  // this rank's limit, M_F; <= 0: unlimited
   double memory_after_b = 0.0;
   OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
+  // Backfill only: what the driver knows of how far actual times stray from the estimates. spread: the log-normal
+  // sigma of an op's duration around its estimate (the estimate is the mean): an op may start if it ends before
+  // the awaited input with probability 0.4 (driver.cpp). late_delay: a transfer is either on time or late by this
+  // much (congestion): a late input is then expected late_delay after its announced time, and ops that end by
+  // then may start. Both 0 (the runtime; exact estimates): ops must end by the announced arrival on estimate, and
+  // a late input stops backfilling until it arrives.
+  double spread = 0.0;
+  double late_delay = 0.0;
   Migration migration;  // computation migration (migration.hpp); default: disabled
 };
 
@@ -124,10 +132,13 @@ class RankDriver {
   bool backfilling() const { return options_.execution == Execution::Readiness && options_.hint == Hint::Backfill; }
   // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
   void backfill_candidates(double now, std::vector<int>& out) const;
+  // Backfill: until when the next op's late input (expected before `now`) is still expected, or -infinity.
+  double late_until(int index, double now) const;
 
   Arbiter arbiter_;
   DriverOptions options_;
   std::vector<double> ready_at_;
+  double fit_scale_ = 1.0;        // an op's estimate times this must fit the gap (1 with exact estimates)
   std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
   mutable std::vector<int> scratch_;  // next()'s backfill candidates: no allocation on the pick path

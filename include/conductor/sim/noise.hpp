@@ -50,6 +50,9 @@ class NoiseModel {
   bool any() const { return gaussian_ || lognormal_ || heterogeneous_ || straggler_ || congestion_; }
   int straggler_rank() const { return straggler_rank_; }
   double congestion_delay_ms() const { return congestion_delay_; }
+  // The log-normal sigma of an op's duration around its cost-model time (jitter: gaussian and lognormal levels
+  // combined; a straggler or a heterogeneous rank is not variance), what backfilling knows of the noise.
+  double duration_spread() const;
 
  private:
   int p_, v_;
