@@ -9,8 +9,9 @@
 // (inputs/gpt3-{1.5b,6.2b,14.6b}.yaml, inputs/multimodal.yaml) x {1f1b, 1f1b-interleaved (v 2), zb-h1, zb-2p} x
 // noise {none, jitter10, straggler, congestion} (inputs/noise/*.yaml), mean makespan over 5 seeds x 10 steps;
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
-// (5) --migration [DECK...]: computation migration (migration.*) under ZB-2p strict and 10% Gaussian jitter against
-// the deck's split and the balanced split: makespan, gain, both bubbles, bytes per step, decision cost per op.
+// (5) --migration [DECK...]: the paper's ablation (ZB-2p strict; + global tier; + migration; both) under 10% Gaussian
+// jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains, both
+// bubbles, bytes per step, decision cost per op.
 // (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
 // backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
 // (7) --heavy [INPUTS_DIR]: only the heavy-variability rows of (4).
@@ -30,9 +31,11 @@
 #include <tuple>
 #include <vector>
 
+#include "conductor/cli/global_tier.hpp"
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
 #include "conductor/util/error.hpp"
@@ -413,33 +416,61 @@ void at_scale(int p, int m, int steps) {
   }
 }
 
-// ---- (5) computation migration (docs/migration.md) ----
+// ---- (5) computation migration (docs/migration.md): the paper's ablation ----
 
 struct MigRow {
   double makespan = 0, bubble = 0, stage_bubble = 0, bytes = 0, migrated = 0, cpu_s = 0, ops = 0;
 };
 
-// The deck under ZB-2p strict and 10% Gaussian jitter with `overrides`, mean over seeds x steps; CPU time of the
-// simulation alone (deck loading excluded).
-MigRow mig_run(const std::string& path, const std::string& text, const std::vector<std::string>& overrides, int seeds,
-               int steps) {
+// A noise preset of the ablation: the keys, and how many independent runs of how many steps are averaged.
+struct MigNoise {
+  const char* name;
+  std::vector<std::string> keys;
+  int seeds, steps;
+};
+
+// 10% jitter (5 seeds x 20 steps, the issue's); a straggler drawn per step: one rank 1.5x slower on top of 5%
+// jitter (inputs/noise/straggler.yaml), the rank drawn from the seed, so 50 one-step runs draw it 50 times.
+const std::vector<MigNoise>& mig_noises() {
+  static const std::vector<MigNoise> n = {{"jitter 10%", {"noise.kind=gaussian", "noise.level=0.1"}, 5, 20},
+                                          {"straggler 1.5x per step",
+                                           {"noise.kind=[gaussian, straggler]", "noise.level=0.05",
+                                            "noise.straggler_factor=1.5", "noise.straggler_rank=-1"},
+                                           50,
+                                           1}};
+  return n;
+}
+
+// The deck under ZB-2p strict with `overrides`, mean over the noise's seeds x steps; with `global` the global
+// tier (scheduler.kind=ppo, the shipped policy) replans after every step, as `conductor simulate` runs it. CPU
+// time of the simulation alone (deck loading excluded).
+MigRow mig_run(const std::string& path, const std::string& text, const std::vector<std::string>& overrides,
+               const MigNoise& noise_preset, bool global) {
   MigRow row;
+  const int seeds = noise_preset.seeds, steps = noise_preset.steps;
   for (int seed = 1; seed <= seeds; ++seed) {
     config::LoadOptions o;
     o.source_name = path;
     o.command = config::Command::Simulate;
     o.overrides = overrides;
-    for (const std::string& k :
-         {std::string("schedule.kind=zb-2p"), std::string("schedule.execution=strict"),
-          std::string("trace.enabled=false"), "run.steps=" + std::to_string(steps), std::string("noise.kind=gaussian"),
-          std::string("noise.level=0.1"), "noise.seed=" + std::to_string(seed)})
+    for (const std::string& k : {std::string("schedule.kind=zb-2p"), std::string("schedule.execution=strict"),
+                                 std::string("trace.enabled=false"), "run.steps=" + std::to_string(steps),
+                                 "noise.seed=" + std::to_string(seed)})
       o.overrides.push_back(k);
+    o.overrides.insert(o.overrides.end(), noise_preset.keys.begin(), noise_preset.keys.end());
+    if (global) o.overrides.push_back("scheduler.kind=ppo");
     const plan::Plan plan = config::resolve(config::parse_deck(text, o));
     const sched::Schedule s = sched::make_schedule(plan);
     const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, s);
     const sim::SimOptions options = sim::SimOptions::from_plan(plan, s);
     const std::clock_t t0 = std::clock();
-    const sim::RunResult r = sim::simulate_run(s, noise, options, steps);
+    sim::RunResult r;
+    if (global) {
+      const auto planner = cli::planner_factory(plan)(s);
+      r = sim::simulate_with_planner(noise, options, steps, *planner).run;
+    } else {
+      r = sim::simulate_run(s, noise, options, steps);
+    }
     row.cpu_s += cpu_seconds_since(t0);
     row.ops += static_cast<double>(s.num_actions()) * steps;
     row.makespan += r.mean_makespan_ms / seeds;
@@ -451,48 +482,82 @@ MigRow mig_run(const std::string& path, const std::string& text, const std::vect
   return row;
 }
 
+// The local tier's settings of the ablation: NVLink with bf16 tensors (the decks model bf16 work at 150 TFLOP/s
+// while the emulated backend is fp32), at most `helpers` peers per op.
+std::vector<std::string> mig_keys(int helpers) {
+  return {"migration.enabled=true", "migration.link=nvlink", "migration.element_bytes=2",
+          "migration.helpers=" + std::to_string(helpers)};
+}
+
 void migration_table(const std::vector<std::string>& decks) {
-  const int seeds = 5, steps = 20;
   std::printf(
-      "## computation migration: ZB-2p strict, gaussian jitter 10%%, mean over %d seeds x %d steps; gain = the "
-      "deck's ZB-2p strict makespan / the row's; derived = cost.device_tflops=150; decision cost = (CPU time with "
-      "migration - without) / ops\n\n"
-      "| deck | baseline | migration | makespan ms | gain | vs off | bubble | per-stage bubble | migrated ops/step | "
-      "MB/step | decision cost us/op |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-      seeds, steps);
+      "## the paper's ablation: ZB-2p strict; + global tier (scheduler.kind=ppo, the shipped policy); + migration "
+      "(NVLink, bf16 tensors, migration.helpers=H); both. Gain = the split's ZB-2p strict makespan / the row's; vs "
+      "deck = the deck split's ZB-2p strict (deck costs) / the row's; decision cost = (CPU time with migration - "
+      "without) / ops. Derived = cost.device_tflops=150.%s\n\n"
+      "| deck | noise | split | method | makespan ms | gain | vs deck | bubble | per-stage bubble | migrated ops/step "
+      "| MB/step | decision cost us/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+#if CONDUCTOR_HAVE_POLICY
+      ""
+#else
+      " This build has no global tier (-DCONDUCTOR_POLICY=OFF): its rows are left out."
+#endif
+  );
   for (const std::string& path : decks) {
     const std::string text = read_text(path);
-    const std::vector<std::pair<std::string, std::vector<std::string>>> baselines = {
-        {"deck split, deck costs", {}},
-        {"deck split, derived", {"cost.device_tflops=150"}},
-        {"balanced split, derived", {"cost.device_tflops=150", "model.layers_per_stage=balanced"}}};
-    double reference = 0;
-    for (const auto& [name, base] : baselines) {
-      MigRow off;
-      try {
-        off = mig_run(path, text, base, seeds, steps);
-      } catch (const InputError& e) {
-        std::printf("| %s | %s | n/a: %s |\n", path.c_str(), name.c_str(), e.what());
-        continue;
-      }
-      if (reference == 0) reference = off.makespan;
-      std::printf("| %s | %s | off | %.1f | %.3fx | 1 | %.4f | %.4f | 0 | 0 | |\n", path.c_str(), name.c_str(),
-                  off.makespan, reference / off.makespan, off.bubble, off.stage_bubble);
-      // The decks model bf16 work (150 TFLOP/s) while the emulated backend is fp32: "bf16" rows move 2-byte
-      // tensors.
-      for (const auto& [name2, link, bytes] :
-           {std::tuple{"infiniband", "infiniband", "4"}, std::tuple{"nvlink", "nvlink", "4"},
-            std::tuple{"infiniband bf16", "infiniband", "2"}, std::tuple{"nvlink bf16", "nvlink", "2"}}) {
-        const char* link_name = name2;
-        std::vector<std::string> o = base;
-        o.push_back("migration.enabled=true");
-        o.push_back(std::string("migration.link=") + link);
-        o.push_back(std::string("migration.element_bytes=") + bytes);
-        const MigRow on = mig_run(path, text, o, seeds, steps);
-        std::printf("| %s | %s | %s | %.1f | %.3fx | %.3fx | %.4f | %.4f | %.1f | %.1f | %.2f |\n", path.c_str(),
-                    name.c_str(), link_name, on.makespan, reference / on.makespan, off.makespan / on.makespan,
-                    on.bubble, on.stage_bubble, on.migrated, on.bytes / 1e6, (on.cpu_s - off.cpu_s) / on.ops * 1e6);
-        std::fflush(stdout);
+    const std::vector<std::pair<std::string, std::vector<std::string>>> splits = {
+        {"deck, deck costs", {}},
+        {"deck, derived", {"cost.device_tflops=150"}},
+        {"balanced, derived", {"cost.device_tflops=150", "model.layers_per_stage=balanced"}}};
+    for (const MigNoise& noise : mig_noises()) {
+      double reference = 0;
+      for (const auto& [split, base] : splits) {
+        MigRow off;
+        int p = 0;
+        try {
+          config::LoadOptions o;
+          o.command = config::Command::Simulate;
+          o.overrides = base;
+          p = config::parse_deck(text, o).parallel.pipeline;
+          off = mig_run(path, text, base, noise, false);
+        } catch (const InputError& e) {
+          std::printf("| %s | %s | %s | n/a: %s |\n", path.c_str(), noise.name, split.c_str(), e.what());
+          continue;
+        }
+        if (reference == 0) reference = off.makespan;
+        // cpu_base: the row without migration whose CPU time the decision cost is over (< 0: none).
+        auto print = [&](const std::string& method, const MigRow& row, double cpu_base) {
+          std::printf("| %s | %s | %s | %s | %.1f | %.3fx | %.3fx | %.4f | %.4f | %.1f | %.1f |", path.c_str(),
+                      noise.name, split.c_str(), method.c_str(), row.makespan, off.makespan / row.makespan,
+                      reference / row.makespan, row.bubble, row.stage_bubble, row.migrated, row.bytes / 1e6);
+          if (cpu_base >= 0) {
+            std::printf(" %.2f |\n", (row.cpu_s - cpu_base) / row.ops * 1e6);
+          } else {
+            std::printf(" |\n");
+          }
+          std::fflush(stdout);
+        };
+        auto with_helpers = [&](int h) {
+          std::vector<std::string> o = base;
+          for (const std::string& k : mig_keys(h)) o.push_back(k);
+          return o;
+        };
+        const std::vector<int> helpers = {1, std::min(3, p - 1), p - 1};
+        print("ZB-2p strict", off, -1);
+        for (std::size_t k = 0; k < helpers.size(); ++k) {
+          if (k > 0 && helpers[k] == helpers[k - 1]) continue;
+          print("+ migration, H=" + std::to_string(helpers[k]),
+                mig_run(path, text, with_helpers(helpers[k]), noise, false), off.cpu_s);
+        }
+#if CONDUCTOR_HAVE_POLICY
+        const MigRow global = mig_run(path, text, base, noise, true);
+        print("+ global tier", global, -1);
+        for (std::size_t k = 0; k < helpers.size(); ++k) {
+          if (k > 0 && helpers[k] == helpers[k - 1]) continue;
+          print("both, H=" + std::to_string(helpers[k]), mig_run(path, text, with_helpers(helpers[k]), noise, true),
+                global.cpu_s);
+        }
+#endif
       }
     }
   }

@@ -141,7 +141,8 @@ int cmd_simulate(const Invocation& inv) {
       // The shared definition of the per-step figures (trace/summary.hpp).
       const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
       // With migration the events hold each op from its start on the owner to its end (the helper's part
-      // included) and no help event: the simulator's own figures count each rank's compute instead.
+      // included: the owner's wait for it counts as busy in the trace, as in the runtime's) and the helpers' HELP
+      // rows: the simulator's own figures, which count each rank's compute only, stay in summary.json.
       if (!options.migration.enabled) {
         r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
         r.bubble_ratio = rec.bubble_ratio;

@@ -100,6 +100,7 @@ plan::Migration migration_from_model(const Deck& d) {
   m.enabled = c.enabled;
   m.slices = c.slices;
   m.max_fraction = c.max_fraction;
+  m.helpers = c.helpers;
   m.link = c.link;
   const LinkPreset preset = link_preset(c.link);
   m.bandwidth_gbps = c.bandwidth_gbps > 0 ? c.bandwidth_gbps : preset.bandwidth_gbps;

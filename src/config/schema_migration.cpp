@@ -29,6 +29,11 @@ void add_migration_fields(std::vector<Field>& f) {
                   "migration.max_fraction", [](Deck & d) -> auto& { return d.migration.max_fraction; },
                   "Most of an op's slices one helper takes (0.5: up to half).")
                   .range(0, 1));
+  f.push_back(field<int>(
+                  "migration.helpers", [](Deck & d) -> auto& { return d.migration.helpers; },
+                  "Most peers one op's slices go to at once (each takes up to migration.max_fraction of them); "
+                  "more than 1 in `conductor simulate` only.")
+                  .range(1, 1024));
   f.push_back(field<std::string>(
                   "migration.link", [](Deck & d) -> auto& { return d.migration.link; },
                   "Link between owner and helper: `nvlink` (300 GB/s, 5 us per message), `infiniband` (HDR "
@@ -86,6 +91,11 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        ": conductor run migrates only on the emulated backend (backend: emulated); cpu and "
                        "cuda slices are not moved yet (issue 15); set migration.enabled=false or use conductor "
                        "simulate");
+  }
+  if (options.command == Command::Run && m.helpers > 1) {
+    problems.push_back(src + ": migration.helpers = " + std::to_string(m.helpers) +
+                       ": conductor run sends an op's slices to one helper only; set migration.helpers=1 (several "
+                       "helpers per op are simulated: conductor simulate)");
   }
   if (m.max_fraction <= 0) {
     problems.push_back(src +

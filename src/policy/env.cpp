@@ -42,6 +42,10 @@ float clampf(double x, double lo, double hi) { return static_cast<float>(std::mi
 //   15   heuristic rank among candidates (0 = the hint's choice)               16 heuristic rank == 0
 //   17   candidates / kMaxCandidates               18 list positions ahead of the rank's next listed op / (3v)
 // unit = mean chunk-op time of the predicted cost model. Unlimited memory uses 2p as the scale.
+std::vector<sched::Migration> env_migration(const plan::Plan& plan, const sched::Schedule& schedule) {
+  return sched::migrations(plan.migration, plan.costs, schedule.p, schedule.v);
+}
+
 Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::CostModel& predicted,
                 const sched::ComputeTimeFn& compute, const sched::CommTimeFn& comm, const Chooser& choose,
                 std::vector<Decision>* record) {
@@ -155,6 +159,16 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
   eo.memory_after_b = opt.memory_after_b;
   eo.record_ops = false;
   eo.picker = picker;
+  if (!opt.migration.empty()) {
+    // As the simulator: the decision plans with the predicted (noise-free) times; set only with migration, since
+    // a backfill heuristic's announcements would use it too.
+    eo.migration = opt.migration;
+    eo.estimate = [&](int rank, const sched::Action& a) { return predicted.op_time(rank, a.kind, s.v); };
+    eo.helper_speed = [&](int rank, const sched::Action& a) {
+      const double expected = predicted.op_time(rank, a.kind, s.v);
+      return expected > 0 ? compute(rank, a) / expected : 1.0;
+    };
+  }
   sched::ExecResult res;
   try {
     res = sched::execute(s, eo, compute, comm);

@@ -21,6 +21,7 @@ TrainSetup setup_from_deck(const config::Deck& deck) {
   su.env.memory_limit = sched::memory_limit_for(plan, su.base);
   su.env.memory_after_b = su.cost.memory_after_b;
   su.env.heuristic = sched::parse_hint(deck.policy.heuristic);
+  su.env.migration = env_migration(plan, su.base);  // training with the local tier when the deck enables it
   su.ppo = deck.policy;
   return su;
 }

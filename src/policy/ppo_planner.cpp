@@ -56,6 +56,8 @@ class PpoPlanner final : public sched::OrderPlanner {
     exec_.hint = sched::parse_hint(resolved.schedule.hint);
     exec_.memory_limit = env_.memory_limit;
     exec_.memory_after_b = env_.memory_after_b;
+    env_.migration = env_migration(resolved, base_);  // the local tier decides inside the rollouts too
+    exec_.migration = env_.migration;
     ema_ = resolved.scheduler.ema;
     verify_ = resolved.scheduler.verify_samples;
     seed_ = resolved.run.seed;
@@ -99,7 +101,8 @@ class PpoPlanner final : public sched::OrderPlanner {
         continue;
       }
       const int k = static_cast<int>(e.kind);
-      if (k < 0 || k > 3 || e.rank < 0 || e.rank >= p) continue;
+      // A migrated op's span is its owner's share and the help's, not the op's time alone: skipped.
+      if (k < 0 || k > 3 || e.rank < 0 || e.rank >= p || e.migrated > 0) continue;
       sum[e.rank][k] += ms;
       sq[e.rank][k] += ms * ms;
       ++cnt[e.rank][k];
@@ -148,6 +151,10 @@ class PpoPlanner final : public sched::OrderPlanner {
     if (verify_ <= 0) return order;
     // Check on noise draws of the estimate, executed as the runtime will execute it.
     const int draws = stats_.estimated_level > 0 ? verify_ : 1;
+    sched::ExecOptions exec = exec_;
+    if (!exec.migration.empty()) {  // as the simulator: decisions on the estimate, a helper at its drawn speed
+      exec.estimate = compute;
+    }
     double mine = 0, theirs = 0;
     for (int k = 0; k < draws; ++k) {
       EpisodeDraw d;
@@ -156,8 +163,14 @@ class PpoPlanner final : public sched::OrderPlanner {
       d.cost = est;
       const auto c = draw_compute(d, v);
       const auto m = draw_comm(d);
-      mine += sched::execute(order, exec_, c, m).makespan();
-      theirs += sched::execute(base_, exec_, c, m).makespan();
+      if (!exec.migration.empty()) {
+        exec.helper_speed = [&](int r, const sched::Action& a) {
+          const double expected = compute(r, a);
+          return expected > 0 ? c(r, a) / expected : 1.0;
+        };
+      }
+      mine += sched::execute(order, exec, c, m).makespan();
+      theirs += sched::execute(base_, exec, c, m).makespan();
     }
     if (theirs < mine) {
       stats_.used_policy_order = false;

@@ -47,13 +47,19 @@ class Helpers {
     peak_.assign(p, 0.0);
     expected_.resize(p);
     producer_.resize(p);
+    position_.resize(p);
     for (std::size_t r = 0; r < p; ++r) {
       const auto& actions = drivers[r].arbiter().actions();
       expected_[r].assign(actions.size(), kUnknown);
       producer_[r].assign(actions.size(), -1);
+      position_[r].assign(actions.size(), -1);
       for (std::size_t i = 0; i < actions.size(); ++i) {
         if (const auto in = input_of(s, static_cast<int>(r), actions[i]); in && !in->local()) {
           producer_[r][i] = in->from_rank;
+          const Arbiter& from = drivers[static_cast<std::size_t>(in->from_rank)].arbiter();
+          position_[r][i] = in->payload == Payload::Activation
+                                ? from.index_of(OpKind::F, in->from_chunk, in->microbatch)
+                                : from.backward_index(in->from_chunk, in->microbatch);
         }
       }
     }
@@ -78,10 +84,10 @@ class Helpers {
       const Arbiter& a = d.arbiter();
       if (!a.finished()) {
         const int next = a.next_in_list();
-        const double at = expected_[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)];
-        const bool from_owner = producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)] == owner;
-        if (a.is_ready(next) || (std::isnan(at) && !from_owner)) continue;  // about to run, or nothing known
-        if (!std::isnan(at)) o.until = at;
+        if (a.is_ready(next)) continue;  // about to run
+        const double at = earliest_input(q, next, owner, now, static_cast<int>(drivers_.size()));
+        if (std::isnan(at)) continue;  // nothing known
+        o.until = at;
       }
       if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
       o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
@@ -89,8 +95,28 @@ class Helpers {
     }
     return offers_;
   }
+  // The earliest arrival of the cross-rank input rank `q`'s list op `index` waits for (NaN: nothing known): its
+  // announced time once its producer has started; infinity when the producer is `owner`'s (not started: it comes
+  // after the op being decided, and so after any help of it); with the estimates, else no earlier than the
+  // producer's op could end if it started now, or once its own input came (followed up the pipeline, `depth`
+  // links at most), plus the transfer. A lower bound: exact estimates never see the input before it.
+  double earliest_input(int q, int index, int owner, double now, int depth) const {
+    const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
+    if (!std::isnan(expected_[r][i])) return expected_[r][i];
+    const int from = producer_[r][i], y = position_[r][i];
+    if (from == owner) return std::numeric_limits<double>::infinity();
+    if (from < 0 || y < 0 || depth <= 0 || !opt_.estimate) return kUnknown;
+    const Arbiter& b = drivers_[static_cast<std::size_t>(from)].arbiter();
+    double start = now;
+    if (!b.is_ready(y) && producer_[static_cast<std::size_t>(from)][static_cast<std::size_t>(y)] >= 0) {
+      const double in = earliest_input(from, y, owner, now, depth - 1);
+      if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
+    }
+    return start + opt_.estimate(from, b.actions()[static_cast<std::size_t>(y)]) + opt_.comm_estimate;
+  }
+
   // The helper of `o` starts helping at `now`.
-  void engage(const Offload& o, double now) {
+  void engage(const HelpPart& o, double now) {
     const std::size_t q = static_cast<std::size_t>(o.helper);
     busy_until_[q] = now + o.help_time;
     peak_[q] = std::max(peak_[q], drivers_[q].arbiter().memory_in_use() + o.memory);
@@ -104,6 +130,7 @@ class Helpers {
   std::vector<double> busy_until_, peak_;
   std::vector<std::vector<double>> expected_;
   std::vector<std::vector<int>> producer_;  // the rank whose op sends each action's cross-rank input, or -1
+  std::vector<std::vector<int>> position_;  // and that op's list position on the producer, or -1
   std::vector<HelpOffer> offers_;
 };
 
@@ -262,14 +289,16 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       if (helpers.on()) {
         const Offload o = drv.offload(i, now, predicted, helpers.offers(r, act, now));
         if (o.helper >= 0) {
-          busy = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
-          took = std::max(busy, o.help_time);
+          busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
           predicted = o.op_time;
-          helpers.engage(o, now);
-          res.busy[o.helper] += o.helper_compute;
-          res.migrations.push_back(
-              MigrationTiming{r, i, o.helper, o.slices, now, now + o.help_time, o.bytes, o.helper_compute});
-          queue.push(Event{now + o.help_time, seq++, EventType::HelpDone, o.helper, -1, -1});
+          for (const HelpPart& h : o.parts()) {
+            took = std::max(took, h.help_time);
+            helpers.engage(h, now);
+            res.busy[h.helper] += h.helper_compute;
+            res.migrations.push_back(
+                MigrationTiming{r, i, h.helper, h.slices, now, now + h.help_time, h.bytes, h.helper_compute});
+            queue.push(Event{now + h.help_time, seq++, EventType::HelpDone, h.helper, -1, -1});
+          }
         }
       }
       if (first) {
@@ -302,7 +331,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     if (queue.empty()) break;
     if (custom && !first) {
       int idle_ranks = 0;
-      for (int q = 0; q < p; ++q) idle_ranks += drivers[q].running() ? 0 : 1;
+      for (int q = 0; q < p; ++q) idle_ranks += drivers[q].running() || helpers.helping(q, now) ? 0 : 1;
       view.idle += idle_ranks * (queue.top().time - now);
     }
     now = queue.top().time;

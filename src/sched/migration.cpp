@@ -38,6 +38,7 @@ Migration::Migration(const plan::Migration& m, const plan::Costs& costs, int ran
     : enabled_(m.enabled && rank < static_cast<int>(m.ops.size())),
       slices_(std::max(1, m.slices)),
       max_slices_(static_cast<int>(std::floor(m.max_fraction * std::max(1, m.slices) + 1e-9))),
+      max_helpers_(std::max(1, m.helpers)),
       bytes_per_ms_(m.bandwidth_gbps * 1e9 / 1e3),
       latency_ms_(m.latency_ms),
       memory_unit_bytes_(m.memory_unit_bytes) {
@@ -65,19 +66,92 @@ Offload Migration::split(OpKind kind, double estimate, int slices, const HelpOff
   return o;
 }
 
+int Migration::slices_within(const plan::SliceCosts& c, double slice, double now, double tau,
+                             const HelpOffer& offer) const {
+  // help(k) = fixed + k per_slice is increasing in k: the largest k with help(k) <= the bound, in closed form.
+  const double fixed = c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
+  const double per_slice = c.bytes_per_slice / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
+  const double bound = std::min(tau, offer.until + 1e-9 - now) - fixed;
+  if (bound < 0 || per_slice <= 0) return 0;
+  double k = std::min<double>(max_slices_, std::floor(bound / per_slice + 1e-12));
+  const std::size_t r = static_cast<std::size_t>(offer.rank);
+  if (r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 && std::isfinite(offer.memory_free)) {
+    const double room = offer.memory_free * memory_unit_bytes_[r] - c.bytes_fixed;  // bytes of slices it can hold
+    if (room < 0) return 0;
+    if (c.bytes_per_slice > 0) k = std::min(k, std::floor(room / c.bytes_per_slice + 1e-12));
+  }
+  return k > 0 ? static_cast<int>(k) : 0;
+}
+
 Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const {
-  Offload best;
-  best.op_time = best.owner_time = estimate;
-  if (!enabled_ || estimate <= 0 || kinds_[static_cast<std::size_t>(kind)].sliced_fraction <= 0) return best;
-  const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
-  for (const HelpOffer& offer : offers) {
-    for (int k = 1; k <= max_slices_; ++k) {
-      const Offload o = split(kind, estimate, k, offer);
-      if (now + o.help_time > offer.until + 1e-9 || o.memory > offer.memory_free) continue;
-      if (o.op_time < best.op_time - gain_needed) best = o;
+  Offload alone;
+  alone.op_time = alone.owner_time = estimate;
+  const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
+  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0 || offers.empty()) return alone;
+  const double slice = estimate * c.sliced_fraction / slices_;
+  // The earliest end tau of the op: each offer takes the most slices it can finish within tau, the owner the
+  // rest (at most every slice moves); tau is feasible when the owner's part fits too. Feasibility grows with tau,
+  // so bisect on it; the best `max_helpers_` offers at tau are the ones that take the most slices.
+  std::vector<int> k(offers.size());
+  std::vector<std::size_t> order(offers.size());
+  auto assign = [&](double tau) {
+    for (std::size_t i = 0; i < offers.size(); ++i) k[i] = slices_within(c, slice, now, tau, offers[i]);
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const std::size_t n = std::min<std::size_t>(offers.size(), static_cast<std::size_t>(max_helpers_));
+    if (n < offers.size()) {
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return k[a] > k[b]; });
+    }
+    int total = 0;
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      if (j >= n) k[order[j]] = 0;
+      k[order[j]] = std::min(k[order[j]], slices_ - total);
+      total += k[order[j]];
+    }
+    return total;
+  };
+  double lo = 0, hi = estimate;
+  for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
+    const double tau = 0.5 * (lo + hi);
+    (estimate - slice * assign(tau) <= tau ? hi : lo) = tau;
+  }
+  // At the feasible end: the slices the owner need not keep, trimmed from the helpers whose parts end last.
+  int total = assign(hi);
+  const int needed = std::max(0, static_cast<int>(std::ceil((estimate - hi) / slice - 1e-9)));
+  auto part = [&](std::size_t i) { return split(kind, estimate, k[i], offers[i]); };
+  while (total > needed) {
+    std::size_t last = offers.size();
+    for (std::size_t i = 0; i < offers.size(); ++i) {
+      if (k[i] > 0 && (last == offers.size() || part(i).help_time > part(last).help_time)) last = i;
+    }
+    --k[last];
+    --total;
+  }
+  Offload best = alone;
+  best.owner_time = estimate - total * slice;
+  best.op_time = best.owner_time;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const std::size_t i = order[j];
+    if (k[i] <= 0) continue;
+    const Offload o = part(i);
+    HelpPart h{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory};
+    best.op_time = std::max(best.op_time, o.help_time);
+    if (best.helper < 0) {
+      best.helper = h.helper, best.slices = h.slices, best.helper_compute = h.helper_compute;
+      best.help_time = h.help_time, best.bytes = h.bytes, best.memory = h.memory;
+    } else {
+      best.more.push_back(h);
     }
   }
-  return best;
+  const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
+  return best.helper >= 0 && best.op_time < estimate - gain_needed ? best : alone;
+}
+
+std::vector<HelpPart> Offload::parts() const {
+  std::vector<HelpPart> out;
+  if (helper < 0) return out;
+  out.push_back(HelpPart{helper, slices, helper_compute, help_time, bytes, memory});
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
 std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v) {

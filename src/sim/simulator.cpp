@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
@@ -27,6 +29,32 @@ SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& 
 
 namespace {
 std::int64_t to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
+
+// When a helper's compute starts: after the transfers out and before those back (half each: the cost model sums
+// both directions), so it lies inside the owner's op.
+double help_start(const sched::MigrationTiming& m) {
+  return m.start + 0.5 * std::max(0.0, m.end - m.start - m.helper_compute);
+}
+
+// The helper's row of a migrated op, as the runtime writes it (HELP_F/B/W/BW on the helper, peer = the owner,
+// migrated = the slices, bytes both ways): its compute.
+trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming& m, int step, double origin) {
+  const sched::Action& a = s.ranks[m.owner][m.index];
+  const double start = help_start(m);
+  trace::OpEvent e;
+  e.step = step;
+  e.rank = m.helper;
+  e.stage = s.stage_of(m.owner, a.chunk);
+  e.chunk = a.chunk;
+  e.microbatch = a.microbatch;
+  e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(a.kind));
+  e.ready_ns = e.start_ns = to_ns(origin + start);  // ready when the payload is in, as in the runtime
+  e.end_ns = to_ns(origin + start + m.helper_compute);
+  e.bytes = static_cast<std::int64_t>(std::llround(m.bytes));
+  e.peer = m.owner;
+  e.migrated = static_cast<std::int8_t>(m.slices);
+  return e;
+}
 
 // One step; release_ms (overlapping steps): per rank, when it may start on the run's clock; null: the step
 // starts at start_ms.
@@ -69,8 +97,6 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   // The step's clock starts at its first op; the run's clock places it at start_ms (synchronous steps).
   const double origin = release_ms ? zero : start_ms - res.start;
   r.start_ms = release_ms ? zero + res.start : start_ms;
-  r.rank_end_ms.resize(s.p);
-  for (int k = 0; k < s.p; ++k) r.rank_end_ms[k] = origin + (res.order[k].empty() ? res.end : res.last_end[k]);
   r.makespan_ms = res.makespan();
   r.num_ops = s.num_actions();
   r.busy_ms = res.busy;
@@ -83,23 +109,43 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     r.lower_bound_ms = std::max(r.lower_bound_ms, r.busy_ms[k]);
   }
   r.bubble_ratio = r.makespan_ms > 0 ? 1.0 - total_busy / (s.p * r.makespan_ms) : 0.0;
+  // A rank's span holds its own ops and the slices it computed for others (its HELP rows in the trace).
+  std::vector<double> first(res.first_start), last(res.last_end);
+  std::vector<char> any(static_cast<std::size_t>(s.p), 0);
+  for (int k = 0; k < s.p; ++k) any[k] = !res.order[k].empty();
+  for (const sched::MigrationTiming& m : res.migrations) {
+    const double from = help_start(m), to = from + m.helper_compute;
+    const std::size_t h = static_cast<std::size_t>(m.helper);
+    first[h] = any[h] ? std::min(first[h], from) : from;
+    last[h] = any[h] ? std::max(last[h], to) : to;
+    any[h] = 1;
+  }
   std::vector<double> span(s.p, -1.0);
   for (int k = 0; k < s.p; ++k) {
-    if (!res.order[k].empty()) span[k] = res.last_end[k] - res.first_start[k];
+    if (any[k]) span[k] = last[k] - first[k];
   }
   r.stage_bubble_ratio = trace::stage_bubble_ratio(r.busy_ms, span);
+  // Where each rank's part of the step ends (its own ops and its help for others): the next step's release.
+  r.rank_end_ms.resize(s.p);
+  for (int k = 0; k < s.p; ++k) r.rank_end_ms[k] = origin + (any[k] ? last[k] : res.end);
   for (int k = 0; k < s.p; ++k) {
     if (span[k] > 0) r.max_stage_bubble_ratio = std::max(r.max_stage_bubble_ratio, 1.0 - r.busy_ms[k] / span[k]);
   }
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
-  for (const sched::MigrationTiming& m : res.migrations) {
-    ++r.migrated_ops;
+  for (std::size_t k = 0; k < res.migrations.size(); ++k) {
+    const sched::MigrationTiming& m = res.migrations[k];
+    // An op with several helpers has consecutive parts: counted once.
+    const bool same_op = k > 0 && res.migrations[k - 1].owner == m.owner && res.migrations[k - 1].index == m.index;
+    r.migrated_ops += same_op ? 0 : 1;
     r.migration_bytes += m.bytes;
     r.link_bytes[{m.owner, m.helper}] += m.bytes;
   }
 
   if (options.record_events) {
-    r.events.reserve(res.ops.size() + 2 * res.transfers.size());
+    r.events.reserve(res.ops.size() + 2 * res.transfers.size() + res.migrations.size());
+    // Slices each migrated op sent away (the owner's row says so, as the runtime's does).
+    std::map<std::pair<int, int>, int> sent;
+    for (const sched::MigrationTiming& m : res.migrations) sent[{m.owner, m.index}] += m.slices;
     for (const auto& op : res.ops) {
       const sched::Action& a = s.ranks[op.rank][op.index];
       trace::OpEvent e;
@@ -113,8 +159,11 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
       e.start_ns = to_ns(origin + op.start);
       e.end_ns = to_ns(origin + op.end);
       e.wait_ns = to_ns(op.wait);
+      if (const auto it = sent.find({op.rank, op.index}); it != sent.end())
+        e.migrated = static_cast<std::int8_t>(it->second);
       r.events.push_back(e);
     }
+    for (const sched::MigrationTiming& m : res.migrations) r.events.push_back(help_event(s, m, step, origin));
     for (const auto& t : res.transfers) {
       trace::OpEvent e;
       e.step = step;

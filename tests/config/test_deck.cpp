@@ -461,6 +461,12 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
     EXPECT_FALSE(contains(q, "migration")) << q;
   }
   EXPECT_TRUE(problems_of("", {"migration.link=custom"}).empty());  // off: no link needed
+  // Several helpers per op: simulated, not run (the runtime sends an op's slices to one helper).
+  p = one({"migration.enabled=true", "backend=emulated", "migration.helpers=3"}, Command::Run);
+  EXPECT_TRUE(contains(p, "migration.helpers = 3: conductor run sends an op's slices to one helper only")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.helpers=3"}).empty());
+  p = one({"migration.helpers=0"});
+  EXPECT_TRUE(contains(p, "migration.helpers")) << p;
 }
 
 // The link presets resolve to stated numbers; a custom link keeps the deck's; disabled stays off.

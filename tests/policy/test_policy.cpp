@@ -410,3 +410,47 @@ TEST(PolicyScheduler, PlanningLeavesTheCallersThreadsAlone) {
   EXPECT_EQ(omp_get_max_threads(), 3);
   omp_set_num_threads(before);
 }
+
+// The environment runs the local tier when the deck enables it (EnvOptions::migration from env_migration): a
+// rollout with the heuristic's choices is readiness execution with the same migration (decisions on the predicted
+// costs, a helper at its actual speed), and on a deck whose LM-head stage is heavy it migrates and ends sooner
+// than the rollout without it.
+TEST(PolicyEnv, RolloutMigratesWhenTheDeckEnablesIt) {
+  config::LoadOptions o;
+  o.command = config::Command::Simulate;
+  o.overrides = {"model.d_model=256",       "model.n_heads=8",     "model.n_layers=8",        "model.seq_len=128",
+                 "model.vocab=16384",       "parallel.pipeline=4", "parallel.microbatches=8", "schedule.kind=zb-2p",
+                 "cost.device_tflops=0.05", "cost.comm=0.01",      "migration.enabled=true",  "migration.link=nvlink",
+                 "trace.enabled=false"};
+  const plan::Plan plan = config::resolve(config::parse_deck("", o));
+  const policy::TrainSetup su = [&] {
+    policy::TrainSetup t;
+    t.base = sched::make_schedule(plan);
+    t.cost = plan.costs;
+    t.env.migration = policy::env_migration(plan, t.base);
+    return t;
+  }();
+  ASSERT_EQ(su.env.migration.size(), 4u);
+  policy::EpisodeDraw draw;
+  draw.seed = 7;
+  draw.level = 0.1;
+  draw.cost = su.cost;
+  const auto compute = policy::draw_compute(draw, 1);
+  const auto comm = policy::draw_comm(draw);
+  const auto first = [](const policy::Decision&) { return 0; };
+  const auto on = policy::rollout(su.base, su.env, draw.cost, compute, comm, first);
+  policy::EnvOptions off_env = su.env;
+  off_env.migration.clear();
+  const auto off = policy::rollout(su.base, off_env, draw.cost, compute, comm, first);
+  EXPECT_LT(on.makespan(), 0.98 * off.makespan());
+  sched::ExecOptions eo;
+  eo.execution = sched::Execution::Readiness;
+  eo.hint = su.env.heuristic;
+  eo.migration = su.env.migration;
+  eo.estimate = [&](int r, const sched::Action& a) { return draw.cost.op_time(r, a.kind, 1); };
+  eo.helper_speed = [&](int r, const sched::Action& a) { return compute(r, a) / draw.cost.op_time(r, a.kind, 1); };
+  const auto ex = sched::execute(su.base, eo, compute, comm);
+  EXPECT_FALSE(ex.migrations.empty());
+  EXPECT_EQ(on.order, ex.order);
+  EXPECT_DOUBLE_EQ(on.makespan(), ex.makespan());
+}

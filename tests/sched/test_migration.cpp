@@ -127,3 +127,35 @@ TEST(Migration, DecisionTakesTheBestFeasibleSplit) {
   EXPECT_EQ(mig.decide(OpKind::F, 0.0, 3.0, {peer}).helper, -1);
   EXPECT_EQ(Migration().decide(OpKind::F, 0.0, 3.0, {HelpOffer{0}}).helper, -1);  // disabled
 }
+
+// Several helpers (migration.helpers): the earliest end over the splits of the slices among the offers, each
+// within its window and max_fraction (2 of 4 slices). Rank 1's 3 ms op, on a cheaper link than above: k slices on a
+// helper take 0.1 + 0.05k ms of transfer, 0.1 ms latency and 0.75k ms of compute = 0.2 + 0.8k; the owner keeps
+// 3 - 0.75K for K slices moved in all. One helper: k=1 max(2.25, 1.0) = 2.25, k=2 max(1.5, 1.8) = 1.8. Two:
+// (1, 1) max(1.5, 1.0, 1.0) = 1.5, (2, 1) max(0.75, 1.8) = 1.8, (2, 2) 1.8: one slice each, 1.5 ms.
+TEST(Migration, SeveralHelpersShareTheSlices) {
+  plan::Migration m = unit_migration();
+  plan::SliceCosts c;
+  c.sliced_fraction = 1;
+  c.bytes_fixed = 0.1e6;
+  c.bytes_per_slice = 0.05e6;
+  c.messages = 1;
+  m.ops.assign(2, {c, c, c});
+  HelpOffer a, b;
+  a.rank = 0;
+  b.rank = 2;
+  m.helpers = 1;
+  const Offload one = Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b});
+  EXPECT_EQ(one.slices, 2);
+  EXPECT_TRUE(one.more.empty());
+  EXPECT_NEAR(one.op_time, 1.8, 1e-12);
+  m.helpers = 2;
+  const Offload two = Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b});
+  ASSERT_EQ(two.parts().size(), 2u);
+  EXPECT_EQ(two.slices + two.more[0].slices, 2);
+  EXPECT_NEAR(two.owner_time, 1.5, 1e-12);
+  EXPECT_NEAR(two.op_time, 1.5, 1e-12);
+  EXPECT_NE(two.helper, two.more[0].helper);
+  b.until = 0.5;  // the second offer's window is too short for any slice: one helper again
+  EXPECT_TRUE(Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b}).more.empty());
+}

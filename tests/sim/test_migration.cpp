@@ -1,7 +1,12 @@
 // Computation migration through the simulator, from decks: it never makes a noise-free balanced strict step
 // slower (property over a small grid), it gains on a straggling stage, migration that never fires changes nothing,
-// and summary.json reports the bytes per link.
+// summary.json reports the bytes per link, and the trace holds the helpers' rows as the runtime writes them.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "conductor/trace/summary.hpp"
 
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
@@ -44,21 +49,23 @@ std::vector<std::string> model(int p, int m, const std::string& kind) {
 
 }  // namespace
 
-// Property: over schedules x p x m x link, noise-free and strict, with balanced stage costs (one value for every
-// rank), the step with migration is never slower than without.
+// Property: over schedules x p x m x link (and several helpers per op), noise-free and strict, with balanced stage
+// costs (one value for every rank), the step with migration is never slower than without.
 TEST(MigrationSim, NeverSlowerWhenBalancedAndNoiseFree) {
   int migrated = 0;
   for (const char* kind : {"gpipe", "1f1b", "zb-h1", "zb-2p"}) {
     for (int p : {2, 4}) {
       for (int m : {4, 8}) {
-        for (const char* link : {"nvlink", "infiniband"}) {
+        for (const char* link : {"nvlink", "infiniband", "nvlink, 3 helpers"}) {
           std::vector<std::string> o = model(p, m, kind);
           for (const char* k :
                {"cost.device_tflops=0", "cost.forward=1", "cost.backward_input=1.1", "cost.backward_weight=0.9"})
             o.push_back(k);
           const sim::RunResult off = simulate(plan_of(o));
           o.push_back("migration.enabled=true");
-          o.push_back(std::string("migration.link=") + link);
+          const bool several = std::string(link).find("helpers") != std::string::npos;
+          o.push_back(several ? std::string("migration.link=nvlink") : std::string("migration.link=") + link);
+          if (several) o.push_back("migration.helpers=3");
           const sim::RunResult on = simulate(plan_of(o));
           EXPECT_LE(on.mean_makespan_ms, off.mean_makespan_ms + 1e-9)
               << kind << " p=" << p << " m=" << m << " " << link;
@@ -123,4 +130,67 @@ TEST(MigrationSim, SummaryReportsBytesPerLink) {
   EXPECT_EQ(j["migration"]["link"], "infiniband");
   EXPECT_EQ(j["migration"]["links"].size(), run.mean_link_bytes.size());
   EXPECT_GT(run.mean_migration_bytes, 0);
+}
+
+// The trace of a simulated step with migration has the runtime's rows (docs/migration.md): each migrated op once
+// on its owner with `migrated` = the slices sent away, and per helper one HELP_<kind> row (peer = the owner, same
+// stage, chunk and microbatch, its slices, the bytes moved) inside the owner's op; the helpers' slices add up to
+// the owner's; help rows count as busy time in the trace's figures. Several helpers per op, so parts add up.
+TEST(MigrationSim, TraceHasHelpRowsInsideTheirOwnersOps) {
+  std::vector<std::string> o = model(4, 8, "zb-2p");
+  for (const char* k : {"model.vocab=16384", "migration.enabled=true", "migration.link=nvlink", "migration.helpers=3",
+                        "noise.kind=gaussian", "noise.level=0.1", "noise.seed=3"})
+    o.push_back(k);
+  const plan::Plan plan = plan_of(o);
+  const sched::Schedule s = sched::make_schedule(plan);
+  sim::SimOptions options = sim::SimOptions::from_plan(plan, s);
+  options.record_events = true;
+  const sim::StepResult r = sim::simulate_step(s, sim::NoiseModel::from_plan(plan, s), options, 0, 0.0);
+  ASSERT_GT(r.migrated_ops, 0);
+  int help_rows = 0, owner_rows = 0, several = 0;
+  std::map<std::tuple<int, int, int, int>, int> slices;  // (owner, kind, chunk, microbatch): helpers' slices
+  for (const trace::OpEvent& h : r.events) {
+    const int kind = static_cast<int>(h.kind);
+    if (kind < static_cast<int>(trace::EventKind::HELP_F)) {
+      owner_rows += h.migrated > 0;
+      continue;
+    }
+    ++help_rows;
+    several += slices[{h.peer, kind, h.chunk, h.microbatch}] > 0;
+    slices[{h.peer, kind, h.chunk, h.microbatch}] += h.migrated;
+    ASSERT_NE(h.peer, h.rank);
+    EXPECT_GT(h.migrated, 0);
+    EXPECT_GT(h.bytes, 0);
+    EXPECT_GT(h.end_ns, h.start_ns);
+    int owners = 0;
+    for (const trace::OpEvent& e : r.events) {
+      if (e.rank != h.peer || static_cast<int>(e.kind) != kind - static_cast<int>(trace::EventKind::HELP_F) ||
+          e.chunk != h.chunk || e.microbatch != h.microbatch)
+        continue;
+      ++owners;
+      EXPECT_EQ(e.stage, h.stage);
+      EXPECT_GE(e.migrated, h.migrated);
+      EXPECT_LE(e.start_ns, h.start_ns);
+      EXPECT_GE(e.end_ns, h.end_ns);
+    }
+    EXPECT_EQ(owners, 1) << "help row of rank " << h.rank << " for rank " << h.peer;
+  }
+  EXPECT_EQ(owner_rows, r.migrated_ops);  // every migrated op once on its owner, and only those
+  EXPECT_EQ(static_cast<int>(slices.size()), r.migrated_ops);
+  EXPECT_GT(several, 0) << "no op had two helpers";
+  EXPECT_GT(help_rows, r.migrated_ops);
+  for (const trace::OpEvent& e : r.events) {
+    if (e.migrated > 0 && static_cast<int>(e.kind) < static_cast<int>(trace::EventKind::HELP_F)) {
+      EXPECT_EQ((slices[{e.rank, static_cast<int>(e.kind) + static_cast<int>(trace::EventKind::HELP_F), e.chunk,
+                         e.microbatch}]),
+                e.migrated);
+    }
+  }
+  // The trace's busy time of a rank: its ops (a migrated one spans its owner's wait for the help's return) and
+  // its help rows; never less than the simulator's compute.
+  const trace::StepRecord rec = trace::summarize_step(r.events, s.p, 0, 1.0);
+  double sim_busy = 0;
+  for (int q = 0; q < s.p; ++q) sim_busy += r.busy_ms[static_cast<std::size_t>(q)];
+  const double trace_busy = (1.0 - rec.bubble_ratio) * s.p * static_cast<double>(rec.makespan_ns) * 1e-6;
+  EXPECT_GE(trace_busy, sim_busy - 1e-3);
 }

@@ -50,6 +50,7 @@ struct MigrationConfig {
                                                                // column groups, LM-head vocabulary groups
   int slices = 0;                                              // equal slices per op; 0 = model.n_heads
   double max_fraction = 0.5;                                   // most of an op's slices one helper takes
+  int helpers = 1;                                             // most helpers of one op (> 1: simulator only)
   std::string link = "infiniband";                             // nvlink | infiniband | custom
   double bandwidth_gbps = 0;                                   // 0 = the preset's
   double latency_us = -1;                                      // < 0 = the preset's

@@ -166,6 +166,7 @@ struct Migration {
   bool enabled = false;
   int slices = 8;             // equal slices per op
   double max_fraction = 0.5;  // most of an op's slices one helper takes
+  int helpers = 1;            // most helpers of one op
   std::string link = "infiniband";
   double bandwidth_gbps = 25;                  // of the link between owner and helper, each direction
   double latency_ms = 0.01;                    // per message

@@ -21,6 +21,7 @@
 #include "conductor/sched/arbiter.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
+#include "conductor/sched/migration.hpp"
 #include "conductor/sched/schedule.hpp"
 
 namespace conductor::policy {
@@ -49,7 +50,14 @@ struct EnvOptions {
   sched::Hint heuristic = sched::Hint::BFW;  // ranking behind the heuristic-rank feature
   double memory_limit = 0;                   // M_F per rank, <= 0 unlimited
   double memory_after_b = 0;
+  // Computation migration (sched/migration.hpp), one per rank, empty = off: the local tier's decision runs in
+  // the rollout as in the simulator (the owner decides on the predicted cost model's op time; a helper's speed is
+  // its actual over its predicted time for the action).
+  std::vector<sched::Migration> migration;
 };
+
+// The plan's migration for `schedule` (empty when migration.enabled is false): what EnvOptions::migration takes.
+std::vector<sched::Migration> env_migration(const plan::Plan& plan, const sched::Schedule& schedule);
 
 struct Rollout {
   std::vector<std::vector<int>> order;  // realized order per rank (list indices)

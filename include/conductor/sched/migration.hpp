@@ -7,10 +7,11 @@
 //
 // The rule (a baseline, like backfilling's): a peer may help only when it is idle and the help, transfers
 // included, ends before its own next op's input is expected (or the peer has finished its step), within its
-// memory limit. Among those offers and k = 1 .. max_fraction x slices, the owner takes the one that ends the op
-// earliest, and only if that is earlier than running it alone: the owner's predicted finish exceeds the
-// helper's by more than the transfers cost. With exact estimates (noise-free) the help therefore never delays
-// the helper's own next op, and the owner's op ends no later: a strict step is never slower than without it.
+// memory limit. Among those offers (up to migration.helpers of them) and k = 1 .. max_fraction x slices each,
+// the owner takes the split that ends the op earliest, and only if that is earlier than running it alone: the
+// owner's predicted finish exceeds the helpers' by more than the transfers cost. With exact estimates (noise-free) the
+// help therefore never delays the helper's own next op, and the owner's op ends no later: a strict step is never slower
+// than without it.
 #include <array>
 #include <limits>
 #include <vector>
@@ -28,16 +29,31 @@ struct HelpOffer {
   double speed = 1.0;  // the peer's time factor for this work (noise; 1 = the cost model's time)
 };
 
+// One helper's part of a migrated op.
+struct HelpPart {
+  int helper = -1;
+  int slices = 0;
+  double helper_compute = 0;  // the helper's compute (at its speed)
+  double help_time = 0;       // the helper's part: transfers out, compute, transfers back
+  double bytes = 0;           // over the owner-helper link, both directions
+  double memory = 0;          // M_F the helper holds while it helps (the bytes in its memory unit)
+};
+
 // The decision for one op: helper -1 = the owner runs it alone (then op_time = owner_time = the estimate).
+// The first helper's part is in the fields below; with migration.helpers > 1 (the simulator only) `more` holds
+// the others.
 struct Offload {
   int helper = -1;
   int slices = 0;
-  double op_time = 0;         // the op's predicted duration (owner and helper parts both in)
+  double op_time = 0;         // the op's predicted duration (owner and every helper's part in)
   double owner_time = 0;      // the owner's compute: fixed part and the slices it keeps
   double helper_compute = 0;  // the helper's compute (at its speed)
   double help_time = 0;       // the helper's part: transfers out, compute, transfers back
   double bytes = 0;           // over the owner-helper link, both directions
   double memory = 0;          // M_F the helper holds while it helps (the bytes in its memory unit)
+  std::vector<HelpPart> more;
+  // Every helper's part, the first one first (empty when alone).
+  std::vector<HelpPart> parts() const;
 };
 
 class Migration {
@@ -49,14 +65,19 @@ class Migration {
 
   bool enabled() const { return enabled_; }
   int max_slices() const { return max_slices_; }
-  // The op of `kind`, estimated to take `estimate` alone, starting at `now`: the best offload among `offers`.
+  int max_helpers() const { return max_helpers_; }
+  // The op of `kind`, estimated to take `estimate` alone, starting at `now`: the offload among `offers` (up to
+  // migration.helpers of them, each within its window, memory and max_fraction) that ends the op earliest.
   Offload decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const;
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
 
  private:
+  // The most slices `offer` can take within `tau` ms of help, its window and its memory (0: none).
+  int slices_within(const plan::SliceCosts& c, double slice, double now, double tau, const HelpOffer& offer) const;
+
   bool enabled_ = false;
-  int slices_ = 1, max_slices_ = 0;
+  int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
   double bytes_per_ms_ = 0, latency_ms_ = 0;
   std::array<plan::SliceCosts, 4> kinds_{};  // per chunk: F, B, W, BW
   std::vector<double> memory_unit_bytes_;    // per rank
