@@ -148,7 +148,7 @@ class HostModelCompute final : public StageCompute {
       run_stage_op(*model_, a, stage, in, out);
     }
     if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v) * share_; extra > 0) {
-      sleep_until_ns(steady_now_ns() + ms_to_ns(extra));
+      sleep_with_progress_until_ns(steady_now_ns() + ms_to_ns(extra), progress_);  // migration's messages move
     }
     share_ = 1.0;
     last_.end_ns = steady_now_ns();
@@ -160,6 +160,7 @@ class HostModelCompute final : public StageCompute {
     return grouped && (kind == sched::OpKind::W || kind == sched::OpKind::BW) ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
+  void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
   void give_slices(int slices, HelpSender send) override {
     give_ = slices;
     send_ = std::move(send);
@@ -196,6 +197,7 @@ class HostModelCompute final : public StageCompute {
   double share_ = 1.0;  // of the next op's injected extra delay (keep_share)
   int give_ = 0;        // slices the next op gives to a helper (give_slices)
   HelpSender send_;
+  std::function<bool()> progress_;  // set_progress
 };
 
 #ifdef CONDUCTOR_HAVE_CUDA

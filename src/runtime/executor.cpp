@@ -294,6 +294,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::function<bool()> keep_moving;
   std::function<void()> push_help_sends;  // polls a moment for the help payloads this rank sent (set with drain)
   int help_sends = 0;                     // help payloads (out or back) posted and not yet complete
+  int answers_due = 0;                    // helpers' answers this rank waits for
   Control sent_status;                    // the last status this rank sent
   bool finished_sent = false;
   auto post_control_recv = [&](int q) {
@@ -427,6 +428,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     data_ids[data_.post_send(helper, help_tag(i, false), help_buffers.back().data(), help_buffers.back().size())] = {
         Role::HelpSend, i, true};
     ++help_sends;
+    ++answers_due;
     reply_buf[at(i)].resize(static_cast<std::size_t>(c.bytes_back));
     data_ids[data_.post_recv(helper, help_tag(i, true), reply_buf[at(i)].data(), reply_buf[at(i)].size())] = {
         Role::HelpReply, i, false};
@@ -593,6 +595,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         help_payload_in(p.action);
       } else if (p.role == Role::HelpReply) {
         help_back[at(p.action)] = now;
+        --answers_due;
         ++progress;
       } else if (p.role == Role::HelpSend) {
         --help_sends;  // its buffer is freed with the step's
@@ -614,10 +617,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // single-copy mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle
   // peer to take it, short enough not to wait out a peer that turned out busy.
   if (migrating) {
+    // Also while a helper's answer is due: it is a rendezvous too, which the helper's poll alone cannot finish.
     keep_moving = [&] {
-      if (help_sends == 0) return false;
+      if (help_sends == 0 && answers_due == 0) return false;
       drain();
-      return help_sends > 0;
+      return help_sends > 0 || answers_due > 0;
     };
     compute_.set_progress(keep_moving);
   }

@@ -88,7 +88,8 @@ Moved moved(const std::string& dir, int forced_shift) {
 void expect_single_rank_losses(const config::Deck& deck, const runtime::RunOutcome& outcome, const std::string& what) {
   const std::vector<double> reference = model::train_reference(config::resolve(deck));
   ASSERT_EQ(outcome.losses.size(), reference.size()) << what;
-  for (std::size_t k = 0; k < reference.size(); ++k) EXPECT_EQ(outcome.losses[k], reference[k]) << what << " step " << k;
+  for (std::size_t k = 0; k < reference.size(); ++k)
+    EXPECT_EQ(outcome.losses[k], reference[k]) << what << " step " << k;
   EXPECT_NE(outcome.losses.front(), outcome.losses.back()) << what;
 }
 
@@ -121,8 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Families, ForcedMigration,
 
 // Every slice moved (slices = migration.slices): the owner computes no MLP weight gradient of its own.
 TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
-  const config::Deck deck =
-      migration_deck("zb-h1", "strict", {ring_pattern(4), "migration.max_fraction=1"});
+  const config::Deck deck = migration_deck("zb-h1", "strict", {ring_pattern(4), "migration.max_fraction=1"});
   const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
   expect_single_rank_losses(deck, outcome, "all slices");
@@ -134,11 +134,11 @@ TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
 // and BW ops to idle peers.
 TEST(DecidedMigration, StragglerMatchesSingleRank) {
   for (const std::string execution : {"strict", "readiness"}) {
-    const config::Deck deck = migration_deck(
-        "zb-h1", execution,
-        {"run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.2", "noise.straggler_rank=0",
-         "noise.straggler_factor=3", "cost.forward=[2]", "cost.backward_input=[2]", "cost.backward_weight=[2]",
-         "migration.max_fraction=1"});
+    const config::Deck deck =
+        migration_deck("zb-h1", execution,
+                       {"run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.2", "noise.straggler_rank=0",
+                        "noise.straggler_factor=3", "cost.forward=[2]", "cost.backward_input=[2]",
+                        "cost.backward_weight=[2]", "migration.max_fraction=1"});
     const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
     if (world_rank() != 0) continue;
     expect_single_rank_losses(deck, outcome, "decided " + execution);
@@ -147,4 +147,3 @@ TEST(DecidedMigration, StragglerMatchesSingleRank) {
 }
 
 }  // namespace
-
