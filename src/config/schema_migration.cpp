@@ -48,12 +48,21 @@ void add_migration_fields(std::vector<Field>& f) {
                   "Bytes per element of the tensors a migration moves; 0 = model.precision's (fp32: 4, bf16: 2). "
                   "2 models a bf16 run of a deck simulated with the emulated backend (which is fp32).")
                   .range(0, 8));
-  f.push_back(field<std::vector<std::string>>(
+  Field force = field<std::vector<std::string>>(
       "migration.force", [](Deck & d) -> auto& { return d.migration.force; },
       "Forced migration for tests and experiments: entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
       "by commas), e.g. `[\"1->0:W,BW:2\"]`: every op of rank OWNER of a listed kind gives SLICES slices to rank "
       "HELPER, with no decision (the helper serves it between its own ops). One entry per owner. Empty: decided "
-      "(docs/migration.md)."));
+      "(docs/migration.md).");
+  // `[]` (what resolved.yaml writes for the default) is the empty list: decided, not forced.
+  force.set = [parse = force.set](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
+    if (n.IsSequence() && n.size() == 0) {
+      d.migration.force.clear();
+      return {};
+    }
+    return parse(d, n, self);
+  };
+  f.push_back(std::move(force));
 }
 
 namespace {
