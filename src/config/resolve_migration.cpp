@@ -13,6 +13,36 @@ LinkPreset link_preset(const std::string& link) {
   return {0.0, -1.0};
 }
 
+std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std::string& why) {
+  plan::ForcedHelp f;
+  const std::size_t arrow = entry.find("->");
+  const std::size_t colon1 = entry.find(':', arrow == std::string::npos ? 0 : arrow);
+  const std::size_t colon2 = colon1 == std::string::npos ? colon1 : entry.find(':', colon1 + 1);
+  const auto number = [](const std::string& text, int& out) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 6) return false;
+    out = std::stoi(text);
+    return true;
+  };
+  if (arrow == std::string::npos || colon2 == std::string::npos || !number(entry.substr(0, arrow), f.owner) ||
+      !number(entry.substr(arrow + 2, colon1 - arrow - 2), f.helper) || !number(entry.substr(colon2 + 1), f.slices)) {
+    why = "expected OWNER->HELPER:KINDS:SLICES with ranks and slices as numbers, e.g. 1->0:W,BW:2";
+    return std::nullopt;
+  }
+  const std::string kinds = entry.substr(colon1 + 1, colon2 - colon1 - 1);
+  for (std::size_t at = 0; at <= kinds.size();) {
+    const std::size_t comma = std::min(kinds.find(',', at), kinds.size());
+    const std::string k = kinds.substr(at, comma - at);
+    const int index = k == "F" ? 0 : k == "B" ? 1 : k == "W" ? 2 : k == "BW" ? 3 : -1;
+    if (index < 0) {
+      why = "op kind '" + k + "' is not one of F, B, W, BW";
+      return std::nullopt;
+    }
+    f.kinds[static_cast<std::size_t>(index)] = true;
+    at = comma + 1;
+  }
+  return f;
+}
+
 namespace {
 
 // One rank's share, in elements and FLOPs: `layers` transformer layers, and the LM head when `head`.
@@ -106,6 +136,9 @@ plan::Migration migration_from_model(const Deck& d) {
   m.bandwidth_gbps = c.bandwidth_gbps > 0 ? c.bandwidth_gbps : preset.bandwidth_gbps;
   m.latency_ms = (c.latency_us >= 0 ? c.latency_us : preset.latency_us) * 1e-3;
   if (!m.enabled) return m;
+  std::string why;
+  for (const std::string& entry : c.force) m.force.push_back(*parse_forced_help(entry, why));  // checked by now
+  if (std::find(c.units.begin(), c.units.end(), "mlp") != c.units.end()) m.mlp_groups = c.slices;
   const int p = d.parallel.pipeline;
   const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;

@@ -9,8 +9,8 @@ namespace conductor::config {
 void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
-      "Computation migration (`conductor simulate`, and `conductor run` on backend emulated only): when an op starts, "
-      "its owner may give up "
+      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu W's MLP column "
+      "groups with migration.units [mlp]): when an op starts, its owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(
@@ -53,6 +53,21 @@ void add_migration_fields(std::vector<Field>& f) {
                   "Bytes per element of the tensors a migration moves; 0 = model.precision's (fp32: 4, bf16: 2). "
                   "2 models a bf16 run of a deck simulated with the emulated backend (which is fp32).")
                   .range(0, 8));
+  Field force = field<std::vector<std::string>>(
+      "migration.force", [](Deck & d) -> auto& { return d.migration.force; },
+      "Forced migration for tests and experiments: entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
+      "by commas), e.g. `[\"1->0:W,BW:2\"]`: every op of rank OWNER of a listed kind gives SLICES slices to rank "
+      "HELPER, with no decision (the helper serves it between its own ops). One entry per owner. Empty: decided "
+      "(docs/migration.md).");
+  // `[]` (what resolved.yaml writes for the default) is the empty list: decided, not forced.
+  force.set = [parse = force.set](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
+    if (n.IsSequence() && n.size() == 0) {
+      d.migration.force.clear();
+      return {};
+    }
+    return parse(d, n, self);
+  };
+  f.push_back(std::move(force));
 }
 
 namespace {
@@ -70,6 +85,68 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// conductor run: emulated moves every unit (sleeps); cpu moves W's MLP column groups with the trainer's kernels
+// (the rest is issue 15's remaining work); cuda moves nothing yet.
+void check_run_backend(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
+  const MigrationConfig& m = d.migration;
+  if (d.backend == "emulated") return;
+  if (d.backend != "cpu") {
+    problems.push_back(src + ": migration.enabled = true with backend = " + d.backend +
+                       ": conductor run migrates on backends emulated and cpu only; cuda slices are not moved yet "
+                       "(issue 15); set migration.enabled=false or use conductor simulate");
+    return;
+  }
+  if (m.units != std::vector<std::string>{"mlp"}) {
+    problems.push_back(src + ": migration.units = [" + join(m.units) +
+                       "] with backend = cpu: the cpu backend moves MLP column groups only (attention heads and "
+                       "LM-head vocabulary groups are issue 15's remaining work); set migration.units=[mlp]");
+  }
+  for (const std::string& entry : m.force) {
+    std::string why;
+    const auto f = parse_forced_help(entry, why);
+    if (f && (f->kinds[0] || f->kinds[1])) {
+      problems.push_back(src + ": migration.force entry '" + entry +
+                         "' moves F or B on backend cpu, which moves the MLP groups of W and BW only (F and B are "
+                         "issue 15's remaining work); list W and/or BW");
+    }
+  }
+}
+
+// migration.force: well-formed entries, ranks in the pipeline, a helper other than the owner, one entry per
+// owner, slices within migration.slices.
+void check_force(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
+  const int p = d.parallel.pipeline, slices = d.migration.slices;
+  std::vector<int> owners;
+  for (const std::string& entry : d.migration.force) {
+    std::string why;
+    const auto f = parse_forced_help(entry, why);
+    const std::string head = src + ": migration.force entry '" + entry + "': ";
+    if (!f) {
+      problems.push_back(head + why);
+      continue;
+    }
+    if (f->owner >= p || f->helper >= p || f->owner == f->helper) {
+      problems.push_back(head + "owner and helper must be two different ranks in 0.." + std::to_string(p - 1) +
+                         " (parallel.pipeline = " + std::to_string(p) + ")");
+    }
+    if (f->slices < 1 || f->slices > slices) {
+      problems.push_back(head + "slices must be in 1.." + std::to_string(slices) + " (migration.slices)");
+    }
+    if (std::find(owners.begin(), owners.end(), f->owner) != owners.end()) {
+      problems.push_back(head + "rank " + std::to_string(f->owner) +
+                         " is already an owner in another entry (one "
+                         "helper per owner)");
+    }
+    owners.push_back(f->owner);
+  }
+}
+
 }  // namespace
 
 void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
@@ -84,19 +161,13 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
   }
   if (!m.enabled) return;
-  if (options.command == Command::Run && deck.backend != "emulated") {
-    // The emulated runtime moves real message sizes and sleeps the slice times; moving real slices through the
-    // trainer's kernels (cpu, cuda) is issue 15's remaining work.
-    problems.push_back(src + ": migration.enabled = true with backend = " + deck.backend +
-                       ": conductor run migrates only on the emulated backend (backend: emulated); cpu and "
-                       "cuda slices are not moved yet (issue 15); set migration.enabled=false or use conductor "
-                       "simulate");
-  }
+  if (options.command == Command::Run) check_run_backend(deck, src, problems);
   if (options.command == Command::Run && m.helpers > 1) {
     problems.push_back(src + ": migration.helpers = " + std::to_string(m.helpers) +
                        ": conductor run sends an op's slices to one helper only; set migration.helpers=1 (several "
                        "helpers per op are simulated: conductor simulate)");
   }
+  check_force(deck, src, problems);
   if (m.max_fraction <= 0) {
     problems.push_back(src +
                        ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "

@@ -78,12 +78,20 @@ void mlp_slice_backward_input(Backend& be, float* dln, const MlpSliceBuffers& bu
   matmul_backward_input(dln, buf.dh, s.fc_w, d.B, d.T, d.C, s.nc, WeightLayout::out_in, Accumulate::yes, be);
 }
 
+MlpGroupGrads mlp_group_grads(const LayerView& g, const Dims& d, int c0, int c1) {
+  const MlpBlock s = mlp_block(g, d, c0, c1);
+  return {s.fc_w, s.fc_b, s.fcproj_w, c0 == 0 ? g.fcproj_b : nullptr};
+}
+
+void mlp_group_backward_weight(Backend& be, const MlpGroupGrads& g, const MlpSliceBuffers& buf, const float* ln,
+                               const float* dout, const Dims& d, int nc) {
+  matmul_backward_weight(g.fc_w, g.fc_b, buf.dh, ln, d.B, d.T, d.C, nc, WeightLayout::out_in, be);
+  matmul_backward_weight(g.fcproj_w, g.fcproj_b, dout, buf.gelu, d.B, d.T, nc, d.C, WeightLayout::in_out, be);
+}
+
 void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBuffers& buf, const float* ln,
                                const float* dout, const Dims& d, int c0, int c1) {
-  const MlpBlock s = mlp_block(g, d, c0, c1);
-  float* fcproj_b = c0 == 0 ? g.fcproj_b : nullptr;
-  matmul_backward_weight(s.fc_w, s.fc_b, buf.dh, ln, d.B, d.T, d.C, s.nc, WeightLayout::out_in, be);
-  matmul_backward_weight(s.fcproj_w, fcproj_b, dout, buf.gelu, d.B, d.T, s.nc, d.C, WeightLayout::in_out, be);
+  mlp_group_backward_weight(be, mlp_group_grads(g, d, c0, c1), buf, ln, dout, d, c1 - c0);
 }
 
 void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
@@ -110,6 +118,10 @@ void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, c
 
 void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d) {
   mlp_slice_backward_weight(be, g, a.mlp, a.ln2, a.dout, d, 0, d.F);
+  layer_backward_weight_except_mlp(be, a, g, d);
+}
+
+void layer_backward_weight_except_mlp(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d) {
   layernorm_backward_weight(g.ln2_w, g.ln2_b, a.dln2, a.x2, a.mean2, a.rstd2, d.B, d.T, d.C, be);
   attention_slice_backward_weight(be, g, a.attn, a.ln1, a.dx2, d, 0, d.NH);
   layernorm_backward_weight(g.ln1_w, g.ln1_b, a.dln1, a.x, a.mean1, a.rstd1, d.B, d.T, d.C, be);

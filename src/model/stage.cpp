@@ -216,6 +216,12 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
   const Dims& d = dims_;
   scratch_dy_ = DeviceBuffer(*backend_, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));
   scratch_delta_ = DeviceBuffer(*backend_, static_cast<std::size_t>(d.B) * d.NH * d.T * sizeof(float));
+  mlp_groups_ = std::max(1, plan.migration.mlp_groups);
+  if (mlp_groups_ > 1) {
+    const std::size_t group = static_cast<std::size_t>(d.BT()) * ((d.F + mlp_groups_ - 1) / mlp_groups_ + 1);
+    group_gelu_ = DeviceBuffer(*backend_, group * sizeof(float));
+    group_dh_ = DeviceBuffer(*backend_, group * sizeof(float));
+  }
 }
 
 StageModel::~StageModel() = default;

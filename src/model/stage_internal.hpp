@@ -48,6 +48,10 @@ struct StageModel::VStage {
   std::vector<std::unique_ptr<GradSlot>> waiting;     // per microbatch: its W ran, its slot is not yet added
   std::vector<std::unique_ptr<GradSlot>> free_slots;  // added slots, reused by the next W
   int next_to_add = 0;                                // the microbatch whose slot is added next
+  // Computation migration (stage_migration.cpp), per microbatch: MLP groups a helper computes for its next W
+  // (0: none), and the slot W held back until their gradients land.
+  std::vector<int> groups_away;
+  std::vector<std::unique_ptr<GradSlot>> held_back;
   std::size_t offset(const std::string& name) const {
     for (const auto& t : tensors) {
       if (t.name == name) return t.offset;

@@ -29,6 +29,11 @@ void StageModel::begin_step(int step) {
     }
     s->waiting.clear();
     s->waiting.resize(static_cast<std::size_t>(microbatches_));
+    for (auto& slot : s->held_back) {
+      if (slot) s->free_slots.push_back(std::move(slot));  // the same for a helper's answer that never came
+    }
+    s->held_back.clear();
+    s->groups_away.clear();
     s->next_to_add = 0;
   }
   step_ = step;
@@ -225,15 +230,33 @@ void StageModel::backward_weight(int vs, int mb) {
     layernorm_backward_weight(g + s.offset("lnf_w"), g + s.offset("lnf_b"), m.dlnf, m.res[L], m.meanf, m.rstdf, d.B,
                               d.T, d.C, *backend_);
   }
-  for (int l = L - 1; l >= 0; l--) layer_backward_weight(*backend_, m.layers[l], slot->g[l], d);
+  const std::size_t i = static_cast<std::size_t>(mb);
+  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // MLP groups a helper computes
+  for (int l = L - 1; l >= 0; l--) {
+    if (mlp_groups_ > 1) {
+      mlp_groups_backward_weight(m.layers[l], slot->g[l], mlp_groups_ - away);
+      layer_backward_weight_except_mlp(*backend_, m.layers[l], slot->g[l], d);
+    } else {
+      layer_backward_weight(*backend_, m.layers[l], slot->g[l], d);
+    }
+  }
   if (s.embedding) {
     encoder_backward(g + s.offset("wte"), g + s.offset("wpe"), m.dres[0], m.tokens, d.B, d.T, d.C, *backend_);
   }
   s.pool.push_back(std::move(s.active[mb]));
   s.phase[mb] = Phase::idle;
-  // Add every slot that is next in microbatch order: the float sum is (((0 + g0) + g1) + g2) ... on every rank,
-  // schedule and execution mode, so losses and weights do not depend on the order W ran in.
+  if (away > 0) {  // the helper's groups land later (land_mlp_weight_grads), then the slot joins the sum
+    s.held_back.resize(static_cast<std::size_t>(microbatches_));
+    s.held_back[i] = std::move(slot);
+    return;
+  }
   s.waiting[mb] = std::move(slot);
+  add_slots_in_order(s);
+}
+
+// Adds every slot that is next in microbatch order: the float sum is (((0 + g0) + g1) + g2) ... on every rank,
+// schedule and execution mode, so losses and weights do not depend on the order W ran in.
+void StageModel::add_slots_in_order(VStage& s) {
   while (s.next_to_add < microbatches_ && s.waiting[s.next_to_add]) {
     std::unique_ptr<VStage::GradSlot> next = std::move(s.waiting[s.next_to_add]);
     residual_forward(s.grads.f(), s.grads.f(), next->buf.f(), s.n_params, *backend_);

@@ -142,12 +142,38 @@ class HostModelCompute final : public StageCompute {
   void begin_step(int step) override { model_->begin_step(step); }
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
     last_.start_ns = steady_now_ns();
-    run_stage_op(*model_, a, stage, in, out);
-    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v); extra > 0) {
-      sleep_until_ns(steady_now_ns() + ms_to_ns(extra));
+    if (give_ > 0) {
+      run_giving(a, stage, in, out);
+    } else {
+      run_stage_op(*model_, a, stage, in, out);
     }
+    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v) * share_; extra > 0) {
+      sleep_with_progress_until_ns(steady_now_ns() + ms_to_ns(extra), progress_);  // migration's messages move
+    }
+    share_ = 1.0;
     last_.end_ns = steady_now_ns();
     return ++tickets_;
+  }
+  // W's MLP column groups move (model/stage.hpp), for W and for BW's weight half; nothing of F or B yet.
+  SliceMoves slice_moves(sched::OpKind kind) const override {
+    const bool grouped = model_->mlp_groups() > 1;
+    return grouped && (kind == sched::OpKind::W || kind == sched::OpKind::BW) ? SliceMoves::Real : SliceMoves::None;
+  }
+  void keep_share(double share) override { share_ = share; }
+  void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
+  void give_slices(int slices, HelpSender send) override {
+    give_ = slices;
+    send_ = std::move(send);
+  }
+  std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input) override {
+    if (slice_moves(kind) != SliceMoves::Real) {
+      throw Error("cpu compute: asked to help with a " + std::string(sched::to_string(kind)) +
+                  ", which moves no slices");
+    }
+    return model_->mlp_weight_grads(slices, input);
+  }
+  void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer) override {
+    model_->land_mlp_weight_grads(stage, a.microbatch, answer);
   }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;
@@ -155,8 +181,23 @@ class HostModelCompute final : public StageCompute {
   }
 
  private:
+  // The op with its last give_ MLP groups on a helper: B (of a BW), the helper's input out, then W of the rest.
+  void run_giving(const sched::Action& a, int stage, const float* in, float* out) {
+    if (a.kind == sched::OpKind::BW) model_->backward_input(stage, a.microbatch, in, out);
+    const int slices = give_;
+    give_ = 0;
+    std::vector<float> input = model_->mlp_weight_inputs(stage, a.microbatch, slices);
+    const HelpSender send = std::move(send_);
+    send(std::move(input), model_->mlp_weight_grads_floats(stage, slices));
+    model_->backward_weight(stage, a.microbatch);
+  }
+
   OpSpan last_;
   OpTicket tickets_ = 0;
+  double share_ = 1.0;  // of the next op's injected extra delay (keep_share)
+  int give_ = 0;        // slices the next op gives to a helper (give_slices)
+  HelpSender send_;
+  std::function<bool()> progress_;  // set_progress
 };
 
 #ifdef CONDUCTOR_HAVE_CUDA
@@ -293,6 +334,7 @@ class EmulatedCompute final : public Compute {
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0.0; }
   void optimizer_step(double, int) override {}
+  SliceMoves slice_moves(sched::OpKind) const override { return SliceMoves::Modelled; }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
 
@@ -317,7 +359,16 @@ void sleep_with_progress_until_ns(std::int64_t deadline_ns, const std::function<
 }
 
 void Compute::keep_share(double) {
-  throw Error("computation migration runs only on the emulated backend (issue 15: cpu and cuda slices)");
+  throw Error("computation migration runs on the emulated and cpu backends only (issue 15: cuda slices)");
+}
+void Compute::give_slices(int, HelpSender) {
+  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
+}
+std::vector<float> Compute::compute_slices(sched::OpKind, int, const std::vector<float>&) {
+  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
+}
+void Compute::land_slices(const sched::Action&, int, const std::vector<float>&) {
+  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }
 
 double Compute::peak_memory_bytes() const {

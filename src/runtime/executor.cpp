@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,16 @@ struct HelpJob {
 };
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
+
+// Fault tests: CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help stops rank RANK (SIGSTOP) when it starts computing
+// real slices for a peer in step STEP, so that peer's answer never comes (training.cpp reads the other forms).
+bool hangs_helping(int rank, int step) {
+  const char* env = std::getenv("CONDUCTOR_INJECT_FAILURE");
+  int r = -1, s = -1;
+  char how[16] = {0};
+  return env && std::sscanf(env, "%d:%d:%15s", &r, &s, how) == 3 && r == rank && s == step &&
+         std::string(how) == "hang-help";
+}
 
 // A SEND (on the producing rank), RECV or ANNOUNCE (on the consuming rank) event of one transfer.
 trace::OpEvent transfer_event(int step, int rank, trace::EventKind kind, const sched::Transfer& t, std::int64_t start,
@@ -195,6 +206,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   std::vector<char> arrived(at(n), 0);  // both halves of the input in (held or accepted)
   // Diagnostics for a rank that sits idle for seconds (a schedule or transport bug): read once, not per poll.
   const bool debug_idle = std::getenv("CONDUCTOR_DEBUG_IDLE") != nullptr;
+  const bool hang_helping = hangs_helping(rank_, step);
   const std::int64_t step_begin = clock_.now_ns();
   // The driver's clock: ns since the step began, as a double (exact below 2^53 ns, about 104 days).
   const auto since_begin = [step_begin](std::int64_t t) { return static_cast<double>(t - step_begin); };
@@ -280,8 +292,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   int peers_finished = 0;
   // While this rank sleeps in an op or a help, the help payloads it sent keep moving (set once drain exists).
   std::function<bool()> keep_moving;
-  int help_sends = 0;   // help payloads (out or back) posted and not yet complete
-  Control sent_status;  // the last status this rank sent
+  std::function<void()> push_help_sends;  // polls a moment for the help payloads this rank sent (set with drain)
+  int help_sends = 0;                     // help payloads (out or back) posted and not yet complete
+  int answers_due = 0;                    // helpers' answers this rank waits for
+  Control sent_status;                    // the last status this rank sent
   bool finished_sent = false;
   auto post_control_recv = [&](int q) {
     control_ids[control_.post_recv(q, control_tag, &control_in[at(q)], sizeof(Control))] = {Role::Control, q, false};
@@ -308,8 +322,11 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       job.owner = q;
       job.request = c;
       job.arrived = now;
-      // The owner saw an old Idle: this rank has started an op since, so the help could delay it.
-      job.declined = sent_status.kind == ControlKind::Busy;
+      // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices
+      // are always served (after this rank's current op): the owner holds their inputs only in the payload.
+      const sched::Action& owned = order.ranks[at(q)][at(static_cast<int>(c.index))];
+      job.declined =
+          sent_status.kind == ControlKind::Busy && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
       job.payload.resize(static_cast<std::size_t>(c.bytes_out));
       data_ids[data_.post_recv(q, help_tag(c.index, false), job.payload.data(), job.payload.size())] = {
           Role::HelpPayload, q, false};
@@ -401,13 +418,45 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       offers.push_back(o);
     }
   };
-  // Owner: decides for action i starting at `now` (estimated `estimate_ns` alone); on a helper, sends the
-  // request and its payload, posts the reply's receive and keeps the owner's share. Returns the op's predicted
-  // duration (ns).
-  auto offload = [&](int i, std::int64_t now, double estimate_ns) {
+  // Owner: posts the help request for action i to `helper`, its payload, and the reply's receive.
+  std::vector<char> help_real(at(n), 0);  // the owner's side: the reply carries real slices to land
+  auto post_help = [&](int i, int helper, const Control& c, std::vector<char> payload) {
+    control_out.push_back(c);
+    control_ids[control_.post_send(helper, control_tag, &control_out.back(), sizeof(Control))] = {Role::Control, helper,
+                                                                                                  true};
+    help_buffers.push_back(std::move(payload));
+    data_ids[data_.post_send(helper, help_tag(i, false), help_buffers.back().data(), help_buffers.back().size())] = {
+        Role::HelpSend, i, true};
+    ++help_sends;
+    ++answers_due;
+    reply_buf[at(i)].resize(static_cast<std::size_t>(c.bytes_back));
+    data_ids[data_.post_recv(helper, help_tag(i, true), reply_buf[at(i)].data(), reply_buf[at(i)].size())] = {
+        Role::HelpReply, i, false};
+  };
+  // The decision for action i starting at `now` (estimated `estimate_ns` alone): migration.force's entry for this
+  // rank and the op's kind, else sched::RankDriver::offload on the peers' offers.
+  auto choose = [&](int i, std::int64_t now, double estimate_ns) {
+    const sched::Action& a = actions[at(i)];
+    if (!options_.forced.empty()) {
+      for (const plan::ForcedHelp& f : options_.forced) {
+        if (f.owner != rank_ || !f.kinds[static_cast<std::size_t>(a.kind)]) continue;
+        sched::HelpOffer offer;
+        offer.rank = f.helper;
+        return options_.migration.split(a.kind, estimate_ns / 1e6, f.slices, offer);
+      }
+      return sched::Offload{};  // forcing: no decisions
+    }
     build_offers(now, i);
-    if (offers.empty()) return estimate_ns;
-    const sched::Offload o = driver.offload(i, since_begin(now) / 1e6, estimate_ns / 1e6, offers);
+    if (offers.empty()) return sched::Offload{};
+    return driver.offload(i, since_begin(now) / 1e6, estimate_ns / 1e6, offers);
+  };
+  // Owner: decides for action i starting at `now`; on a helper, sends the request and its payload (modelled: at
+  // once, of the modelled size; real: the slices' inputs, when the op's compute has them), posts the reply's
+  // receive and keeps the owner's share. Returns the op's predicted duration (ns).
+  auto offload = [&](int i, std::int64_t now, double estimate_ns) {
+    const Compute::SliceMoves moves = compute_.slice_moves(actions[at(i)].kind);
+    if (moves == Compute::SliceMoves::None) return estimate_ns;
+    const sched::Offload o = choose(i, now, estimate_ns);
     if (o.helper < 0) return estimate_ns;
     const std::int64_t bytes = std::llround(o.bytes);
     Control c;
@@ -415,35 +464,43 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     c.index = i;
     c.slices = o.slices;
     c.help_ns = ms_to_ns(o.helper_compute);
-    c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
-    c.bytes_back = bytes - c.bytes_out;
-    control_out.push_back(c);
-    control_ids[control_.post_send(o.helper, control_tag, &control_out.back(), sizeof(Control))] = {Role::Control,
-                                                                                                    o.helper, true};
-    help_buffers.emplace_back(static_cast<std::size_t>(c.bytes_out));
-    data_ids[data_.post_send(o.helper, help_tag(i, false), help_buffers.back().data(), help_buffers.back().size())] = {
-        Role::HelpSend, i, true};
-    ++help_sends;
-    reply_buf[at(i)].resize(static_cast<std::size_t>(c.bytes_back));
-    data_ids[data_.post_recv(o.helper, help_tag(i, true), reply_buf[at(i)].data(), reply_buf[at(i)].size())] = {
-        Role::HelpReply, i, false};
+    if (moves == Compute::SliceMoves::Real) {
+      help_real[at(i)] = 1;
+      compute_.give_slices(o.slices, [&, i, c, helper = o.helper](std::vector<float> input, std::size_t answer) {
+        Control request = c;
+        request.bytes_out = static_cast<std::int64_t>(input.size() * sizeof(float));
+        request.bytes_back = static_cast<std::int64_t>(answer * sizeof(float));
+        std::vector<char> payload(static_cast<std::size_t>(request.bytes_out));
+        std::memcpy(payload.data(), input.data(), payload.size());
+        help_bytes[at(i)] = request.bytes_out + request.bytes_back;
+        post_help(i, helper, request, std::move(payload));
+        push_help_sends();  // before this rank computes its own part
+      });
+    } else {
+      c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
+      c.bytes_back = bytes - c.bytes_out;
+      help_bytes[at(i)] = bytes;
+      post_help(i, o.helper, c, std::vector<char>(static_cast<std::size_t>(c.bytes_out)));
+    }
     peers[at(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
     help_of[at(i)] = o.helper;
     decided_at[at(i)] = now;
     help_slices[at(i)] = o.slices;
-    help_bytes[at(i)] = bytes;
     own_share[at(i)] = o.owner_time / (estimate_ns / 1e6);
     compute_.keep_share(own_share[at(i)]);
     return o.op_time * 1e6;
   };
-  // Helper: runs the oldest request whose payload is in (sleeps its slices' modelled time), returns the reply
-  // and records the work as a HELP_* event. False when there is none.
+  // Helper: runs the oldest request whose payload is in (real slices: computes them with the trainer's kernels;
+  // modelled: sleeps their time), returns the reply and records the work as a HELP_* event. False when there is
+  // none.
   auto serve_help = [&] {
     if (jobs.empty() || !jobs.front().payload_in) return false;
     HelpJob job = std::move(jobs.front());
     jobs.pop_front();
+    const sched::Action& a = order.ranks[at(job.owner)][at(static_cast<int>(job.request.index))];
+    std::vector<char> answer(static_cast<std::size_t>(job.request.bytes_back));  // modelled: a stand-in
     auto reply = [&] {
-      help_buffers.emplace_back(static_cast<std::size_t>(job.request.bytes_back));
+      help_buffers.push_back(std::move(answer));
       data_ids[data_.post_send(job.owner, help_tag(job.request.index, true), help_buffers.back().data(),
                                help_buffers.back().size())] = {Role::HelpSend, job.owner, true};
       ++help_sends;
@@ -461,10 +518,22 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     }
     say_busy();
     const std::int64_t start = clock_.now_ns();
-    sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, keep_moving);
+    if (compute_.slice_moves(a.kind) == Compute::SliceMoves::Real) {
+      if (hang_helping) std::raise(SIGSTOP);  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help (fault tests)
+      std::vector<float> input(job.payload.size() / sizeof(float));
+      std::memcpy(input.data(), job.payload.data(), input.size() * sizeof(float));
+      const std::vector<float> result = compute_.compute_slices(a.kind, static_cast<int>(job.request.slices), input);
+      if (result.size() * sizeof(float) != answer.size()) {
+        throw Error("migration: rank " + std::to_string(rank_) + " computed " + std::to_string(result.size()) +
+                    " floats for rank " + std::to_string(job.owner) + "'s " + sched::to_string(a) + " of step " +
+                    std::to_string(step) + ", which expects " + std::to_string(answer.size() / sizeof(float)));
+      }
+      std::memcpy(answer.data(), result.data(), answer.size());
+    } else {
+      sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, keep_moving);
+    }
     const std::int64_t end = clock_.now_ns();
     reply();
-    const sched::Action& a = order.ranks[at(job.owner)][at(static_cast<int>(job.request.index))];
     trace::OpEvent e;
     e.step = step;
     e.rank = rank_;
@@ -526,6 +595,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         help_payload_in(p.action);
       } else if (p.role == Role::HelpReply) {
         help_back[at(p.action)] = now;
+        --answers_due;
         ++progress;
       } else if (p.role == Role::HelpSend) {
         --help_sends;  // its buffer is freed with the step's
@@ -547,14 +617,15 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // single-copy mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle
   // peer to take it, short enough not to wait out a peer that turned out busy.
   if (migrating) {
+    // Also while a helper's answer is due: it is a rendezvous too, which the helper's poll alone cannot finish.
     keep_moving = [&] {
-      if (help_sends == 0) return false;
+      if (help_sends == 0 && answers_due == 0) return false;
       drain();
-      return help_sends > 0;
+      return help_sends > 0 || answers_due > 0;
     };
     compute_.set_progress(keep_moving);
   }
-  auto push_help_sends = [&] {
+  push_help_sends = [&] {
     const std::int64_t deadline = clock_.now_ns() + 2'000'000;
     while (help_sends > 0 && poll_now < deadline) drain();
   };
@@ -614,6 +685,12 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
         own_done[at(i)] = 1;
       }
       if (help_of[at(i)] >= 0 && help_back[at(i)] < 0) break;  // the helper's part is not in yet
+      if (help_real[at(i)]) {
+        std::vector<float> answer(reply_buf[at(i)].size() / sizeof(float));
+        std::memcpy(answer.data(), reply_buf[at(i)].data(), answer.size() * sizeof(float));
+        compute_.land_slices(actions[at(i)], order.stage_of(rank_, actions[at(i)].chunk), answer);
+        help_real[at(i)] = 0;
+      }
       if (help_declined[at(i)]) {
         // The helper was busy after all: the owner computes the slices it sent (its share's rate).
         const std::int64_t own = own_span[at(i)].end_ns - own_span[at(i)].start_ns;
@@ -675,6 +752,19 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
     }
   };
 
+  // A help whose answer has not come within the watchdog's limit ends the run naming the helper: the quiet
+  // timer above never runs out meanwhile, since the owner's op stays in flight until the answer is in.
+  auto check_helps = [&](std::int64_t now) {
+    for (int i : in_flight) {
+      if (help_of[at(i)] < 0 || help_back[at(i)] >= 0 || !watchdog_.expired(decided_at[at(i)], now)) continue;
+      const sched::Action& a = actions[at(i)];
+      watchdog_.fire("the answer of helper rank " + std::to_string(help_of[at(i)]) + " to its " +
+                         sched::to_string(a.kind) + " of microbatch " + std::to_string(a.microbatch) + " (stage " +
+                         std::to_string(order.stage_of(rank_, a.chunk)) + ", " + std::to_string(help_slices[at(i)]) +
+                         " slices) in step " + std::to_string(step),
+                     static_cast<double>(now - decided_at[at(i)]) * 1e-9, help_of[at(i)]);
+    }
+  };
   std::int64_t idle_sleep_ns = 5'000;
   Watchdog::Timer quiet(watchdog_, clock_.now_ns());
   while (!driver.finished() || !migration_over()) {
@@ -711,6 +801,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       const Awaited awaited = describe_wait(order, state, arrived, step);
       watchdog_.fire(awaited.what, quiet.waited_s(poll_now), awaited.peer);
     }
+    if (migrating) check_helps(poll_now);
     if (debug_idle && clock_.now_ns() - last_end > 3'000'000'000LL) {
       std::string st;
       for (int k = 0; k < n; ++k) {

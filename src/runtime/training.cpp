@@ -99,6 +99,7 @@ void maybe_inject_failure(int rank, int step) {
   int r = -1, s = -1;
   char how[16] = {0};
   if (std::sscanf(env, "%d:%d:%15s", &r, &s, how) < 2 || r != rank || s != step) return;
+  if (std::string(how) == "hang-help") return;  // the executor's (a helper that stops mid-help)
   if (std::string(how) == "kill") std::raise(SIGKILL);
   throw Error("injected failure on rank " + std::to_string(rank) + " at step " + std::to_string(step) +
               " (CONDUCTOR_INJECT_FAILURE)");
@@ -125,8 +126,9 @@ ExecutorOptions executor_options(const plan::Plan& plan, const sched::Schedule& 
   eo.inject_full_comm_time = plan.backend == "emulated";
   eo.watchdog_s = plan.runtime.watchdog_s;
   eo.oversubscribed = node_oversubscribed(rank, comm);
-  // The deck's check lets migration through only on the emulated backend (schema_migration.cpp).
+  // The deck's check lets migration through on the emulated and cpu backends (schema_migration.cpp).
   if (plan.migration.enabled) eo.migration = sched::Migration(plan.migration, plan.costs, rank, order.v);
+  eo.forced = plan.migration.force;
   return eo;
 }
 

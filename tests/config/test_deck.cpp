@@ -448,14 +448,31 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(contains(p, "nvlink")) << p;
   p = one({"migration.units=[heads,rows]"});
   EXPECT_TRUE(contains(p, "migration.units")) << p;
-  // conductor run migrates on the emulated backend only; cpu (the default) and cuda are refused, naming issue 15.
+  // conductor run migrates on the emulated backend, and on cpu the MLP groups of W and BW only; the rest of cpu
+  // and cuda are refused, naming issue 15.
   p = one({"migration.enabled=true"}, Command::Run);
-  EXPECT_TRUE(contains(p, "migration.enabled = true with backend = cpu")) << p;
+  EXPECT_TRUE(contains(p, "migration.units = [heads, mlp, vocab] with backend = cpu")) << p;
   EXPECT_TRUE(contains(p, "issue 15")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[mlp]"}, Command::Run, 4).empty());
+  p = one({"migration.enabled=true", "migration.units=[mlp]", "migration.force=[\"1->0:F,W:1\"]"}, Command::Run);
+  EXPECT_TRUE(contains(p, "moves F or B on backend cpu")) << p;
+  // migration.force: the form, ranks, one entry per owner, slices.
+  for (const auto& [entry, says] :
+       std::vector<std::pair<std::string, std::string>>{{"1-0:W:1", "expected OWNER->HELPER:KINDS:SLICES"},
+                                                        {"1->0:X:1", "op kind 'X' is not one of F, B, W, BW"},
+                                                        {"1->1:W:1", "two different ranks in 0..3"},
+                                                        {"1->4:W:1", "two different ranks in 0..3"},
+                                                        {"1->0:W:5", "slices must be in 1..4"}}) {
+    p = one({"migration.enabled=true", "migration.force=[\"" + entry + "\"]"});
+    EXPECT_TRUE(contains(p, "migration.force entry '" + entry + "'") && contains(p, says)) << p;
+  }
+  p = one({"migration.enabled=true", "migration.force=[\"1->0:W:1\", \"1->2:BW:1\"]"});
+  EXPECT_TRUE(contains(p, "already an owner")) << p;
   // A build without CUDA (the sanitizer builds) adds its own problem for backend=cuda: look for ours among them.
   bool cuda_refused = false;
   for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=cuda"}, Command::Run))
-    cuda_refused = cuda_refused || contains(q, "migration.enabled = true with backend = cuda");
+    cuda_refused =
+        cuda_refused || (contains(q, "migration.enabled = true with backend = cuda") && contains(q, "issue 15"));
   EXPECT_TRUE(cuda_refused);
   for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=emulated"}, Command::Run)) {
     EXPECT_FALSE(contains(q, "migration")) << q;

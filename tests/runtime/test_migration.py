@@ -4,11 +4,13 @@ slow stage set by the deck's costs (20 ms ops, 40 ms on the straggler), p = 2 an
 shared with idle peers, the helpers' slice work is in the trace as HELP_* rows naming the owner, every op of every
 step completes with the watchdog quiet. Whether it is faster is a speed claim: bench/bench_runtime.py --migration
 (a timed assertion here failed when other builds loaded the cores: the ranks poll while they wait). A deck asking
-for migration on the cpu backend is refused with a message naming what remains (issue 15)."""
+for migration on the cpu backend with units it does not move yet is refused naming what remains (issue 15); a
+helper that stops mid-help ends the run through the owner's watchdog."""
 import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import h5py
@@ -90,14 +92,46 @@ class EmulatedMigrationTest(unittest.TestCase):
     def test_p4_straggler_second_stage(self):
         self.check(4, 1)
 
-    def test_cpu_backend_is_refused(self):
+    def test_cpu_backend_moves_mlp_groups_only(self):
         out = os.path.join(self.tmp.name, "cpu")
         proc = self.run_deck(2, deck(out, 2, 0, backend="cpu"))
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("migration.enabled = true with backend = cpu", proc.stderr)
-        self.assertIn("emulated", proc.stderr)
+        self.assertIn("migration.units = [heads, mlp, vocab] with backend = cpu", proc.stderr)
+        self.assertIn("migration.units=[mlp]", proc.stderr)
         self.assertIn("issue 15", proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "trace.h5")))
+
+
+class HelperFaultTest(unittest.TestCase):
+    """A helper that stops in the middle of a help (SIGSTOP, injected): its answer never comes; the owner's watchdog
+    ends the run promptly with one message naming the helper, the owner, the op and the step."""
+
+    def test_answer_that_never_comes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "hang")
+            path = os.path.join(tmp, "deck.yaml")
+            with open(path, "w") as f:
+                f.write(f"""\
+backend: cpu
+run: {{name: hang, steps: 4, output: {out}}}
+parallel: {{pipeline: 2, microbatches: 4, microbatch_size: 2}}
+model: {{n_layers: 2, d_model: 32, n_heads: 2, seq_len: 16}}
+schedule: {{kind: zb-h1, execution: strict}}
+migration: {{enabled: true, units: [mlp], slices: 4, force: ["1->0:W,BW:2"]}}
+runtime: {{watchdog_s: 2}}
+""")
+            env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="0:1:hang-help")
+            start = time.monotonic()
+            proc = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", path], capture_output=True,
+                                  text=True, timeout=120, env=env)
+            elapsed = time.monotonic() - start
+            self.assertNotEqual(proc.returncode, 0)
+            lines = [l for l in proc.stderr.splitlines() if "watchdog:" in l]
+            self.assertEqual(len(lines), 1, proc.stderr)
+            self.assertIn("rank 1 waited", lines[0])
+            self.assertIn("the answer of helper rank 0 to its W of microbatch 0 (stage 1, 2 slices)", lines[0])
+            self.assertIn("in step 1", lines[0])
+            self.assertLess(elapsed, 60, proc.stderr)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 // The deck, resolved once into the plan the lower layers run (plan/plan.hpp). Every derived default (costs from
 // the model dimensions and bandwidth, memory_after_b, the schedule kind's memory limit per rank, the decay
 // horizon, trace options, activation bytes) is computed here and nowhere below config.
+#include <optional>
+#include <string>
+
 #include "conductor/config/deck.hpp"
 #include "conductor/plan/plan.hpp"
 
@@ -43,6 +46,10 @@ struct LinkPreset {
 };
 // nvlink: 300 GB/s, 5 us; infiniband (HDR, 200 Gb/s): 25 GB/s, 10 us; custom: none (the deck gives both).
 LinkPreset link_preset(const std::string& link);
+// One migration.force entry, "OWNER->HELPER:KINDS:SLICES" (KINDS: F, B, W, BW joined by commas), e.g. "1->0:W,BW:2".
+// Checks the form only (ranks and slices against the deck: finalize_migration); on a malformed entry returns
+// nothing and says why.
+std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std::string& why);
 
 // The contiguous split of the layers (layer_work[i]: work of layer i) over `stages` stages, each holding at
 // least one layer, that minimises the heaviest stage's work; stage 0 adds `first`, stage stages-1 adds `last`.

@@ -54,7 +54,8 @@ struct MigrationConfig {
   std::string link = "infiniband";                             // nvlink | infiniband | custom
   double bandwidth_gbps = 0;                                   // 0 = the preset's
   double latency_us = -1;                                      // < 0 = the preset's
-  int element_bytes = 0;  // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
+  int element_bytes = 0;           // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
+  std::vector<std::string> force;  // "OWNER->HELPER:KINDS:SLICES" patterns that replace the decision
 };
 
 struct SchedulerConfig {

@@ -81,6 +81,20 @@ void mlp_slice_backward_input(Backend& be, float* dln, const MlpSliceBuffers& bu
 void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBuffers& buf, const float* ln,
                                const float* dout, const Dims& d, int c0, int c1);
 
+// The weight-gradient blocks of one MLP column group of nc columns (contiguous by the layout above): what
+// mlp_slice_backward_weight accumulates into. fcproj_b is nullptr unless the group starts at column 0. A helper
+// rank of computation migration (runtime/compute.cpp) accumulates into zeroed blocks of its own with the same
+// kernel, so its result is the owner's bit for bit.
+struct MlpGroupGrads {
+  float* fc_w = nullptr;      // [nc, C]
+  float* fc_b = nullptr;      // [nc]
+  float* fcproj_w = nullptr;  // [nc, C]
+  float* fcproj_b = nullptr;  // [C] or nullptr
+};
+MlpGroupGrads mlp_group_grads(const LayerView& g, const Dims& d, int c0, int c1);
+void mlp_group_backward_weight(Backend& be, const MlpGroupGrads& g, const MlpSliceBuffers& buf, const float* ln,
+                               const float* dout, const Dims& d, int nc);
+
 // Everything one full layer keeps for one microbatch (all heads, all columns as one slice each).
 struct LayerActs {
   float* x = nullptr;      // [B,T,C] layer input (the residual stream)
@@ -105,5 +119,8 @@ struct LayerActs {
 void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
+// layer_backward_weight without the MLP's weight gradients (those computed group by group instead; the outputs
+// are disjoint, so the order of the parts does not change a bit).
+void layer_backward_weight_except_mlp(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
 
 }  // namespace conductor::model

@@ -109,6 +109,27 @@ class StageModel {
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
+  // ---- computation migration: W's MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
+  // With migration on (plan.migration.enabled and unit `mlp`), W computes every layer's MLP weight gradients in
+  // G = migration.slices column groups, group g holding columns [g F/G, (g+1) F/G), each from compact copies of
+  // its columns, which is how a helper rank computes them: the bits do not depend on where a group ran. (Without
+  // migration the MLP's weight gradients are one product, as before.) 1 = not grouped.
+  int mlp_groups() const { return mlp_groups_; }
+  // Owner, between B and W of (vs, mb): what a helper needs for the last `groups` groups: per layer, the LN2
+  // output and the MLP's output gradient [B,T,C], then per group its GELU output and pre-activation gradient
+  // [B,T,nc]. The next W of (vs, mb) leaves those groups out and holds the microbatch's gradients back until
+  // land_mlp_weight_grads.
+  std::vector<float> mlp_weight_inputs(int vs, int mb, int groups);
+  // Floats of the helper's answer for the last `groups` groups of vs (mlp_weight_grads' layout).
+  std::size_t mlp_weight_grads_floats(int vs, int groups) const;
+  // Helper (any rank, the same model dimensions): the weight gradients of the last `groups` groups from `inputs`
+  // (mlp_weight_inputs' layout): per layer and group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C], and fcproj_b [C]
+  // for the group at column 0.
+  std::vector<float> mlp_weight_grads(int groups, const std::vector<float>& inputs) const;
+  // Owner: the helper's answer lands in the held-back gradients of (vs, mb), which then join the microbatch-order
+  // sum.
+  void land_mlp_weight_grads(int vs, int mb, const std::vector<float>& grads);
+
   // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
   // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage
   // into the existing folder `dir`, durably (fsync); returns each file's name, CRC-32 and size for the
@@ -175,6 +196,11 @@ class StageModel {
   std::map<int, int> index_;          // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_delta_;
   std::vector<int> host_inputs_, host_targets_;
+  int mlp_groups_ = 1;                  // see mlp_groups()
+  DeviceBuffer group_gelu_, group_dh_;  // compact columns of one MLP group (W with groups)
+  int group_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.F / mlp_groups_); }
+  void mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here);
+  void add_slots_in_order(VStage& s);
 };
 
 }  // namespace conductor::model

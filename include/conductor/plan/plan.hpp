@@ -162,6 +162,14 @@ struct SliceCosts {  // one op kind (F, B or W) of one rank's whole share; a chu
   int messages = 0;            // transfers paying the link latency per migrated op
 };
 
+// migration.force: every op of `owner` of a listed kind gives `slices` slices to `helper`, without a decision.
+struct ForcedHelp {
+  int owner = -1;
+  int helper = -1;
+  std::array<bool, 4> kinds{};  // F, B, W, BW (sched::OpKind's order)
+  int slices = 1;
+};
+
 struct Migration {
   bool enabled = false;
   int slices = 8;             // equal slices per op
@@ -174,6 +182,10 @@ struct Migration {
   // Per rank: bytes of one M_F (the memory limit's unit). A helper holds the bytes of its help (what it receives
   // and what it returns) while it computes, counted in these units against its own limit.
   std::vector<double> memory_unit_bytes;
+  std::vector<ForcedHelp> force;  // migration.force (empty: decided)
+  // Math backends: W computes the MLP's weight gradients in this many column groups (migration on with unit
+  // mlp: `slices`; else 1), so the bits do not depend on where a group ran (model/stage.hpp).
+  int mlp_groups = 1;
 };
 
 // The global tier's settings a run needs (scheduler.*); train-policy's ppo.* stay in the policy layer's deck.

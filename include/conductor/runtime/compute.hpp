@@ -45,9 +45,26 @@ class Compute {
   // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
   // Both buffers must stay untouched until finished() says the op is done.
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
-  // Computation migration: the next launch() runs only `share` (0..1] of its op's time, the rest being a
-  // helper's. Only the emulated backend can (it sleeps the modelled share); the others refuse migration.
+  // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
+  // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
+  // cpu, the MLP column groups of W and of BW's weight half), None.
+  enum class SliceMoves { None, Modelled, Real };
+  virtual SliceMoves slice_moves(sched::OpKind kind) const {
+    (void)kind;
+    return SliceMoves::None;
+  }
+  // The next launch() keeps `share` (0..1] of its op's modelled time (Modelled: its whole duration; Real: the
+  // noise model's injected extra delay, which scales with the work kept).
   virtual void keep_share(double share);
+  // Real, owner: the next launch() gives the last `slices` slices to a helper. Once the helper's input exists
+  // (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the rest;
+  // the op's weight gradients wait for land_slices.
+  using HelpSender = std::function<void(std::vector<float> input, std::size_t answer_floats)>;
+  virtual void give_slices(int slices, HelpSender send);
+  // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
+  virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
+  // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
+  virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);
   // Called over and over while an op of a host backend waits (emulated: sleeps), as long as it returns true: the
   // executor keeps migration's payloads moving (a rendezvous moves only while its sender polls). Empty: none.
   virtual void set_progress(std::function<bool()> progress) { (void)progress; }

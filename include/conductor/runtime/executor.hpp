@@ -28,7 +28,12 @@
 // the slices' modelled time, bytes each way). The owner decides with the peers' last status
 // (sched::RankDriver::offload, the simulator's decision), sends the request and a payload of the modelled size
 // on the data transport; the helper sleeps the slices' time between its own ops and returns a payload of the
-// modelled size; the owner's op ends when its own share and the reply are in. Announcements are sent whenever
+// modelled size; the owner's op ends when its own share and the reply are in. On the cpu backend the slices are
+// real (W's MLP column groups, Compute::SliceMoves::Real): the payload is the slices' inputs, sent from inside
+// the owner's op once they exist; the helper computes them with the trainer's kernels between its own ops (never
+// declining) and answers with their weight gradients, which land in the owner's accumulators before the op
+// completes. migration.force replaces the decision with fixed patterns. An answer outstanding past the
+// watchdog's limit ends the run naming the helper, the owner, the op and the step. Announcements are sent whenever
 // migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
 // once its ops are done, every peer has said Finished and every help it was asked for is served.
 #include <cstdint>
@@ -59,10 +64,11 @@ struct ExecutorOptions {
   double memory_limit = 0.0;  // this rank's limit (M_F; sched::rank_memory_limits of the plan); <= 0: unlimited
   double memory_after_b = 0.0;
   bool comm_events = false;
-  bool inject_full_comm_time = false;  // emulated: the whole transfer time is injected, not only its noise
-  bool oversubscribed = false;         // more ranks than cores on this node: idle ranks sleep between polls
-  double watchdog_s = 0.0;             // abort when no input arrives for this long with nothing to do (0: never)
-  sched::Migration migration;          // this rank's computation migration (emulated backend only); default off
+  bool inject_full_comm_time = false;    // emulated: the whole transfer time is injected, not only its noise
+  bool oversubscribed = false;           // more ranks than cores on this node: idle ranks sleep between polls
+  double watchdog_s = 0.0;               // abort when no input arrives for this long with nothing to do (0: never)
+  sched::Migration migration;            // this rank's computation migration (emulated, cpu); default off
+  std::vector<plan::ForcedHelp> forced;  // migration.force: replaces the decision when not empty
 };
 
 class Executor {
