@@ -49,6 +49,20 @@ expect 2 "CONDUCTOR_LAUNCH_GRACE_S='soon': expected a number of seconds" -- \
   env CONDUCTOR_LAUNCH_GRACE_S=soon "$src/scripts/conductor-launch" true
 expect 2 "Usage|usage|scripts/conductor-launch mpirun" -- "$src/scripts/conductor-launch"
 expect 5 "ran" -- "$src/scripts/conductor-launch" bash -c 'echo ran; exit 5'
+# A stop while the job changes state (a requeue): Slurm answers "try again later" and scancel retries 5 s later,
+# when a requeued job may run again under the same ids. The launcher bounds scancel to 3 s and says so.
+mkdir -p fakebin
+printf '#!/bin/bash\ntrap "" TERM\nexec sleep 20\n' >fakebin/scancel
+printf '#!/bin/bash\ntrap "exit 0" TERM\nsleep 6 & wait\n' >fakebin/srun
+chmod +x fakebin/scancel fakebin/srun
+t0=$SECONDS
+out=$( (env PATH="$work/fakebin:$PATH" SLURM_JOB_ID=77 "$src/scripts/conductor-launch" srun -n 2 true 2>&1 &
+  pid=$!
+  sleep 0.5
+  kill -TERM "$pid"
+  wait "$pid") )
+if grep -q "scancel --signal=TERM 77 did not return within 3 s" <<<"$out" && ((SECONDS - t0 < 15)) &&
+  ! pgrep -f "$work/fakebin/scancel" >/dev/null; then ok; else bad "a hanging scancel was not bounded: $out"; fi
 
 # --- train-cpu.sbatch / train.sbatch (a run goes through scripts/conductor-launch: signals, tests/faults)
 expect 0 "running: $src/scripts/conductor-launch mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1 checkpoint.path=$work/out1/checkpoints\$" -- \
