@@ -15,6 +15,7 @@
 #include "conductor/model/reference.hpp"
 #include "conductor/runtime/training.hpp"
 #include "mpi_world.hpp"
+#include "tiny_deck.hpp"
 #include "token_file_writers.hpp"
 
 using namespace conductor;
@@ -56,32 +57,11 @@ std::string data_dir() {
 }
 
 config::Deck deck(const std::string& kind, const std::vector<std::string>& data) {
-  const int p = world_size();
   const int v = kind == "zb-v" ? 2 : 1;
-  config::LoadOptions o;
-  o.command = config::Command::Run;
-  o.world_size = p;
-  o.source_name = "tiny";
-  const std::string out =
-      (std::filesystem::temp_directory_path() / ("conductor-data-run-" + std::to_string(p))).string();
-  o.overrides = {"parallel.pipeline=" + std::to_string(p),
-                 "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=" + std::to_string(2 * p),
-                 "parallel.microbatch_size=2",
-                 "model.vocab=300",
-                 "model.n_layers=" + std::to_string(2 * p),
-                 "model.d_model=32",
-                 "model.n_heads=2",
-                 "model.seq_len=16",
-                 "run.steps=4",
-                 "run.output=" + out,
-                 "run.overwrite=true",
-                 "trace.enabled=false",
-                 "schedule.kind=" + kind,
-                 "eval.every=2",
-                 "eval.batches=3"};
-  o.overrides.insert(o.overrides.end(), data.begin(), data.end());
-  return config::parse_deck("", o);
+  std::vector<std::string> o = {"model.vocab=300", "run.steps=4", "schedule.kind=" + kind, "eval.every=2",
+                                "eval.batches=3"};
+  o.insert(o.end(), data.begin(), data.end());
+  return conductor::test_support::tiny_run_deck("data-run", v, o);
 }
 
 void expect_single_rank_bits(const config::Deck& d, const std::string& what) {

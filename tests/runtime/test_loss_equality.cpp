@@ -15,6 +15,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
 #include "mpi_world.hpp"
+#include "tiny_deck.hpp"
 
 using namespace conductor;
 
@@ -25,29 +26,10 @@ using conductor::test_support::world_size;
 
 config::Deck tiny_deck(const std::string& kind, const std::string& execution, const std::string& hint = "schedule",
                        const std::vector<std::string>& extra = {}) {
-  const int p = world_size();
   const int v = (kind == "1f1b-interleaved" || plan::v_shaped_kind(kind)) ? 2 : 1;
-  config::LoadOptions o;
-  o.command = config::Command::Run;
-  o.world_size = p;
-  o.source_name = "tiny";
-  const std::string out = (std::filesystem::temp_directory_path() / ("conductor-eq-" + std::to_string(p))).string();
-  o.overrides = {"parallel.pipeline=" + std::to_string(p),
-                 "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=" + std::to_string(2 * p),
-                 "parallel.microbatch_size=2",
-                 "model.n_layers=" + std::to_string(2 * p),
-                 "model.d_model=32",
-                 "model.n_heads=2",
-                 "model.seq_len=16",
-                 "run.steps=3",
-                 "run.output=" + out,
-                 "trace.enabled=false",
-                 "schedule.kind=" + kind,
-                 "schedule.execution=" + execution,
-                 "schedule.hint=" + hint};
-  o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
-  return config::parse_deck("", o);
+  std::vector<std::string> o = {"schedule.kind=" + kind, "schedule.execution=" + execution, "schedule.hint=" + hint};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return conductor::test_support::tiny_run_deck("eq", v, o);
 }
 
 class LossEquality : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};

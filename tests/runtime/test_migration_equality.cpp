@@ -15,6 +15,7 @@
 #include "conductor/runtime/training.hpp"
 #include "conductor/trace/trace_reader.hpp"
 #include "mpi_world.hpp"
+#include "tiny_deck.hpp"
 
 using namespace conductor;
 
@@ -25,33 +26,12 @@ using conductor::test_support::world_size;
 
 config::Deck migration_deck(const std::string& kind, const std::string& execution,
                             const std::vector<std::string>& extra) {
-  const int p = world_size();
   const int v = kind == "1f1b-interleaved" ? 2 : 1;
-  config::LoadOptions o;
-  o.command = config::Command::Run;
-  o.world_size = p;
-  o.source_name = "tiny-migration";
-  const std::string out = (std::filesystem::temp_directory_path() / ("conductor-mig-" + std::to_string(p))).string();
-  o.overrides = {"parallel.pipeline=" + std::to_string(p),
-                 "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=" + std::to_string(2 * p),
-                 "parallel.microbatch_size=2",
-                 "model.n_layers=" + std::to_string(2 * p),
-                 "model.d_model=32",
-                 "model.n_heads=2",
-                 "model.seq_len=16",
-                 "run.steps=3",
-                 "run.output=" + out,
-                 "run.overwrite=true",
-                 "trace.enabled=true",
-                 "schedule.kind=" + kind,
-                 "schedule.execution=" + execution,
-                 "migration.enabled=true",
-                 "migration.units=[mlp]",
-                 "migration.slices=4",
-                 "migration.link=nvlink"};
-  o.overrides.insert(o.overrides.end(), extra.begin(), extra.end());
-  return config::parse_deck("", o);
+  std::vector<std::string> o = {"trace.enabled=true",     "schedule.kind=" + kind, "schedule.execution=" + execution,
+                                "migration.enabled=true", "migration.units=[mlp]", "migration.slices=4",
+                                "migration.link=nvlink"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return conductor::test_support::tiny_run_deck("mig", v, o);
 }
 
 // Every rank gives `slices` slices of its W and BW ops to the next rank.
@@ -59,8 +39,15 @@ std::string ring_pattern(int slices) {
   const int p = world_size();
   std::string list = "migration.force=[";
   for (int r = 0; r < p; ++r) {
-    list += (r ? "," : "") + std::string("\"") + std::to_string(r) + "->" + std::to_string((r + 1) % p) +
-            ":W,BW:" + std::to_string(slices) + "\"";
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on a chain of std::string operator+ here.
+    if (r > 0) list += ',';
+    list += '"';
+    list += std::to_string(r);
+    list += "->";
+    list += std::to_string((r + 1) % p);
+    list += ":W,BW:";
+    list += std::to_string(slices);
+    list += '"';
   }
   return list + "]";
 }

@@ -20,6 +20,7 @@
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_reader.hpp"
 #include "mpi_world.hpp"
+#include "tiny_deck.hpp"
 
 using namespace conductor;
 
@@ -35,30 +36,17 @@ struct Case {
 };
 
 config::Deck replay_deck(const Case& c, const std::string& out) {
-  const int p = world_size();
   const int v = (c.kind == "1f1b-interleaved" || c.kind == "zb-v") ? 2 : 1;
-  config::LoadOptions o;
-  o.command = config::Command::Run;
-  o.world_size = p;
-  o.source_name = "replay";
-  o.overrides = {"backend=" + c.backend,
-                 "parallel.pipeline=" + std::to_string(p),
-                 "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=" + std::to_string(2 * p),
-                 "parallel.microbatch_size=2",
-                 "model.n_layers=" + std::to_string(2 * p),
-                 "model.d_model=32",
-                 "model.n_heads=2",
-                 "model.seq_len=16",
-                 "run.steps=" + std::to_string(c.steps),
-                 "run.output=" + out,
-                 "trace.enabled=true",
-                 "trace.comm_events=true",
-                 "schedule.kind=" + c.kind,
-                 "schedule.execution=" + c.execution,
-                 "schedule.hint=" + c.hint};
-  o.overrides.insert(o.overrides.end(), c.noise.begin(), c.noise.end());
-  return config::parse_deck("", o);
+  std::vector<std::string> o = {"backend=" + c.backend,
+                                "run.steps=" + std::to_string(c.steps),
+                                "run.output=" + out,
+                                "trace.enabled=true",
+                                "trace.comm_events=true",
+                                "schedule.kind=" + c.kind,
+                                "schedule.execution=" + c.execution,
+                                "schedule.hint=" + c.hint};
+  o.insert(o.end(), c.noise.begin(), c.noise.end());
+  return conductor::test_support::tiny_run_deck("replay", v, o);
 }
 
 // The options the runtime's drivers had in `step`; backfilling's estimates are the previous step's measured

@@ -15,6 +15,7 @@
 #include "conductor/runtime/training.hpp"
 #include "conductor/sched/generators.hpp"
 #include "mpi_world.hpp"
+#include "tiny_deck.hpp"
 
 using namespace conductor;
 
@@ -31,25 +32,10 @@ TEST(TorchCsvImport, TrainsToSingleRankLosses) {
   const std::string csv =
       std::string(source_dir) + (p == 2 ? "/tests/runtime/torch_loop_p2.csv" : "/tests/runtime/torch_v_p4.csv");
   const int v = p == 2 ? 1 : 2;
-  config::LoadOptions o;
-  o.command = config::Command::Run;
-  o.world_size = p;
-  o.source_name = "tiny";
-  const std::string out = (std::filesystem::temp_directory_path() / ("conductor-csv-" + std::to_string(p))).string();
-  o.overrides = {"parallel.pipeline=" + std::to_string(p),
-                 "parallel.virtual=" + std::to_string(v),
-                 "parallel.microbatches=4",
-                 "parallel.microbatch_size=2",
-                 "model.n_layers=" + std::to_string(p * v),
-                 "model.d_model=32",
-                 "model.n_heads=2",
-                 "model.seq_len=16",
-                 "run.steps=3",
-                 "run.output=" + out,
-                 "trace.enabled=false",
-                 "schedule.kind=file:" + csv,
-                 "schedule.execution=strict"};
-  const plan::Plan plan = config::resolve(config::parse_deck("", o));
+  const plan::Plan plan = config::resolve(
+      conductor::test_support::tiny_run_deck("csv", v,
+                                             {"parallel.microbatches=4", "model.n_layers=" + std::to_string(p * v),
+                                              "schedule.kind=file:" + csv, "schedule.execution=strict"}));
   const sched::Schedule schedule = sched::make_schedule(plan);
   EXPECT_EQ(schedule.placement, p == 2 ? sched::Placement::Loop : sched::Placement::V);
   const runtime::RunOutcome outcome = runtime::train(plan, MPI_COMM_WORLD);
