@@ -18,7 +18,8 @@ inline config::Deck tiny_run_deck(const std::string& name, int virtual_chunks,
   o.command = config::Command::Run;
   o.world_size = p;
   o.source_name = name;
-  const std::filesystem::path out = std::filesystem::temp_directory_path() / ("conductor-" + name + "-" + std::to_string(p));
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("conductor-" + name + "-" + std::to_string(p));
   o.overrides = {"parallel.pipeline=" + std::to_string(p),
                  "parallel.virtual=" + std::to_string(virtual_chunks),
                  "parallel.microbatches=" + std::to_string(2 * p),
