@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make install (issue 18): installs this build into a temporary prefix and uses it from an empty folder: the
 # files are in place, the quickstart deck simulates from there (with the global tier, the shipped policy is
-# found under the prefix), an analysis tool runs through the conductor-analysis launcher, the launcher fails
+# found under the prefix, and the global tier's module under PREFIX/lib/conductor), an analysis tool runs through the conductor-analysis launcher, the launcher fails
 # clearly without a usable Python, and a job script finds the installed binary.
 # Usage: test_install.sh BUILD_DIR   (environment from add_script_test: CONDUCTOR_HAVE_POLICY)
 set -euo pipefail
@@ -43,6 +43,17 @@ grep -q "overall bubble ratio" "$tmp/bubbles.txt" || { cat "$tmp/bubbles.txt"; f
 if [[ ${CONDUCTOR_HAVE_POLICY:-1} == 1 ]]; then
   "$prefix/bin/conductor" simulate "$share/inputs/quickstart.yaml" run.steps=2 scheduler.kind=ppo run.output=ppo \
     >"$tmp/ppo.log" 2>&1 || { cat "$tmp/ppo.log"; fail "the installed binary did not find the shipped policy"; }
+  # The global tier is a module the binary loads when used: the installed one, not the build's.
+  grep -q "global tier: $prefix/lib/conductor/libconductor_global_tier.so" "$tmp/ppo.log" ||
+    { cat "$tmp/ppo.log"; fail "the installed binary did not load the installed global tier module"; }
+  set +e
+  CONDUCTOR_GLOBAL_TIER=$tmp/none.so "$prefix/bin/conductor" simulate "$share/inputs/quickstart.yaml" run.steps=2 \
+    scheduler.kind=ppo run.output=ppo-missing >"$tmp/ppo-missing.log" 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] && grep -q "scheduler.kind: ppo needs the global tier's module libconductor_global_tier.so" \
+    "$tmp/ppo-missing.log" && grep -q "^  $tmp/none.so: not there" "$tmp/ppo-missing.log" ||
+    { cat "$tmp/ppo-missing.log"; fail "a missing global tier module: exit $rc, or no clear message"; }
 fi
 
 # The launcher: no usable interpreter, an unknown tool.

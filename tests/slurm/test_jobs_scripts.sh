@@ -53,7 +53,7 @@ expect 5 "ran" -- "$src/scripts/conductor-launch" bash -c 'echo ran; exit 5'
 # when a requeued job may run again under the same ids. The launcher bounds scancel to 3 s and says so.
 mkdir -p fakebin
 printf '#!/bin/bash\ntrap "" TERM\nexec sleep 20\n' >fakebin/scancel
-printf '#!/bin/bash\ntrap "exit 0" TERM\nsleep 6 & wait\n' >fakebin/srun
+printf '#!/bin/bash\ntrap "exit 0" TERM\nsleep 6 >/dev/null 2>&1 & wait\n' >fakebin/srun
 chmod +x fakebin/scancel fakebin/srun
 t0=$SECONDS
 out=$( (env PATH="$work/fakebin:$PATH" SLURM_JOB_ID=77 "$src/scripts/conductor-launch" srun -n 2 true 2>&1 &

@@ -1,4 +1,5 @@
-// `conductor train-policy DECK`: PPO training of the global-tier policy in the simulator (policy/ppo.hpp).
+// `conductor train-policy DECK`, once cli has loaded the deck: PPO training of the global-tier policy in the
+// simulator (policy/ppo.hpp). Part of the global tier's module (plugin/global_tier.hpp).
 // Writes to run.output: resolved.yaml, policy.pt (the policy file), curve.csv (one row per iteration) and
 // summary.csv / summary.txt (the trained policy against the deck's generator order, strict and readiness, under
 // the deck's noise model).
@@ -6,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "conductor/cli/cli.hpp"
 #include "conductor/config/resolve.hpp"
+#include "conductor/plugin/global_tier.hpp"
 #include "conductor/policy/compare.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -16,7 +17,7 @@
 #include "conductor/util/log.hpp"
 #include "conductor/util/progress.hpp"
 
-namespace conductor::cli {
+namespace conductor::plugin {
 
 namespace {
 
@@ -28,8 +29,7 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-int cmd_train_policy(const Invocation& inv) {
-  const config::Deck deck = load_deck(inv, config::Command::TrainPolicy);
+int train_policy(const config::Deck& deck) {
   const std::filesystem::path out = deck.run.output;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
@@ -78,4 +78,4 @@ int cmd_train_policy(const Invocation& inv) {
   return 0;
 }
 
-}  // namespace conductor::cli
+}  // namespace conductor::plugin
