@@ -41,7 +41,7 @@ std::string label(const test_support::ZbPaperConfig& c) {
 TEST(ZbTable, MeasureReproducesThePapers1F1BColumn) {
   // Table 5's 1F1B column, the schedule that has no choices: the costs and the measure are the paper's.
   const double paper_1f1b[] = {0.2431, 0.1985, 0.1240, 0.2347, 0.1898, 0.1091,
-                                0.2552, 0.2082, 0.1251, 0.2646, 0.2168, 0.1352};
+                               0.2552, 0.2082, 0.1251, 0.2646, 0.2168, 0.1352};
   int i = 0;
   for (const auto& c : test_support::zb_paper_configs()) {
     EXPECT_NEAR(paper_bubble(one_f_one_b(c.p, c.m), paper_cost(c)), paper_1f1b[i++], kPrinted) << label(c);
