@@ -15,8 +15,10 @@
 // (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
 // backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
 // (7) --heavy [INPUTS_DIR]: only the heavy-variability rows of (4).
+// (8) --zb-table: ZB-1p / ZB-2p against the Zero Bubble paper's Table 5 on its twelve configurations (Table 9's
+// costs), and ZB-V against its Table 8 (docs/schedules.md).
 // Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
-//                   --scale P M [STEPS] | --migration [DECK...]]   (--quick skips p=1024; --speed
+//                   --scale P M [STEPS] | --migration [DECK...] | --zb-table]   (--quick skips p=1024; --speed
 //        runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>

@@ -68,3 +68,20 @@ TEST(ZbTable, EachObjectiveWinsOnItsOwnMeasure) {
   EXPECT_LT(paper_bubble(by_span, cost), paper_bubble(by_makespan, cost) - 0.05);
   EXPECT_LE(planned_makespan(by_makespan, cost), planned_makespan(by_span, cost) + 1e-9);
 }
+
+TEST(ZbTable, PostValidationPlansPickByTheLongestSpan) {
+  // make_schedule: schedule.post_validation (overlapping steps, whose period is the longest rank span) selects
+  // the span objective, synchronous steps the makespan objective.
+  const auto& c = test_support::zb_paper_configs()[6];
+  plan::Plan plan;
+  plan.pipeline.p = c.p;
+  plan.pipeline.m = c.m;
+  plan.costs = paper_cost(c);
+  plan.schedule.kind = "zb-2p";
+  for (bool overlap : {false, true}) {
+    plan.schedule.post_validation = overlap;
+    const ZbObjective objective = overlap ? ZbObjective::StageSpan : ZbObjective::Makespan;
+    EXPECT_EQ(make_schedule(plan).ranks, generate("zb-2p", c.p, c.m, 1, plan.costs, 0.0, objective).ranks)
+        << "post_validation " << overlap;
+  }
+}
