@@ -42,7 +42,9 @@ void add_sched_fields(std::vector<Field>& f) {
       "the global gradient norm and non-finite check, which completes in the background; a step that needed "
       "clipping or had a non-finite value is rolled back and redone, so results are bit-identical to `false`. "
       "Costs a copy of the weights and AdamW moments per rank (12 bytes per parameter). `conductor simulate` "
-      "then overlaps steps: each rank starts step k+1 as soon as it has finished step k (docs/post-validation.md)."));
+      "then overlaps steps: each rank starts step k+1 as soon as it has finished step k (docs/post-validation.md), "
+      "zb-1p and zb-2p pick the candidate with the shortest longest rank span instead of the shortest makespan, "
+      "and the PPO environment rolls out a window of two overlapping steps."));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "

@@ -169,17 +169,39 @@ Rollout rollout(const sched::Schedule& s, const EnvOptions& opt, const sched::Co
       return expected > 0 ? compute(rank, a) / expected : 1.0;
     };
   }
-  sched::ExecResult res;
-  try {
-    res = sched::execute(s, eo, compute, comm);
-  } catch (const Error& e) {
-    throw Error(std::string("policy rollout: ") + e.what());
-  }
   Rollout out;
-  out.order = std::move(res.order);
-  out.start = res.start;
-  out.end = res.end;
-  out.busy = std::move(res.busy);
+  out.busy.assign(static_cast<std::size_t>(p), 0.0);
+  double idle_before = 0.0;  // the idle of the window's earlier steps, so a decision's idle counts from its start
+  double step_end = 0.0;
+  // Overlapping steps release each rank at its own end of the previous step (all at 0 for the first, as
+  // sim::StepClock does: a rank that is done with its ops is then not idle in this step, it runs the next one).
+  if (opt.overlap_steps) eo.release.assign(static_cast<std::size_t>(p), 0.0);
+  for (int k = 0; k < std::max(1, opt.steps); ++k) {
+    if (k > 0 && !opt.overlap_steps) eo.release.assign(static_cast<std::size_t>(p), step_end);
+    sched::ExecResult res;
+    const std::size_t first = record ? record->size() : 0;
+    try {
+      res = sched::execute(s, eo, compute, comm);
+    } catch (const Error& e) {
+      throw Error(std::string("policy rollout: ") + e.what());
+    }
+    double idle_end = 0.0;  // the step's idle at its last decision; the steps' sum is a lower bound of the window's
+    if (record) {
+      for (std::size_t t = first; t < record->size(); ++t) {
+        idle_end = (*record)[t].idle;
+        (*record)[t].idle += idle_before;
+      }
+    }
+    idle_before += idle_end;
+    if (k == 0) {
+      out.order = std::move(res.order);
+      out.start = res.start;
+    }
+    out.end = std::max(out.end, res.end);
+    step_end = res.end;
+    for (int r = 0; r < p; ++r) out.busy[static_cast<std::size_t>(r)] += res.busy[static_cast<std::size_t>(r)];
+    if (opt.overlap_steps) eo.release = res.last_end;
+  }
   return out;
 }
 

@@ -22,6 +22,10 @@ TrainSetup setup_from_deck(const config::Deck& deck) {
   su.env.memory_after_b = su.cost.memory_after_b;
   su.env.heuristic = sched::parse_hint(deck.policy.heuristic);
   su.env.migration = env_migration(plan, su.base);  // training with the local tier when the deck enables it
+  // With post-validation steps overlap: an episode is a window of two steps, so the policy sees (and is
+  // rewarded for) the next step's forwards running beside this step's tail.
+  su.env.overlap_steps = plan.schedule.post_validation;
+  su.env.steps = su.env.overlap_steps ? 2 : 1;
   su.ppo = deck.policy;
   return su;
 }

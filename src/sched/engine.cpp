@@ -331,7 +331,13 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     if (queue.empty()) break;
     if (custom && !first) {
       int idle_ranks = 0;
-      for (int q = 0; q < p; ++q) idle_ranks += drivers[q].running() || helpers.helping(q, now) ? 0 : 1;
+      for (int q = 0; q < p; ++q) {
+        // With release times (overlapping steps) a rank before its release or done with its ops is in its
+        // previous or next step, not idle in this one.
+        const bool elsewhere =
+            !opt.release.empty() && (!released(q) || drivers[q].arbiter().num_done() == drivers[q].arbiter().size());
+        idle_ranks += drivers[q].running() || helpers.helping(q, now) || elsewhere ? 0 : 1;
+      }
       view.idle += idle_ranks * (queue.top().time - now);
     }
     now = queue.top().time;

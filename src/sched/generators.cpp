@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/torch_csv.hpp"
@@ -207,16 +208,30 @@ Schedule realize(const Schedule& base, const CostModel& cost, double limit, Hint
   return realized(base, r);
 }
 
-// Keeps the valid candidate with the shortest planned makespan (the first on ties).
+// Noise-free strict run of a schedule: (longest rank span, makespan).
+std::pair<double, double> planned_spans(const Schedule& s, const CostModel& cost) {
+  ExecOptions o;
+  o.memory_after_b = cost.memory_after_b;
+  o.record_ops = false;
+  const ExecResult r = execute(s, o, planned_compute(s, cost), [&cost](const Transfer&) { return cost.comm; });
+  double span = 0.0;
+  for (int q = 0; q < s.p; ++q) span = std::max(span, r.last_end[q] - r.first_start[q]);
+  return {span, r.makespan()};
+}
+
+// Keeps the valid candidate that is best under the objective (the first on ties).
 struct Best {
+  ZbObjective objective = ZbObjective::Makespan;
   Schedule schedule;
-  double makespan = std::numeric_limits<double>::infinity();
+  std::pair<double, double> score{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
   bool found = false;
   void offer(Schedule s, const CostModel& cost, double limit) {
     if (!validate(s, limit, cost.memory_after_b).ok) return;
-    const double t = planned_makespan(s, cost);
-    if (t < makespan - 1e-9) {
-      makespan = t;
+    auto [span, makespan] = planned_spans(s, cost);
+    if (objective == ZbObjective::Makespan) span = 0.0;
+    const bool better = span < score.first - 1e-9 || (span < score.first + 1e-9 && makespan < score.second - 1e-9);
+    if (better) {
+      score = {span, makespan};
       schedule = std::move(s);
       found = true;
     }
@@ -316,12 +331,13 @@ Schedule zb_h2(int p, int m) {
       p, m, "zb-h2", [p](int r) { return 2 * (p - r) - 1; }, [](int r) { return 2 * r; });
 }
 
-Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::string& name) {
+Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::string& name, ZbObjective objective) {
   check_shape(name, p, m, 1);
   if (limit < 1.0 - 1e-9) {
     throw InputError(name + ": memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   Best best;
+  best.objective = objective;
   ZbGreedy greedy(p, m, cost, limit);
   for (bool allow : {true, false}) {
     for (bool prio : {true, false}) {
@@ -378,7 +394,8 @@ Schedule zb_v_greedy(int p, int m, const CostModel& cost, double limit) {
   return best.schedule;
 }
 
-Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit) {
+Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit,
+                  ZbObjective objective) {
   check_shape(kind, p, m, v);
   const double limit = memory_limit > 0 ? memory_limit : default_memory_limit(kind, p, m, v);
   if (plan::v_shaped_kind(kind)) {
@@ -408,7 +425,7 @@ Schedule generate(const std::string& kind, int p, int m, int v, const CostModel&
   else if (kind == "zb-h2")
     s = zb_h2(p, m);
   else if (kind == "zb-1p" || kind == "zb-2p")
-    return zb_auto(p, m, cost, limit, kind);
+    return zb_auto(p, m, cost, limit, kind, objective);
   else
     throw InputError(
         "unknown schedule kind '" + kind +
@@ -446,7 +463,10 @@ Schedule make_schedule(const plan::Plan& plan) {
       shape.placement = plan.schedule.placement == "v" ? Placement::V : Placement::Loop;
     return import_schedule(kind.substr(5), shape, plan_limit(plan), cost.memory_after_b);
   }
-  return generate(kind, p, m, v, cost, plan_limit(plan));
+  // Overlapping steps run at the pace of the longest rank span (docs/post-validation.md), synchronous steps at
+  // the step's makespan.
+  const ZbObjective objective = plan.schedule.post_validation ? ZbObjective::StageSpan : ZbObjective::Makespan;
+  return generate(kind, p, m, v, cost, plan_limit(plan), objective);
 }
 
 }  // namespace conductor::sched

@@ -22,6 +22,7 @@
 #include "conductor/sched/validate.hpp"
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
+#include "conductor/sim/simulator.hpp"
 #include "conductor/util/error.hpp"
 
 using namespace conductor;
@@ -151,6 +152,44 @@ TEST(PolicyEnv, HeuristicChoiceReproducesTheEngine) {
       }
     }
   }
+}
+
+// A window of steps (schedule.post_validation): with the heuristic's choice the rollout of 3 steps is the
+// simulator's run of 3 steps under readiness execution, overlapping (sim::StepClock) or synchronous: same span
+// and busy time, so the same run bubble; overlapping is shorter, and decisions' idle only grows over the window.
+TEST(PolicyEnv, WindowOfStepsReproducesTheSimulatorsRun) {
+  const sched::CostModel cost = sched::uniform_cost(1.0, 1.2, 0.7, 0.1, 0.5);
+  const sched::Schedule s = sched::generate("zb-2p", 4, 8, 1, cost);
+  policy::EpisodeDraw draw;
+  draw.cost = cost;  // level 0: noise-free
+  double span[2] = {0, 0};
+  for (bool overlap : {false, true}) {
+    policy::EnvOptions env;
+    env.heuristic = sched::Hint::BFW;
+    env.memory_limit = 8;
+    env.memory_after_b = cost.memory_after_b;
+    env.steps = 3;
+    env.overlap_steps = overlap;
+    std::vector<policy::Decision> rec;
+    const auto ro = policy::rollout(
+        s, env, cost, policy::draw_compute(draw, 1), policy::draw_comm(draw), [](const policy::Decision&) { return 0; },
+        &rec);
+    plan::Noise none;
+    const sim::NoiseModel noise(s, cost, none);
+    sim::SimOptions so;
+    so.execution = sched::Execution::Readiness;
+    so.hint = sched::Hint::BFW;
+    so.memory_limit = 8;
+    so.overlap_steps = overlap;
+    const sim::RunResult run = sim::simulate_run(s, noise, so, 3);
+    EXPECT_NEAR(ro.makespan(), run.span_ms, 1e-9) << "overlap " << overlap;
+    EXPECT_NEAR(ro.idle() / (s.p * ro.makespan()), run.run_bubble_ratio, 1e-12) << "overlap " << overlap;
+    ASSERT_FALSE(rec.empty());
+    for (std::size_t t = 1; t < rec.size(); ++t) EXPECT_GE(rec[t].idle, rec[t - 1].idle - 1e-9);
+    EXPECT_LE(rec.back().idle, ro.idle() + 1e-9);
+    span[overlap] = ro.makespan();
+  }
+  EXPECT_LT(span[1], span[0] - 1e-6);
 }
 
 // An untrained policy is the heuristic (the skip term on the heuristic rank dominates).

@@ -54,11 +54,19 @@ struct EnvOptions {
   // the rollout as in the simulator (the owner decides on the predicted cost model's op time; a helper's speed is
   // its actual over its predicted time for the action).
   std::vector<sched::Migration> migration;
+  // A window of steps (schedule.post_validation; sim::StepClock's overlapping steps): the rollout runs `steps`
+  // steps one after another, and with overlap_steps each rank starts step k+1 when it has finished its own ops
+  // of step k (its optimizer step takes no time, the global check is post-validated), so step k+1's ops on the
+  // first ranks run beside step k's tail; without it step k+1 starts when step k has ended on every rank.
+  int steps = 1;
+  bool overlap_steps = false;
 };
 
 // The plan's migration for `schedule` (empty when migration.enabled is false): what EnvOptions::migration takes.
 std::vector<sched::Migration> env_migration(const plan::Plan& plan, const sched::Schedule& schedule);
 
+// Over a window of steps: order is the first step's; start is the first op of the first step, end the last op
+// of the last step, busy summed over the steps (so idle() is the window's bubble on the global measure).
 struct Rollout {
   std::vector<std::vector<int>> order;  // realized order per rank (list indices)
   double start = 0, end = 0;            // first op start, last op end
@@ -67,9 +75,10 @@ struct Rollout {
   double idle() const;       // p x makespan - sum of busy: the bubble, in rank-ms
 };
 
-// Runs one step. `compute`/`comm` give the durations (noisy in training, estimates when planning); `predicted`
-// is what the features show as an op's predicted duration (the planner's cost model). Decisions with two or
-// more candidates are passed to `choose` and, when `record` is given, appended to it. Throws Error on deadlock.
+// Runs one step (or EnvOptions::steps). `compute`/`comm` give the durations (noisy in training, estimates when
+// planning); `predicted` is what the features show as an op's predicted duration (the planner's cost model).
+// Decisions with two or more candidates are passed to `choose` and, when `record` is given, appended to it (a
+// decision's idle counts from the window's start). Throws Error on deadlock.
 Rollout rollout(const sched::Schedule& schedule, const EnvOptions& options, const sched::CostModel& predicted,
                 const sched::ComputeTimeFn& compute, const sched::CommTimeFn& comm, const Chooser& choose,
                 std::vector<Decision>* record = nullptr);

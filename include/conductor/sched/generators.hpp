@@ -34,12 +34,20 @@ const std::vector<std::string>& generator_kinds();
 // The kind's default activation-memory limit (M_F per rank) when schedule.memory_limit is 0.
 using plan::default_memory_limit;
 
+// What zb-1p / zb-2p minimize among their candidates. Makespan: the noise-free step makespan (synchronous
+// steps: the next step waits for the last rank). StageSpan: the longest rank span, first op's start to last
+// op's end on one rank, then the makespan: the Zero Bubble paper's measure, and the period of overlapping steps
+// (schedule.post_validation), where a rank starts its next step as soon as its own part ends.
+enum class ZbObjective { Makespan, StageSpan };
+
 // Builds `kind` for p ranks, m microbatches, v chunks; memory_limit <= 0 = the kind's default. Throws
 // InputError for impossible requests (interleaved with m % p != 0, zb-v with v != 2, ...).
-Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit = 0);
+Schedule generate(const std::string& kind, int p, int m, int v, const CostModel& cost, double memory_limit = 0,
+                  ZbObjective objective = ZbObjective::Makespan);
 
 // The plan's schedule: schedule.kind (a generator, or file:PATH loaded and validated against the plan's p, m, v
-// and memory limit), planned with the plan's costs.
+// and memory limit), planned with the plan's costs; zb-1p / zb-2p minimize the longest rank span when
+// schedule.post_validation overlaps steps, else the makespan.
 Schedule make_schedule(const plan::Plan& plan);
 
 // The memory limit of each rank (M_F) that make_schedule() used and the simulator and runtime enforce: the
@@ -55,7 +63,8 @@ Schedule one_f_one_b(int p, int m);
 Schedule interleaved_1f1b(int p, int m, int v);
 Schedule zb_h1(int p, int m);
 Schedule zb_h2(int p, int m);
-Schedule zb_auto(int p, int m, const CostModel& cost, double memory_limit, const std::string& name);
+Schedule zb_auto(int p, int m, const CostModel& cost, double memory_limit, const std::string& name,
+                 ZbObjective objective = ZbObjective::Makespan);
 Schedule zb_v(int p, int m, const CostModel& cost, double memory_limit);  // zbv.cpp
 Schedule zb_v_greedy(int p, int m, const CostModel& cost, double memory_limit);
 Schedule dualpipe_v(int p, int m, double memory_limit, double memory_after_b);  // dualpipev.cpp
