@@ -36,6 +36,9 @@
 // watchdog's limit ends the run naming the helper, the owner, the op and the step. Announcements are sent whenever
 // migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
 // once its ops are done, every peer has said Finished and every help it was asked for is served.
+//
+// Sources: executor.cpp (the loop and the op lifecycle), control_plane.cpp (the transfers of a step: headers,
+// announcements, arrivals), migration_peer.cpp (migration's messages, decision, help and answers).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,6 +54,8 @@
 #include "conductor/trace/event.hpp"
 
 namespace conductor::runtime {
+
+class ControlPlane;
 
 struct StepOutcome {
   std::vector<trace::OpEvent> events;  // this rank's compute ops (and transfers when recorded), common clock
@@ -80,8 +85,7 @@ class Executor {
   StepOutcome run_step(int step, const sched::Schedule& order);
 
  private:
-  int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
-  int announce_tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  class Step;  // one step's run (executor.cpp): the op lifecycle over a ControlPlane and a MigrationPeer
   double comm_estimate_ns() const;
   // What the rank waits for, for the watchdog's message: the outstanding input it needs first, and its sender
   // (-1 when none is outstanding).
@@ -89,7 +93,7 @@ class Executor {
     std::string what;
     int peer = -1;
   };
-  Awaited describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
+  Awaited describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const ControlPlane& plane,
                         int step) const;
   double injected_comm_ms(int step, const sched::Transfer& t) const;
 
