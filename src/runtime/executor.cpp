@@ -393,11 +393,15 @@ StepOutcome Executor::Step::run() {
     // decide on an old status. Open MPI's test-some progresses only on a call that finds nothing complete, so
     // two empty polls in a row.
     const std::size_t first = drain();
+    const std::int64_t polls_begin = migrating_ ? thread_cpu_ns() : 0;
     for (int empty = first > 0 ? 0 : 1, polls = 0; migrating_ && empty < 2 && polls < 64; ++polls) {
       empty = drain() > 0 ? 0 : empty + 1;
     }
+    // Migration's extra polls delay this rank's next op or help (not its idle wait): its control overhead.
+    const std::int64_t extra_polls_ns = migrating_ ? thread_cpu_ns() - polls_begin : 0;
     retire();
     if (migration_ && migration_->serve()) {
+      ctx_.outcome.migration_control_ns += extra_polls_ns;
       migration_->push_sends();  // the reply, before this rank sleeps in an op of its own
       continue;
     }
@@ -407,6 +411,7 @@ StepOutcome Executor::Step::run() {
       const int i = driver_.next(driver_.latest());  // see RankDriver::latest: a replay makes the same choice
       if (i >= 0) {
         idle_sleep_ns_ = 5'000;
+        ctx_.outcome.migration_control_ns += extra_polls_ns;
         launch(i);
         continue;
       }
@@ -414,6 +419,11 @@ StepOutcome Executor::Step::run() {
     wait_idle();
   }
   drain_sends();
+  if (migration_) {
+    ctx_.outcome.migration_control_ns += migration_->control_ns();
+    ctx_.outcome.slices_given = migration_->slices_given();
+    ctx_.outcome.migration_decisions = migration_->decisions();
+  }
   migration_.reset();  // its progress function refers to this step's state
   ctx_.outcome.peak_memory = ctx_.state().peak_memory();
   ex_.measured_ = std::move(measuring_);

@@ -70,8 +70,10 @@ void MigrationPeer::post_control_recv(int q) {
 }
 
 void MigrationPeer::send_control(int q, const Control& c) {
+  const std::int64_t t0 = thread_cpu_ns();
   control_out_.push_back(c);
   plane_.post_send(Plane::Control, q, control_tag(), &control_out_.back(), sizeof(Control), Role::Control, q);
+  control_ns_ += thread_cpu_ns() - t0;
 }
 
 void MigrationPeer::broadcast(const Control& c) {
@@ -99,6 +101,7 @@ void MigrationPeer::handle(const Completion& c, std::int64_t now) {
 
 // A control message from peer q arrived at `now`.
 void MigrationPeer::on_control(int q, std::int64_t now) {
+  const std::int64_t t0 = thread_cpu_ns();
   const Control c = control_in_[static_cast<std::size_t>(q)];
   ++ctx_.progress;
   if (c.kind == Kind::Help) {
@@ -127,6 +130,7 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
   } else {
     post_control_recv(q);
   }
+  control_ns_ += thread_cpu_ns() - t0;
 }
 
 // The helper's payload from `owner` is in: the oldest such job without its payload (MPI keeps a pair's messages
@@ -241,8 +245,12 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   const Compute::SliceMoves moves = compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind);
   if (moves == Compute::SliceMoves::None) return estimate_ns;
+  const std::int64_t t0 = thread_cpu_ns();
   const sched::Offload o = choose(i, now, estimate_ns);
+  ++decisions_;
+  control_ns_ += thread_cpu_ns() - t0;  // the decision (its messages are timed in send_control)
   if (o.helper < 0) return estimate_ns;
+  slices_given_ += o.slices;
   Owned& own = owned_[static_cast<std::size_t>(i)];
   Control c;
   c.kind = Kind::Help;
@@ -367,6 +375,7 @@ void MigrationPeer::finish(int i, OpSpan& span) {
     sleep_until_ns(steady_now_ns() + std::llround(static_cast<double>(kept) * (1.0 / own.own_share - 1.0)));
     span.end_ns = steady_now_ns();
     own.back = clock_.to_common(span.end_ns);
+    slices_given_ -= own.slices;  // they stayed here after all
     own.slices = 0;
     own.own_share = 1.0;
     own.declined = false;

@@ -65,6 +65,10 @@ class MigrationPeer {
   void finish(int i, OpSpan& span);
   // A help whose answer has not come within the watchdog's limit ends the run naming the helper.
   void check_answers(const std::vector<int>& in_flight, std::int64_t now) const;
+  // StepOutcome::migration_control_ns and slices_given of this step so far.
+  std::int64_t control_ns() const { return control_ns_; }
+  int slices_given() const { return slices_given_; }
+  int decisions() const { return decisions_; }
 
  private:
   enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
@@ -136,6 +140,9 @@ class MigrationPeer {
   int answers_due_ = 0;  // helpers' answers this rank waits for
   Control sent_status_;  // the last status this rank sent
   bool finished_sent_ = false;
+  std::int64_t control_ns_ = 0;  // see control_ns()
+  int slices_given_ = 0;
+  int decisions_ = 0;
 };
 
 }  // namespace conductor::runtime
