@@ -103,23 +103,32 @@ def migration_run(tmp, p, straggler, enabled, simulate):
     if proc.returncode != 0:
         sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
     with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)["makespan_ms"]
+        return json.load(f)["makespan_ms"], control_us_per_slice(proc.stdout)
+
+
+def control_us_per_slice(stdout):
+    # conductor run's line "migration: N slices moved in D decisions, control X us per slice, ..."; NaN if absent.
+    for line in stdout.splitlines():
+        if line.startswith("migration: ") and " us per slice" in line:
+            return float(line.split("control ")[1].split(" us")[0])
+    return float("nan")
 
 
 def migration_rows():
     print("== migration on over off, emulated runtime vs simulator (1F1B strict, m=8, 20 ms ops, 40 ms on the "
           "straggler, NVLink, 4 slices, 4 steps; mean makespan)")
-    print("   %-3s %-9s %10s %10s %9s %9s %9s" % ("p", "straggler", "off ms", "on ms", "runtime", "sim", "run/sim"))
+    print("   %-3s %-9s %10s %10s %9s %9s %9s %14s" % ("p", "straggler", "off ms", "on ms", "runtime", "sim", "run/sim",
+                                                      "ctl us/slice"))
     with tempfile.TemporaryDirectory() as tmp:
         for p, straggler in ((2, 0), (4, 1)):
             gain = {}
             for sim in (False, True):
-                off = migration_run(tmp, p, straggler, False, sim)
-                on = migration_run(tmp, p, straggler, True, sim)
-                gain[sim] = (off, on, off / on)
-            print("   %-3d %-9d %10.2f %10.2f %8.3fx %8.3fx %9.3f" % (p, straggler, gain[False][0], gain[False][1],
-                                                                    gain[False][2], gain[True][2],
-                                                                    gain[False][2] / gain[True][2]))
+                off, _ = migration_run(tmp, p, straggler, False, sim)
+                on, control = migration_run(tmp, p, straggler, True, sim)
+                gain[sim] = (off, on, off / on, control)
+            print("   %-3d %-9d %10.2f %10.2f %8.3fx %8.3fx %9.3f %14.2f" %
+                  (p, straggler, gain[False][0], gain[False][1], gain[False][2], gain[True][2],
+                   gain[False][2] / gain[True][2], gain[False][3]))
 
 
 def main():

@@ -1,6 +1,7 @@
 #include "conductor/runtime/clock.hpp"
 
 #include <chrono>
+#include <ctime>
 #include <limits>
 
 namespace conductor::runtime {
@@ -8,6 +9,12 @@ namespace conductor::runtime {
 std::int64_t steady_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 CommonClock::CommonClock(MPI_Comm comm, int rounds) {

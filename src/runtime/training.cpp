@@ -251,6 +251,9 @@ RunOutcome Training::run() {
 Training::After Training::step(int step) {
   maybe_inject_failure(rank_, step);
   StepOutcome so = executor_->run_step(step, order_);
+  outcome_.migration_control_ns += so.migration_control_ns;
+  outcome_.slices_given += so.slices_given;
+  outcome_.migration_decisions += so.migration_decisions;
 
   // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
   // same numbers, so every rank takes the same decision on a non-finite step without another message.

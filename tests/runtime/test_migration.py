@@ -56,10 +56,10 @@ class EmulatedMigrationTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("watchdog", proc.stderr.lower())
         with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
-            return t["events"][:], t["steps"][:]
+            return t["events"][:], proc.stdout
 
     def check(self, p, straggler):
-        events, _ = self.run_emulated(p, straggler, True)
+        events, stdout = self.run_emulated(p, straggler, True)
         ops = events[events["kind"] <= 3]
         helps = events[(events["kind"] >= HELP_F) & (events["kind"] <= HELP_F + 3)]
         # Every op of every step ran, exactly once (1F1B: F and BW per stage and microbatch).
@@ -85,6 +85,10 @@ class EmulatedMigrationTest(unittest.TestCase):
             # alignment of two ranks' clocks.
             self.assertGreaterEqual(int(h["start_ns"]), int(owner["start_ns"]) - CLOCK_ALIGNMENT_NS)
             self.assertLessEqual(int(h["end_ns"]), int(owner["end_ns"]) + CLOCK_ALIGNMENT_NS)
+        # The run's control-overhead line counts the slices the owner rows say moved (its time is bench material).
+        line = [l for l in stdout.splitlines() if l.startswith("migration: ")]
+        self.assertEqual(len(line), 1, stdout)
+        self.assertIn("migration: %d slices moved in " % int(np.sum(migrated["migrated"])), line[0])
 
     def test_p2_straggler_first_stage(self):
         self.check(2, 0)

@@ -36,6 +36,9 @@
 // watchdog's limit ends the run naming the helper, the owner, the op and the step. Announcements are sent whenever
 // migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
 // once its ops are done, every peer has said Finished and every help it was asked for is served.
+//
+// Sources: executor.cpp (the loop and the op lifecycle), control_plane.cpp (the transfers of a step: headers,
+// announcements, arrivals), migration_peer.cpp (migration's messages, decision, help and answers).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,10 +55,18 @@
 
 namespace conductor::runtime {
 
+class ControlPlane;
+
 struct StepOutcome {
   std::vector<trace::OpEvent> events;  // this rank's compute ops (and transfers when recorded), common clock
   double peak_memory = 0.0;            // M_F
   int announcements = 0;               // announcements received that named an expected time (backfill)
+  // Migration's control work on this rank, in CPU time (thread_cpu_ns: not the time descheduled on a loaded
+  // node): decisions, status and request messages posted and handled, and the extra polls a migrating rank makes
+  // before an op or a help (they also progress payloads, so this is an upper bound); and the slices it gave away.
+  std::int64_t migration_control_ns = 0;
+  int slices_given = 0;
+  int migration_decisions = 0;  // ops whose slices could move (decided or forced), moved or not
 };
 
 struct ExecutorOptions {
@@ -80,8 +91,7 @@ class Executor {
   StepOutcome run_step(int step, const sched::Schedule& order);
 
  private:
-  int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
-  int announce_tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
+  class Step;  // one step's run (executor.cpp): the op lifecycle over a ControlPlane and a MigrationPeer
   double comm_estimate_ns() const;
   // What the rank waits for, for the watchdog's message: the outstanding input it needs first, and its sender
   // (-1 when none is outstanding).
@@ -89,7 +99,7 @@ class Executor {
     std::string what;
     int peer = -1;
   };
-  Awaited describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const std::vector<char>& arrived,
+  Awaited describe_wait(const sched::Schedule& order, const sched::Arbiter& state, const ControlPlane& plane,
                         int step) const;
   double injected_comm_ms(int step, const sched::Transfer& t) const;
 

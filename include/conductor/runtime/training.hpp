@@ -2,6 +2,7 @@
 // `conductor run`: one MPI rank per pipeline stage trains the deck's model (or emulates it) for run.steps
 // steps, each step executed by the readiness-driven executor under the order the global tier gives, and
 // records every op in <run.output>/trace.h5 (rank 0 writes; flushed every step).
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,10 @@ struct RunOutcome {
   int stop_signal = 0;                               // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
   bool nonfinite = false;  // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
   int rollbacks = 0;       // schedule.post_validation: optimistic updates undone (clipping or non-finite)
+  // Computation migration on this rank over the run (StepOutcome's figures summed).
+  std::int64_t migration_control_ns = 0;
+  long slices_given = 0;
+  long migration_decisions = 0;
   std::string output_dir;
 };
 

@@ -1,0 +1,398 @@
+#include "conductor/runtime/migration_peer.hpp"
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "conductor/util/error.hpp"
+
+namespace conductor::runtime {
+
+namespace {
+
+std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
+
+// Fault tests: CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help stops rank RANK (SIGSTOP) when it starts computing
+// real slices for a peer in step STEP, so that peer's answer never comes (training.cpp reads the other forms).
+bool hangs_helping(int rank, int step) {
+  const char* env = std::getenv("CONDUCTOR_INJECT_FAILURE");
+  int r = -1, s = -1;
+  char how[16] = {0};
+  return env && std::sscanf(env, "%d:%d:%15s", &r, &s, how) == 3 && r == rank && s == step &&
+         std::string(how) == "hang-help";
+}
+
+}  // namespace
+
+MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
+                             const ExecutorOptions& options, const Watchdog& watchdog,
+                             std::function<std::size_t()> drain)
+    : ctx_(ctx),
+      plane_(plane),
+      compute_(compute),
+      clock_(clock),
+      options_(options),
+      watchdog_(watchdog),
+      drain_(std::move(drain)),
+      hang_helping_(hangs_helping(ctx.rank, ctx.step)),
+      control_in_(static_cast<std::size_t>(ctx.order.p)),
+      peers_(static_cast<std::size_t>(ctx.order.p)),
+      owned_(ctx.actions().size()) {
+  for (int q = 0; q < ctx.order.p; ++q) {
+    if (q != ctx.rank) post_control_recv(q);
+  }
+  // While this rank sleeps in an op or a help, the payloads it sent keep moving; also while a helper's answer is
+  // due: it is a rendezvous too, which the helper's poll alone cannot finish.
+  compute_.set_progress([this] { return keep_moving(); });
+}
+
+MigrationPeer::~MigrationPeer() { compute_.set_progress({}); }  // the progress function refers to this step
+
+bool MigrationPeer::keep_moving() {
+  if (sends_ == 0 && answers_due_ == 0) return false;
+  drain_();
+  return sends_ > 0 || answers_due_ > 0;
+}
+
+// Tags: control above the announcements; payloads above every tensor tag, out and back per owner's list position.
+int MigrationPeer::control_tag() const { return 4 * ctx_.order.num_stages() * ctx_.order.m; }
+
+int MigrationPeer::help_tag(std::int64_t index, bool back) const {
+  return 2 * ctx_.order.num_stages() * ctx_.order.m + 2 * static_cast<int>(index) + (back ? 1 : 0);
+}
+
+void MigrationPeer::post_control_recv(int q) {
+  plane_.post_recv(Plane::Control, q, control_tag(), &control_in_[static_cast<std::size_t>(q)], sizeof(Control),
+                   Role::Control, q);
+}
+
+void MigrationPeer::send_control(int q, const Control& c) {
+  const std::int64_t t0 = thread_cpu_ns();
+  control_out_.push_back(c);
+  plane_.post_send(Plane::Control, q, control_tag(), &control_out_.back(), sizeof(Control), Role::Control, q);
+  control_ns_ += thread_cpu_ns() - t0;
+}
+
+void MigrationPeer::broadcast(const Control& c) {
+  sent_status_ = c;
+  for (int q = 0; q < ctx_.order.p; ++q) {
+    if (q != ctx_.rank) send_control(q, c);
+  }
+}
+
+void MigrationPeer::handle(const Completion& c, std::int64_t now) {
+  switch (c.role) {
+    case Role::Control:
+      if (!c.send) on_control(c.action, now);
+      break;
+    case Role::HelpPayload: payload_in(c.action); break;
+    case Role::HelpReply:
+      owned_[static_cast<std::size_t>(c.action)].back = now;
+      --answers_due_;
+      ++ctx_.progress;
+      break;
+    case Role::HelpSend: --sends_; break;  // its buffer is freed with the step's
+    default: break;
+  }
+}
+
+// A control message from peer q arrived at `now`.
+void MigrationPeer::on_control(int q, std::int64_t now) {
+  const std::int64_t t0 = thread_cpu_ns();
+  const Control c = control_in_[static_cast<std::size_t>(q)];
+  ++ctx_.progress;
+  if (c.kind == Kind::Help) {
+    Job& job = jobs_.emplace_back();
+    job.owner = q;
+    job.request = c;
+    job.arrived = now;
+    // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices are
+    // always served (after this rank's current op): the owner holds their inputs only in the payload.
+    const sched::Action& owned = ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(c.index)];
+    job.declined = sent_status_.kind == Kind::Busy && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    job.payload.resize(static_cast<std::size_t>(c.bytes_out));
+    plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
+                     Role::HelpPayload, q);
+  } else if (c.kind == Kind::Declined) {
+    owned_[static_cast<std::size_t>(c.index)].declined = true;
+  } else {
+    PeerView& v = peers_[static_cast<std::size_t>(q)];
+    v.status = c.kind;
+    v.until_ns = c.until_ns;
+    v.producer = static_cast<int>(c.producer);
+    v.next = static_cast<int>(c.index);
+  }
+  if (c.kind == Kind::Finished) {
+    ++peers_finished_;  // nothing more comes from q this step
+  } else {
+    post_control_recv(q);
+  }
+  control_ns_ += thread_cpu_ns() - t0;
+}
+
+// The helper's payload from `owner` is in: the oldest such job without its payload (MPI keeps a pair's messages
+// in order, and an owner's requests with them).
+void MigrationPeer::payload_in(int owner) {
+  for (Job& job : jobs_) {
+    if (job.owner == owner && !job.payload_in) {
+      job.payload_in = true;
+      ++ctx_.progress;
+      return;
+    }
+  }
+}
+
+void MigrationPeer::say_busy() {
+  if (!finished_sent_ && sent_status_.kind != Kind::Busy) broadcast(Control{});
+}
+
+void MigrationPeer::say_idle(bool ops_in_flight) {
+  if (finished_sent_ || ops_in_flight) return;
+  if (ctx_.driver.finished()) {
+    Control c;
+    c.kind = Kind::Finished;
+    broadcast(c);
+    finished_sent_ = true;
+    return;
+  }
+  const sched::Arbiter& state = ctx_.state();
+  const int next = state.next_in_list();
+  if (next >= static_cast<int>(ctx_.actions().size()) || state.is_ready(next)) return;  // blocked on memory
+  Control c;
+  c.kind = Kind::Idle;
+  c.index = next;
+  c.until_ns = plane_.announced_arrival(next);
+  if (const auto in = sched::input_of(ctx_.order, ctx_.rank, ctx_.actions()[static_cast<std::size_t>(next)]);
+      in && !in->local()) {
+    c.producer = in->from_rank;
+  }
+  if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.producer != c.producer ||
+      sent_status_.index != c.index) {
+    broadcast(c);
+  }
+}
+
+bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == ctx_.order.p - 1 && jobs_.empty(); }
+
+// When this rank's output for peer q's op `next` is expected there: kUnknown while its producing op has not
+// started or is `deciding` (it then comes after the op being decided, and so after the help), else the announced
+// time (its start plus estimates). This rank knows it better than q's last Idle, which may predate it.
+std::int64_t MigrationPeer::own_delivery(int q, int next, int deciding) const {
+  const auto in =
+      sched::input_of(ctx_.order, q, ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)]);
+  if (!in || in->from_rank != ctx_.rank) return kUnknown;
+  const int producer = ctx_.producer_of(*in);
+  return ctx_.state().is_started(producer) && producer != deciding ? plane_.own_announcement(producer) : kUnknown;
+}
+
+// The peers that can help now (the simulator's rule, engine.cpp's Helpers, on the peers' last status), in ms since
+// the step began.
+void MigrationPeer::build_offers(std::int64_t now, int deciding) {
+  offers_.clear();
+  for (int q = 0; q < ctx_.order.p; ++q) {
+    const PeerView& v = peers_[static_cast<std::size_t>(q)];
+    if (q == ctx_.rank || v.engaged_until > now) continue;
+    sched::HelpOffer o;
+    o.rank = q;
+    if (v.status == Kind::Idle) {
+      const std::int64_t until = v.producer == ctx_.rank ? own_delivery(q, v.next, deciding) : v.until_ns;
+      if (until != kUnknown) {
+        o.until = ctx_.since_begin(until) / 1e6;
+      } else if (v.producer != ctx_.rank) {
+        continue;  // nothing known of its next input
+      }
+    } else if (v.status != Kind::Finished) {
+      continue;
+    }
+    offers_.push_back(o);
+  }
+}
+
+// The decision for action i: migration.force's entry for this rank and the op's kind, else
+// sched::RankDriver::offload on the peers' offers.
+sched::Offload MigrationPeer::choose(int i, std::int64_t now, double estimate_ns) {
+  const sched::Action& a = ctx_.actions()[static_cast<std::size_t>(i)];
+  if (!options_.forced.empty()) {
+    for (const plan::ForcedHelp& f : options_.forced) {
+      if (f.owner != ctx_.rank || !f.kinds[static_cast<std::size_t>(a.kind)]) continue;
+      sched::HelpOffer offer;
+      offer.rank = f.helper;
+      return options_.migration.split(a.kind, estimate_ns / 1e6, f.slices, offer);
+    }
+    return sched::Offload{};  // forcing: no decisions
+  }
+  build_offers(now, i);
+  if (offers_.empty()) return sched::Offload{};
+  return ctx_.driver.offload(i, ctx_.since_begin(now) / 1e6, estimate_ns / 1e6, offers_);
+}
+
+// Owner: posts the help request for action i to `helper`, its payload, and the reply's receive.
+void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<char> payload) {
+  send_control(helper, c);
+  buffers_.push_back(std::move(payload));
+  plane_.post_send(Plane::Data, helper, help_tag(i, false), buffers_.back().data(), buffers_.back().size(),
+                   Role::HelpSend, i);
+  ++sends_;
+  ++answers_due_;
+  std::vector<char>& reply = owned_[static_cast<std::size_t>(i)].reply;
+  reply.resize(static_cast<std::size_t>(c.bytes_back));
+  plane_.post_recv(Plane::Data, helper, help_tag(i, true), reply.data(), reply.size(), Role::HelpReply, i);
+}
+
+double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
+  const Compute::SliceMoves moves = compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind);
+  if (moves == Compute::SliceMoves::None) return estimate_ns;
+  const std::int64_t t0 = thread_cpu_ns();
+  const sched::Offload o = choose(i, now, estimate_ns);
+  ++decisions_;
+  control_ns_ += thread_cpu_ns() - t0;  // the decision (its messages are timed in send_control)
+  if (o.helper < 0) return estimate_ns;
+  slices_given_ += o.slices;
+  Owned& own = owned_[static_cast<std::size_t>(i)];
+  Control c;
+  c.kind = Kind::Help;
+  c.index = i;
+  c.slices = o.slices;
+  c.help_ns = ms_to_ns(o.helper_compute);
+  if (moves == Compute::SliceMoves::Real) {
+    own.real = true;
+    compute_.give_slices(o.slices, [this, i, c, helper = o.helper](std::vector<float> input, std::size_t answer) {
+      Control request = c;
+      request.bytes_out = static_cast<std::int64_t>(input.size() * sizeof(float));
+      request.bytes_back = static_cast<std::int64_t>(answer * sizeof(float));
+      std::vector<char> payload(static_cast<std::size_t>(request.bytes_out));
+      std::memcpy(payload.data(), input.data(), payload.size());
+      post_help(i, helper, request, std::move(payload));
+      push_sends();  // before this rank computes its own part
+    });
+  } else {
+    const std::int64_t bytes = std::llround(o.bytes);
+    c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
+    c.bytes_back = bytes - c.bytes_out;
+    post_help(i, o.helper, c, std::vector<char>(static_cast<std::size_t>(c.bytes_out)));
+  }
+  peers_[static_cast<std::size_t>(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
+  own.helper = o.helper;
+  own.decided_at = now;
+  own.slices = o.slices;
+  own.own_share = o.owner_time / (estimate_ns / 1e6);
+  compute_.keep_share(own.own_share);
+  return o.op_time * 1e6;
+}
+
+// A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy
+// mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle peer to take it,
+// short enough not to wait out a peer that turned out busy.
+void MigrationPeer::push_sends() {
+  const std::int64_t deadline = clock_.now_ns() + 2'000'000;
+  while (sends_ > 0 && plane_.last_poll() < deadline) drain_();
+}
+
+void MigrationPeer::reply(const Job& job, std::vector<char> answer) {
+  buffers_.push_back(std::move(answer));
+  plane_.post_send(Plane::Data, job.owner, help_tag(job.request.index, true), buffers_.back().data(),
+                   buffers_.back().size(), Role::HelpSend, job.owner);
+  ++sends_;
+}
+
+// Real slices: computed with the trainer's kernels from the payload.
+void MigrationPeer::compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const {
+  if (hang_helping_) std::raise(SIGSTOP);  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help (fault tests)
+  std::vector<float> input(job.payload.size() / sizeof(float));
+  std::memcpy(input.data(), job.payload.data(), input.size() * sizeof(float));
+  const std::vector<float> result = compute_.compute_slices(a.kind, static_cast<int>(job.request.slices), input);
+  if (result.size() * sizeof(float) != answer.size()) {
+    throw Error("migration: rank " + std::to_string(ctx_.rank) + " computed " + std::to_string(result.size()) +
+                " floats for rank " + std::to_string(job.owner) + "'s " + sched::to_string(a) + " of step " +
+                std::to_string(ctx_.step) + ", which expects " + std::to_string(answer.size() / sizeof(float)));
+  }
+  std::memcpy(answer.data(), result.data(), answer.size());
+}
+
+// Runs the oldest request whose payload is in (real slices: computes them; modelled: sleeps their time).
+bool MigrationPeer::serve() {
+  if (jobs_.empty() || !jobs_.front().payload_in) return false;
+  Job job = std::move(jobs_.front());
+  jobs_.pop_front();
+  const sched::Action& a =
+      ctx_.order.ranks[static_cast<std::size_t>(job.owner)][static_cast<std::size_t>(job.request.index)];
+  std::vector<char> answer(static_cast<std::size_t>(job.request.bytes_back));  // modelled: a stand-in
+  ++ctx_.progress;
+  if (job.declined) {
+    Control c;
+    c.kind = Kind::Declined;
+    c.index = job.request.index;
+    send_control(job.owner, c);
+    reply(job, std::move(answer));
+    return true;
+  }
+  say_busy();
+  const std::int64_t start = clock_.now_ns();
+  if (compute_.slice_moves(a.kind) == Compute::SliceMoves::Real) {
+    compute_real(job, a, answer);
+  } else {
+    sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, [this] { return keep_moving(); });
+  }
+  const std::int64_t end = clock_.now_ns();
+  reply(job, std::move(answer));
+  record_help(job, a, start, end);
+  return true;
+}
+
+void MigrationPeer::record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end) {
+  trace::OpEvent e;
+  e.step = ctx_.step;
+  e.rank = ctx_.rank;
+  e.stage = ctx_.order.stage_of(job.owner, a.chunk);
+  e.chunk = a.chunk;
+  e.microbatch = a.microbatch;
+  e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(a.kind));
+  e.ready_ns = job.arrived;
+  e.start_ns = start;
+  e.end_ns = end;
+  e.bytes = job.request.bytes_out + job.request.bytes_back;
+  e.wait_ns = std::max<std::int64_t>(0, start - ctx_.last_end);
+  e.peer = job.owner;
+  e.migrated = static_cast<std::int8_t>(job.request.slices);
+  ctx_.record(e);
+}
+
+void MigrationPeer::finish(int i, OpSpan& span) {
+  Owned& own = owned_[static_cast<std::size_t>(i)];
+  const sched::Action& a = ctx_.actions()[static_cast<std::size_t>(i)];
+  if (own.real) {
+    std::vector<float> answer(own.reply.size() / sizeof(float));
+    std::memcpy(answer.data(), own.reply.data(), answer.size() * sizeof(float));
+    compute_.land_slices(a, ctx_.order.stage_of(ctx_.rank, a.chunk), answer);
+    own.real = false;
+  }
+  if (own.declined) {
+    // The helper was busy after all: the owner computes the slices it sent (its share's rate).
+    const std::int64_t kept = span.end_ns - span.start_ns;
+    sleep_until_ns(steady_now_ns() + std::llround(static_cast<double>(kept) * (1.0 / own.own_share - 1.0)));
+    span.end_ns = steady_now_ns();
+    own.back = clock_.to_common(span.end_ns);
+    slices_given_ -= own.slices;  // they stayed here after all
+    own.slices = 0;
+    own.own_share = 1.0;
+    own.declined = false;
+  }
+}
+
+void MigrationPeer::check_answers(const std::vector<int>& in_flight, std::int64_t now) const {
+  for (int i : in_flight) {
+    const Owned& own = owned(i);
+    if (own.helper < 0 || own.back >= 0 || !watchdog_.expired(own.decided_at, now)) continue;
+    const sched::Action& a = ctx_.actions()[static_cast<std::size_t>(i)];
+    watchdog_.fire("the answer of helper rank " + std::to_string(own.helper) + " to its " + sched::to_string(a.kind) +
+                       " of microbatch " + std::to_string(a.microbatch) + " (stage " +
+                       std::to_string(ctx_.order.stage_of(ctx_.rank, a.chunk)) + ", " + std::to_string(own.slices) +
+                       " slices) in step " + std::to_string(ctx_.step),
+                   static_cast<double>(now - own.decided_at) * 1e-9, own.helper);
+  }
+}
+
+}  // namespace conductor::runtime
