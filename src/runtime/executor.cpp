@@ -131,8 +131,9 @@ Executor::Awaited Executor::describe_wait(const sched::Schedule& order, const sc
 }
 
 int Executor::tag_of(const sched::Schedule& s, const sched::Transfer& t) const {
-  // Unique per (direction, receiving stage, microbatch) within a step; steps never overlap because every
-  // receive of a step completes before the step ends.
+  // Unique per (direction, receiving stage, microbatch) within a step. Overlapping steps (post-validation) reuse
+  // them safely: a rank posts one receive per tag and step, in step order, and MPI keeps one sender's messages
+  // on one tag in order, so the k-th message on a tag is the k-th step's (a rerun step is one more step here).
   return (static_cast<int>(t.payload) * s.num_stages() + t.to_stage) * s.m + t.microbatch;
 }
 
@@ -777,6 +778,7 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
       empty = drain() > 0 ? 0 : empty + 1;
     }
     retire();
+    if (between_ops_) between_ops_();
     if (serve_help()) {
       push_help_sends();  // the reply, before this rank sleeps in an op of its own
       continue;

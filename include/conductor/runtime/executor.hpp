@@ -37,6 +37,7 @@
 // migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
 // once its ops are done, every peer has said Finished and every help it was asked for is served.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ class Executor {
   Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
            const sim::NoiseModel& noise, ExecutorOptions options);
   StepOutcome run_step(int step, const sched::Schedule& order);
+  // Called on every pass of the step's loop, between ops: optimizer post-validation polls the previous step's
+  // check there while this step runs (runtime/training.cpp). Empty: nothing.
+  void set_between_ops(std::function<void()> hook) { between_ops_ = std::move(hook); }
 
  private:
   int tag_of(const sched::Schedule& s, const sched::Transfer& t) const;
@@ -102,6 +106,7 @@ class Executor {
   ExecutorOptions options_;
   Watchdog watchdog_;
   sched::MeasuredDurations measured_;  // this rank's op durations in the previous step (backfill's estimates)
+  std::function<void()> between_ops_;
 };
 
 }  // namespace conductor::runtime

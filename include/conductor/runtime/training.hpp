@@ -21,6 +21,7 @@ struct RunOutcome {
   int stop_signal = 0;                               // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
   bool nonfinite = false;  // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
   int rollbacks = 0;       // schedule.post_validation: optimistic updates undone (clipping or non-finite)
+  int reruns = 0;          // schedule.post_validation: steps run again because such a rollback came while they ran
   std::string output_dir;
 };
 
