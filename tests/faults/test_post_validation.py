@@ -9,26 +9,30 @@ and when one step alone is clipped (CONDUCTOR_INJECT_CLIP): 1 rollback and 1 rer
 reruns are counted, so a path that never rolls back fails. Overlap, from the trace: where no rollback came, some
 op of step k+1 starts before the last op of step k ends; a rerun step never overlaps the step before it. The
 size guard counts the rollback copy."""
+import json
 import os
 import re
 
+import h5py
 import numpy as np
 
 from faultlib import RAW_DUMP, FaultCase, mpirun
 from test_skip import losses, state
-
-import h5py
 
 STEPS = 5
 ROLLBACK = re.compile(r"step (\d+): post-validation rolled back the optimistic update")
 RERUN = re.compile(r"step (\d+): rerun after the rollback of step (\d+); its dropped attempt had begun (\d+) ops")
 
 
-def overlaps(out):
-    """Per step boundary k -> k+1 (0-based k): whether an op of step k+1 began before step k's last op ended."""
+def compute_events(out):
     with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
         e = t["events"][...]
-    e = e[e["kind"] <= 3]  # compute ops
+    return e[e["kind"] <= 3]
+
+
+def overlaps(out):
+    """Per step boundary k -> k+1 (0-based k): whether an op of step k+1 began before step k's last op ended."""
+    e = compute_events(out)
     first = {k: e["start_ns"][e["step"] == k].min() for k in range(STEPS)}
     last = {k: e["end_ns"][e["step"] == k].max() for k in range(STEPS)}
     return [bool(first[k + 1] < last[k]) for k in range(STEPS - 1)]
@@ -72,6 +76,8 @@ class PostValidation(FaultCase):
         if len(rolled_back) < STEPS - 1:
             self.assertTrue(any(over), "no step overlapped the one before: %s" % over)
         self.assertFalse(any(overlaps(sync_out)), "synchronous steps overlap")
+        for out, overlapping in ((sync_out, False), (post_out, True)):
+            self.check_run_figures(out, p, overlapping)
         steps, sync_losses = losses(sync_out)
         self.assertEqual(steps, list(range(STEPS)))
         _, post_losses = losses(post_out)
@@ -81,6 +87,17 @@ class PostValidation(FaultCase):
         self.assertEqual(sorted(a), sorted(b))
         for key in a:
             self.assertTrue(np.array_equal(a[key], b[key]), key)
+
+    def check_run_figures(self, out, p, overlapping):
+        """summary.json's `run` block, as the simulator's: the span from the first op to the last and the samples
+        of all steps (m = 2p microbatches of one sequence) per second of it."""
+        with open(os.path.join(out, "summary.json")) as f:
+            run = json.load(f)["run"]
+        e = compute_events(out)
+        span_ms = (e["end_ns"].max() - e["start_ns"].min()) * 1e-6
+        self.assertEqual(run["overlapping_steps"], overlapping)
+        self.assertAlmostEqual(run["span_ms"], span_ms, delta=1e-6 * span_ms)
+        self.assertAlmostEqual(run["throughput"], STEPS * 2 * p / (span_ms * 1e-3), delta=1e-6 * run["throughput"])
 
     def check_clipping(self, p):
         self.check_identical(p, ["optim.grad_clip=0.001"], None, list(range(1, STEPS + 1)))
