@@ -38,13 +38,13 @@ void add_sched_fields(std::vector<Field>& f) {
                   .one_of({"auto", "loop", "v"}));
   f.push_back(field<bool>(
       "schedule.post_validation", [](Deck & d) -> auto& { return d.schedule.post_validation; },
-      "Optimizer post-validation (Zero Bubble): `conductor run` steps each rank's optimizer without waiting for "
-      "the global gradient norm and non-finite check, which completes in the background; a step that needed "
-      "clipping or had a non-finite value is rolled back and redone, so results are bit-identical to `false`. "
-      "Costs a copy of the weights and AdamW moments per rank (12 bytes per parameter). `conductor simulate` "
-      "then overlaps steps: each rank starts step k+1 as soon as it has finished step k (docs/post-validation.md), "
-      "zb-1p and zb-2p pick the candidate with the shortest longest rank span instead of the shortest makespan, "
-      "and the PPO environment rolls out a window of two overlapping steps."));
+      "Optimizer post-validation (Zero Bubble): each rank steps its optimizer without waiting for the global "
+      "gradient norm and non-finite check, which completes in the background, and starts step k+1 as soon as it "
+      "has finished step k (`conductor run` and `conductor simulate`); a step that needed clipping or had a "
+      "non-finite value is rolled back and redone, and the next step rerun, so results are bit-identical to "
+      "`false`. Costs a copy of the weights, AdamW moments and gradients per rank (16 bytes per parameter) "
+      "(docs/post-validation.md). zb-1p and zb-2p then pick the candidate with the shortest longest rank span "
+      "instead of the shortest makespan, and the PPO environment rolls out a window of two overlapping steps."));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "

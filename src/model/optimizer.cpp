@@ -85,10 +85,11 @@ void StageModel::adamw_all(float grad_scale, int step) {
 }
 
 // AdamW is not invertible in floating point, so undoing an update needs the state from before it: weights, m
-// and v (the gradients stay untouched by the update, and the step count is an argument).
+// and v (the step count is an argument). The gradients too: with overlapping steps the next step's first attempt
+// has zeroed and refilled them by the time the check says the update must be redone.
 std::size_t StageModel::keep_backup() {
   if (backup_.empty()) {
-    for (const auto& s : stages_) backup_.emplace_back(*backend_, 3 * s->n_params * sizeof(float));
+    for (const auto& s : stages_) backup_.emplace_back(*backend_, 4 * s->n_params * sizeof(float));
   }
   std::size_t bytes = 0;
   for (std::size_t k = 0; k < stages_.size(); ++k) {
@@ -97,6 +98,7 @@ std::size_t StageModel::keep_backup() {
     backend_->copy(backup_[k].f(), s.params.f(), n * sizeof(float));
     backend_->copy(backup_[k].f() + n, s.adam_m.f(), n * sizeof(float));
     backend_->copy(backup_[k].f() + 2 * n, s.adam_v.f(), n * sizeof(float));
+    backend_->copy(backup_[k].f() + 3 * n, s.grads.f(), n * sizeof(float));
     bytes += backup_[k].bytes();
   }
   return bytes;
@@ -110,6 +112,7 @@ void StageModel::restore_backup() {
     backend_->copy(s.params.f(), backup_[k].f(), n * sizeof(float));
     backend_->copy(s.adam_m.f(), backup_[k].f() + n, n * sizeof(float));
     backend_->copy(s.adam_v.f(), backup_[k].f() + 2 * n, n * sizeof(float));
+    backend_->copy(s.grads.f(), backup_[k].f() + 3 * n, n * sizeof(float));
   }
 }
 

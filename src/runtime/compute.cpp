@@ -108,6 +108,9 @@ class StageCompute : public Compute {
   bool has_loss() const override { return holds_last_; }
   double local_grad_sq_norm() const override { return model_->local_grad_sq_norm(); }
   void optimizer_step(double norm, int step) override { model_->optimizer_step(norm, step); }
+  void optimizer_step_unclipped(int step) override { model_->optimizer_step_unclipped(step); }
+  std::size_t keep_backup() override { return model_->keep_backup(); }
+  void restore_backup() override { model_->restore_backup(); }
   model::StageModel* model() override { return model_.get(); }
 
  protected:

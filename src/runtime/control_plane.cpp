@@ -53,6 +53,9 @@ ControlPlane::ControlPlane(StepContext& ctx, Transport& control, Transport& data
 }
 
 int ControlPlane::tag_of(const sched::Schedule& s, const sched::Transfer& t) {
+  // Unique per (direction, receiving stage, microbatch) within a step. Overlapping steps (post-validation) reuse
+  // them safely: a rank posts one receive per tag and step, in step order, and MPI keeps one sender's messages
+  // on one tag in order, so the k-th message on a tag is the k-th step's (a rerun step is one more step here).
   return (static_cast<int>(t.payload) * s.num_stages() + t.to_stage) * s.m + t.microbatch;
 }
 

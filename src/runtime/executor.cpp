@@ -400,6 +400,7 @@ StepOutcome Executor::Step::run() {
     // Migration's extra polls delay this rank's next op or help (not its idle wait): its control overhead.
     const std::int64_t extra_polls_ns = migrating_ ? thread_cpu_ns() - polls_begin : 0;
     retire();
+    if (ex_.between_ops_) ex_.between_ops_();
     if (migration_ && migration_->serve()) {
       ctx_.outcome.migration_control_ns += extra_polls_ns;
       migration_->push_sends();  // the reply, before this rank sleeps in an op of its own

@@ -4,8 +4,9 @@ namespace conductor::runtime {
 
 namespace {
 
-constexpr std::uint64_t kCopies = 4;          // weights, gradients, AdamW m, AdamW v (fp32 each)
-constexpr std::uint64_t kRollbackCopies = 3;  // post-validation's copy of weights, m and v (StageModel::keep_backup)
+constexpr std::uint64_t kCopies = 4;  // weights, gradients, AdamW m, AdamW v (fp32 each)
+constexpr std::uint64_t kRollbackCopies =
+    4;  // post-validation's copy of weights, m, v, gradients (StageModel::keep_backup)
 
 std::uint64_t layer_parameters(std::uint64_t C, std::uint64_t F) {
   return 4 * C /* ln1, ln2 */ + 3 * C * C + 3 * C /* qkv */ + C * C + C /* proj */ + 2 * F * C + F + C /* mlp */;

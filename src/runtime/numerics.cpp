@@ -13,8 +13,10 @@ namespace {
 
 // CONDUCTOR_INJECT_NAN=RANK:STEP[,RANK:STEP...]: this rank's gradients read as NaN at that step (tests of the
 // non-finite path; a list, so that a test can exceed optim.skip_nonfinite_steps).
-bool inject_nan(int rank, int step) {
-  const char* env = std::getenv("CONDUCTOR_INJECT_NAN");
+// CONDUCTOR_INJECT_CLIP (same form): this rank's sum of squares reads 1e30 larger, so clipping applies at that
+// step alone (tests of post-validation's rollback while the next step runs).
+bool injected(const char* variable, int rank, int step) {
+  const char* env = std::getenv(variable);
   for (int used = 0, r = -1, s = -1; env && std::sscanf(env, "%d:%d%n", &r, &s, &used) == 2; env += used) {
     if (r == rank && s == step) return true;
     if (env[used] != ',') break;
@@ -85,9 +87,9 @@ std::vector<double> StepReducer::local_row(int step, bool stop_here) const {
     for (std::size_t vs = 0; vs < rows.size(); ++vs) {
       for (std::size_t k = 0; k < rows[vs].size(); ++k) local[2 + vs * width + k] = rows[vs][k];
     }
-    if (inject_nan(rank_, step))
-      local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width] =
-          std::numeric_limits<double>::quiet_NaN();
+    double& first = local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width];
+    if (injected("CONDUCTOR_INJECT_NAN", rank_, step)) first = std::numeric_limits<double>::quiet_NaN();
+    if (injected("CONDUCTOR_INJECT_CLIP", rank_, step)) first += 1e30;
   }
   return local;
 }
@@ -127,6 +129,12 @@ void StepReducer::start(int step, bool stop_here, Pending& pending) const {
   pending.step_ = step;
   MPI_Iallreduce(pending.local_.data(), pending.global_.data(), static_cast<int>(pending.local_.size()), MPI_DOUBLE,
                  MPI_SUM, comm_.get(), &pending.request_);
+}
+
+bool StepReducer::test(Pending& pending) const {
+  int done = 1;
+  if (pending.request_ != MPI_REQUEST_NULL) MPI_Test(&pending.request_, &done, MPI_STATUS_IGNORE);
+  return done != 0;
 }
 
 StepNumbers StepReducer::finish(Pending& pending, const Watchdog& watchdog) const {

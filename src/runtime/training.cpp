@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -141,11 +143,41 @@ class Training {
 
  private:
   enum class After { Continue, Stop };
+  // What the global numbers say about a step's update, the same on every rank.
+  struct Judgement {
+    NonfiniteGuard::Verdict verdict = NonfiniteGuard::Verdict::Update;
+    double norm = 0.0;     // the global gradient norm
+    bool clipped = false;  // an update whose clipping scale is not 1
+  };
+  // A step whose optimistic update is done and whose check is in flight (post-validation).
+  struct Posted {
+    int step = 0;
+    StepReducer::Pending pending;
+    std::vector<trace::OpEvent> events;  // this rank's
+    double peaks[2] = {0, 0};            // this rank's peak activations (M_F) and bytes
+    std::int64_t known_ns = -1;          // when this rank saw the check complete (common clock)
+  };
+  // Post-validation: a rank's events and peaks of a step on their way to rank 0.
+  struct Shipment {
+    double head[3] = {0, 0, 0};  // events, peak activations, peak bytes
+    std::vector<trace::OpEvent> events;
+    std::vector<MPI_Request> requests;
+  };
   void plan_first_order(const sched::PlannerFactory& make_planner);
   void open_data_plane();
-  After step(int step);
-  StepNumbers update_synchronously(int step, bool has_math, NonfiniteGuard::Verdict& verdict);
-  StepNumbers update_post_validated(int step, bool has_math, NonfiniteGuard::Verdict& verdict);
+  After step_synchronously(int step);
+  void run_post_validated();
+  Judgement judge(const StepNumbers& numbers, int step);
+  After conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict, std::vector<trace::OpEvent> all,
+                 const std::vector<double>& peaks);
+  void post(int step, StepOutcome so);
+  void count_migration(const StepOutcome& so);
+  After settle(bool& rolled_back);
+  bool overlaps_next(int step) const;
+  void ship_events(int step, const Posted& posted);
+  void collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
+  void drain_shipments();
+  void report_reruns();
   void report_backup_size();
   void checkpoint_if_due(int step, bool stopping, bool last);
   void replan(int step, std::vector<trace::OpEvent> all);
@@ -174,7 +206,11 @@ class Training {
   std::optional<Watchdog> watchdog_;
   std::optional<StepReducer> reducer_;
   std::optional<NonfiniteGuard> nonfinite_;
-  std::size_t backup_bytes_ = 0;  // post-validation's copy of weights and AdamW moments on this rank
+  std::size_t backup_bytes_ = 0;  // post-validation's copy of weights, AdamW moments and gradients on this rank
+  std::unique_ptr<Posted> posted_;
+  std::optional<mpi::DupComm> trace_comm_;  // post-validation: events to rank 0, point to point
+  std::deque<Shipment> shipments_;
+  std::vector<std::pair<int, int>> reruns_;  // (step rerun, ops of its discarded attempt begun before the check)
 };
 
 Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFactory& make_planner)
@@ -204,6 +240,7 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   watchdog_.emplace(plan.runtime.watchdog_s, rank_);
   reducer_.emplace(*compute_, order_.num_stages(), comm);
   nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1));
+  if (plan.schedule.post_validation) trace_comm_.emplace(comm);
 }
 
 // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
@@ -241,32 +278,44 @@ void Training::open_data_plane() {
 }
 
 RunOutcome Training::run() {
-  for (int step = first_step_; step < plan_.run.steps; ++step) {
-    if (this->step(step) == After::Stop) break;
+  if (plan_.schedule.post_validation) {
+    run_post_validated();
+    report_reruns();
+    report_backup_size();
+  } else {
+    for (int step = first_step_; step < plan_.run.steps; ++step) {
+      if (step_synchronously(step) == After::Stop) break;
+    }
   }
   finish();
   return outcome_;
 }
 
-Training::After Training::step(int step) {
-  maybe_inject_failure(rank_, step);
-  StepOutcome so = executor_->run_step(step, order_);
+// One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
+// same numbers, so every rank takes the same decision on a non-finite step without another message.
+Training::Judgement Training::judge(const StepNumbers& numbers, int step) {
+  Judgement j;
+  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
+  j.verdict = nonfinite_->judge(numbers, step, nonfinite_rank, compute_->payload_floats() > 0);
+  j.norm = std::sqrt(numbers.grad_sq_norm);
+  j.clipped = j.verdict == NonfiniteGuard::Verdict::Update && model::clipping_applies(plan_.optim, j.norm);
+  return j;
+}
+
+// Computation migration on this rank over the run: each step's figures, summed.
+void Training::count_migration(const StepOutcome& so) {
   outcome_.migration_control_ns += so.migration_control_ns;
   outcome_.slices_given += so.slices_given;
   outcome_.migration_decisions += so.migration_decisions;
+}
 
-  // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
-  // same numbers, so every rank takes the same decision on a non-finite step without another message.
-  const bool has_math = compute_->payload_floats() > 0;
-  NonfiniteGuard::Verdict verdict = NonfiniteGuard::Verdict::Update;
-  const StepNumbers numbers = plan_.schedule.post_validation ? update_post_validated(step, has_math, verdict)
-                                                             : update_synchronously(step, has_math, verdict);
-  const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
-  double valid_loss = std::numeric_limits<double>::quiet_NaN();
-  if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
-    valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
-  }
-
+Training::After Training::step_synchronously(int step) {
+  maybe_inject_failure(rank_, step);
+  StepOutcome so = executor_->run_step(step, order_);
+  count_migration(so);
+  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
+  const Judgement j = judge(numbers, step);
+  if (j.verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(j.norm, step);
   std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
   // Each rank's peaks: activations in flight (M_F, the memory model's unit) and bytes of its backend's memory.
   const double mine[2] = {so.peak_memory, compute_->peak_memory_bytes()};
@@ -275,6 +324,18 @@ Training::After Training::step(int step) {
                  "the end-of-step gather of peak memory" +
                      (size_ == 2 ? " from rank " + std::to_string(1 - rank_) : std::string()) + " (step " +
                      std::to_string(step) + ")");
+  return conclude(step, numbers, j.verdict, std::move(all), peaks);
+}
+
+// A step's numbers are in and its update final: validation, the record (rank 0), checkpoint, replanning, stop.
+Training::After Training::conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict,
+                                   std::vector<trace::OpEvent> all, const std::vector<double>& peaks) {
+  const bool has_math = compute_->payload_floats() > 0;
+  const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
+  double valid_loss = std::numeric_limits<double>::quiet_NaN();
+  if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
+    valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
+  }
   if (report_) {
     StepFigures figures;
     figures.loss = loss;
@@ -308,46 +369,177 @@ Training::After Training::step(int step) {
   return After::Stop;
 }
 
-StepNumbers Training::update_synchronously(int step, bool has_math, NonfiniteGuard::Verdict& verdict) {
-  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
-  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
-  verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
-  if (verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(std::sqrt(numbers.grad_sq_norm), step);
-  return numbers;
+// Optimizer post-validation (the Zero Bubble paper's; docs/post-validation.md). After its ops of step k a rank
+// posts the step's reduction, keeps a copy of its weights, AdamW moments and gradients, steps optimistically
+// (unclipped) and starts step k+1 at once; step k's check is polled between ops and waited for once step k+1's
+// ops are done, before its own update. If the check says rollback (clipping applies, or the non-finite policy
+// skips or stops), every rank learns it from the same reduction: it restores the copy, redoes step k's update
+// exactly as the synchronous path does (clipped, or none), drops step k+1's attempt (its ops ran to the end, so
+// every message of it has been received: nothing is left in flight) and runs step k+1 again. Every step's
+// result is therefore bit-identical to the synchronous path's.
+void Training::run_post_validated() {
+  executor_->set_between_ops([this] {
+    if (posted_ && posted_->known_ns < 0 && reducer_->test(posted_->pending)) posted_->known_ns = clock_->now_ns();
+  });
+  for (int step = first_step_; step < plan_.run.steps;) {
+    maybe_inject_failure(rank_, step);
+    StepOutcome so = executor_->run_step(step, order_);
+    count_migration(so);  // a dropped attempt's migration was paid for too
+    if (posted_) {  // the previous step's check, overlapped with this step
+      const std::int64_t known = posted_->known_ns;
+      bool rolled_back = false;
+      if (settle(rolled_back) == After::Stop) break;  // this step's attempt is dropped
+      if (rolled_back) {
+        const auto begun = std::count_if(so.events.begin(), so.events.end(), [&](const trace::OpEvent& e) {
+          return trace::is_compute(e.kind) && (known < 0 || e.start_ns < known);
+        });
+        reruns_.emplace_back(step, static_cast<int>(begun));
+        continue;  // the same step again, on the corrected weights
+      }
+    }
+    post(step, std::move(so));
+    if (!overlaps_next(step)) {
+      bool rolled_back = false;
+      if (settle(rolled_back) == After::Stop) break;
+    }
+    ++step;
+  }
+  executor_->set_between_ops({});
+  drain_shipments();
 }
 
-// Optimizer post-validation (the Zero Bubble paper's): the reduction is posted, this rank keeps a copy of its
-// weights and AdamW moments and steps optimistically, unclipped, while the slower ranks still compute; then the
-// global numbers decide. A step that needed clipping, or that the non-finite policy skips or stops at, is rolled
-// back to the copy and redone exactly as update_synchronously does it, so every step's result is bit-identical.
-StepNumbers Training::update_post_validated(int step, bool has_math, NonfiniteGuard::Verdict& verdict) {
-  StepReducer::Pending pending;
-  reducer_->start(step, stop_requested(), pending);
-  model::StageModel* stages = compute_->model();
-  if (stages) {
-    backup_bytes_ = stages->keep_backup();
-    stages->optimizer_step_unclipped(step);
-  }
-  const StepNumbers numbers = reducer_->finish(pending, *watchdog_);
-  if (step == first_step_) report_backup_size();
-  const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
-  verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math);
-  const double norm = std::sqrt(numbers.grad_sq_norm);
-  const bool clipped = verdict == NonfiniteGuard::Verdict::Update && model::clipping_applies(plan_.optim, norm);
-  if (!clipped && verdict == NonfiniteGuard::Verdict::Update) return numbers;  // the optimistic step stands
-  ++outcome_.rollbacks;
-  if (stages) {
-    stages->restore_backup();
-    if (clipped) stages->optimizer_step(norm, step);
-  }
-  if (rank_ == 0) {
-    log::info("step " + std::to_string(step + 1) + ": post-validation rolled back the optimistic update (" +
-              (clipped ? "gradient norm above optim.grad_clip; redone clipped" : "non-finite; not redone") + ")");
-  }
-  return numbers;
+// The next step may start before this one's check only where nothing between them needs every rank: not after
+// the last step, nor before a validation, a checkpoint or the global tier's replanning.
+bool Training::overlaps_next(int step) const {
+  if (step + 1 >= plan_.run.steps || replanning_) return false;
+  if (compute_->model() && model::eval_due(plan_, step)) return false;
+  const int every = plan_.checkpoint.every;
+  return !(compute_->model() && !plan_.checkpoint.path.empty() && every > 0 && (step + 1) % every == 0);
 }
 
-// The price of post-validation: one more copy of weights and both AdamW moments (rank 0 names the largest).
+// Step `step`'s ops are done and final: its events leave for rank 0, its reduction is posted, its optimistic
+// update taken.
+void Training::post(int step, StepOutcome so) {
+  posted_ = std::make_unique<Posted>();
+  posted_->step = step;
+  posted_->events = std::move(so.events);
+  posted_->peaks[0] = so.peak_memory;
+  posted_->peaks[1] = compute_->peak_memory_bytes();
+  ship_events(step, *posted_);  // before the reduction: its completion then means every rank's events are sent
+  reducer_->start(step, stop_requested(), posted_->pending);
+  backup_bytes_ = compute_->keep_backup();
+  compute_->optimizer_step_unclipped(step);
+}
+
+// Waits for the posted step's check and judges it; rolls back and redoes its update where the optimistic one
+// does not stand (rolled_back), then concludes the step.
+Training::After Training::settle(bool& rolled_back) {
+  Posted& p = *posted_;
+  const StepNumbers numbers = reducer_->finish(p.pending, *watchdog_);
+  const Judgement j = judge(numbers, p.step);
+  rolled_back = j.verdict != NonfiniteGuard::Verdict::Update || j.clipped;
+  if (rolled_back) {
+    ++outcome_.rollbacks;
+    compute_->restore_backup();
+    if (j.clipped) compute_->optimizer_step(j.norm, p.step);
+    if (rank_ == 0) {
+      log::info("step " + std::to_string(p.step + 1) + ": post-validation rolled back the optimistic update (" +
+                (j.clipped ? "gradient norm above optim.grad_clip; redone clipped" : "non-finite; not redone") + ")");
+    }
+  }
+  std::vector<trace::OpEvent> all;
+  std::vector<double> peaks(2 * static_cast<std::size_t>(size_));
+  collect_events(p, all, peaks);
+  const int step = p.step;
+  posted_.reset();
+  return conclude(step, numbers, j.verdict, std::move(all), peaks);
+}
+
+// Tags of the events' messages: two per step, wrapping (a rank has at most a few steps in flight).
+constexpr int kTagSteps = 1 << 12;
+
+// With overlapping steps a gather at each step's end would hold every rank until the slowest has finished the
+// step, which is what post-validation avoids: each rank sends its events and peaks to rank 0 instead, which
+// receives them when it concludes the step (their check being in, every rank has sent them).
+void Training::ship_events(int step, const Posted& posted) {
+  if (rank_ == 0) return;
+  while (!shipments_.empty()) {  // the oldest first: sent in order
+    int done = 0;
+    MPI_Testall(2, shipments_.front().requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (!done) break;
+    shipments_.pop_front();
+  }
+  Shipment& s = shipments_.emplace_back();
+  s.events = posted.events;
+  s.head[0] = static_cast<double>(s.events.size());
+  s.head[1] = posted.peaks[0];
+  s.head[2] = posted.peaks[1];
+  s.requests.assign(2, MPI_REQUEST_NULL);
+  const int tag = 2 * (step % kTagSteps);
+  MPI_Isend(s.head, 3, MPI_DOUBLE, 0, tag, trace_comm_->get(), &s.requests[0]);
+  MPI_Isend(s.events.data(), static_cast<int>(s.events.size() * sizeof(trace::OpEvent)), MPI_BYTE, 0, tag + 1,
+            trace_comm_->get(), &s.requests[1]);
+}
+
+void Training::collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
+  if (rank_ != 0) return;
+  const int tag = 2 * (posted.step % kTagSteps);
+  const auto what = [&](const char* part) {
+    return [&, part](std::size_t r) {
+      return std::string(part) + " of rank " + std::to_string(r) + " (step " + std::to_string(posted.step) + ")";
+    };
+  };
+  const std::size_t p = static_cast<std::size_t>(size_);
+  std::vector<std::array<double, 3>> heads(p);
+  std::vector<MPI_Request> requests(p, MPI_REQUEST_NULL);
+  for (int r = 1; r < size_; ++r) {
+    MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, tag, trace_comm_->get(),
+              &requests[static_cast<std::size_t>(r)]);
+  }
+  watchdog_->wait_all(requests, what("the trace event count"));
+  std::vector<std::vector<trace::OpEvent>> rows(p);
+  for (int r = 1; r < size_; ++r) {
+    const std::size_t k = static_cast<std::size_t>(r);
+    rows[k].resize(static_cast<std::size_t>(heads[k][0]));
+    MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, tag + 1,
+              trace_comm_->get(), &requests[k]);
+  }
+  watchdog_->wait_all(requests, what("the trace events"));
+  all = posted.events;
+  peaks[0] = posted.peaks[0];
+  peaks[1] = posted.peaks[1];
+  for (std::size_t k = 1; k < p; ++k) {
+    all.insert(all.end(), rows[k].begin(), rows[k].end());
+    peaks[2 * k] = heads[k][1];
+    peaks[2 * k + 1] = heads[k][2];
+  }
+}
+
+void Training::drain_shipments() {
+  for (Shipment& s : shipments_) {
+    watchdog_->wait_all(s.requests, [](std::size_t) { return std::string("rank 0 to take this rank's trace events"); });
+  }
+  shipments_.clear();
+}
+
+// Rank 0 names each step that was rerun: where the check of the step before it said rollback while it ran.
+// The count is the most ops of its dropped attempt that any rank had begun before that check was in.
+void Training::report_reruns() {
+  for (const auto& [step, begun] : reruns_) {
+    const int mine[2] = {begun, rank_};
+    int most[2] = {0, 0};
+    MPI_Reduce(mine, most, 1, MPI_2INT, MPI_MAXLOC, 0, comm_);
+    if (rank_ == 0) {
+      log::info("step " + std::to_string(step + 1) + ": rerun after the rollback of step " + std::to_string(step) +
+                "; its dropped attempt had begun " + std::to_string(most[0]) + " ops on rank " +
+                std::to_string(most[1]) + " before that check was in");
+    }
+  }
+  outcome_.reruns = static_cast<int>(reruns_.size());
+}
+
+// The price of post-validation: one more copy of weights, both AdamW moments and the gradients (rank 0 names the
+// largest).
 void Training::report_backup_size() {
   const double mine = static_cast<double>(backup_bytes_);
   double largest = 0;
@@ -355,7 +547,8 @@ void Training::report_backup_size() {
   if (rank_ != 0 || largest <= 0) return;
   char buf[160];
   std::snprintf(buf, sizeof buf,
-                "post-validation: a copy of weights and AdamW moments for rollback, %.3f MiB on the largest rank",
+                "post-validation: a copy of weights, AdamW moments and gradients for rollback, %.3f MiB on the largest "
+                "rank",
                 largest / (1024.0 * 1024.0));
   log::info(buf);
 }

@@ -102,8 +102,9 @@ class StageModel {
   // Optimizer post-validation (runtime/training.cpp): the update with gradient scale 1, taken before the global
   // norm is known; equal bit for bit to optimizer_step when clipping_applies() is false for that norm.
   void optimizer_step_unclipped(int step);
-  // Copies the weights and AdamW moments of the held stages into a backup (allocated on first use, kept for the
-  // run); returns the backup's bytes. restore_backup() puts them back (undoes an optimistic update).
+  // Copies the weights, AdamW moments and gradients of the held stages into a backup (allocated on first use, kept
+  // for the run); returns the backup's bytes. restore_backup() puts them back (undoes an optimistic update, and
+  // brings back the step's gradients for its redo after the next step's attempt has overwritten them).
   std::size_t keep_backup();
   void restore_backup();
   // Microbatches of vs taken by F and not yet released by W.
@@ -192,7 +193,7 @@ class StageModel {
   int tokens_step_ = -1;                     // the step step_tokens_ holds
   DeviceBuffer eval_tokens_, eval_targets_;  // [B,T] of the validation batch eval_forward runs
   std::vector<std::unique_ptr<VStage>> stages_;
-  std::vector<DeviceBuffer> backup_;  // keep_backup(): per held stage, weights | AdamW m | AdamW v
+  std::vector<DeviceBuffer> backup_;  // keep_backup(): per held stage, weights | AdamW m | AdamW v | gradients
   std::map<int, int> index_;          // vs -> position in stages_
   DeviceBuffer scratch_dy_, scratch_delta_;
   std::vector<int> host_inputs_, host_targets_;

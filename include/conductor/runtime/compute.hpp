@@ -78,6 +78,12 @@ class Compute {
   virtual bool has_loss() const = 0;
   virtual double local_grad_sq_norm() const = 0;
   virtual void optimizer_step(double global_grad_norm, int step) = 0;
+  // Optimizer post-validation (docs/post-validation.md): the update with gradient scale 1, taken before the global
+  // norm is known, and the copy of weights, AdamW moments and gradients that undoes it (keep_backup returns its
+  // bytes). No-ops without math.
+  virtual void optimizer_step_unclipped(int step) { (void)step; }
+  virtual std::size_t keep_backup() { return 0; }
+  virtual void restore_backup() {}
   virtual model::StageModel* model() { return nullptr; }
   // Peak bytes of the memory this backend computes in, so far: the process's peak resident set on the host
   // (cpu, emulated); the high watermark of CUDA's stream-ordered allocator on the GPU (cuda).

@@ -40,6 +40,7 @@
 // Sources: executor.cpp (the loop and the op lifecycle), control_plane.cpp (the transfers of a step: headers,
 // announcements, arrivals), migration_peer.cpp (migration's messages, decision, help and answers).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,9 @@ class Executor {
   Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
            const sim::NoiseModel& noise, ExecutorOptions options);
   StepOutcome run_step(int step, const sched::Schedule& order);
+  // Called on every pass of the step's loop, between ops: optimizer post-validation polls the previous step's
+  // check there while this step runs (runtime/training.cpp). Empty: nothing.
+  void set_between_ops(std::function<void()> hook) { between_ops_ = std::move(hook); }
 
  private:
   class Step;  // one step's run (executor.cpp): the op lifecycle over a ControlPlane and a MigrationPeer
@@ -112,6 +116,7 @@ class Executor {
   ExecutorOptions options_;
   Watchdog watchdog_;
   sched::MeasuredDurations measured_;  // this rank's op durations in the previous step (backfill's estimates)
+  std::function<void()> between_ops_;
 };
 
 }  // namespace conductor::runtime

@@ -14,7 +14,7 @@ struct RankModelShape {
   bool embedding = false;        // holds virtual stage 0 (token and position embeddings)
   bool head = false;             // holds the last virtual stage (final LayerNorm, LM head, loss)
   double in_flight = 1;          // peak microbatches whose activations are held (units of M_F)
-  bool post_validation = false;  // schedule.post_validation: a rollback copy of weights and AdamW m and v
+  bool post_validation = false;  // schedule.post_validation: a rollback copy of weights, AdamW m and v, gradients
 };
 
 struct RankMemory {

@@ -43,7 +43,8 @@ class StepReducer {
   // Collective over comm (agrees on the layout).
   StepReducer(Compute& compute, int num_virtual_stages, MPI_Comm comm);
   // Collective: every rank's contribution of this step. CONDUCTOR_INJECT_NAN=RANK:STEP[,RANK:STEP...] (tests)
-  // makes that rank's first gradient entry NaN at that step.
+  // makes that rank's first gradient entry NaN at that step; CONDUCTOR_INJECT_CLIP (same form) adds 1e30 to it,
+  // so that clipping applies at that step alone (its update is scaled by about grad_clip / 1e15).
   StepNumbers reduce(int step, bool stop_here, const Watchdog& watchdog) const;
 
   // The same numbers, non-blocking (optimizer post-validation): start() posts an MPI_Iallreduce of the same
@@ -62,6 +63,8 @@ class StepReducer {
     int step_ = 0;
   };
   void start(int step, bool stop_here, Pending& pending) const;
+  // Non-blocking: whether the reduction is in (finish() then returns at once). Polled between ops.
+  bool test(Pending& pending) const;
   StepNumbers finish(Pending& pending, const Watchdog& watchdog) const;
 
  private:

@@ -22,6 +22,7 @@ struct RunOutcome {
   int stop_signal = 0;                               // SIGTERM/SIGINT that stopped the run early (0: ran to the end)
   bool nonfinite = false;  // stopped by a non-finite loss or gradient norm (numerics.hpp): a failure
   int rollbacks = 0;       // schedule.post_validation: optimistic updates undone (clipping or non-finite)
+  int reruns = 0;          // schedule.post_validation: steps run again because such a rollback came while they ran
   // Computation migration on this rank over the run (StepOutcome's figures summed).
   std::int64_t migration_control_ns = 0;
   long slices_given = 0;
