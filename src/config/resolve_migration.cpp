@@ -3,6 +3,7 @@
 #include <string>
 
 #include "conductor/config/resolve.hpp"
+#include "conductor/plan/flops.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::config {
@@ -73,9 +74,9 @@ void add(Part& to, const Part& x) {
   to.messages += x.messages;
 }
 
-// The three op kinds (F, B, W) of each unit for one rank: FLOPs as costs_from_model (matmuls 24 t h^2 per layer
-// per pass: attention 8 t h^2, the MLP the rest; attention core 4 t s h in F, 8 t s h in B; LM head 2 t h V per
-// pass) and the tensors a helper receives and returns (elements; G slices):
+// The three op kinds (F, B, W) of each unit for one rank: FLOPs in the cost model's terms (plan/flops.hpp: per
+// layer and pass the attention projections and the MLP's matmuls, the attention core once in F and twice in B;
+// the LM head per pass) and the tensors a helper receives and returns (elements; G slices):
 //   heads  F: layer input out, partial output back; per slice QKV+proj weights 4h^2/G, stash q,k,v,o + lse back
 //          B: output grad out, input-grad partial back; per slice weights, the stash out, dqkv 3th/G back
 //          W: LN1 output + output grad out; per slice dqkv + context 4th/G out, weight grads 4h^2/G back
@@ -88,22 +89,25 @@ void add(Part& to, const Part& x) {
 //          W: hidden + max and sum out; per slice weights out (logits recomputed), weight grads back
 // Messages: one out and one back per unit and layer (the owner adds the partials before the next layer).
 std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Share& share) {
+  const plan::ModelDims m = resolved_model(d.model);
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
-  const double h = d.model.d_model, s = d.model.seq_len, a = d.model.n_heads, r = d.model.mlp_ratio;
-  const double V = d.model.vocab, G = d.migration.slices, L = share.layers;
+  const double h = d.model.d_model, a = d.model.n_heads, r = d.model.mlp_ratio;
+  const double G = d.migration.slices, L = share.layers;
+  const double proj = t * plan::layer_projection_flops_per_token(m), att = t * plan::layer_attention_flops_per_token(m);
+  const double mlp = t * plan::layer_mlp_flops_per_token(m);
   std::array<Part, 3> p{};
   if (unit == "heads") {
     const double w = 4 * h * h / G, stash = (4 * t * h + a * t) / G;
-    p[0] = {L * (8 * t * h * h + 4 * t * s * h), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
-    p[1] = {L * (8 * t * h * h + 8 * t * s * h), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
-    p[2] = {L * 8 * t * h * h, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
+    p[0] = {L * (proj + att), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
+    p[1] = {L * (proj + 2 * att), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
+    p[2] = {L * proj, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
   } else if (unit == "mlp") {
     const double w = 2 * r * h * h / G, pre = r * t * h / G;
-    p[0] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
-    p[1] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
-    p[2] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
+    p[0] = {L * mlp, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
+    p[1] = {L * mlp, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
+    p[2] = {L * mlp, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
   } else if (unit == "vocab" && share.head) {
-    const double head = 2 * t * h * V, w = h * V / G;
+    const double head = t * plan::head_flops_per_token(m), w = h * d.model.vocab / G;
     p[0] = {head, head, t * h + 3 * t, w, 2};
     p[1] = {head, 2 * head, 2 * t * h + 2 * t, w, 2};
     p[2] = {head, 2 * head, t * h + 2 * t, 2 * w, 2};
@@ -116,9 +120,10 @@ std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Sha
 
 // Total FLOPs of one rank's F, B, W (costs_from_model's terms): the denominator of the sliced fraction.
 std::array<double, 3> total_flops(const Deck& d, const Share& share) {
-  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
-  const double h = d.model.d_model, s = d.model.seq_len, L = share.layers;
-  const double mm = 24 * t * h * h, att = 4 * t * s * h, head = share.head ? 2 * t * h * d.model.vocab : 0;
+  const plan::ModelDims m = resolved_model(d.model);
+  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len, L = share.layers;
+  const double mm = t * plan::layer_matmul_flops_per_token(m), att = t * plan::layer_attention_flops_per_token(m);
+  const double head = share.head ? t * plan::head_flops_per_token(m) : 0;
   return {L * (mm + att) + head, L * (mm + 2 * att) + head, L * mm + head};
 }
 

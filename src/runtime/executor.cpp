@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <string>
 #include <thread>
@@ -395,23 +396,34 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
                              : state.backward_index(in->from_chunk, in->microbatch);
     return state.is_started(producer) && producer != deciding ? out_announce[at(producer)].expected_ns : kUnknown;
   };
-  // The peers that can help now (the simulator's rule, engine.cpp's Helpers, on the peers' last status), in ms
-  // since the step began.
+  // The peers that can help now (the simulator's rule and bound, sched::InputChains, on the peers' last status),
+  // in ms since the step began. Known of a peer's op: its awaited input's announced arrival, and that it waits
+  // for it, when the peer's last Idle named it (or this rank produces that input).
+  const sched::InputChains chains = migrating ? sched::InputChains(order) : sched::InputChains();
+  int deciding = -1;
+  sched::PeerKnowledge known;
+  known.expected = [&](int r, int i) {
+    const PeerView& v = peers[at(r)];
+    const std::int64_t t = chains.producer(r, i) == rank_                 ? own_delivery(r, i, deciding)
+                           : v.status == ControlKind::Idle && v.next == i ? v.until_ns
+                                                                          : kUnknown;
+    return t == kUnknown ? std::numeric_limits<double>::quiet_NaN() : since_begin(t) / 1e6;
+  };
+  known.waiting = [&](int r, int i) { return peers[at(r)].status == ControlKind::Idle && peers[at(r)].next == i; };
+  known.estimate = [&](int r, int i) { return noise_.cost().op_time(r, order.ranks[at(r)][at(i)].kind, order.v); };
+  known.comm = comm_estimate_ns() / 1e6;
   std::vector<sched::HelpOffer> offers;
-  auto build_offers = [&](std::int64_t now, int deciding) {
+  auto build_offers = [&](std::int64_t now, int deciding_op) {
     offers.clear();
+    deciding = deciding_op;
     for (int q = 0; q < order.p; ++q) {
       const PeerView& v = peers[at(q)];
       if (q == rank_ || v.engaged_until > now) continue;
       sched::HelpOffer o;
       o.rank = q;
       if (v.status == ControlKind::Idle) {
-        const std::int64_t until = v.producer == rank_ ? own_delivery(q, v.next, deciding) : v.until_ns;
-        if (until != kUnknown) {
-          o.until = since_begin(until) / 1e6;
-        } else if (v.producer != rank_) {
-          continue;  // nothing known of its next input
-        }
+        o.until = chains.earliest_input(q, v.next, rank_, since_begin(now) / 1e6, known);
+        if (std::isnan(o.until)) continue;  // nothing known of its next input
       } else if (v.status != ControlKind::Finished) {
         continue;
       }

@@ -154,6 +154,58 @@ std::vector<HelpPart> Offload::parts() const {
   return out;
 }
 
+InputChains::InputChains(const Schedule& s) {
+  const std::size_t p = static_cast<std::size_t>(s.p);
+  // Per rank, the list position of each (chunk, microbatch)'s F and of its B or BW.
+  const std::size_t slots = static_cast<std::size_t>(s.v) * static_cast<std::size_t>(s.m);
+  std::vector<std::vector<int>> f(p, std::vector<int>(slots, -1)), b(p, std::vector<int>(slots, -1));
+  const auto slot = [&](int chunk, int mb) { return static_cast<std::size_t>(chunk) * s.m + mb; };
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == OpKind::F) f[r][slot(a.chunk, a.microbatch)] = static_cast<int>(i);
+      if (a.kind == OpKind::B || a.kind == OpKind::BW) b[r][slot(a.chunk, a.microbatch)] = static_cast<int>(i);
+    }
+  }
+  producer_.resize(p);
+  position_.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    producer_[r].assign(s.ranks[r].size(), -1);
+    position_[r].assign(s.ranks[r].size(), -1);
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const auto in = input_of(s, static_cast<int>(r), s.ranks[r][i]);
+      if (!in || in->local()) continue;
+      const std::size_t from = static_cast<std::size_t>(in->from_rank);
+      producer_[r][i] = in->from_rank;
+      position_[r][i] = (in->payload == Payload::Activation ? f : b)[from][slot(in->from_chunk, in->microbatch)];
+    }
+  }
+}
+
+int InputChains::producer(int q, int index) const {
+  return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
+}
+
+double InputChains::earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const {
+  return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
+}
+
+double InputChains::bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const {
+  constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  const double announced = known.expected(q, index);
+  if (!std::isnan(announced)) return announced;
+  const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
+  const int from = producer_[r][i], y = position_[r][i];
+  if (from == owner) return std::numeric_limits<double>::infinity();
+  if (from < 0 || y < 0 || depth <= 0 || !known.estimate) return kUnknown;
+  double start = now;
+  if (known.waiting(from, y) && producer(from, y) >= 0) {
+    const double in = bound(from, y, owner, now, known, depth - 1);
+    if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
+  }
+  return start + known.estimate(from, y) + known.comm;
+}
+
 std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v) {
   std::vector<Migration> out;
   if (!migration.enabled) return out;

@@ -524,3 +524,15 @@ TEST(Deck, MigrationResolvesLinkAndSliceCosts) {
   plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]"}));
   EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / 24.0, 1e-12);
 }
+
+// The slices' FLOPs are the cost model's (plan/flops.hpp): the MLP's share follows model.mlp_ratio (W per layer:
+// attention projections 8th^2, MLP 4 r th^2).
+TEST(Deck, MigrationSliceFlopsFollowMlpRatio) {
+  for (const int r : {1, 2, 4}) {
+    const std::string ratio = "model.mlp_ratio=" + std::to_string(r);
+    plan::Plan mlp = resolve(parse("", {"migration.enabled=true", "migration.units=[mlp]", ratio}));
+    plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]", ratio}));
+    EXPECT_NEAR(mlp.migration.ops[0][2].sliced_fraction, 4.0 * r / (8 + 4.0 * r), 1e-12) << ratio;
+    EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / (8 + 4.0 * r), 1e-12) << ratio;
+  }
+}

@@ -2,6 +2,9 @@
 // helper's memory, and the decision's arithmetic.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/migration.hpp"
@@ -158,4 +161,38 @@ TEST(Migration, SeveralHelpersShareTheSlices) {
   EXPECT_NE(two.helper, two.more[0].helper);
   b.until = 0.5;  // the second offer's window is too short for any slice: one helper again
   EXPECT_TRUE(Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b}).more.empty());
+}
+
+// The bound on a peer's awaited input (InputChains, shared by the engine and the runtime) on a hand-set state:
+// p = 4, one microbatch, rank 3 deciding. Rank 2's F0 waits for rank 1's F0, which waits for rank 0's.
+TEST(Migration, InputBoundFollowsTheProducerChain) {
+  const Schedule s = parse_text(
+      "pipeline 4\nmicrobatches 1\nvirtual 1\nrank 0: 0F0 0B0 0W0\nrank 1: 0F0 0B0 0W0\n"
+      "rank 2: 0F0 0B0 0W0\nrank 3: 0F0 0B0 0W0\n");
+  const InputChains chains(s);
+  EXPECT_EQ(chains.producer(2, 0), 1);
+  EXPECT_EQ(chains.producer(1, 1), 2);  // B0's gradient
+  EXPECT_EQ(chains.producer(0, 0), -1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  double rank1_input = nan;  // rank 1's F0 input: announced or not
+  bool rank1_waits = true;
+  PeerKnowledge known;
+  known.expected = [&](int r, int i) { return r == 1 && i == 0 ? rank1_input : nan; };
+  known.waiting = [&](int r, int i) { return r == 1 && i == 0 && rank1_waits; };
+  known.estimate = [](int r, int) { return 2.0 + r; };
+  known.comm = 0.5;
+  // Rank 1 waits, its input announced at 5: rank 2's input no earlier than 5 + 3 (rank 1's F) + 0.5.
+  rank1_input = 5;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 8.5);
+  // Not announced: followed up to rank 0, whose F0 may start now (1): 1 + 2 + 0.5 + 3 + 0.5.
+  rank1_input = nan;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 7.0);
+  // Rank 0 deciding: its F0 comes after the op being decided, so after the help.
+  EXPECT_TRUE(std::isinf(chains.earliest_input(2, 0, 0, 1.0, known)));
+  // Rank 1 may start at once (not known to wait): now + its F + the transfer.
+  rank1_waits = false;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 4.5);
+  // No estimates: nothing known.
+  known.estimate = nullptr;
+  EXPECT_TRUE(std::isnan(chains.earliest_input(2, 0, 3, 1.0, known)));
 }

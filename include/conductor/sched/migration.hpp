@@ -13,6 +13,7 @@
 // help therefore never delays the helper's own next op, and the owner's op ends no later: a strict step is never slower
 // than without it.
 #include <array>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -81,6 +82,40 @@ class Migration {
   double bytes_per_ms_ = 0, latency_ms_ = 0;
   std::array<plan::SliceCosts, 4> kinds_{};  // per chunk: F, B, W, BW
   std::vector<double> memory_unit_bytes_;    // per rank
+};
+
+// What a deciding owner knows of the ranks' progress, in its decision's clock (ms), for the bound below. The
+// engine knows every rank's state at once; the runtime knows its peers' last status messages.
+struct PeerKnowledge {
+  // The announced arrival of rank r's list op i's cross-rank input (NaN: not known).
+  std::function<double(int r, int i)> expected;
+  // Known not to have started and to wait for its cross-rank input (false: it may start at once).
+  std::function<bool(int r, int i)> waiting;
+  // Rank r's op i alone (empty: no estimates, so no bound).
+  std::function<double(int r, int i)> estimate;
+  double comm = 0;  // a transfer's estimate
+};
+
+// The producer chain of every list op's cross-rank input (from the schedule's lists) and the earliest arrival of
+// a peer's awaited input that follows it: the bound an offer's window comes from (docs/migration.md, "The
+// decision"), one function for the simulator, the PPO environment and the runtime.
+class InputChains {
+ public:
+  InputChains() = default;
+  explicit InputChains(const Schedule& s);
+  // The earliest arrival of the input rank q's list op `index` waits for, for a help of `owner`'s op decided at
+  // `now` (NaN: nothing known): its announced time when known; infinity when its producer is `owner` (its
+  // producing op comes after the op being decided, and so after any help of it); else, with estimates, no
+  // earlier than the producer's op could end if it started now, or once its own input came (followed up the
+  // pipeline, p links at most), plus the transfer. With exact knowledge a lower bound.
+  double earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const;
+  // The rank producing rank q's list op `index`'s cross-rank input, or -1.
+  int producer(int q, int index) const;
+
+ private:
+  double bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const;
+  std::vector<std::vector<int>> producer_;  // per rank and list op: the producer's rank, or -1
+  std::vector<std::vector<int>> position_;  // and the producing op's list position there, or -1
 };
 
 // Per rank, the plan's migration (empty when disabled): what ExecOptions::migration takes.
