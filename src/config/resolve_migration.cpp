@@ -64,6 +64,7 @@ int layers_of(const Deck& d, int r) {
 struct Part {
   double flops = 0, helper_flops = 0, fixed = 0, per_slice = 0;
   int messages = 0;
+  double weights = 0;  // of per_slice: the weight slice sent out (none where a replica is held)
 };
 
 void add(Part& to, const Part& x) {
@@ -72,6 +73,7 @@ void add(Part& to, const Part& x) {
   to.fixed += x.fixed;
   to.per_slice += x.per_slice;
   to.messages += x.messages;
+  to.weights += x.weights;
 }
 
 // The three op kinds (F, B, W) of each unit for one rank: FLOPs in the cost model's terms (plan/flops.hpp: per
@@ -101,16 +103,19 @@ std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Sha
     p[0] = {L * (proj + att), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
     p[1] = {L * (proj + 2 * att), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
     p[2] = {L * proj, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
+    p[0].weights = p[1].weights = L * w;  // W's per-slice w is the weight gradients coming back
   } else if (unit == "mlp") {
     const double w = 2 * r * h * h / G, pre = r * t * h / G;
     p[0] = {L * mlp, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
     p[1] = {L * mlp, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
     p[2] = {L * mlp, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
+    p[0].weights = p[1].weights = L * w;
   } else if (unit == "vocab" && share.head) {
     const double head = t * plan::head_flops_per_token(m), w = h * d.model.vocab / G;
     p[0] = {head, head, t * h + 3 * t, w, 2};
     p[1] = {head, 2 * head, 2 * t * h + 2 * t, w, 2};
     p[2] = {head, 2 * head, t * h + 2 * t, 2 * w, 2};
+    p[0].weights = p[1].weights = p[2].weights = w;  // W: the weights out (logits recomputed), gradients back
   }
   for (Part& x : p) {
     if (x.helper_flops == 0) x.helper_flops = x.flops;
@@ -136,6 +141,8 @@ plan::Migration migration_from_model(const Deck& d) {
   m.slices = c.slices;
   m.max_fraction = c.max_fraction;
   m.helpers = c.helpers;
+  m.replicas = c.weights == "replicas";
+  m.replica_peers = c.replica_peers;
   m.link = c.link;
   const LinkPreset preset = link_preset(c.link);
   m.bandwidth_gbps = c.bandwidth_gbps > 0 ? c.bandwidth_gbps : preset.bandwidth_gbps;
@@ -163,8 +170,11 @@ plan::Migration migration_from_model(const Deck& d) {
       ops[k].bytes_fixed = x.fixed * elem;
       ops[k].bytes_per_slice = x.per_slice * elem;
       ops[k].messages = x.messages;
+      ops[k].weight_bytes_per_slice = x.weights * elem;
     }
     m.ops.push_back(ops);
+    // A replica holds every slice of the rank's sliced weights: F's weight slices (every unit's) times G.
+    m.replica_bytes.push_back(ops[0].weight_bytes_per_slice * c.slices);
     // The Zero Bubble paper's activations of one microbatch per layer (34 s b h + 5 a s^2 b bytes at 16 bits),
     // at this precision.
     const double per_layer = (17.0 * t * d.model.d_model + 2.5 * d.model.n_heads * d.model.seq_len * t) * elem;

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::sched {
@@ -40,8 +41,9 @@ struct Event {
 // shared one (InputChains), on what the engine knows: every rank's state.
 class Helpers {
  public:
-  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers)
-      : opt_(opt), drivers_(drivers), on_(!opt.migration.empty()) {
+  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers,
+          const ReplicaPlan& replicas)
+      : opt_(opt), drivers_(drivers), replicas_(replicas), on_(!opt.migration.empty()) {
     if (!on_) return;
     const std::size_t p = drivers.size();
     busy_until_.assign(p, -std::numeric_limits<double>::infinity());
@@ -91,6 +93,7 @@ class Helpers {
       }
       if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
       o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
+      o.replica = now >= replicas_.ready_at(owner, q);
       offers_.push_back(o);
     }
     return offers_;
@@ -107,6 +110,7 @@ class Helpers {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
   const ExecOptions& opt_;
   const std::vector<RankDriver>& drivers_;
+  const ReplicaPlan& replicas_;
   bool on_;
   std::vector<double> busy_until_, peak_;
   std::vector<std::vector<double>> expected_;
@@ -114,6 +118,18 @@ class Helpers {
   PeerKnowledge known_;
   std::vector<HelpOffer> offers_;
 };
+
+// Replicas' room: per rank, the M_F its budget leaves after its own list's peak (infinity: unlimited).
+std::vector<double> replica_room(const Schedule& s, const ExecOptions& opt) {
+  std::vector<double> room(static_cast<std::size_t>(s.p), std::numeric_limits<double>::infinity());
+  for (int r = 0; r < s.p; ++r) {
+    const double limit =
+        opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    if (limit > 0)
+      room[static_cast<std::size_t>(r)] = std::max(0.0, limit - list_peak_memory(s, r, opt.memory_after_b));
+  }
+  return room;
+}
 
 }  // namespace
 
@@ -172,6 +188,9 @@ std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>&
 
 ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
   const int p = s.p;
+  // Replicas (migration.weights: replicas) take their room first: what a rank holds shrinks its own budget.
+  const ReplicaPlan replicas =
+      opt.migration.empty() ? ReplicaPlan{} : place_replicas(opt.migration, replica_room(s, opt));
   std::vector<RankDriver> drivers;
   drivers.reserve(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -180,6 +199,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     d.hint = opt.hint;
     d.memory_limit =
         opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    if (!replicas.held.empty() && d.memory_limit > 0) d.memory_limit -= replicas.held[static_cast<std::size_t>(r)];
     d.memory_after_b = opt.memory_after_b;
     d.spread = opt.spread;
     d.late_delay = opt.late_delay;
@@ -212,7 +232,13 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     res.order[r].reserve(a.size());
   }
   const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
-  Helpers helpers(s, opt, drivers);
+  Helpers helpers(s, opt, drivers, replicas);
+  for (std::size_t r = 0; r < replicas.holders.size(); ++r) {
+    for (std::size_t j = 0; j < replicas.holders[r].size(); ++j) {
+      res.refreshes.push_back(ReplicaRefresh{static_cast<int>(r), replicas.holders[r][j],
+                                             opt.migration[r].replica_bytes(), replicas.ready[r][j]});
+    }
+  }
   // Kept only for a custom picker (the policy environment): busy horizons and idle time.
   const bool custom = static_cast<bool>(opt.picker);
   std::vector<double> busy_until(custom ? p : 0, 0.0);
@@ -346,7 +372,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   }
 
   for (int r = 0; r < p; ++r) {
-    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r));
+    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r)) +
+                         (replicas.held.empty() ? 0.0 : replicas.held[static_cast<std::size_t>(r)]);
     res.first_start[r] = drivers[r].started_any() ? drivers[r].first_start() : 0.0;
     res.last_end[r] = drivers[r].started_any() ? drivers[r].last_end() : 0.0;
   }

@@ -150,6 +150,11 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     r.migration_bytes += m.bytes;
     r.link_bytes[{m.owner, m.helper}] += m.bytes;
   }
+  for (const sched::ReplicaRefresh& x : res.refreshes) {
+    r.refresh_bytes += x.bytes;
+    r.migration_bytes += x.bytes;
+    r.link_bytes[{x.owner, x.holder}] += x.bytes;
+  }
 
   if (options.record_events) {
     r.events.reserve(res.ops.size() + 2 * res.transfers.size() + res.migrations.size());
@@ -244,7 +249,7 @@ void finish_run(RunResult& run, int p) {
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
   run.mean_stage_bubble_ratio = run.mean_max_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes =
-      0.0;
+      run.mean_refresh_bytes = 0.0;
   run.mean_link_bytes.clear();
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
@@ -258,6 +263,7 @@ void finish_run(RunResult& run, int p) {
     run.mean_throughput += s.throughput / n;
     run.mean_migrated_ops += s.migrated_ops / n;
     run.mean_migration_bytes += s.migration_bytes / n;
+    run.mean_refresh_bytes += s.refresh_bytes / n;
     for (const auto& [link, bytes] : s.link_bytes) run.mean_link_bytes[link] += bytes / n;
     for (int r = 0; r < p; ++r) {
       run.mean_busy_ms[r] += s.busy_ms[r] / n;

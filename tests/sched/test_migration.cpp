@@ -103,6 +103,51 @@ TEST(Migration, HelpersMemoryLimitRefusesHelp) {
   EXPECT_EQ(roomy.migrations.size(), 2u);
 }
 
+// Replicas (migration.weights: replicas): of a slice's 0.5 MB, 0.4 MB are weights, so a help by a holder moves
+// 1 + 0.1k MB; each rank's replica (4 slices of weights, 1.6 MB = 1.6 M_F) sits on the other rank when its budget has
+// room after its own peak (1 M_F), and its refresh is in at 1.6 + 0.1 = 1.7 ms.
+//   limit 4 on rank 0: held 1.6, so at t=1 (F0 of rank 1, refresh not in: on demand, 1.5 M_F) it has
+//     4 - 1.6 - 1 = 1.4 M_F free: refused. At t=4 (B0) the replica is in: k=1 moves 1.1 MB (help 1.1 + 0.1 + 0.75
+//     = 1.95, owner 2.25), so B0 [4, 6.25]; then r0 B0 [6.25, 7.25], W0 [7.25, 8.25] and r1 W0 alone [6.25, 9.25].
+//     Rank 0's peak: its F0 (1) + the help (1.1) + the replica (1.6) = 3.7 M_F.
+//   limit 3: 0.4 M_F free, nothing migrates (on demand it would: 2 M_F free).
+//   limit 2.5: no room for the replica (1.5 < 1.6): only rank 0's replica is placed (on rank 1); rank 0 then helps
+//     on demand as in the hand-computed case.
+TEST(Migration, ReplicasAndInFlightSlicesCountedAgainstTheBudget) {
+  plan::Migration m = unit_migration();
+  m.replicas = true;
+  m.replica_peers = 1;
+  for (auto& kinds : m.ops) {
+    for (plan::SliceCosts& c : kinds) c.weight_bytes_per_slice = 0.4e6;
+  }
+  m.replica_bytes.assign(2, 1.6e6);
+  const ExecResult four = run(m, {4.0, 10.0});
+  ASSERT_EQ(four.migrations.size(), 1u);
+  EXPECT_EQ(four.migrations[0].helper, 0);
+  EXPECT_NEAR(four.migrations[0].start, 4.0, 1e-12);
+  EXPECT_DOUBLE_EQ(four.migrations[0].bytes, 1.1e6);
+  EXPECT_NEAR(four.makespan(), 9.25, 1e-9);
+  EXPECT_NEAR(four.peak_memory[0], 1.0 + 1.1 + 1.6, 1e-9);
+  EXPECT_NEAR(four.peak_memory[1], 1.0 + 1.6, 1e-9);
+  ASSERT_EQ(four.refreshes.size(), 2u);
+  for (const ReplicaRefresh& x : four.refreshes) {
+    EXPECT_EQ(x.holder, 1 - x.owner);
+    EXPECT_DOUBLE_EQ(x.bytes, 1.6e6);
+    EXPECT_NEAR(x.ready, 1.7, 1e-12);
+  }
+  const ExecResult three = run(m, {3.0, 10.0});
+  EXPECT_TRUE(three.migrations.empty());
+  EXPECT_NEAR(three.peak_memory[0], 1.0 + 1.6, 1e-9);
+  plan::Migration on_demand = unit_migration();
+  EXPECT_FALSE(run(on_demand, {3.0, 10.0}).migrations.empty());
+  const ExecResult tight = run(m, {2.5, 10.0});
+  ASSERT_EQ(tight.refreshes.size(), 1u);
+  EXPECT_EQ(tight.refreshes[0].owner, 0);
+  ASSERT_EQ(tight.migrations.size(), 2u);
+  EXPECT_DOUBLE_EQ(tight.migrations[0].bytes, 1.5e6);
+  EXPECT_NEAR(tight.peak_memory[0], 2.5, 1e-9);
+}
+
 // No bandwidth: nothing moves (a deck never gets free transfers).
 TEST(Migration, NoBandwidthNoMigration) {
   plan::Migration m = unit_migration();

@@ -27,7 +27,8 @@ struct HelpOffer {
   int rank = -1;
   double until = std::numeric_limits<double>::infinity();        // the help must end by then
   double memory_free = std::numeric_limits<double>::infinity();  // M_F the peer may still hold
-  double speed = 1.0;  // the peer's time factor for this work (noise; 1 = the cost model's time)
+  double speed = 1.0;    // the peer's time factor for this work (noise; 1 = the cost model's time)
+  bool replica = false;  // it holds the owner's weight replicas, refreshed: no weight slices move
 };
 
 // One helper's part of a migrated op.
@@ -73,13 +74,28 @@ class Migration {
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
 
+  // Replicas (migration.weights: replicas): whether they are kept, on how many peers, this rank's replica bytes
+  // (its whole share, every chunk), a transfer's time over the link, and `bytes` in `rank`'s memory unit (M_F).
+  bool replicas() const { return replicas_; }
+  int replica_peers() const { return replica_peers_; }
+  double replica_bytes() const { return replica_bytes_; }
+  double transfer_time(double bytes) const { return bytes / bytes_per_ms_ + latency_ms_; }
+  double in_memory_units(int rank, double bytes) const;
+
  private:
+  // Bytes per slice moved for `offer` (no weight slices to a replica holder).
+  double bytes_per_slice(const plan::SliceCosts& c, const HelpOffer& offer) const {
+    return c.bytes_per_slice - (offer.replica ? c.weight_bytes_per_slice : 0.0);
+  }
   // The most slices `offer` can take within `tau` ms of help, its window and its memory (0: none).
   int slices_within(const plan::SliceCosts& c, double slice, double now, double tau, const HelpOffer& offer) const;
 
   bool enabled_ = false;
   int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
   double bytes_per_ms_ = 0, latency_ms_ = 0;
+  bool replicas_ = false;
+  int replica_peers_ = 0;
+  double replica_bytes_ = 0;
   std::array<plan::SliceCosts, 4> kinds_{};  // per chunk: F, B, W, BW
   std::vector<double> memory_unit_bytes_;    // per rank
 };
@@ -117,6 +133,20 @@ class InputChains {
   std::vector<std::vector<int>> producer_;  // per rank and list op: the producer's rank, or -1
   std::vector<std::vector<int>> position_;  // and the producing op's list position there, or -1
 };
+
+// Where replicas are kept (migration.weights: replicas) and what they cost: per owner, the peers holding its
+// weight slices (the nearest in the ring first: rank r+1, r-1, r+2, ...; up to its replica_peers, each with room
+// for it), and per rank the M_F it holds. room: per rank, M_F left in its budget after its own schedule's peak
+// (infinity: unlimited); a holder's budget for its own ops and its helps shrinks by what it holds. Each owner
+// sends its holders their refresh after the optimizer step, one after the other from the step's start (`ready`).
+struct ReplicaPlan {
+  std::vector<std::vector<int>> holders;   // per owner
+  std::vector<std::vector<double>> ready;  // per owner and holder: when the refresh is in (ms from the step's start)
+  std::vector<double> held;                // per rank, M_F
+  bool holds(int owner, int rank) const;
+  double ready_at(int owner, int rank) const;  // infinity where `rank` holds none of `owner`'s
+};
+ReplicaPlan place_replicas(const std::vector<Migration>& migrations, std::vector<double> room);
 
 // Per rank, the plan's migration (empty when disabled): what ExecOptions::migration takes.
 std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v);
