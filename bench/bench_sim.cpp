@@ -11,15 +11,16 @@
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
 // (5) --migration [DECK...]: the paper's ablation (ZB-2p strict; + global tier; + migration; both) under 10% Gaussian
 // jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains, both
-// bubbles, bytes per step, decision cost per op.
+// bubbles, bytes per step, decision cost per op. KEY=VALUE arguments are added to every migration row
+// (--migration inputs/gpt3-1.5b.yaml migration.weights=replicas).
 // (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
 // backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
 // (7) --heavy [INPUTS_DIR]: only the heavy-variability rows of (4).
 // (8) --zb-table: ZB-1p / ZB-2p against the Zero Bubble paper's Table 5 on its twelve configurations (Table 9's
 // costs), and ZB-V against its Table 8 (docs/schedules.md).
 // Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
-//                   --scale P M [STEPS] | --migration [DECK...] | --zb-table]   (--quick skips p=1024; --speed
-//        runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
+//                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table]   (--quick skips
+//        p=1024; --speed runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
 #include <cmath>
@@ -493,14 +494,18 @@ std::vector<std::string> mig_keys(int helpers) {
           "migration.helpers=" + std::to_string(helpers)};
 }
 
-void migration_table(const std::vector<std::string>& decks) {
+// extra: keys added to every row with migration (e.g. migration.weights=replicas).
+void migration_table(const std::vector<std::string>& decks, const std::vector<std::string>& extra) {
+  std::string keys;
+  for (const std::string& k : extra) keys += " " + k;
   std::printf(
       "## the paper's ablation: ZB-2p strict; + global tier (scheduler.kind=ppo, the shipped policy); + migration "
-      "(NVLink, bf16 tensors, migration.helpers=H); both. Gain = the split's ZB-2p strict makespan / the row's; vs "
+      "(NVLink, bf16 tensors, migration.helpers=H%s); both. Gain = the split's ZB-2p strict makespan / the row's; vs "
       "deck = the deck split's ZB-2p strict (deck costs) / the row's; decision cost = (CPU time with migration - "
-      "without) / ops. Derived = cost.device_tflops=150.%s\n\n"
+      "without) / ops; MB/step includes replica refreshes. Derived = cost.device_tflops=150.%s\n\n"
       "| deck | noise | split | method | makespan ms | gain | vs deck | bubble | per-stage bubble | migrated ops/step "
       "| MB/step | decision cost us/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      keys.c_str(),
 #if CONDUCTOR_HAVE_POLICY
       ""
 #else
@@ -544,6 +549,7 @@ void migration_table(const std::vector<std::string>& decks) {
         auto with_helpers = [&](int h) {
           std::vector<std::string> o = base;
           for (const std::string& k : mig_keys(h)) o.push_back(k);
+          o.insert(o.end(), extra.begin(), extra.end());
           return o;
         };
         const std::vector<int> helpers = {1, std::min(3, p - 1), p - 1};
@@ -652,11 +658,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--migration") == 0) {
-    std::vector<std::string> decks(argv + 2, argv + argc);
+    std::vector<std::string> decks, extra;  // KEY=VALUE arguments go to every migration row
+    for (int i = 2; i < argc; ++i) (std::strchr(argv[i], '=') ? extra : decks).push_back(argv[i]);
     if (decks.empty()) {
       decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml", "inputs/multimodal.yaml"};
     }
-    migration_table(decks);
+    migration_table(decks, extra);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--split") == 0) {

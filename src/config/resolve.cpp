@@ -13,6 +13,11 @@
 
 namespace conductor::config {
 
+plan::ModelDims resolved_model(const ModelConfig& m) {
+  return plan::ModelDims{m.precision, m.vocab,     m.seq_len,   m.d_model,         m.n_heads,
+                         m.n_layers,  m.mlp_ratio, m.init_seed, m.layers_per_stage};
+}
+
 namespace {
 
 bool from_file(const Deck& d) { return d.schedule.kind.rfind("file:", 0) == 0; }
@@ -43,11 +48,6 @@ plan::Noise resolved_noise(const NoiseConfig& n) {
                      n.congestion_prob,
                      n.congestion_burst,
                      n.congestion_delay};
-}
-
-plan::ModelDims resolved_model(const ModelConfig& m) {
-  return plan::ModelDims{m.precision, m.vocab,     m.seq_len,   m.d_model,         m.n_heads,
-                         m.n_layers,  m.mlp_ratio, m.init_seed, m.layers_per_stage};
 }
 
 plan::Optim resolved_optim(const Deck& d) {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "conductor/config/resolve.hpp"
+#include "conductor/plan/flops.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::config {
@@ -63,6 +64,7 @@ int layers_of(const Deck& d, int r) {
 struct Part {
   double flops = 0, helper_flops = 0, fixed = 0, per_slice = 0;
   int messages = 0;
+  double weights = 0;  // of per_slice: the weight slice sent out (none where a replica is held)
 };
 
 void add(Part& to, const Part& x) {
@@ -71,11 +73,12 @@ void add(Part& to, const Part& x) {
   to.fixed += x.fixed;
   to.per_slice += x.per_slice;
   to.messages += x.messages;
+  to.weights += x.weights;
 }
 
-// The three op kinds (F, B, W) of each unit for one rank: FLOPs as costs_from_model (matmuls 24 t h^2 per layer
-// per pass: attention 8 t h^2, the MLP the rest; attention core 4 t s h in F, 8 t s h in B; LM head 2 t h V per
-// pass) and the tensors a helper receives and returns (elements; G slices):
+// The three op kinds (F, B, W) of each unit for one rank: FLOPs in the cost model's terms (plan/flops.hpp: per
+// layer and pass the attention projections and the MLP's matmuls, the attention core once in F and twice in B;
+// the LM head per pass) and the tensors a helper receives and returns (elements; G slices):
 //   heads  F: layer input out, partial output back; per slice QKV+proj weights 4h^2/G, stash q,k,v,o + lse back
 //          B: output grad out, input-grad partial back; per slice weights, the stash out, dqkv 3th/G back
 //          W: LN1 output + output grad out; per slice dqkv + context 4th/G out, weight grads 4h^2/G back
@@ -88,25 +91,31 @@ void add(Part& to, const Part& x) {
 //          W: hidden + max and sum out; per slice weights out (logits recomputed), weight grads back
 // Messages: one out and one back per unit and layer (the owner adds the partials before the next layer).
 std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Share& share) {
+  const plan::ModelDims m = resolved_model(d.model);
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
-  const double h = d.model.d_model, s = d.model.seq_len, a = d.model.n_heads, r = d.model.mlp_ratio;
-  const double V = d.model.vocab, G = d.migration.slices, L = share.layers;
+  const double h = d.model.d_model, a = d.model.n_heads, r = d.model.mlp_ratio;
+  const double G = d.migration.slices, L = share.layers;
+  const double proj = t * plan::layer_projection_flops_per_token(m), att = t * plan::layer_attention_flops_per_token(m);
+  const double mlp = t * plan::layer_mlp_flops_per_token(m);
   std::array<Part, 3> p{};
   if (unit == "heads") {
     const double w = 4 * h * h / G, stash = (4 * t * h + a * t) / G;
-    p[0] = {L * (8 * t * h * h + 4 * t * s * h), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
-    p[1] = {L * (8 * t * h * h + 8 * t * s * h), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
-    p[2] = {L * 8 * t * h * h, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
+    p[0] = {L * (proj + att), 0, L * 2 * t * h, L * (w + stash), 2 * share.layers};
+    p[1] = {L * (proj + 2 * att), 0, L * 2 * t * h, L * (w + stash + 3 * t * h / G), 2 * share.layers};
+    p[2] = {L * proj, 0, L * 2 * t * h, L * (4 * t * h / G + w), 2 * share.layers};
+    p[0].weights = p[1].weights = L * w;  // W's per-slice w is the weight gradients coming back
   } else if (unit == "mlp") {
     const double w = 2 * r * h * h / G, pre = r * t * h / G;
-    p[0] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
-    p[1] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
-    p[2] = {L * 16 * t * h * h, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
+    p[0] = {L * mlp, 0, L * 2 * t * h, L * (w + pre), 2 * share.layers};
+    p[1] = {L * mlp, 0, L * 2 * t * h, L * (w + 2 * pre), 2 * share.layers};
+    p[2] = {L * mlp, 0, L * 2 * t * h, L * (2 * pre + w), 2 * share.layers};
+    p[0].weights = p[1].weights = L * w;
   } else if (unit == "vocab" && share.head) {
-    const double head = 2 * t * h * V, w = h * V / G;
+    const double head = t * plan::head_flops_per_token(m), w = h * d.model.vocab / G;
     p[0] = {head, head, t * h + 3 * t, w, 2};
     p[1] = {head, 2 * head, 2 * t * h + 2 * t, w, 2};
     p[2] = {head, 2 * head, t * h + 2 * t, 2 * w, 2};
+    p[0].weights = p[1].weights = p[2].weights = w;  // W: the weights out (logits recomputed), gradients back
   }
   for (Part& x : p) {
     if (x.helper_flops == 0) x.helper_flops = x.flops;
@@ -116,9 +125,10 @@ std::array<Part, 3> unit_parts(const Deck& d, const std::string& unit, const Sha
 
 // Total FLOPs of one rank's F, B, W (costs_from_model's terms): the denominator of the sliced fraction.
 std::array<double, 3> total_flops(const Deck& d, const Share& share) {
-  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
-  const double h = d.model.d_model, s = d.model.seq_len, L = share.layers;
-  const double mm = 24 * t * h * h, att = 4 * t * s * h, head = share.head ? 2 * t * h * d.model.vocab : 0;
+  const plan::ModelDims m = resolved_model(d.model);
+  const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len, L = share.layers;
+  const double mm = t * plan::layer_matmul_flops_per_token(m), att = t * plan::layer_attention_flops_per_token(m);
+  const double head = share.head ? t * plan::head_flops_per_token(m) : 0;
   return {L * (mm + att) + head, L * (mm + 2 * att) + head, L * mm + head};
 }
 
@@ -131,6 +141,8 @@ plan::Migration migration_from_model(const Deck& d) {
   m.slices = c.slices;
   m.max_fraction = c.max_fraction;
   m.helpers = c.helpers;
+  m.replicas = c.weights == "replicas";
+  m.replica_peers = c.replica_peers;
   m.link = c.link;
   const LinkPreset preset = link_preset(c.link);
   m.bandwidth_gbps = c.bandwidth_gbps > 0 ? c.bandwidth_gbps : preset.bandwidth_gbps;
@@ -158,8 +170,11 @@ plan::Migration migration_from_model(const Deck& d) {
       ops[k].bytes_fixed = x.fixed * elem;
       ops[k].bytes_per_slice = x.per_slice * elem;
       ops[k].messages = x.messages;
+      ops[k].weight_bytes_per_slice = x.weights * elem;
     }
     m.ops.push_back(ops);
+    // A replica holds every slice of the rank's sliced weights: F's weight slices (every unit's) times G.
+    m.replica_bytes.push_back(ops[0].weight_bytes_per_slice * c.slices);
     // The Zero Bubble paper's activations of one microbatch per layer (34 s b h + 5 a s^2 b bytes at 16 bits),
     // at this precision.
     const double per_layer = (17.0 * t * d.model.d_model + 2.5 * d.model.n_heads * d.model.seq_len * t) * elem;

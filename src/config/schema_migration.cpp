@@ -53,6 +53,19 @@ void add_migration_fields(std::vector<Field>& f) {
                   "Bytes per element of the tensors a migration moves; 0 = model.precision's (fp32: 4, bf16: 2). "
                   "2 models a bf16 run of a deck simulated with the emulated backend (which is fp32).")
                   .range(0, 8));
+  f.push_back(field<std::string>(
+                  "migration.weights", [](Deck & d) -> auto& { return d.migration.weights; },
+                  "Where a helper's weight slices come from: `on_demand` (sent with every help) or `replicas` "
+                  "(each rank's sliced weights kept on migration.replica_peers peers, the nearest in the ring "
+                  "whose memory budget has room after their own schedule's peak; counted in their memory and "
+                  "refreshed over the link after every optimizer step; a help by a holder moves no weights). "
+                  "`conductor simulate` only.")
+                  .one_of({"on_demand", "replicas"}));
+  f.push_back(field<int>(
+                  "migration.replica_peers", [](Deck & d) -> auto& { return d.migration.replica_peers; },
+                  "With migration.weights=replicas: how many peers hold each rank's replicas (fewer where memory "
+                  "has no room).")
+                  .range(1, 1024));
   Field force = field<std::vector<std::string>>(
       "migration.force", [](Deck & d) -> auto& { return d.migration.force; },
       "Forced migration for tests and experiments: entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
@@ -166,6 +179,11 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
     problems.push_back(src + ": migration.helpers = " + std::to_string(m.helpers) +
                        ": conductor run sends an op's slices to one helper only; set migration.helpers=1 (several "
                        "helpers per op are simulated: conductor simulate)");
+  }
+  if (options.command == Command::Run && m.weights == "replicas") {
+    problems.push_back(src +
+                       ": migration.weights = replicas: conductor run sends weight slices on demand only (replicas "
+                       "and their refresh are simulated: conductor simulate); set migration.weights=on_demand");
   }
   check_force(deck, src, problems);
   if (m.max_fraction <= 0) {

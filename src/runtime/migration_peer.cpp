@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "conductor/util/error.hpp"
@@ -29,7 +30,7 @@ bool hangs_helping(int rank, int step) {
 
 MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
                              const ExecutorOptions& options, const Watchdog& watchdog,
-                             std::function<std::size_t()> drain)
+                             std::function<std::size_t()> drain, Estimate estimate_ms, double comm_ms)
     : ctx_(ctx),
       plane_(plane),
       compute_(compute),
@@ -37,6 +38,7 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
       options_(options),
       watchdog_(watchdog),
       drain_(std::move(drain)),
+      chains_(ctx.order),
       hang_helping_(hangs_helping(ctx.rank, ctx.step)),
       control_in_(static_cast<std::size_t>(ctx.order.p)),
       peers_(static_cast<std::size_t>(ctx.order.p)),
@@ -47,6 +49,23 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
   // While this rank sleeps in an op or a help, the payloads it sent keep moving; also while a helper's answer is
   // due: it is a rendezvous too, which the helper's poll alone cannot finish.
   compute_.set_progress([this] { return keep_moving(); });
+  // Known of a peer's op: its awaited input's announced arrival, and that it waits for it, when the peer's last
+  // Idle named it (or this rank produces that input).
+  known_.expected = [this](int r, int i) {
+    const PeerView& v = peers_[static_cast<std::size_t>(r)];
+    const std::int64_t t = chains_.producer(r, i) == ctx_.rank          ? own_delivery(r, i, deciding_)
+                           : v.status == Kind::Idle && v.next == i ? v.until_ns
+                                                                   : kUnknown;
+    return t == kUnknown ? std::numeric_limits<double>::quiet_NaN() : ctx_.since_begin(t) / 1e6;
+  };
+  known_.waiting = [this](int r, int i) {
+    const PeerView& v = peers_[static_cast<std::size_t>(r)];
+    return v.status == Kind::Idle && v.next == i;
+  };
+  known_.estimate = [this, estimate = std::move(estimate_ms)](int r, int i) {
+    return estimate(r, ctx_.order.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]);
+  };
+  known_.comm = comm_ms;
 }
 
 MigrationPeer::~MigrationPeer() { compute_.set_progress({}); }  // the progress function refers to this step
@@ -188,22 +207,19 @@ std::int64_t MigrationPeer::own_delivery(int q, int next, int deciding) const {
   return ctx_.state().is_started(producer) && producer != deciding ? plane_.own_announcement(producer) : kUnknown;
 }
 
-// The peers that can help now (the simulator's rule, engine.cpp's Helpers, on the peers' last status), in ms since
-// the step began.
+// The peers that can help now (the simulator's rule and bound, sched::InputChains, on the peers' last status), in
+// ms since the step began.
 void MigrationPeer::build_offers(std::int64_t now, int deciding) {
   offers_.clear();
+  deciding_ = deciding;
   for (int q = 0; q < ctx_.order.p; ++q) {
     const PeerView& v = peers_[static_cast<std::size_t>(q)];
     if (q == ctx_.rank || v.engaged_until > now) continue;
     sched::HelpOffer o;
     o.rank = q;
     if (v.status == Kind::Idle) {
-      const std::int64_t until = v.producer == ctx_.rank ? own_delivery(q, v.next, deciding) : v.until_ns;
-      if (until != kUnknown) {
-        o.until = ctx_.since_begin(until) / 1e6;
-      } else if (v.producer != ctx_.rank) {
-        continue;  // nothing known of its next input
-      }
+      o.until = chains_.earliest_input(q, v.next, ctx_.rank, ctx_.since_begin(now) / 1e6, known_);
+      if (std::isnan(o.until)) continue;  // nothing known of its next input
     } else if (v.status != Kind::Finished) {
       continue;
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::sched {
@@ -36,34 +37,36 @@ struct Event {
 };
 
 // Computation migration's state in the engine: until when each rank helps, when each rank's inputs are expected
-// (set when their producer starts), and the memory helpers hold.
+// (set when their producer starts), and the memory helpers hold. The bound on a peer's awaited input is the
+// shared one (InputChains), on what the engine knows: every rank's state.
 class Helpers {
  public:
-  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers)
-      : opt_(opt), drivers_(drivers), on_(!opt.migration.empty()) {
+  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers,
+          const ReplicaPlan& replicas)
+      : opt_(opt), drivers_(drivers), replicas_(replicas), on_(!opt.migration.empty()) {
     if (!on_) return;
     const std::size_t p = drivers.size();
     busy_until_.assign(p, -std::numeric_limits<double>::infinity());
     peak_.assign(p, 0.0);
     expected_.resize(p);
-    producer_.resize(p);
-    position_.resize(p);
-    for (std::size_t r = 0; r < p; ++r) {
-      const auto& actions = drivers[r].arbiter().actions();
-      expected_[r].assign(actions.size(), kUnknown);
-      producer_[r].assign(actions.size(), -1);
-      position_[r].assign(actions.size(), -1);
-      for (std::size_t i = 0; i < actions.size(); ++i) {
-        if (const auto in = input_of(s, static_cast<int>(r), actions[i]); in && !in->local()) {
-          producer_[r][i] = in->from_rank;
-          const Arbiter& from = drivers[static_cast<std::size_t>(in->from_rank)].arbiter();
-          position_[r][i] = in->payload == Payload::Activation
-                                ? from.index_of(OpKind::F, in->from_chunk, in->microbatch)
-                                : from.backward_index(in->from_chunk, in->microbatch);
-        }
-      }
+    for (std::size_t r = 0; r < p; ++r) expected_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
+    chains_ = InputChains(s);
+    known_.expected = [this](int r, int i) {
+      return expected_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    };
+    known_.waiting = [this](int r, int i) {
+      const Arbiter& a = drivers_[static_cast<std::size_t>(r)].arbiter();
+      return !a.is_ready(i) && !a.is_started(i);
+    };
+    if (opt.estimate) {
+      known_.estimate = [this](int r, int i) {
+        return opt_.estimate(r, drivers_[static_cast<std::size_t>(r)].arbiter().actions()[static_cast<std::size_t>(i)]);
+      };
     }
+    known_.comm = opt.comm_estimate;
   }
+  Helpers(const Helpers&) = delete;  // known_ refers to this object
+  Helpers& operator=(const Helpers&) = delete;
   bool on() const { return on_; }
   bool helping(int r, double now) const { return on_ && busy_until_[static_cast<std::size_t>(r)] > now; }
   void expect(int rank, int index, double at) {
@@ -72,8 +75,7 @@ class Helpers {
   double peak(int r) const { return on_ ? peak_[static_cast<std::size_t>(r)] : 0.0; }
 
   // Every peer of `owner` that can help with `action` now: idle, not helping, and either done with its step or
-  // waiting for an input whose arrival is expected (the help must end by then) or that the owner itself will
-  // produce by a later op (which cannot start before this op, and so the help, has ended); its free memory.
+  // waiting for an input whose earliest arrival is known (the help must end by then); its free memory.
   const std::vector<HelpOffer>& offers(int owner, const Action& action, double now) {
     offers_.clear();
     for (int q = 0; q < static_cast<int>(drivers_.size()); ++q) {
@@ -85,34 +87,16 @@ class Helpers {
       if (!a.finished()) {
         const int next = a.next_in_list();
         if (a.is_ready(next)) continue;  // about to run
-        const double at = earliest_input(q, next, owner, now, static_cast<int>(drivers_.size()));
+        const double at = chains_.earliest_input(q, next, owner, now, known_);
         if (std::isnan(at)) continue;  // nothing known
         o.until = at;
       }
       if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
       o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
+      o.replica = now >= replicas_.ready_at(owner, q);
       offers_.push_back(o);
     }
     return offers_;
-  }
-  // The earliest arrival of the cross-rank input rank `q`'s list op `index` waits for (NaN: nothing known): its
-  // announced time once its producer has started; infinity when the producer is `owner`'s (not started: it comes
-  // after the op being decided, and so after any help of it); with the estimates, else no earlier than the
-  // producer's op could end if it started now, or once its own input came (followed up the pipeline, `depth`
-  // links at most), plus the transfer. A lower bound: exact estimates never see the input before it.
-  double earliest_input(int q, int index, int owner, double now, int depth) const {
-    const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
-    if (!std::isnan(expected_[r][i])) return expected_[r][i];
-    const int from = producer_[r][i], y = position_[r][i];
-    if (from == owner) return std::numeric_limits<double>::infinity();
-    if (from < 0 || y < 0 || depth <= 0 || !opt_.estimate) return kUnknown;
-    const Arbiter& b = drivers_[static_cast<std::size_t>(from)].arbiter();
-    double start = now;
-    if (!b.is_ready(y) && producer_[static_cast<std::size_t>(from)][static_cast<std::size_t>(y)] >= 0) {
-      const double in = earliest_input(from, y, owner, now, depth - 1);
-      if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
-    }
-    return start + opt_.estimate(from, b.actions()[static_cast<std::size_t>(y)]) + opt_.comm_estimate;
   }
 
   // The helper of `o` starts helping at `now`.
@@ -126,13 +110,26 @@ class Helpers {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
   const ExecOptions& opt_;
   const std::vector<RankDriver>& drivers_;
+  const ReplicaPlan& replicas_;
   bool on_;
   std::vector<double> busy_until_, peak_;
   std::vector<std::vector<double>> expected_;
-  std::vector<std::vector<int>> producer_;  // the rank whose op sends each action's cross-rank input, or -1
-  std::vector<std::vector<int>> position_;  // and that op's list position on the producer, or -1
+  InputChains chains_;
+  PeerKnowledge known_;
   std::vector<HelpOffer> offers_;
 };
+
+// Replicas' room: per rank, the M_F its budget leaves after its own list's peak (infinity: unlimited).
+std::vector<double> replica_room(const Schedule& s, const ExecOptions& opt) {
+  std::vector<double> room(static_cast<std::size_t>(s.p), std::numeric_limits<double>::infinity());
+  for (int r = 0; r < s.p; ++r) {
+    const double limit =
+        opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    if (limit > 0)
+      room[static_cast<std::size_t>(r)] = std::max(0.0, limit - list_peak_memory(s, r, opt.memory_after_b));
+  }
+  return room;
+}
 
 }  // namespace
 
@@ -191,6 +188,9 @@ std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>&
 
 ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
   const int p = s.p;
+  // Replicas (migration.weights: replicas) take their room first: what a rank holds shrinks its own budget.
+  const ReplicaPlan replicas =
+      opt.migration.empty() ? ReplicaPlan{} : place_replicas(opt.migration, replica_room(s, opt));
   std::vector<RankDriver> drivers;
   drivers.reserve(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -199,6 +199,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     d.hint = opt.hint;
     d.memory_limit =
         opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    if (!replicas.held.empty() && d.memory_limit > 0) d.memory_limit -= replicas.held[static_cast<std::size_t>(r)];
     d.memory_after_b = opt.memory_after_b;
     d.spread = opt.spread;
     d.late_delay = opt.late_delay;
@@ -231,7 +232,13 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     res.order[r].reserve(a.size());
   }
   const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
-  Helpers helpers(s, opt, drivers);
+  Helpers helpers(s, opt, drivers, replicas);
+  for (std::size_t r = 0; r < replicas.holders.size(); ++r) {
+    for (std::size_t j = 0; j < replicas.holders[r].size(); ++j) {
+      res.refreshes.push_back(ReplicaRefresh{static_cast<int>(r), replicas.holders[r][j],
+                                             opt.migration[r].replica_bytes(), replicas.ready[r][j]});
+    }
+  }
   // Kept only for a custom picker (the policy environment): busy horizons and idle time.
   const bool custom = static_cast<bool>(opt.picker);
   std::vector<double> busy_until(custom ? p : 0, 0.0);
@@ -371,7 +378,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   }
 
   for (int r = 0; r < p; ++r) {
-    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r));
+    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r)) +
+                         (replicas.held.empty() ? 0.0 : replicas.held[static_cast<std::size_t>(r)]);
     res.first_start[r] = drivers[r].started_any() ? drivers[r].first_start() : 0.0;
     res.last_end[r] = drivers[r].started_any() ? drivers[r].last_end() : 0.0;
   }

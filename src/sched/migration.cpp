@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace conductor::sched {
 
@@ -16,6 +17,7 @@ double per_rank(const std::vector<double>& v, int rank) {
 plan::SliceCosts per_chunk(plan::SliceCosts c, int v) {
   c.bytes_fixed /= v;
   c.bytes_per_slice /= v;
+  c.weight_bytes_per_slice /= v;
   c.messages = (c.messages + v - 1) / v;
   return c;
 }
@@ -28,6 +30,7 @@ plan::SliceCosts combined(const plan::SliceCosts& b, const plan::SliceCosts& w, 
   c.helper_factor = sb + sw > 0 ? (sb * b.helper_factor + sw * w.helper_factor) / (sb + sw) : 1.0;
   c.bytes_fixed = b.bytes_fixed + w.bytes_fixed;
   c.bytes_per_slice = b.bytes_per_slice + w.bytes_per_slice;
+  c.weight_bytes_per_slice = b.weight_bytes_per_slice + w.weight_bytes_per_slice;
   c.messages = b.messages + w.messages;
   return c;
 }
@@ -43,6 +46,10 @@ Migration::Migration(const plan::Migration& m, const plan::Costs& costs, int ran
       latency_ms_(m.latency_ms),
       memory_unit_bytes_(m.memory_unit_bytes) {
   if (!enabled_) return;
+  replicas_ = m.replicas;
+  replica_peers_ = m.replicas ? std::max(1, m.replica_peers) : 0;
+  if (static_cast<std::size_t>(rank) < m.replica_bytes.size())
+    replica_bytes_ = m.replica_bytes[static_cast<std::size_t>(rank)];
   const auto& ops = m.ops[static_cast<std::size_t>(rank)];
   for (int k = 0; k < 3; ++k) kinds_[static_cast<std::size_t>(k)] = per_chunk(ops[static_cast<std::size_t>(k)], v);
   kinds_[3] =
@@ -58,19 +65,24 @@ Offload Migration::split(OpKind kind, double estimate, int slices, const HelpOff
   o.slices = slices;
   o.owner_time = estimate - slices * slice;
   o.helper_compute = slices * slice * c.helper_factor * offer.speed;
-  o.bytes = c.bytes_fixed + slices * c.bytes_per_slice;
+  o.bytes = c.bytes_fixed + slices * bytes_per_slice(c, offer);
   o.help_time = o.bytes / bytes_per_ms_ + c.messages * latency_ms_ + o.helper_compute;
   o.op_time = std::max(o.owner_time, o.help_time);
-  const std::size_t r = static_cast<std::size_t>(offer.rank);
-  o.memory = r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? o.bytes / memory_unit_bytes_[r] : 0.0;
+  o.memory = in_memory_units(offer.rank, o.bytes);
   return o;
+}
+
+double Migration::in_memory_units(int rank, double bytes) const {
+  const std::size_t r = static_cast<std::size_t>(rank);
+  return r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? bytes / memory_unit_bytes_[r] : 0.0;
 }
 
 int Migration::slices_within(const plan::SliceCosts& c, double slice, double now, double tau,
                              const HelpOffer& offer) const {
   // help(k) = fixed + k per_slice is increasing in k: the largest k with help(k) <= the bound, in closed form.
   const double fixed = c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
-  const double per_slice = c.bytes_per_slice / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
+  const double slice_bytes = bytes_per_slice(c, offer);
+  const double per_slice = slice_bytes / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
   const double bound = std::min(tau, offer.until + 1e-9 - now) - fixed;
   if (bound < 0 || per_slice <= 0) return 0;
   double k = std::min<double>(max_slices_, std::floor(bound / per_slice + 1e-12));
@@ -78,7 +90,7 @@ int Migration::slices_within(const plan::SliceCosts& c, double slice, double now
   if (r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 && std::isfinite(offer.memory_free)) {
     const double room = offer.memory_free * memory_unit_bytes_[r] - c.bytes_fixed;  // bytes of slices it can hold
     if (room < 0) return 0;
-    if (c.bytes_per_slice > 0) k = std::min(k, std::floor(room / c.bytes_per_slice + 1e-12));
+    if (slice_bytes > 0) k = std::min(k, std::floor(room / slice_bytes + 1e-12));
   }
   return k > 0 ? static_cast<int>(k) : 0;
 }
@@ -152,6 +164,98 @@ std::vector<HelpPart> Offload::parts() const {
   out.push_back(HelpPart{helper, slices, helper_compute, help_time, bytes, memory});
   out.insert(out.end(), more.begin(), more.end());
   return out;
+}
+
+InputChains::InputChains(const Schedule& s) {
+  const std::size_t p = static_cast<std::size_t>(s.p);
+  // Per rank, the list position of each (chunk, microbatch)'s F and of its B or BW.
+  const std::size_t slots = static_cast<std::size_t>(s.v) * static_cast<std::size_t>(s.m);
+  std::vector<std::vector<int>> f(p, std::vector<int>(slots, -1)), b(p, std::vector<int>(slots, -1));
+  const auto slot = [&](int chunk, int mb) { return static_cast<std::size_t>(chunk) * s.m + mb; };
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == OpKind::F) f[r][slot(a.chunk, a.microbatch)] = static_cast<int>(i);
+      if (a.kind == OpKind::B || a.kind == OpKind::BW) b[r][slot(a.chunk, a.microbatch)] = static_cast<int>(i);
+    }
+  }
+  producer_.resize(p);
+  position_.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    producer_[r].assign(s.ranks[r].size(), -1);
+    position_[r].assign(s.ranks[r].size(), -1);
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const auto in = input_of(s, static_cast<int>(r), s.ranks[r][i]);
+      if (!in || in->local()) continue;
+      const std::size_t from = static_cast<std::size_t>(in->from_rank);
+      producer_[r][i] = in->from_rank;
+      position_[r][i] = (in->payload == Payload::Activation ? f : b)[from][slot(in->from_chunk, in->microbatch)];
+    }
+  }
+}
+
+int InputChains::producer(int q, int index) const {
+  return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
+}
+
+double InputChains::earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const {
+  return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
+}
+
+double InputChains::bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const {
+  constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  const double announced = known.expected(q, index);
+  if (!std::isnan(announced)) return announced;
+  const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
+  const int from = producer_[r][i], y = position_[r][i];
+  if (from == owner) return std::numeric_limits<double>::infinity();
+  if (from < 0 || y < 0 || depth <= 0 || !known.estimate) return kUnknown;
+  double start = now;
+  if (known.waiting(from, y) && producer(from, y) >= 0) {
+    const double in = bound(from, y, owner, now, known, depth - 1);
+    if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
+  }
+  return start + known.estimate(from, y) + known.comm;
+}
+
+bool ReplicaPlan::holds(int owner, int rank) const { return std::isfinite(ready_at(owner, rank)); }
+
+double ReplicaPlan::ready_at(int owner, int rank) const {
+  if (holders.empty()) return std::numeric_limits<double>::infinity();
+  const auto& h = holders[static_cast<std::size_t>(owner)];
+  const auto it = std::find(h.begin(), h.end(), rank);
+  return it == h.end() ? std::numeric_limits<double>::infinity()
+                       : ready[static_cast<std::size_t>(owner)][static_cast<std::size_t>(it - h.begin())];
+}
+
+ReplicaPlan place_replicas(const std::vector<Migration>& migrations, std::vector<double> room) {
+  ReplicaPlan plan;
+  const int p = static_cast<int>(migrations.size());
+  if (p == 0 || !migrations[0].replicas()) return plan;
+  plan.holders.resize(static_cast<std::size_t>(p));
+  plan.ready.resize(static_cast<std::size_t>(p));
+  plan.held.assign(static_cast<std::size_t>(p), 0.0);
+  for (int r = 0; r < p; ++r) {
+    const Migration& m = migrations[static_cast<std::size_t>(r)];
+    if (!m.enabled() || m.replica_bytes() <= 0) continue;
+    double sent = 0;
+    for (int d = 1; d < p && static_cast<int>(plan.holders[static_cast<std::size_t>(r)].size()) < m.replica_peers();
+         ++d) {
+      for (const int q : {(r + d) % p, (r - d + p) % p}) {
+        const std::size_t k = static_cast<std::size_t>(q);
+        auto& mine = plan.holders[static_cast<std::size_t>(r)];
+        if (q == r || static_cast<int>(mine.size()) >= m.replica_peers() || plan.holds(r, q)) continue;
+        const double need = m.in_memory_units(q, m.replica_bytes());
+        if (need > room[k]) continue;
+        room[k] -= need;
+        plan.held[k] += need;
+        mine.push_back(q);
+        sent += m.transfer_time(m.replica_bytes());
+        plan.ready[static_cast<std::size_t>(r)].push_back(sent);
+      }
+    }
+  }
+  return plan;
 }
 
 std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v) {

@@ -36,20 +36,30 @@ double help_start(const sched::MigrationTiming& m) {
   return m.start + 0.5 * std::max(0.0, m.end - m.start - m.helper_compute);
 }
 
-// The helper's row of a migrated op, as the runtime writes it (HELP_F/B/W/BW on the helper, peer = the owner,
-// migrated = the slices, bytes both ways): its compute.
-trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming& m, int step, double origin) {
-  const sched::Action& a = s.ranks[m.owner][m.index];
-  const double start = help_start(m);
+// The trace row of rank `rank`'s compute on `owner`'s list op `index` (the owner's own row, or a helper's):
+// its fields from the action, the times on the run's clock.
+trace::OpEvent op_row(const sched::Schedule& s, int rank, int owner, int index, int step, double ready, double start,
+                      double end) {
+  const sched::Action& a = s.ranks[owner][index];
   trace::OpEvent e;
   e.step = step;
-  e.rank = m.helper;
-  e.stage = s.stage_of(m.owner, a.chunk);
+  e.rank = rank;
+  e.stage = s.stage_of(owner, a.chunk);
   e.chunk = a.chunk;
   e.microbatch = a.microbatch;
-  e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(a.kind));
-  e.ready_ns = e.start_ns = to_ns(origin + start);  // ready when the payload is in, as in the runtime
-  e.end_ns = to_ns(origin + start + m.helper_compute);
+  e.kind = static_cast<trace::EventKind>(a.kind);
+  e.ready_ns = to_ns(ready);
+  e.start_ns = to_ns(start);
+  e.end_ns = to_ns(end);
+  return e;
+}
+
+// The helper's row of a migrated op, as the runtime writes it (HELP_F/B/W/BW on the helper, peer = the owner,
+// migrated = the slices, bytes both ways): its compute, ready when the payload is in (as in the runtime).
+trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming& m, int step, double origin) {
+  const double start = origin + help_start(m);
+  trace::OpEvent e = op_row(s, m.helper, m.owner, m.index, step, start, start, start + m.helper_compute);
+  e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(e.kind));
   e.bytes = static_cast<std::int64_t>(std::llround(m.bytes));
   e.peer = m.owner;
   e.migrated = static_cast<std::int8_t>(m.slices);
@@ -140,6 +150,11 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     r.migration_bytes += m.bytes;
     r.link_bytes[{m.owner, m.helper}] += m.bytes;
   }
+  for (const sched::ReplicaRefresh& x : res.refreshes) {
+    r.refresh_bytes += x.bytes;
+    r.migration_bytes += x.bytes;
+    r.link_bytes[{x.owner, x.holder}] += x.bytes;
+  }
 
   if (options.record_events) {
     r.events.reserve(res.ops.size() + 2 * res.transfers.size() + res.migrations.size());
@@ -147,17 +162,8 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     std::map<std::pair<int, int>, int> sent;
     for (const sched::MigrationTiming& m : res.migrations) sent[{m.owner, m.index}] += m.slices;
     for (const auto& op : res.ops) {
-      const sched::Action& a = s.ranks[op.rank][op.index];
-      trace::OpEvent e;
-      e.step = step;
-      e.rank = op.rank;
-      e.stage = s.stage_of(op.rank, a.chunk);
-      e.chunk = a.chunk;
-      e.microbatch = a.microbatch;
-      e.kind = static_cast<trace::EventKind>(a.kind);
-      e.ready_ns = to_ns(origin + op.ready);
-      e.start_ns = to_ns(origin + op.start);
-      e.end_ns = to_ns(origin + op.end);
+      trace::OpEvent e =
+          op_row(s, op.rank, op.rank, op.index, step, origin + op.ready, origin + op.start, origin + op.end);
       e.wait_ns = to_ns(op.wait);
       if (const auto it = sent.find({op.rank, op.index}); it != sent.end())
         e.migrated = static_cast<std::int8_t>(it->second);
@@ -243,7 +249,7 @@ void finish_run(RunResult& run, int p) {
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
   run.mean_stage_bubble_ratio = run.mean_max_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes =
-      0.0;
+      run.mean_refresh_bytes = 0.0;
   run.mean_link_bytes.clear();
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
@@ -257,6 +263,7 @@ void finish_run(RunResult& run, int p) {
     run.mean_throughput += s.throughput / n;
     run.mean_migrated_ops += s.migrated_ops / n;
     run.mean_migration_bytes += s.migration_bytes / n;
+    run.mean_refresh_bytes += s.refresh_bytes / n;
     for (const auto& [link, bytes] : s.link_bytes) run.mean_link_bytes[link] += bytes / n;
     for (int r = 0; r < p; ++r) {
       run.mean_busy_ms[r] += s.busy_ms[r] / n;

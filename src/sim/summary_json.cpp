@@ -22,15 +22,18 @@ Json migration_json(const RunResult& run, const plan::Migration& m) {
   Json per_step = Json::array();
   for (const StepResult& s : run.steps)
     per_step.push_back({{"migrated_ops", s.migrated_ops}, {"bytes", s.migration_bytes}});
-  return {{"link", m.link},
-          {"bandwidth_gbps", m.bandwidth_gbps},
-          {"latency_ms", m.latency_ms},
-          {"slices", m.slices},
-          {"max_fraction", m.max_fraction},
-          {"migrated_ops_per_step", run.mean_migrated_ops},
-          {"bytes_per_step", run.mean_migration_bytes},
-          {"links", std::move(links)},
-          {"steps", std::move(per_step)}};
+  Json out = {{"link", m.link},
+              {"bandwidth_gbps", m.bandwidth_gbps},
+              {"latency_ms", m.latency_ms},
+              {"slices", m.slices},
+              {"max_fraction", m.max_fraction},
+              {"migrated_ops_per_step", run.mean_migrated_ops},
+              {"bytes_per_step", run.mean_migration_bytes},
+              {"links", std::move(links)},
+              {"steps", std::move(per_step)}};
+  // Replicas: their refresh is part of bytes_per_step (and of its link's), also shown alone.
+  if (m.replicas) out["refresh_bytes_per_step"] = run.mean_refresh_bytes;
+  return out;
 }
 
 }  // namespace

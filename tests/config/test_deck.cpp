@@ -454,6 +454,10 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(contains(p, "migration.units = [heads, mlp, vocab] with backend = cpu")) << p;
   EXPECT_TRUE(contains(p, "issue 15")) << p;
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[mlp]"}, Command::Run, 4).empty());
+  p = one({"migration.enabled=true", "migration.units=[mlp]", "migration.weights=replicas"}, Command::Run);
+  EXPECT_TRUE(contains(p, "migration.weights = replicas: conductor run sends weight slices on demand only")) << p;
+  p = one({"migration.weights=copies"});
+  EXPECT_TRUE(contains(p, "on_demand")) << p;
   p = one({"migration.enabled=true", "migration.units=[mlp]", "migration.force=[\"1->0:F,W:1\"]"}, Command::Run);
   EXPECT_TRUE(contains(p, "moves F or B on backend cpu")) << p;
   // migration.force: the form, ranks, one entry per owner, slices.
@@ -523,4 +527,32 @@ TEST(Deck, MigrationResolvesLinkAndSliceCosts) {
   // Heads only: the MLP's FLOPs stay with the owner.
   plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]"}));
   EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / 24.0, 1e-12);
+}
+
+// migration.weights=replicas: a replica holds every slice of a rank's sliced weights (F's weight slices: QKV and
+// projection 4h^2/G and MLP 2rh^2/G per layer); W moves no weights of a layer (its per-slice bytes are gradients).
+TEST(Deck, MigrationReplicasResolveTheirBytes) {
+  const plan::Plan on_demand = resolve(parse("", {"migration.enabled=true"}));
+  EXPECT_FALSE(on_demand.migration.replicas);
+  const plan::Plan p =
+      resolve(parse("", {"migration.enabled=true", "migration.weights=replicas", "migration.replica_peers=2"}));
+  EXPECT_TRUE(p.migration.replicas);
+  EXPECT_EQ(p.migration.replica_peers, 2);
+  const double h = 64, G = 4, e = 4;  // defaults: one layer per rank, fp32
+  EXPECT_DOUBLE_EQ(p.migration.ops[0][0].weight_bytes_per_slice, (4 * h * h + 8 * h * h) / G * e);
+  EXPECT_DOUBLE_EQ(p.migration.ops[0][2].weight_bytes_per_slice, 0.0);
+  EXPECT_DOUBLE_EQ(p.migration.replica_bytes[0], 12 * h * h * e);
+  EXPECT_DOUBLE_EQ(p.migration.replica_bytes[3], (12 * h * h + 256 * h) * e);  // the LM head's columns too
+}
+
+// The slices' FLOPs are the cost model's (plan/flops.hpp): the MLP's share follows model.mlp_ratio (W per layer:
+// attention projections 8th^2, MLP 4 r th^2).
+TEST(Deck, MigrationSliceFlopsFollowMlpRatio) {
+  for (const int r : {1, 2, 4}) {
+    const std::string ratio = "model.mlp_ratio=" + std::to_string(r);
+    plan::Plan mlp = resolve(parse("", {"migration.enabled=true", "migration.units=[mlp]", ratio}));
+    plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]", ratio}));
+    EXPECT_NEAR(mlp.migration.ops[0][2].sliced_fraction, 4.0 * r / (8 + 4.0 * r), 1e-12) << ratio;
+    EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / (8 + 4.0 * r), 1e-12) << ratio;
+  }
 }

@@ -2,6 +2,9 @@
 // helper's memory, and the decision's arithmetic.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/migration.hpp"
@@ -100,6 +103,51 @@ TEST(Migration, HelpersMemoryLimitRefusesHelp) {
   EXPECT_EQ(roomy.migrations.size(), 2u);
 }
 
+// Replicas (migration.weights: replicas): of a slice's 0.5 MB, 0.4 MB are weights, so a help by a holder moves
+// 1 + 0.1k MB; each rank's replica (4 slices of weights, 1.6 MB = 1.6 M_F) sits on the other rank when its budget has
+// room after its own peak (1 M_F), and its refresh is in at 1.6 + 0.1 = 1.7 ms.
+//   limit 4 on rank 0: held 1.6, so at t=1 (F0 of rank 1, refresh not in: on demand, 1.5 M_F) it has
+//     4 - 1.6 - 1 = 1.4 M_F free: refused. At t=4 (B0) the replica is in: k=1 moves 1.1 MB (help 1.1 + 0.1 + 0.75
+//     = 1.95, owner 2.25), so B0 [4, 6.25]; then r0 B0 [6.25, 7.25], W0 [7.25, 8.25] and r1 W0 alone [6.25, 9.25].
+//     Rank 0's peak: its F0 (1) + the help (1.1) + the replica (1.6) = 3.7 M_F.
+//   limit 3: 0.4 M_F free, nothing migrates (on demand it would: 2 M_F free).
+//   limit 2.5: no room for the replica (1.5 < 1.6): only rank 0's replica is placed (on rank 1); rank 0 then helps
+//     on demand as in the hand-computed case.
+TEST(Migration, ReplicasAndInFlightSlicesCountedAgainstTheBudget) {
+  plan::Migration m = unit_migration();
+  m.replicas = true;
+  m.replica_peers = 1;
+  for (auto& kinds : m.ops) {
+    for (plan::SliceCosts& c : kinds) c.weight_bytes_per_slice = 0.4e6;
+  }
+  m.replica_bytes.assign(2, 1.6e6);
+  const ExecResult four = run(m, {4.0, 10.0});
+  ASSERT_EQ(four.migrations.size(), 1u);
+  EXPECT_EQ(four.migrations[0].helper, 0);
+  EXPECT_NEAR(four.migrations[0].start, 4.0, 1e-12);
+  EXPECT_DOUBLE_EQ(four.migrations[0].bytes, 1.1e6);
+  EXPECT_NEAR(four.makespan(), 9.25, 1e-9);
+  EXPECT_NEAR(four.peak_memory[0], 1.0 + 1.1 + 1.6, 1e-9);
+  EXPECT_NEAR(four.peak_memory[1], 1.0 + 1.6, 1e-9);
+  ASSERT_EQ(four.refreshes.size(), 2u);
+  for (const ReplicaRefresh& x : four.refreshes) {
+    EXPECT_EQ(x.holder, 1 - x.owner);
+    EXPECT_DOUBLE_EQ(x.bytes, 1.6e6);
+    EXPECT_NEAR(x.ready, 1.7, 1e-12);
+  }
+  const ExecResult three = run(m, {3.0, 10.0});
+  EXPECT_TRUE(three.migrations.empty());
+  EXPECT_NEAR(three.peak_memory[0], 1.0 + 1.6, 1e-9);
+  plan::Migration on_demand = unit_migration();
+  EXPECT_FALSE(run(on_demand, {3.0, 10.0}).migrations.empty());
+  const ExecResult tight = run(m, {2.5, 10.0});
+  ASSERT_EQ(tight.refreshes.size(), 1u);
+  EXPECT_EQ(tight.refreshes[0].owner, 0);
+  ASSERT_EQ(tight.migrations.size(), 2u);
+  EXPECT_DOUBLE_EQ(tight.migrations[0].bytes, 1.5e6);
+  EXPECT_NEAR(tight.peak_memory[0], 2.5, 1e-9);
+}
+
 // No bandwidth: nothing moves (a deck never gets free transfers).
 TEST(Migration, NoBandwidthNoMigration) {
   plan::Migration m = unit_migration();
@@ -158,4 +206,38 @@ TEST(Migration, SeveralHelpersShareTheSlices) {
   EXPECT_NE(two.helper, two.more[0].helper);
   b.until = 0.5;  // the second offer's window is too short for any slice: one helper again
   EXPECT_TRUE(Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b}).more.empty());
+}
+
+// The bound on a peer's awaited input (InputChains, shared by the engine and the runtime) on a hand-set state:
+// p = 4, one microbatch, rank 3 deciding. Rank 2's F0 waits for rank 1's F0, which waits for rank 0's.
+TEST(Migration, InputBoundFollowsTheProducerChain) {
+  const Schedule s = parse_text(
+      "pipeline 4\nmicrobatches 1\nvirtual 1\nrank 0: 0F0 0B0 0W0\nrank 1: 0F0 0B0 0W0\n"
+      "rank 2: 0F0 0B0 0W0\nrank 3: 0F0 0B0 0W0\n");
+  const InputChains chains(s);
+  EXPECT_EQ(chains.producer(2, 0), 1);
+  EXPECT_EQ(chains.producer(1, 1), 2);  // B0's gradient
+  EXPECT_EQ(chains.producer(0, 0), -1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  double rank1_input = nan;  // rank 1's F0 input: announced or not
+  bool rank1_waits = true;
+  PeerKnowledge known;
+  known.expected = [&](int r, int i) { return r == 1 && i == 0 ? rank1_input : nan; };
+  known.waiting = [&](int r, int i) { return r == 1 && i == 0 && rank1_waits; };
+  known.estimate = [](int r, int) { return 2.0 + r; };
+  known.comm = 0.5;
+  // Rank 1 waits, its input announced at 5: rank 2's input no earlier than 5 + 3 (rank 1's F) + 0.5.
+  rank1_input = 5;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 8.5);
+  // Not announced: followed up to rank 0, whose F0 may start now (1): 1 + 2 + 0.5 + 3 + 0.5.
+  rank1_input = nan;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 7.0);
+  // Rank 0 deciding: its F0 comes after the op being decided, so after the help.
+  EXPECT_TRUE(std::isinf(chains.earliest_input(2, 0, 0, 1.0, known)));
+  // Rank 1 may start at once (not known to wait): now + its F + the transfer.
+  rank1_waits = false;
+  EXPECT_DOUBLE_EQ(chains.earliest_input(2, 0, 3, 1.0, known), 4.5);
+  // No estimates: nothing known.
+  known.estimate = nullptr;
+  EXPECT_TRUE(std::isnan(chains.earliest_input(2, 0, 3, 1.0, known)));
 }

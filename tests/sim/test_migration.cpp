@@ -130,6 +130,19 @@ TEST(MigrationSim, SummaryReportsBytesPerLink) {
   EXPECT_EQ(j["migration"]["link"], "infiniband");
   EXPECT_EQ(j["migration"]["links"].size(), run.mean_link_bytes.size());
   EXPECT_GT(run.mean_migration_bytes, 0);
+  EXPECT_FALSE(j["migration"].contains("refresh_bytes_per_step"));
+  // Replicas on one peer each (memory with room for them everywhere): every rank's refresh (its replica bytes)
+  // is in the step's bytes and its link's.
+  o.push_back("migration.weights=replicas");
+  o.push_back("schedule.memory_limit=1000");
+  const plan::Plan rep = plan_of(o);
+  const sim::RunResult with = simulate(rep);
+  const sim::Json k = sim::summary_json(with, rep, s, 8);
+  double refresh = 0;
+  for (double b : rep.migration.replica_bytes) refresh += b;
+  EXPECT_DOUBLE_EQ(k["migration"]["refresh_bytes_per_step"].get<double>(), refresh);
+  EXPECT_GE(with.mean_migration_bytes, refresh);
+  EXPECT_GE(with.mean_link_bytes.at({0, 1}), rep.migration.replica_bytes[0]);  // rank 0's holder: rank 1
 }
 
 // The trace of a simulated step with migration has the runtime's rows (docs/migration.md): each migrated op once

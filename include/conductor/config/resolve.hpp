@@ -31,6 +31,9 @@ double activation_bytes(const Deck& deck);
 // otherwise as even as possible, the first ranks taking the remainder.
 plan::Costs costs_from_model(const Deck& deck);
 
+// The deck's model section as the plan's dimensions (plan/flops.hpp counts FLOPs from them).
+plan::ModelDims resolved_model(const ModelConfig& model);
+
 // F+B+W FLOPs of one microbatch, the terms of costs_from_model: per transformer layer, the first stage's extra
 // (the embedding: a table lookup, no matmul, so 0 in this model) and the last stage's (LM head and loss).
 struct StageWork {

@@ -54,8 +54,10 @@ struct MigrationConfig {
   std::string link = "infiniband";                             // nvlink | infiniband | custom
   double bandwidth_gbps = 0;                                   // 0 = the preset's
   double latency_us = -1;                                      // < 0 = the preset's
-  int element_bytes = 0;           // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
-  std::vector<std::string> force;  // "OWNER->HELPER:KINDS:SLICES" patterns that replace the decision
+  int element_bytes = 0;              // bytes per tensor element moved; 0 = model.precision's (fp32 4, bf16 2)
+  std::vector<std::string> force;     // "OWNER->HELPER:KINDS:SLICES" patterns that replace the decision
+  std::string weights = "on_demand";  // on_demand | replicas (kept on replica_peers peers, refreshed per step)
+  int replica_peers = 1;              // peers holding each rank's replicas
 };
 
 struct SchedulerConfig {

@@ -14,6 +14,16 @@
 
 namespace conductor::plan {
 
+// A layer's matmuls split by unit (migration's attention head groups and MLP column groups, docs/migration.md):
+// the attention projections (QKV and output, 4 h^2 weights) and the MLP (fc1 and fc2, 2 mlp_ratio h^2).
+inline double layer_projection_flops_per_token(const ModelDims& m) {
+  const double h = m.d_model;
+  return 2.0 * 4.0 * h * h;
+}
+inline double layer_mlp_flops_per_token(const ModelDims& m) {
+  const double h = m.d_model;
+  return 2.0 * 2.0 * m.mlp_ratio * h * h;
+}
 inline double layer_matmul_flops_per_token(const ModelDims& m) {
   const double h = m.d_model;
   return 2.0 * (4.0 + 2.0 * m.mlp_ratio) * h * h;

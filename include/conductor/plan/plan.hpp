@@ -159,7 +159,8 @@ struct SliceCosts {  // one op kind (F, B or W) of one rank's whole share; a chu
   double helper_factor = 1;    // a slice's time on a helper / on its owner (> 1: LM-head logits recomputed)
   double bytes_fixed = 0;      // bytes moved per migrated op whatever its slices (activations out, partials back)
   double bytes_per_slice = 0;  // bytes moved per slice (weight slices, stashes, weight-gradient slices)
-  int messages = 0;            // transfers paying the link latency per migrated op
+  double weight_bytes_per_slice = 0;  // of bytes_per_slice: the weight slices (a replica holder has them)
+  int messages = 0;                   // transfers paying the link latency per migrated op
 };
 
 // migration.force: every op of `owner` of a listed kind gives `slices` slices to `helper`, without a decision.
@@ -183,6 +184,12 @@ struct Migration {
   // and what it returns) while it computes, counted in these units against its own limit.
   std::vector<double> memory_unit_bytes;
   std::vector<ForcedHelp> force;  // migration.force (empty: decided)
+  // migration.weights = replicas: each rank's sliced weights are kept on up to `replica_peers` peers (the nearest
+  // in the ring with room in their memory budget), refreshed after every optimizer step, so a help by a holder
+  // moves no weights. replica_bytes, per rank: its sliced weights (every slice of every unit), what one holds.
+  bool replicas = false;
+  int replica_peers = 1;
+  std::vector<double> replica_bytes;
   // Math backends: W computes the MLP's weight gradients in this many column groups (migration on with unit
   // mlp: `slices`; else 1), so the bits do not depend on where a group ran (model/stage.hpp).
   int mlp_groups = 1;

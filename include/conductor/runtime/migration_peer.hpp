@@ -14,6 +14,7 @@
 #include "conductor/runtime/control_plane.hpp"
 #include "conductor/runtime/executor.hpp"
 #include "conductor/runtime/watchdog.hpp"
+#include "conductor/sched/migration.hpp"
 
 namespace conductor::runtime {
 
@@ -33,8 +34,12 @@ class MigrationPeer {
   };
 
   // drain: the executor's poll of both planes (payloads move only while their sender polls).
+  // estimate_ms: rank r's op alone by the cost model (ms); comm_ms: a transfer's estimate. With the peers' last
+  // statuses they bound a peer's awaited input (sched::InputChains, as the simulator does).
+  using Estimate = std::function<double(int r, const sched::Action& a)>;
   MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
-                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t()> drain);
+                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t()> drain,
+                Estimate estimate_ms, double comm_ms);
   ~MigrationPeer();
   MigrationPeer(const MigrationPeer&) = delete;
   MigrationPeer& operator=(const MigrationPeer&) = delete;
@@ -126,6 +131,9 @@ class MigrationPeer {
   const ExecutorOptions& options_;
   const Watchdog& watchdog_;
   std::function<std::size_t()> drain_;
+  sched::InputChains chains_;  // the producer chain of each list op's cross-rank input
+  sched::PeerKnowledge known_;  // what this rank knows of its peers, for chains_ (build_offers)
+  int deciding_ = -1;           // the op build_offers decides for
   bool hang_helping_;  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help names this rank and step
 
   std::vector<Control> control_in_;        // per peer

@@ -96,14 +96,22 @@ struct MigrationTiming {
   double start = 0, end = 0, bytes = 0, helper_compute = 0;
 };
 
+// A refresh of an owner's weight replicas on a holder after the optimizer step (migration.weights: replicas):
+// sent from the step's start, in ready = when it is in (ms on the step's clock).
+struct ReplicaRefresh {
+  int owner = 0, holder = 0;
+  double bytes = 0, ready = 0;
+};
+
 struct ExecResult {
   std::vector<OpTiming> ops;                  // in start order (when record_ops)
   std::vector<TransferTiming> transfers;      // cross-rank only, when record_transfers
   std::vector<std::vector<int>> order;        // realized order per rank (list indices)
   std::vector<double> busy;                   // per rank, ms of compute
   std::vector<double> first_start, last_end;  // per rank
-  std::vector<double> peak_memory;            // per rank, M_F (a helper's in-flight slices included)
+  std::vector<double> peak_memory;            // per rank, M_F (in-flight slices and replicas included)
   std::vector<MigrationTiming> migrations;    // every migrated op (with ExecOptions::migration)
+  std::vector<ReplicaRefresh> refreshes;      // the step's replica refreshes (migration.weights: replicas)
   double start = 0, end = 0;                  // first op start, last op end over all ranks
   double makespan() const { return end - start; }
   // Largest per-rank span minus work: the Zero Bubble paper's bubble measure.

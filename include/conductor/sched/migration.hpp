@@ -13,6 +13,7 @@
 // help therefore never delays the helper's own next op, and the owner's op ends no later: a strict step is never slower
 // than without it.
 #include <array>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -26,7 +27,8 @@ struct HelpOffer {
   int rank = -1;
   double until = std::numeric_limits<double>::infinity();        // the help must end by then
   double memory_free = std::numeric_limits<double>::infinity();  // M_F the peer may still hold
-  double speed = 1.0;  // the peer's time factor for this work (noise; 1 = the cost model's time)
+  double speed = 1.0;    // the peer's time factor for this work (noise; 1 = the cost model's time)
+  bool replica = false;  // it holds the owner's weight replicas, refreshed: no weight slices move
 };
 
 // One helper's part of a migrated op.
@@ -72,16 +74,79 @@ class Migration {
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
 
+  // Replicas (migration.weights: replicas): whether they are kept, on how many peers, this rank's replica bytes
+  // (its whole share, every chunk), a transfer's time over the link, and `bytes` in `rank`'s memory unit (M_F).
+  bool replicas() const { return replicas_; }
+  int replica_peers() const { return replica_peers_; }
+  double replica_bytes() const { return replica_bytes_; }
+  double transfer_time(double bytes) const { return bytes / bytes_per_ms_ + latency_ms_; }
+  double in_memory_units(int rank, double bytes) const;
+
  private:
+  // Bytes per slice moved for `offer` (no weight slices to a replica holder).
+  double bytes_per_slice(const plan::SliceCosts& c, const HelpOffer& offer) const {
+    return c.bytes_per_slice - (offer.replica ? c.weight_bytes_per_slice : 0.0);
+  }
   // The most slices `offer` can take within `tau` ms of help, its window and its memory (0: none).
   int slices_within(const plan::SliceCosts& c, double slice, double now, double tau, const HelpOffer& offer) const;
 
   bool enabled_ = false;
   int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
   double bytes_per_ms_ = 0, latency_ms_ = 0;
+  bool replicas_ = false;
+  int replica_peers_ = 0;
+  double replica_bytes_ = 0;
   std::array<plan::SliceCosts, 4> kinds_{};  // per chunk: F, B, W, BW
   std::vector<double> memory_unit_bytes_;    // per rank
 };
+
+// What a deciding owner knows of the ranks' progress, in its decision's clock (ms), for the bound below. The
+// engine knows every rank's state at once; the runtime knows its peers' last status messages.
+struct PeerKnowledge {
+  // The announced arrival of rank r's list op i's cross-rank input (NaN: not known).
+  std::function<double(int r, int i)> expected;
+  // Known not to have started and to wait for its cross-rank input (false: it may start at once).
+  std::function<bool(int r, int i)> waiting;
+  // Rank r's op i alone (empty: no estimates, so no bound).
+  std::function<double(int r, int i)> estimate;
+  double comm = 0;  // a transfer's estimate
+};
+
+// The producer chain of every list op's cross-rank input (from the schedule's lists) and the earliest arrival of
+// a peer's awaited input that follows it: the bound an offer's window comes from (docs/migration.md, "The
+// decision"), one function for the simulator, the PPO environment and the runtime.
+class InputChains {
+ public:
+  InputChains() = default;
+  explicit InputChains(const Schedule& s);
+  // The earliest arrival of the input rank q's list op `index` waits for, for a help of `owner`'s op decided at
+  // `now` (NaN: nothing known): its announced time when known; infinity when its producer is `owner` (its
+  // producing op comes after the op being decided, and so after any help of it); else, with estimates, no
+  // earlier than the producer's op could end if it started now, or once its own input came (followed up the
+  // pipeline, p links at most), plus the transfer. With exact knowledge a lower bound.
+  double earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const;
+  // The rank producing rank q's list op `index`'s cross-rank input, or -1.
+  int producer(int q, int index) const;
+
+ private:
+  double bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const;
+  std::vector<std::vector<int>> producer_;  // per rank and list op: the producer's rank, or -1
+  std::vector<std::vector<int>> position_;  // and the producing op's list position there, or -1
+};
+
+// Where replicas are kept (migration.weights: replicas) and what they cost: per owner, the peers holding its
+// weight slices (the nearest in the ring first: rank r+1, r-1, r+2, ...; up to its replica_peers, each with room
+// for it), and per rank the M_F it holds. room: per rank, M_F left in its budget after its own schedule's peak
+// (infinity: unlimited); a holder's budget for its own ops and its helps shrinks by what it holds. Each owner
+// sends its holders their refresh after the optimizer step, one after the other from the step's start (`ready`).
+struct ReplicaPlan {
+  std::vector<std::vector<int>> holders;   // per owner
+  std::vector<std::vector<double>> ready;  // per owner and holder: when the refresh is in (ms from the step's start)
+  std::vector<double> held;                // per rank, M_F
+  bool holds(int owner, int rank) const;
+  double ready_at(int owner, int rank) const;  // infinity where `rank` holds none of `owner`'s
+};
+ReplicaPlan place_replicas(const std::vector<Migration>& migrations, std::vector<double> room);
 
 // Per rank, the plan's migration (empty when disabled): what ExecOptions::migration takes.
 std::vector<Migration> migrations(const plan::Migration& migration, const plan::Costs& costs, int p, int v);

@@ -48,9 +48,10 @@ struct StepResult {
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
   std::size_t num_ops = 0;
   std::vector<trace::OpEvent> events;  // when SimOptions::record_events
-  // Computation migration: ops migrated, bytes moved in all, and per link (owner, helper) of the step.
+  // Computation migration: ops migrated, bytes moved in all, and per link (owner, helper) of the step;
+  // refresh_bytes: of migration_bytes, the replicas' refresh (migration.weights: replicas).
   int migrated_ops = 0;
-  double migration_bytes = 0;
+  double migration_bytes = 0, refresh_bytes = 0;
   std::map<std::pair<int, int>, double> link_bytes;
   std::vector<double> rank_end_ms;  // per rank, the end of its last op of the step on the run's clock
 };
@@ -87,6 +88,7 @@ struct RunResult {
   double mean_stage_bubble_ratio = 0;
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
   double mean_migrated_ops = 0, mean_migration_bytes = 0;       // per step
+  double mean_refresh_bytes = 0;                                // per step, of mean_migration_bytes
   std::map<std::pair<int, int>, double> mean_link_bytes;        // per step, (owner, helper)
 };
 
