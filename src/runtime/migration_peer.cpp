@@ -53,7 +53,7 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
   // Idle named it (or this rank produces that input).
   known_.expected = [this](int r, int i) {
     const PeerView& v = peers_[static_cast<std::size_t>(r)];
-    const std::int64_t t = chains_.producer(r, i) == ctx_.rank          ? own_delivery(r, i, deciding_)
+    const std::int64_t t = chains_.producer(r, i) == ctx_.rank     ? own_delivery(r, i, deciding_)
                            : v.status == Kind::Idle && v.next == i ? v.until_ns
                                                                    : kUnknown;
     return t == kUnknown ? std::numeric_limits<double>::quiet_NaN() : ctx_.since_begin(t) / 1e6;

@@ -385,7 +385,7 @@ void Training::run_post_validated() {
     maybe_inject_failure(rank_, step);
     StepOutcome so = executor_->run_step(step, order_);
     count_migration(so);  // a dropped attempt's migration was paid for too
-    if (posted_) {  // the previous step's check, overlapped with this step
+    if (posted_) {        // the previous step's check, overlapped with this step
       const std::int64_t known = posted_->known_ns;
       bool rolled_back = false;
       if (settle(rolled_back) == After::Stop) break;  // this step's attempt is dropped

@@ -131,10 +131,10 @@ class MigrationPeer {
   const ExecutorOptions& options_;
   const Watchdog& watchdog_;
   std::function<std::size_t()> drain_;
-  sched::InputChains chains_;  // the producer chain of each list op's cross-rank input
+  sched::InputChains chains_;   // the producer chain of each list op's cross-rank input
   sched::PeerKnowledge known_;  // what this rank knows of its peers, for chains_ (build_offers)
   int deciding_ = -1;           // the op build_offers decides for
-  bool hang_helping_;  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help names this rank and step
+  bool hang_helping_;           // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help names this rank and step
 
   std::vector<Control> control_in_;        // per peer
   std::deque<Control> control_out_;        // send buffers, alive until the step's sends drained
