@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "conductor/runtime/fault_injection.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::runtime {
@@ -15,16 +16,6 @@ namespace conductor::runtime {
 namespace {
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
-
-// Fault tests: CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help stops rank RANK (SIGSTOP) when it starts computing
-// real slices for a peer in step STEP, so that peer's answer never comes (training.cpp reads the other forms).
-bool hangs_helping(int rank, int step) {
-  const char* env = std::getenv("CONDUCTOR_INJECT_FAILURE");
-  int r = -1, s = -1;
-  char how[16] = {0};
-  return env && std::sscanf(env, "%d:%d:%15s", &r, &s, how) == 3 && r == rank && s == step &&
-         std::string(how) == "hang-help";
-}
 
 }  // namespace
 
@@ -39,7 +30,7 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
       watchdog_(watchdog),
       drain_(std::move(drain)),
       chains_(ctx.order),
-      hang_helping_(hangs_helping(ctx.rank, ctx.step)),
+      hang_helping_(injected_failure(ctx.rank, ctx.step) == InjectedFailure::HangHelp),
       control_in_(static_cast<std::size_t>(ctx.order.p)),
       peers_(static_cast<std::size_t>(ctx.order.p)),
       owned_(ctx.actions().size()) {

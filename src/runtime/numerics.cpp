@@ -6,24 +6,11 @@
 #include <limits>
 
 #include "conductor/model/stage.hpp"
+#include "conductor/runtime/fault_injection.hpp"
 
 namespace conductor::runtime {
 
 namespace {
-
-// CONDUCTOR_INJECT_NAN=RANK:STEP[,RANK:STEP...]: this rank's gradients read as NaN at that step (tests of the
-// non-finite path; a list, so that a test can exceed optim.skip_nonfinite_steps).
-// CONDUCTOR_INJECT_CLIP (same form): this rank's sum of squares reads 1e30 larger, so clipping applies at that
-// step alone (tests of post-validation's rollback while the next step runs).
-bool injected(const char* variable, int rank, int step) {
-  const char* env = std::getenv(variable);
-  for (int used = 0, r = -1, s = -1; env && std::sscanf(env, "%d:%d%n", &r, &s, &used) == 2; env += used) {
-    if (r == rank && s == step) return true;
-    if (env[used] != ',') break;
-    ++used;
-  }
-  return false;
-}
 
 std::string format_value(double v) {
   char buf[32];
@@ -88,8 +75,8 @@ std::vector<double> StepReducer::local_row(int step, bool stop_here) const {
       for (std::size_t k = 0; k < rows[vs].size(); ++k) local[2 + vs * width + k] = rows[vs][k];
     }
     double& first = local[2 + static_cast<std::size_t>(m->virtual_stages_held().front()) * width];
-    if (injected("CONDUCTOR_INJECT_NAN", rank_, step)) first = std::numeric_limits<double>::quiet_NaN();
-    if (injected("CONDUCTOR_INJECT_CLIP", rank_, step)) first += 1e30;
+    if (injected_at("CONDUCTOR_INJECT_NAN", rank_, step)) first = std::numeric_limits<double>::quiet_NaN();
+    if (injected_at("CONDUCTOR_INJECT_CLIP", rank_, step)) first += 1e30;
   }
   return local;
 }

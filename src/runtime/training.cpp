@@ -25,6 +25,7 @@
 #include "conductor/runtime/compute.hpp"
 #include "conductor/runtime/evaluation.hpp"
 #include "conductor/runtime/executor.hpp"
+#include "conductor/runtime/fault_injection.hpp"
 #include "conductor/runtime/numerics.hpp"
 #include "conductor/runtime/run_report.hpp"
 #include "conductor/runtime/stop_signal.hpp"
@@ -93,18 +94,13 @@ std::vector<std::string> gather_hostnames(int rank, int size, MPI_Comm comm) {
   return hosts;
 }
 
-// Fault injection for the tests of the failure paths: CONDUCTOR_INJECT_FAILURE=RANK:STEP[:kill] makes that
-// rank throw (or die by SIGKILL) at the start of that step.
+// Fault injection for the tests of the failure paths (fault_injection.hpp): throw or die at the start of a step.
 void maybe_inject_failure(int rank, int step) {
-  const char* env = std::getenv("CONDUCTOR_INJECT_FAILURE");
-  if (!env) return;
-  int r = -1, s = -1;
-  char how[16] = {0};
-  if (std::sscanf(env, "%d:%d:%15s", &r, &s, how) < 2 || r != rank || s != step) return;
-  if (std::string(how) == "hang-help") return;  // the executor's (a helper that stops mid-help)
-  if (std::string(how) == "kill") std::raise(SIGKILL);
-  throw Error("injected failure on rank " + std::to_string(rank) + " at step " + std::to_string(step) +
-              " (CONDUCTOR_INJECT_FAILURE)");
+  const InjectedFailure how = injected_failure(rank, step);
+  if (how == InjectedFailure::Kill) std::raise(SIGKILL);
+  if (how == InjectedFailure::Throw)
+    throw Error("injected failure on rank " + std::to_string(rank) + " at step " + std::to_string(step) +
+                " (CONDUCTOR_INJECT_FAILURE)");
 }
 
 // Whether this node runs more ranks than it has cores (the executor then yields instead of spinning).

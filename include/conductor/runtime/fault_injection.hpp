@@ -1,0 +1,17 @@
+#pragma once
+// The fault tests' hooks, read from the environment in one place (tests/faults):
+// - CONDUCTOR_INJECT_FAILURE=RANK:STEP[:kill|:hang-help]: that rank throws at the start of that step (training),
+//   dies by SIGKILL there, or stops (SIGSTOP) when it starts computing real slices for a peer (migration);
+// - CONDUCTOR_INJECT_NAN / CONDUCTOR_INJECT_CLIP=RANK:STEP[,RANK:STEP...]: that rank's gradients read as NaN, or its
+//   sum of squares 1e30 larger (numerics).
+namespace conductor::runtime {
+
+enum class InjectedFailure { None, Throw, Kill, HangHelp };
+
+// CONDUCTOR_INJECT_FAILURE's instruction for this rank and step.
+InjectedFailure injected_failure(int rank, int step);
+
+// Whether the list in `variable` names this rank and step.
+bool injected_at(const char* variable, int rank, int step);
+
+}  // namespace conductor::runtime
