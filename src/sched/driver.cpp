@@ -3,8 +3,13 @@
 #include "conductor/sched/validate.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <map>
+#include <tuple>
 
 namespace conductor::sched {
 
@@ -40,6 +45,25 @@ void MeasuredDurations::add(const Action& action, double duration) {
   auto& [sum, count] = sums_[{static_cast<int>(action.kind), action.chunk}];
   sum += duration;
   ++count;
+  durations_[{static_cast<int>(action.kind), action.chunk}].push_back(duration);
+}
+
+double MeasuredDurations::spread() const {
+  double squares = 0.0;
+  int degrees = 0;
+  std::vector<double> logs;
+  for (const auto& [key, d] : durations_) {
+    if (d.size() < 2) continue;
+    logs.clear();
+    for (double x : d) logs.push_back(std::log(std::max(x, 1e-300)));
+    std::sort(logs.begin(), logs.end());
+    double sum = 0.0;
+    for (double l : logs) sum += l;
+    const double mean = sum / static_cast<double>(logs.size());
+    for (double l : logs) squares += (l - mean) * (l - mean);
+    degrees += static_cast<int>(logs.size()) - 1;
+  }
+  return degrees > 0 ? std::sqrt(squares / degrees) : 0.0;
 }
 
 OpEstimate MeasuredDurations::estimate() const {
@@ -56,8 +80,36 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
       options_(options),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
-  if (backfilling()) expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
+  if (backfilling()) {
+    expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
+    build_buckets();
+  }
   begin(0.0);
+}
+
+// The estimates are taken once per driver (an OpEstimate is a function of the action): ops with bit-identical
+// estimates share a bucket, so both the comparison and its result are the ones backfill_candidates makes.
+void RankDriver::build_buckets() {
+  std::map<std::tuple<bool, bool, std::uint64_t>, int> bucket;
+  const auto& actions = arbiter_.actions();
+  bucket_of_.assign(actions.size(), 0);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const double estimate = options_.estimate ? options_.estimate(actions[i]) : 0.0;
+    const bool local = !arbiter_.feeds_another_rank(static_cast<int>(i));
+    const bool forward = actions[i].kind == OpKind::F;
+    const auto [it, added] =
+        bucket.try_emplace({local, forward, std::bit_cast<std::uint64_t>(estimate)}, static_cast<int>(buckets_.size()));
+    if (added) buckets_.push_back(Bucket{estimate, local, forward, {}});
+    bucket_of_[i] = it->second;
+  }
+}
+
+void RankDriver::clean_bucket(int index) {
+  auto& heap = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(index)])].heap;
+  while (!heap.empty() && arbiter_.is_started(heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<int>());
+    heap.pop_back();
+  }
 }
 
 void RankDriver::begin(double now) {
@@ -65,11 +117,18 @@ void RankDriver::begin(double now) {
   begin_ = free_since_ = first_start_ = last_end_ = latest_ = now;
   started_ = 0;
   std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
+  for (Bucket& b : buckets_) b.heap.clear();
   stamp_ready(now);
 }
 
 void RankDriver::stamp_ready(double now) {
-  for (int i : arbiter_.newly_ready()) ready_at_[static_cast<std::size_t>(i)] = now;
+  for (int i : arbiter_.newly_ready()) {
+    ready_at_[static_cast<std::size_t>(i)] = now;
+    if (buckets_.empty()) continue;
+    auto& heap = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(i)])].heap;
+    heap.push_back(i);
+    std::push_heap(heap.begin(), heap.end(), std::greater<int>());
+  }
   arbiter_.clear_newly_ready();
 }
 
@@ -89,8 +148,7 @@ int RankDriver::next(double now) const {
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
   if (arbiter_.is_ready(i) && arbiter_.fits(i)) return i;  // the reservation holder runs as soon as it can
-  backfill_candidates(now, scratch_);
-  return scratch_.empty() ? -1 : scratch_.front();
+  return backfill_first(now);
 }
 
 const std::vector<int>& RankDriver::candidates(double now) {
@@ -110,17 +168,8 @@ void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
     out.push_back(next);
     return;
   }
-  // Until when may other ops run without delaying `next`? Blocked on memory: only this rank's own ops free it,
-  // so anything may run. Waiting for an input: until its announced arrival; once that has passed (the input is
-  // late), until when it is still expected given that it is late (late_until: a congested transfer; else
-  // nothing starts: a late input may arrive any moment, and a long op started just before it loses to strict).
-  double until = std::numeric_limits<double>::infinity();
-  if (!arbiter_.is_ready(next)) {
-    const double expected = expected_[static_cast<std::size_t>(next)];
-    if (std::isnan(expected)) return;  // its producer has not started: nothing is known, nothing is backfilled
-    until = now > expected + kSlack ? late_until(next, now) : expected;
-    if (!(until > now)) return;
-  }
+  const double until = backfill_until(now);
+  if (!(until > now)) return;
   arbiter_.candidates(Execution::Readiness, Hint::Backfill, out);
   if (std::isinf(until)) return;
   const auto& actions = arbiter_.actions();
@@ -128,6 +177,40 @@ void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
     return !options_.estimate ||
            now + fit_scale_ * options_.estimate(actions[static_cast<std::size_t>(j)]) > until + kSlack;
   });
+}
+
+// Until when may other ops run without delaying the list's next op? Blocked on memory: only this rank's own ops
+// free it, so anything may run. Waiting for an input: until its announced arrival; once that has passed (the
+// input is late), until when it is still expected given that it is late (late_until: a congested transfer; else
+// nothing starts: a late input may arrive any moment, and a long op started just before it loses to strict).
+double RankDriver::backfill_until(double now) const {
+  const int next = arbiter_.next_in_list();
+  if (arbiter_.is_ready(next)) return std::numeric_limits<double>::infinity();
+  const double expected = expected_[static_cast<std::size_t>(next)];
+  // Its producer has not started: nothing is known, nothing is backfilled.
+  if (std::isnan(expected)) return -std::numeric_limits<double>::infinity();
+  return now > expected + kSlack ? late_until(next, now) : expected;
+}
+
+// The same choice as backfill_candidates(now).front() (the class, then the list position; among ops that fit
+// in memory and, unless anything may run, end by `until`), from the first op of each bucket: O(buckets).
+int RankDriver::backfill_first(double now) const {
+  const double until = backfill_until(now);
+  if (!(until > now)) return -1;
+  const bool any = std::isinf(until);
+  if (!any && !options_.estimate) return -1;
+  constexpr int kNone = std::numeric_limits<int>::max();
+  int best[2] = {kNone, kNone};  // feeds another rank, local
+  for (const Bucket& b : buckets_) {
+    if (b.heap.empty()) continue;
+    const int j = b.heap.front();
+    if (j >= best[b.local]) continue;
+    if (!any && now + fit_scale_ * b.estimate > until + kSlack) continue;
+    if (b.forward && !arbiter_.fits(j)) continue;
+    best[b.local] = j;
+  }
+  const int first = best[0] != kNone ? best[0] : best[1];
+  return first == kNone ? -1 : first;
 }
 
 // A late input's arrival, given that it is late: a transfer delayed by congestion (late_delay > 0) comes
@@ -142,6 +225,7 @@ double RankDriver::late_until(int index, double now) const {
 
 OpStart RankDriver::start(int index, double now) {
   arbiter_.start(index);
+  if (!buckets_.empty()) clean_bucket(index);
   OpStart op;
   op.index = index;
   op.ready = ready_at_[static_cast<std::size_t>(index)];
