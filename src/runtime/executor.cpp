@@ -165,7 +165,10 @@ StepOutcome Executor::run_step(int step, const sched::Schedule& order) {
   // Backfilling estimates this step's ops by the previous step's measured durations, and producers announce
   // when each cross-rank input is expected.
   const bool announcing = options_.execution == sched::Execution::Readiness && options_.hint == sched::Hint::Backfill;
-  if (announcing) dopt.estimate = measured_.estimate();
+  if (announcing) {
+    dopt.estimate = measured_.estimate();
+    dopt.spread = measured_.spread();  // as the simulator passes its noise's spread: backfill with probability
+  }
   if (migrating) dopt.migration = options_.migration;
   // Migration decides and announces with the cost model's estimate, as the simulator does.
   const auto model_ns = [&](const sched::Action& a) { return noise_.cost().op_time(rank_, a.kind, order.v) * 1e6; };
