@@ -129,6 +129,7 @@ sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool mig
   dopt.memory_after_b = ex.options_.memory_after_b;
   if (dopt.execution == sched::Execution::Readiness && dopt.hint == sched::Hint::Backfill) {
     dopt.estimate = ex.measured_.estimate();
+    dopt.spread = ex.measured_.spread();  // as the simulator passes its noise's spread: backfill with probability
   }
   if (migrating) dopt.migration = ex.options_.migration;
   return dopt;

@@ -3,8 +3,13 @@
 #include "conductor/sched/validate.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <map>
+#include <tuple>
 
 namespace conductor::sched {
 
@@ -12,14 +17,20 @@ namespace {
 const double kNotAnnounced = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSlack = 1e-9;  // an op that ends exactly when the input arrives delays nothing
 // Backfilling under variability (DriverOptions::spread > 0) accepts an op that ends before the input with
-// probability kFitProbability: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of
-// kFitProbability (the difference of two independent log-normal times of equal sigma, the op's and the remaining
-// wait's, with the estimates as their means). Measured (bench_sim --heavy, lognormal sigma 1): 0.6 removes every
-// loss and every win; 0.4 wins more than the plain means (0.5) on every zb row and loses less.
-constexpr double kFitProbability = 0.4;
-constexpr double kFitQuantile = -0.25334710313579978;  // the standard normal quantile of kFitProbability
+// probability P: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of P (the
+// difference of two independent log-normal times of equal sigma, the op's and the remaining wait's, with the
+// estimates as their means). P depends on the spread, measured at both ends:
+//  - heavy variability (sigma >= kWideSpread): P = 0.4. bench_sim --heavy (sigma 1): 0.6 removes every loss and
+//    every win; 0.4 wins more than the plain means (0.5) on every zb row and loses less;
+//  - small jitter: P = 0.6. bench_sim --scale 64 512 (sigma 0.1, zb-h1): with 0.4 (and 0.5) most backfills are
+//    W or F just ahead of a B on the backward chain, in a gap of about one op; half of them overrun it and delay
+//    the chain (0.0790 bubble vs strict 0.0773), and the work they move earlier shortens nothing.
+constexpr double kWideSpread = 0.5;
+constexpr double kQuantile40 = -0.25334710313579978;  // the standard normal quantile of 0.4 (and -z of 0.6)
 
-double fit_scale(double spread) { return std::exp(spread * std::sqrt(2.0) * kFitQuantile); }
+double fit_scale(double spread) {
+  return std::exp(spread * std::sqrt(2.0) * (spread >= kWideSpread ? kQuantile40 : -kQuantile40));
+}
 }  // namespace
 
 namespace {
@@ -40,6 +51,25 @@ void MeasuredDurations::add(const Action& action, double duration) {
   auto& [sum, count] = sums_[{static_cast<int>(action.kind), action.chunk}];
   sum += duration;
   ++count;
+  durations_[{static_cast<int>(action.kind), action.chunk}].push_back(duration);
+}
+
+double MeasuredDurations::spread() const {
+  double squares = 0.0;
+  int degrees = 0;
+  std::vector<double> logs;
+  for (const auto& [key, d] : durations_) {
+    if (d.size() < 2) continue;
+    logs.clear();
+    for (double x : d) logs.push_back(std::log(std::max(x, 1e-300)));
+    std::sort(logs.begin(), logs.end());
+    double sum = 0.0;
+    for (double l : logs) sum += l;
+    const double mean = sum / static_cast<double>(logs.size());
+    for (double l : logs) squares += (l - mean) * (l - mean);
+    degrees += static_cast<int>(logs.size()) - 1;
+  }
+  return degrees > 0 ? std::sqrt(squares / degrees) : 0.0;
 }
 
 OpEstimate MeasuredDurations::estimate() const {
@@ -56,8 +86,36 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
       options_(options),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
-  if (backfilling()) expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
+  if (backfilling()) {
+    expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
+    build_buckets();
+  }
   begin(0.0);
+}
+
+// The estimates are taken once per driver (an OpEstimate is a function of the action): ops with bit-identical
+// estimates share a bucket, so both the comparison and its result are the ones backfill_candidates makes.
+void RankDriver::build_buckets() {
+  std::map<std::tuple<bool, bool, std::uint64_t>, int> bucket;
+  const auto& actions = arbiter_.actions();
+  bucket_of_.assign(actions.size(), 0);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const double estimate = options_.estimate ? options_.estimate(actions[i]) : 0.0;
+    const bool local = !arbiter_.feeds_another_rank(static_cast<int>(i));
+    const bool forward = actions[i].kind == OpKind::F;
+    const auto [it, added] =
+        bucket.try_emplace({local, forward, std::bit_cast<std::uint64_t>(estimate)}, static_cast<int>(buckets_.size()));
+    if (added) buckets_.push_back(Bucket{estimate, local, forward, {}});
+    bucket_of_[i] = it->second;
+  }
+}
+
+void RankDriver::clean_bucket(int index) {
+  auto& heap = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(index)])].heap;
+  while (!heap.empty() && arbiter_.is_started(heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<int>());
+    heap.pop_back();
+  }
 }
 
 void RankDriver::begin(double now) {
@@ -65,11 +123,18 @@ void RankDriver::begin(double now) {
   begin_ = free_since_ = first_start_ = last_end_ = latest_ = now;
   started_ = 0;
   std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
+  for (Bucket& b : buckets_) b.heap.clear();
   stamp_ready(now);
 }
 
 void RankDriver::stamp_ready(double now) {
-  for (int i : arbiter_.newly_ready()) ready_at_[static_cast<std::size_t>(i)] = now;
+  for (int i : arbiter_.newly_ready()) {
+    ready_at_[static_cast<std::size_t>(i)] = now;
+    if (buckets_.empty()) continue;
+    auto& heap = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(i)])].heap;
+    heap.push_back(i);
+    std::push_heap(heap.begin(), heap.end(), std::greater<int>());
+  }
   arbiter_.clear_newly_ready();
 }
 
@@ -89,8 +154,7 @@ int RankDriver::next(double now) const {
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
   if (arbiter_.is_ready(i) && arbiter_.fits(i)) return i;  // the reservation holder runs as soon as it can
-  backfill_candidates(now, scratch_);
-  return scratch_.empty() ? -1 : scratch_.front();
+  return backfill_first(now);
 }
 
 const std::vector<int>& RankDriver::candidates(double now) {
@@ -110,17 +174,8 @@ void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
     out.push_back(next);
     return;
   }
-  // Until when may other ops run without delaying `next`? Blocked on memory: only this rank's own ops free it,
-  // so anything may run. Waiting for an input: until its announced arrival; once that has passed (the input is
-  // late), until when it is still expected given that it is late (late_until: a congested transfer; else
-  // nothing starts: a late input may arrive any moment, and a long op started just before it loses to strict).
-  double until = std::numeric_limits<double>::infinity();
-  if (!arbiter_.is_ready(next)) {
-    const double expected = expected_[static_cast<std::size_t>(next)];
-    if (std::isnan(expected)) return;  // its producer has not started: nothing is known, nothing is backfilled
-    until = now > expected + kSlack ? late_until(next, now) : expected;
-    if (!(until > now)) return;
-  }
+  const double until = backfill_until(now);
+  if (!(until > now)) return;
   arbiter_.candidates(Execution::Readiness, Hint::Backfill, out);
   if (std::isinf(until)) return;
   const auto& actions = arbiter_.actions();
@@ -128,6 +183,40 @@ void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
     return !options_.estimate ||
            now + fit_scale_ * options_.estimate(actions[static_cast<std::size_t>(j)]) > until + kSlack;
   });
+}
+
+// Until when may other ops run without delaying the list's next op? Blocked on memory: only this rank's own ops
+// free it, so anything may run. Waiting for an input: until its announced arrival; once that has passed (the
+// input is late), until when it is still expected given that it is late (late_until: a congested transfer; else
+// nothing starts: a late input may arrive any moment, and a long op started just before it loses to strict).
+double RankDriver::backfill_until(double now) const {
+  const int next = arbiter_.next_in_list();
+  if (arbiter_.is_ready(next)) return std::numeric_limits<double>::infinity();
+  const double expected = expected_[static_cast<std::size_t>(next)];
+  // Its producer has not started: nothing is known, nothing is backfilled.
+  if (std::isnan(expected)) return -std::numeric_limits<double>::infinity();
+  return now > expected + kSlack ? late_until(next, now) : expected;
+}
+
+// The same choice as backfill_candidates(now).front() (the class, then the list position; among ops that fit
+// in memory and, unless anything may run, end by `until`), from the first op of each bucket: O(buckets).
+int RankDriver::backfill_first(double now) const {
+  const double until = backfill_until(now);
+  if (!(until > now)) return -1;
+  const bool any = std::isinf(until);
+  if (!any && !options_.estimate) return -1;
+  constexpr int kNone = std::numeric_limits<int>::max();
+  int best[2] = {kNone, kNone};  // feeds another rank, local
+  for (const Bucket& b : buckets_) {
+    if (b.heap.empty()) continue;
+    const int j = b.heap.front();
+    if (j >= best[b.local]) continue;
+    if (!any && now + fit_scale_ * b.estimate > until + kSlack) continue;
+    if (b.forward && !arbiter_.fits(j)) continue;
+    best[b.local] = j;
+  }
+  const int first = best[0] != kNone ? best[0] : best[1];
+  return first == kNone ? -1 : first;
 }
 
 // A late input's arrival, given that it is late: a transfer delayed by congestion (late_delay > 0) comes
@@ -142,6 +231,7 @@ double RankDriver::late_until(int index, double now) const {
 
 OpStart RankDriver::start(int index, double now) {
   arbiter_.start(index);
+  if (!buckets_.empty()) clean_bucket(index);
   OpStart op;
   op.index = index;
   op.ready = ready_at_[static_cast<std::size_t>(index)];

@@ -49,8 +49,8 @@ config::Deck replay_deck(const Case& c, const std::string& out) {
   return conductor::test_support::tiny_run_deck("replay", v, o);
 }
 
-// The options the runtime's drivers had in `step`; backfilling's estimates are the previous step's measured
-// durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
+// The options the runtime's drivers had in `step`; backfilling's estimates and spread are the previous step's
+// measured durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
 std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order,
                                                   const std::vector<trace::OpEvent>& events, int step) {
   sched::DriverOptions d;
@@ -66,8 +66,10 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
     const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
     measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
   }
-  for (int r = 0; r < order.p; ++r)
+  for (int r = 0; r < order.p; ++r) {
     out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
+    out[static_cast<std::size_t>(r)].spread = measured[static_cast<std::size_t>(r)].spread();
+  }
   return out;
 }
 

@@ -59,6 +59,44 @@ TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
   }
 }
 
+// Backfilling's next() selects from its ranked buckets without listing (driver.hpp); it must be exactly the
+// first of candidates(), which ranks every feasible op. Estimates that differ per microbatch (many buckets),
+// spread and late delays, a memory-bound V placement, and a picker that starts any candidate (not only the
+// first) exercise every path.
+TEST(RankDriver, BackfillNextIsTheFirstCandidate) {
+  for (const double spread : {0.0, 0.2, 0.8}) {
+    for (const Schedule& s : {zb_h1(4, 12), one_f_one_b(4, 8), generate("zb-2p", 4, 8, 1, uniform_cost(1, 1, 1)),
+                              zb_v(4, 8, uniform_cost(1, 1, 1), default_memory_limit("zb-v", 4, 8, 2))}) {
+      std::mt19937 rng(11);
+      ExecOptions eo;
+      eo.execution = Execution::Readiness;
+      eo.hint = Hint::Backfill;
+      eo.memory_limit = default_memory_limit(s.name, s.p, s.m, s.v);
+      eo.estimate = [](int rank, const Action& a) {
+        return a.kind == OpKind::F ? 1.0 : 0.3 + 0.4 * ((a.microbatch + rank) % 4) + 0.1 * a.chunk;
+      };
+      eo.comm_estimate = 0.1;
+      eo.spread = spread;
+      eo.late_delay = spread > 0 ? 0.0 : 0.7;
+      int compared = 0, backfilled = 0;
+      eo.picker = [&](int, RankDriver& d, const EngineView& view) {
+        const std::vector<int> c = d.candidates(view.now);
+        EXPECT_EQ(d.next(view.now), c.empty() ? -1 : c.front()) << s.name << " at " << view.now;
+        ++compared;
+        if (c.empty()) return -1;
+        backfilled += c.front() != d.arbiter().next_in_list() ? 1 : 0;
+        return std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? c.back() : c.front();
+      };
+      execute(
+          s, eo, [&](int, const Action&) { return jittered(rng); }, [](const Transfer&) { return 0.1; });
+      EXPECT_GT(compared, static_cast<int>(s.num_actions())) << s.name;
+      if (s.name != "1f1b") {  // 1F1B has nothing to backfill
+        EXPECT_GT(backfilled, 0) << s.name << ": nothing backfilled, the comparison proves little";
+      }
+    }
+  }
+}
+
 TEST(RankDriver, StrictHasAtMostOneCandidate) {
   const Schedule s = one_f_one_b(2, 4);
   RankDriver d(s, 1, options(Execution::Strict, Hint::Schedule));
@@ -116,9 +154,9 @@ TEST(RankDriver, LatestIsTheLastEventToldOf) {
 }
 
 // Backfilling under variability: with exact estimates an op must end by the announced arrival; with spread
-// (log-normal sigma) it must end before the input with probability 0.4, i.e. its estimate times
-// exp(sigma sqrt(2) z_0.4) fits; a late input stops backfilling unless transfers are known to come late by
-// late_delay (congestion): then ops that end by expected + late_delay may start.
+// (log-normal sigma) it must end before the input with probability 0.4 (sigma >= 0.5) or 0.6 (small jitter), i.e.
+// its estimate times exp(sigma sqrt(2) z_P) fits; a late input stops backfilling unless transfers are known to come
+// late by late_delay (congestion): then ops that end by expected + late_delay may start.
 namespace {
 
 // Rank 1 of ZB-H1 p=2 m=4 after its first F and B: the list's next op is F1 (waiting for rank 0) and W0 is
@@ -156,6 +194,11 @@ TEST(RankDriver, BackfillFitsOnEstimateOrWithProbabilityUnderSpread) {
   // Spread 1: 2.5 x exp(sqrt(2) x -0.2533) = 1.75 fits; 3 x 0.699 = 2.10 does not.
   EXPECT_TRUE(w_may_start(2.5, 10.0, 1.0, 0));
   EXPECT_FALSE(w_may_start(3.0, 10.0, 1.0, 0));
+  // Small jitter (spread 0.1): with probability 0.6, 1.92 x exp(sqrt(2) x 0.1 x 0.2533) = 1.990 fits, 1.95 (2.021)
+  // does not, nor does the exact fit of 2 that the means alone would take.
+  EXPECT_TRUE(w_may_start(1.92, 10.0, 0.1, 0));
+  EXPECT_FALSE(w_may_start(1.95, 10.0, 0.1, 0));
+  EXPECT_FALSE(w_may_start(2.0, 10.0, 0.1, 0));
 }
 
 TEST(RankDriver, LateInputStopsBackfillingUnlessTransfersComeLateByAKnownDelay) {
@@ -183,4 +226,26 @@ TEST(MeasuredDurations, MeanPerKindAndChunkInfiniteWhenUnmeasured) {
   EXPECT_TRUE(std::isinf(e(Action{OpKind::B, 0, 0})));
   m.add(Action{OpKind::F, 0, 0}, 100.0);
   EXPECT_DOUBLE_EQ(e(Action{OpKind::F, 0, 0}), 3.0);  // an estimate is a copy: later measurements do not move it
+}
+
+// The runtime's spread: the pooled standard deviation of log durations within each kind and chunk (one duration
+// alone says nothing), the same whatever the order they were measured in.
+TEST(MeasuredDurations, SpreadIsThePooledLogDeviationInAnyOrder) {
+  MeasuredDurations m;
+  EXPECT_EQ(m.spread(), 0.0);
+  m.add(Action{OpKind::F, 0, 0}, 10.0);
+  m.add(Action{OpKind::W, 0, 0}, 3.0);
+  EXPECT_EQ(m.spread(), 0.0);  // no kind and chunk measured twice
+  m.add(Action{OpKind::F, 1, 0}, 20.0);
+  for (int mb = 0; mb < 3; ++mb) m.add(Action{OpKind::B, mb, 0}, 5.0);
+  // F: logs ln 10, ln 20 (squares ln(2)^2 / 2, 1 degree); B: 5, 5, 5 (0, 2 degrees); W: one, left out.
+  EXPECT_NEAR(m.spread(), std::log(2.0) / std::sqrt(6.0), 1e-12);
+  const std::vector<double> d = {21.0, 19.5, 20.25, 18.0, 23.5, 20.0, 19.0};
+  MeasuredDurations forward, backward;
+  for (std::size_t k = 0; k < d.size(); ++k) {
+    forward.add(Action{OpKind::F, static_cast<int>(k), 0}, d[k]);
+    backward.add(Action{OpKind::F, static_cast<int>(k), 0}, d[d.size() - 1 - k]);
+  }
+  EXPECT_EQ(forward.spread(), backward.spread());
+  EXPECT_GT(forward.spread(), 0.05);
 }

@@ -55,9 +55,15 @@ class MeasuredDurations {
   // The mean of the recorded durations of the action's kind and chunk; +infinity where none was recorded (such
   // an op is never backfilled, and its start announces no arrival time).
   OpEstimate estimate() const;
+  // How far durations stray from those means: the pooled standard deviation of log(duration) within each kind
+  // and chunk (what the simulator passes as DriverOptions::spread, its noise's log-normal sigma). 0 when no kind
+  // and chunk has two durations. Each key's logs are summed in sorted order, so the figure does not depend on
+  // the order the durations were added in (a replay adds them in trace order).
+  double spread() const;
 
  private:
   std::map<std::pair<int, int>, std::pair<double, int>> sums_;  // (kind, chunk) -> (sum, count)
+  std::map<std::pair<int, int>, std::vector<double>> durations_;
 };
 
 struct DriverOptions {
@@ -68,9 +74,10 @@ struct DriverOptions {
   OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
   // Backfill only: what the driver knows of how far actual times stray from the estimates. spread: the log-normal
   // sigma of an op's duration around its estimate (the estimate is the mean): an op may start if it ends before
-  // the awaited input with probability 0.4 (driver.cpp). late_delay: a transfer is either on time or late by this
-  // much (congestion): a late input is then expected late_delay after its announced time, and ops that end by
-  // then may start. Both 0 (the runtime; exact estimates): ops must end by the announced arrival on estimate, and
+  // the awaited input with probability 0.4 under heavy variability (sigma >= 0.5), 0.6 under small jitter
+  // (driver.cpp); the runtime measures it (MeasuredDurations::spread). late_delay: a transfer is either on time or
+  // late by this much (congestion): a late input is then expected late_delay after its announced time, and ops
+  // that end by then may start. Both 0 (exact estimates): ops must end by the announced arrival on estimate, and
   // a late input stops backfilling until it arrives.
   double spread = 0.0;
   double late_delay = 0.0;
@@ -132,6 +139,13 @@ class RankDriver {
   bool backfilling() const { return options_.execution == Execution::Readiness && options_.hint == Hint::Backfill; }
   // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
   void backfill_candidates(double now, std::vector<int>& out) const;
+  // Backfill, when the list's next op cannot run: until when other ops may run (+infinity: any op; not after
+  // `now`: none).
+  double backfill_until(double now) const;
+  // Backfill: backfill_candidates' first element without listing them (next()'s hot path).
+  int backfill_first(double now) const;
+  void build_buckets();
+  void clean_bucket(int index);
   // Backfill: until when the next op's late input (expected before `now`) is still expected, or -infinity.
   double late_until(int index, double now) const;
 
@@ -141,7 +155,19 @@ class RankDriver {
   double fit_scale_ = 1.0;        // an op's estimate times this must fit the gap (1 with exact estimates)
   std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
-  mutable std::vector<int> scratch_;  // next()'s backfill candidates: no allocation on the pick path
+  // Backfill's ready ops, kept ranked so that next() selects without sorting: one bucket per (class: feeds
+  // another rank or not, F or not, estimate), each a min-heap of list positions. Within a bucket the first
+  // position is the best op, the only one that may fit in memory if any does (an F's reservation grows with its
+  // position), and it fits the gap exactly when the others do (same estimate); so next() looks at one op per
+  // bucket. A bucket's first op is never started (start() pops started ones).
+  struct Bucket {
+    double estimate = 0;
+    bool local = false;  // its output stays on this rank: ranked after every op that feeds another rank
+    bool forward = false;
+    std::vector<int> heap;
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // list position -> bucket
   double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0, latest_ = 0;
   int started_ = 0;
 };
