@@ -278,19 +278,25 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
+// A deck under overrides with one noise seed, `steps` steps and no trace: one cell's run of the tables below.
+plan::Plan seeded_plan(const std::string& path, const std::string& text, const std::vector<std::string>& overrides,
+                       int seed, int steps) {
+  config::LoadOptions o;
+  o.command = config::Command::Simulate;
+  o.source_name = path;
+  o.overrides = overrides;
+  o.overrides.push_back("noise.seed=" + std::to_string(seed));
+  o.overrides.push_back("run.steps=" + std::to_string(steps));
+  o.overrides.push_back("trace.enabled=false");
+  return config::resolve(config::parse_deck(text, o));
+}
+
 // Mean makespan (ms) of a deck under overrides, over seeds x steps.
 double deck_makespan(const std::string& path, const std::string& text, std::vector<std::string> overrides, int seeds,
                      int steps, double* bubble = nullptr) {
   double sum = 0, bsum = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
-    config::LoadOptions o;
-    o.command = config::Command::Simulate;
-    o.source_name = path;
-    o.overrides = overrides;
-    o.overrides.push_back("noise.seed=" + std::to_string(seed));
-    o.overrides.push_back("run.steps=" + std::to_string(steps));
-    o.overrides.push_back("trace.enabled=false");
-    const plan::Plan plan = config::resolve(config::parse_deck(text, o));
+    const plan::Plan plan = seeded_plan(path, text, overrides, seed, steps);
     const sched::Schedule schedule = sched::make_schedule(plan);
     const sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
     const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
@@ -374,14 +380,7 @@ double blocking_baseline(const std::string& path, const std::string& text, std::
                          int seeds, int steps, double strict) {
   double sum = 0, twin = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
-    config::LoadOptions o;
-    o.command = config::Command::Simulate;
-    o.source_name = path;
-    o.overrides = overrides;
-    o.overrides.push_back("noise.seed=" + std::to_string(seed));
-    o.overrides.push_back("run.steps=" + std::to_string(steps));
-    o.overrides.push_back("trace.enabled=false");
-    const plan::Plan plan = config::resolve(config::parse_deck(text, o));
+    const plan::Plan plan = seeded_plan(path, text, overrides, seed, steps);
     const sched::Schedule schedule = sched::make_schedule(plan);
     const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
     for (int step = 0; step < steps; ++step) {

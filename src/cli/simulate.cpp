@@ -3,7 +3,6 @@
 // run.output defaults to runs/<run.name>-sim, apart from the measured run's runs/<run.name>.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -21,17 +20,12 @@
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/progress.hpp"
+#include "conductor/util/text_file.hpp"
 #include "conductor/version.hpp"
 
 namespace conductor::cli {
 
 namespace {
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw Error("cannot write '" + path.string() + "'");
-}
 
 // Up to this many ops per step the figures come from the recorded events through trace::summarize_step (the
 // definition the runtime uses); above it, without a trace, the simulator's own figures (same definition,
@@ -110,7 +104,7 @@ int cmd_simulate(const Invocation& inv) {
 
   create_run_folder(out_dir);
   const std::string resolved = config::resolved_yaml(deck);
-  write_file(out_dir / "resolved.yaml", resolved);
+  write_text_file(out_dir / "resolved.yaml", resolved);
 
   std::unique_ptr<trace::TraceWriter> writer;
   if (deck.trace.enabled) {
@@ -181,7 +175,7 @@ int cmd_simulate(const Invocation& inv) {
 
   const double limit = options.memory_limit;
   const std::string json = sim::dump_json(sim::summary_json(run, plan, schedule, limit));
-  write_file(out_dir / "summary.json", json + "\n");
+  write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());
   } else {

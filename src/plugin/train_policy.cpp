@@ -16,25 +16,16 @@
 #include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/progress.hpp"
+#include "conductor/util/text_file.hpp"
 
 namespace conductor::plugin {
-
-namespace {
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  if (!f) throw Error("cannot write '" + path.string() + "'");
-}
-
-}  // namespace
 
 int train_policy(const config::Deck& deck) {
   const std::filesystem::path out = deck.run.output;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw Error("cannot create run.output '" + out.string() + "': " + ec.message());
-  write_file(out / "resolved.yaml", config::resolved_yaml(deck));
+  write_text_file(out / "resolved.yaml", config::resolved_yaml(deck));
 
   const policy::TrainSetup setup = policy::setup_from_deck(deck);
   char line[512];
@@ -72,8 +63,8 @@ int train_policy(const config::Deck& deck) {
 
   const auto rows = policy::compare_methods(config::resolve(deck), result.policy, deck.policy.eval_steps);
   const std::string table = policy::format_table(rows);
-  write_file(out / "summary.csv", policy::to_csv(rows));
-  write_file(out / "summary.txt", table);
+  write_text_file(out / "summary.csv", policy::to_csv(rows));
+  write_text_file(out / "summary.txt", table);
   log::info("summary (" + std::to_string(deck.policy.eval_steps) + " simulated steps, the deck's noise):\n" + table);
   return 0;
 }

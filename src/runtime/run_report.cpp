@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +16,7 @@
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/progress.hpp"
+#include "conductor/util/text_file.hpp"
 #include "conductor/version.hpp"
 
 namespace conductor::runtime {
@@ -28,12 +28,6 @@ std::string loss_text(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw Error(path.string() + ": cannot write");
 }
 
 trace::RunInfo run_info(const plan::Plan& plan, const sched::Schedule& order, int world_size,
@@ -180,7 +174,7 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw InputError("run.output = '" + dir_.string() + "': cannot create the folder: " + ec.message());
-  write_file(dir_ / "resolved.yaml", plan.deck_yaml);
+  write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
   // A resumed run appends to the metrics of the steps before it; a new one starts the file.
   const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
   metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
@@ -236,8 +230,8 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
   const double final_loss = losses_.empty() ? std::numeric_limits<double>::quiet_NaN() : losses_.back();
   const sim::TrainingFigures training{first_step_, losses_, planner.orders_from_policy, planner.latency_ms,
                                       valid_losses_};
-  write_file(dir_ / "summary.json",
-             sim::dump_json(sim::summary_json(measured_, plan_, order, memory_limit, training)) + "\n");
+  write_text_file(dir_ / "summary.json",
+                  sim::dump_json(sim::summary_json(measured_, plan_, order, memory_limit, training)) + "\n");
   if (!planner.latency_ms.empty()) {
     double latency_sum = 0;
     for (double l : planner.latency_ms) latency_sum += l;
