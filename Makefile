@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build install run test test-faults test-fast test-no-policy test-gpu-kit test-asan test-tsan test-asan-policy test-tsan-policy bench policy format format-check clean
+.PHONY: all deps configure build build-tests install run test test-faults test-fast test-no-policy test-gpu-kit test-asan test-tsan test-asan-policy test-tsan-policy bench policy format format-check clean
 
 all: build
 
@@ -36,14 +36,18 @@ install: build
 run: deps build
 	scripts/conductor-launch $(MPIRUN) -np $(NP) $(BUILD)/conductor run $(DECK) $(RUN_OVERRIDES)
 
-test: deps build
+# Builds the command and the tests (target `conductor_tests`), not the benchmarks (`make` or `make bench` builds those).
+build-tests: configure
+	cmake --build $(BUILD) -j $(JOBS) --target conductor_tests
+
+test: deps build-tests
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The fault suite alone (tests/faults): bad input, killed ranks, full disks, signals; part of `make test` too.
-test-faults: build
+test-faults: build-tests
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L faults
 
-test-fast: build
+test-fast: build-tests
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|slurm'
 
 # The build without the global tier (-DCONDUCTOR_POLICY=OFF, no LibTorch) in build-nopolicy, and its test suite.
