@@ -95,10 +95,10 @@ void compare_training(cu::CudaOptions options, double loss0_tol, double grad_tol
 // losses after updates to 1e-4 (see compare_training).
 TEST(CudaStage, TrainingStepsMatchCpuInFp32) { compare_training(cu::CudaOptions{}, 1e-5, 1e-4, 1e-4); }
 
-// bf16 GEMMs: each product carries ~3e-3 relative error (see test_cuda_kernels.cpp); a gradient passes through
-// about six chained products per layer pair, so ~1e-2, bound 5e-2. The loss at init depends on logits of
-// std ~0.1 around ln(V), so its relative error is far smaller than the logits': bound 5e-3, and 2e-2 after
-// updates.
+// bf16 GEMMs and attention (tensor cores): each product carries ~3e-3 relative error (see test_cuda_kernels.cpp);
+// a gradient passes through about six chained products per layer pair, so ~1e-2, bound 5e-2. The loss at init
+// depends on logits of std ~0.1 around ln(V), so its relative error is far smaller than the logits': bound 5e-3,
+// and 2e-2 after updates.
 TEST(CudaStage, TrainingStepsMatchCpuInBf16) {
   compare_training(cu::CudaOptions{-1, cu::Precision::bf16, false}, 5e-3, 5e-2, 2e-2);
 }

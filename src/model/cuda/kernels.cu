@@ -757,7 +757,12 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   if (NH <= 0 || B <= 0 || T <= 0) return;  // an empty head range
   const int HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  dispatch_head_size<ForwardLaunch>(HS, out, lse, qkv, B, T, NH, scale, context(be).stream);
+  const CudaContext& cx = context(be);
+  if (cx.precision == Precision::bf16 && mma_attention_supported(HS)) {
+    mma_attention_forward(out, lse, qkv, B, T, NH, HS, scale, cx.stream);
+    return;
+  }
+  dispatch_head_size<ForwardLaunch>(HS, out, lse, qkv, B, T, NH, scale, cx.stream);
 }
 
 void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
@@ -769,6 +774,10 @@ void attention_backward(float* dqkv, float* delta, const float* dout, const floa
   attention_delta_kernel<<<grid_for(static_cast<std::size_t>(B) * NH * T), kThreads, 0, cx.stream>>>(delta, dout, out,
                                                                                                      B, T, NH, HS);
   cudaCheckLaunch();
+  if (cx.precision == Precision::bf16 && mma_attention_supported(HS)) {
+    mma_attention_backward(dqkv, dout, qkv, lse, delta, B, T, NH, HS, scale, cx.stream);
+    return;
+  }
   dispatch_head_size<BackwardLaunch>(HS, dqkv, dout, qkv, lse, delta, B, T, NH, scale, cx.stream);
 }
 
