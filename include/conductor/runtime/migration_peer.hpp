@@ -121,6 +121,7 @@ class MigrationPeer {
   sched::Offload choose(int i, std::int64_t now, double estimate_ns);
   void post_help(int i, int helper, const Control& c, std::vector<char> payload);
   void reply(const Job& job, std::vector<char> answer);
+  std::vector<float> await_answer(int i);
   void compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const;
   void record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end);
 
