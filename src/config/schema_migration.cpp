@@ -9,8 +9,8 @@ namespace conductor::config {
 void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
-      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu W's MLP column "
-      "groups with migration.units [mlp]): when an op starts, its owner may give up "
+      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu the MLP column "
+      "groups of F, B, W and BW with migration.units [mlp]): when an op starts, its owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(

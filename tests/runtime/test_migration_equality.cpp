@@ -1,8 +1,8 @@
-// Computation migration on the cpu backend moves real slices (W's MLP column groups, and BW's weight half) and
-// never changes the math: with forced patterns (migration.force) and with decided migrations under a straggler
-// and jitter, losses equal single-rank training bit for bit, for several schedule families, strict and readiness,
-// at the pipeline size this binary runs with. The trace shows the slices did move (owner rows with migrated
-// slices, HELP_W / HELP_BW rows on the helper), so a run where nothing moved cannot pass.
+// Computation migration on the cpu backend moves real slices (the MLP column groups of F, B, W and BW's weight half)
+// and never changes the math: with forced patterns (migration.force) and with decided migrations under a straggler and
+// jitter, losses equal single-rank training bit for bit, for several schedule families, strict and readiness, at the
+// pipeline size this binary runs with. The trace shows the slices did move (owner rows with migrated slices, HELP_F /
+// HELP_B / HELP_W / HELP_BW rows on the helper), so a run where nothing moved cannot pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -191,8 +191,8 @@ TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
 }
 
 // Decided migrations: rank 0 is a straggler (its ops take 3x their cost-model time, injected as real delays),
-// the others jitter; the decision (sched::Migration::decide, as in the emulated runtime) moves slices of its W
-// and BW ops to idle peers.
+// the others jitter; the decision (sched::Migration::decide, as in the emulated runtime) moves slices of its F,
+// B, W and BW ops to idle peers.
 TEST(DecidedMigration, StragglerMatchesSingleRank) {
   for (const std::string execution : {"strict", "readiness"}) {
     const config::Deck deck =
@@ -203,7 +203,9 @@ TEST(DecidedMigration, StragglerMatchesSingleRank) {
     const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
     if (world_rank() != 0) continue;
     expect_single_rank_losses(deck, outcome, "decided " + execution);
-    EXPECT_GT(moved(outcome.output_dir, 0).helper_ops, 0) << "no migration was decided (" << execution << ")";
+    const Moved m = moved(outcome.output_dir, 0);
+    EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided (" << execution << ")";
+    EXPECT_GT(m.help_f + m.help_b, 0) << "no F or B migration was decided (" << execution << ")";
   }
 }
 

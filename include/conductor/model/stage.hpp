@@ -111,11 +111,11 @@ class StageModel {
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
-  // ---- computation migration: W's MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
+  // ---- computation migration: the MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
   // With migration on (plan.migration.enabled and unit `mlp`), W computes every layer's MLP weight gradients in
   // G = migration.slices column groups, group g holding columns [g F/G, (g+1) F/G), each from compact copies of
   // its columns, which is how a helper rank computes them: the bits do not depend on where a group ran. (Without
-  // migration the MLP's weight gradients are one product, as before.) 1 = not grouped.
+  // migration the MLP is one product in F, B and W, as before.) 1 = not grouped.
   int mlp_groups() const { return mlp_groups_; }
   // Owner, between B and W of (vs, mb): what a helper needs for the last `groups` groups: per layer, the LN2
   // output and the MLP's output gradient [B,T,C], then per group its GELU output and pre-activation gradient
