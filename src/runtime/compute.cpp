@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "conductor/model/backend.hpp"
+#include "conductor/model/layer_split.hpp"
 #include "conductor/model/stage.hpp"
 #ifdef CONDUCTOR_HAVE_CUDA
 #include "conductor/model/cuda/cuda_backend.hpp"
@@ -140,7 +141,7 @@ class StageCompute : public Compute {
 class HostModelCompute final : public StageCompute {
  public:
   HostModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
-      : StageCompute(s, rank, noise) {
+      : StageCompute(s, rank, noise), layers_(model::split_layers(plan.model, s.num_stages())) {
     build(plan, nullptr);
   }
   void begin_step(int step) override { model_->begin_step(step); }
@@ -186,6 +187,10 @@ class HostModelCompute final : public StageCompute {
   void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer) override {
     model_->land_mlp_weight_grads(stage, a.microbatch, answer);
   }
+  int requests_per_op(sched::OpKind kind, int stage) const override {
+    const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
+    return per_layer ? layers_[static_cast<std::size_t>(stage)] : 1;
+  }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;
     return true;
@@ -209,6 +214,7 @@ class HostModelCompute final : public StageCompute {
   int give_ = 0;        // slices the next op gives to a helper (give_slices)
   HelpSender send_;
   HelpReceiver receive_;            // F, B
+  std::vector<int> layers_;         // per virtual stage (any rank's: a helper serves them all)
   std::function<bool()> progress_;  // set_progress
 };
 
@@ -379,6 +385,7 @@ void Compute::give_slices(int, HelpSender, HelpReceiver) {
 std::vector<float> Compute::compute_slices(sched::OpKind, int, const std::vector<float>&) {
   throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }
+int Compute::requests_per_op(sched::OpKind, int) const { return 1; }
 void Compute::land_slices(const sched::Action&, int, const std::vector<float>&) {
   throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }

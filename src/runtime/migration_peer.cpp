@@ -370,7 +370,17 @@ bool MigrationPeer::serve() {
   const std::int64_t end = clock_.now_ns();
   reply(job, std::move(answer));
   record_help(job, a, start, end);
+  count_layer(job, a);
   return true;
+}
+
+// Real F and B ask once per layer: this rank keeps its own next op back until the owner's last layer is served.
+void MigrationPeer::count_layer(const Job& job, const sched::Action& a) {
+  if (compute_.slice_moves(a.kind) != Compute::SliceMoves::Real) return;
+  const auto key = std::make_pair(job.owner, job.request.index);
+  const auto [at, first] = layers_due_.try_emplace(key, 0);
+  if (first) at->second = compute_.requests_per_op(a.kind, ctx_.order.stage_of(job.owner, a.chunk));
+  if (--at->second <= 0) layers_due_.erase(at);
 }
 
 void MigrationPeer::record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end) {

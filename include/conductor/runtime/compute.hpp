@@ -65,6 +65,8 @@ class Compute {
   virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
   // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
+  // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer; W, BW: one).
+  virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);
   // Called over and over while an op of a host backend waits (emulated: sleeps), as long as it returns true: the
