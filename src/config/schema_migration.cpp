@@ -9,8 +9,8 @@ namespace conductor::config {
 void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
-      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu W's MLP column "
-      "groups with migration.units [mlp]): when an op starts, its owner may give up "
+      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu the MLP column "
+      "groups of F, B, W and BW with migration.units [mlp]): when an op starts, its owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(
@@ -104,8 +104,8 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-// conductor run: emulated moves every unit (sleeps); cpu moves W's MLP column groups with the trainer's kernels
-// (the rest is issue 15's remaining work); cuda moves nothing yet.
+// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups of F, B, W and BW with the
+// trainer's kernels (attention heads and vocabulary groups are issue 15's remaining work); cuda moves nothing yet.
 void check_run_backend(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
   const MigrationConfig& m = d.migration;
   if (d.backend == "emulated") return;
@@ -119,15 +119,6 @@ void check_run_backend(const Deck& d, const std::string& src, std::vector<std::s
     problems.push_back(src + ": migration.units = [" + join(m.units) +
                        "] with backend = cpu: the cpu backend moves MLP column groups only (attention heads and "
                        "LM-head vocabulary groups are issue 15's remaining work); set migration.units=[mlp]");
-  }
-  for (const std::string& entry : m.force) {
-    std::string why;
-    const auto f = parse_forced_help(entry, why);
-    if (f && (f->kinds[0] || f->kinds[1])) {
-      problems.push_back(src + ": migration.force entry '" + entry +
-                         "' moves F or B on backend cpu, which moves the MLP groups of W and BW only (F and B are "
-                         "issue 15's remaining work); list W and/or BW");
-    }
   }
 }
 

@@ -96,18 +96,28 @@ void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBu
 
 void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
   const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  layer_forward_before_mlp(be, a, w, d);
+  be.copy(a.out, a.x2, btc * sizeof(float));
+  mlp_slice_forward(be, a.out, a.mlp, a.ln2, w, d, 0, d.F);
+}
+
+void layer_forward_before_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
   layernorm_forward(a.ln1, a.mean1, a.rstd1, a.x, w.ln1_w, w.ln1_b, d.B, d.T, d.C, be);
   be.copy(a.x2, a.x, btc * sizeof(float));
   attention_slice_forward(be, a.x2, a.attn, a.ln1, w, d, 0, d.NH);
   layernorm_forward(a.ln2, a.mean2, a.rstd2, a.x2, w.ln2_w, w.ln2_b, d.B, d.T, d.C, be);
-  be.copy(a.out, a.x2, btc * sizeof(float));
-  mlp_slice_forward(be, a.out, a.mlp, a.ln2, w, d, 0, d.F);
 }
 
 void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
   const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
   be.zero(a.dln2, btc * sizeof(float));
   mlp_slice_backward_input(be, a.dln2, a.mlp, a.dout, w, d, 0, d.F);
+  layer_backward_input_after_mlp(be, a, w, d);
+}
+
+void layer_backward_input_after_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
   be.copy(a.dx2, a.dout, btc * sizeof(float));  // residual path
   layernorm_backward_input(a.dx2, a.dln2, a.x2, w.ln2_w, a.mean2, a.rstd2, d.B, d.T, d.C, be);
   be.zero(a.dln1, btc * sizeof(float));

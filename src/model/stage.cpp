@@ -221,6 +221,8 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
     const std::size_t group = static_cast<std::size_t>(d.BT()) * ((d.F + mlp_groups_ - 1) / mlp_groups_ + 1);
     group_gelu_ = DeviceBuffer(*backend_, group * sizeof(float));
     group_dh_ = DeviceBuffer(*backend_, group * sizeof(float));
+    group_h_ = DeviceBuffer(*backend_, group * sizeof(float));
+    group_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(mlp_groups_) * d.BT() * d.C * sizeof(float));
   }
 }
 

@@ -79,7 +79,14 @@ void StageModel::run_forward(VStage& s, Micro& m, int* tokens, int* targets, con
   } else {
     backend_->copy(m.res[0], in, btc_bytes);
   }
-  for (int l = 0; l < s.n_layers; l++) layer_forward(*backend_, m.layers[l], s.w[l], d);
+  for (int l = 0; l < s.n_layers; l++) {
+    if (mlp_groups_ > 1) {  // the MLP in column groups (stage_migration.cpp)
+      layer_forward_before_mlp(*backend_, m.layers[l], s.w[l], d);
+      mlp_forward_grouped(m.layers[l], s.w[l]);
+    } else {
+      layer_forward(*backend_, m.layers[l], s.w[l], d);
+    }
+  }
   if (s.head) {
     m.targets = targets;
     head_forward(s, m);
@@ -95,6 +102,8 @@ void StageModel::forward(int vs, int mb, const float* in, float* out) {
   if (s.embedding || s.head) upload_step_tokens();
   const std::size_t at = static_cast<std::size_t>(mb) * dims_.BT();
   run_forward(s, m, step_tokens_.i() + at, step_targets_.i() + at, in, out);
+  give_groups_ = 0;  // given for this op only
+  exchange_ = {};
   if (s.head) {
     // The token losses stay on the backend until someone asks (loss(), step_loss()): reading them here would
     // block the host on the device after every last-stage forward.
@@ -159,7 +168,16 @@ void StageModel::backward_input(int vs, int mb, const float* grad_out, float* gr
   } else {
     backend_->copy(m.dres[s.n_layers], grad_out, btc_bytes);
   }
-  for (int l = s.n_layers - 1; l >= 0; l--) layer_backward_input(*backend_, m.layers[l], s.w[l], dims_);
+  for (int l = s.n_layers - 1; l >= 0; l--) {
+    if (mlp_groups_ > 1) {  // the MLP in column groups (stage_migration.cpp)
+      mlp_backward_input_grouped(m.layers[l], s.w[l]);
+      layer_backward_input_after_mlp(*backend_, m.layers[l], s.w[l], dims_);
+    } else {
+      layer_backward_input(*backend_, m.layers[l], s.w[l], dims_);
+    }
+  }
+  give_groups_ = 0;
+  exchange_ = {};
   if (!s.embedding) backend_->copy(grad_in, m.dres[0], btc_bytes);
   s.phase[mb] = Phase::after_backward_input;
 }

@@ -8,8 +8,10 @@
 #include <limits>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "conductor/model/backend.hpp"
+#include "conductor/model/layer_split.hpp"
 #include "conductor/model/stage.hpp"
 #ifdef CONDUCTOR_HAVE_CUDA
 #include "conductor/model/cuda/cuda_backend.hpp"
@@ -139,13 +141,16 @@ class StageCompute : public Compute {
 class HostModelCompute final : public StageCompute {
  public:
   HostModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
-      : StageCompute(s, rank, noise) {
+      : StageCompute(s, rank, noise), layers_(model::split_layers(plan.model, s.num_stages())) {
     build(plan, nullptr);
   }
   void begin_step(int step) override { model_->begin_step(step); }
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
     last_.start_ns = steady_now_ns();
-    if (give_ > 0) {
+    if (give_ > 0 && (a.kind == sched::OpKind::F || a.kind == sched::OpKind::B)) {
+      model_->give_mlp_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
+      run_stage_op(*model_, a, stage, in, out);
+    } else if (give_ > 0) {
       run_giving(a, stage, in, out);
     } else {
       run_stage_op(*model_, a, stage, in, out);
@@ -157,26 +162,34 @@ class HostModelCompute final : public StageCompute {
     last_.end_ns = steady_now_ns();
     return ++tickets_;
   }
-  // W's MLP column groups move (model/stage.hpp), for W and for BW's weight half; nothing of F or B yet.
-  SliceMoves slice_moves(sched::OpKind kind) const override {
-    const bool grouped = model_->mlp_groups() > 1;
-    return grouped && (kind == sched::OpKind::W || kind == sched::OpKind::BW) ? SliceMoves::Real : SliceMoves::None;
+  // The MLP column groups move (model/stage.hpp): of F, of B, of W and of BW's weight half.
+  SliceMoves slice_moves(sched::OpKind) const override {
+    return model_->mlp_groups() > 1 ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
-  void give_slices(int slices, HelpSender send) override {
+  void give_slices(int slices, HelpSender send, HelpReceiver receive) override {
     give_ = slices;
     send_ = std::move(send);
+    receive_ = std::move(receive);
   }
   std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input) override {
     if (slice_moves(kind) != SliceMoves::Real) {
       throw Error("cpu compute: asked to help with a " + std::string(sched::to_string(kind)) +
                   ", which moves no slices");
     }
-    return model_->mlp_weight_grads(slices, input);
+    switch (kind) {
+      case sched::OpKind::F: return model_->mlp_forward_help(slices, input);
+      case sched::OpKind::B: return model_->mlp_backward_input_help(slices, input);
+      default: return model_->mlp_weight_grads(slices, input);  // W, BW's weight half
+    }
   }
   void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer) override {
     model_->land_mlp_weight_grads(stage, a.microbatch, answer);
+  }
+  int requests_per_op(sched::OpKind kind, int stage) const override {
+    const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
+    return per_layer ? layers_[static_cast<std::size_t>(stage)] : 1;
   }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;
@@ -200,6 +213,8 @@ class HostModelCompute final : public StageCompute {
   double share_ = 1.0;  // of the next op's injected extra delay (keep_share)
   int give_ = 0;        // slices the next op gives to a helper (give_slices)
   HelpSender send_;
+  HelpReceiver receive_;            // F, B
+  std::vector<int> layers_;         // per virtual stage (any rank's: a helper serves them all)
   std::function<bool()> progress_;  // set_progress
 };
 
@@ -364,12 +379,13 @@ void sleep_with_progress_until_ns(std::int64_t deadline_ns, const std::function<
 void Compute::keep_share(double) {
   throw Error("computation migration runs on the emulated and cpu backends only (issue 15: cuda slices)");
 }
-void Compute::give_slices(int, HelpSender) {
+void Compute::give_slices(int, HelpSender, HelpReceiver) {
   throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }
 std::vector<float> Compute::compute_slices(sched::OpKind, int, const std::vector<float>&) {
   throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }
+int Compute::requests_per_op(sched::OpKind, int) const { return 1; }
 void Compute::land_slices(const sched::Action&, int, const std::vector<float>&) {
   throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
 }

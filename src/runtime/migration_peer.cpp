@@ -244,6 +244,7 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
                    Role::HelpSend, i);
   ++sends_;
   ++answers_due_;
+  owned_[static_cast<std::size_t>(i)].back = -1;  // due (F and B ask once per layer)
   std::vector<char>& reply = owned_[static_cast<std::size_t>(i)].reply;
   reply.resize(static_cast<std::size_t>(c.bytes_back));
   plane_.post_recv(Plane::Data, helper, help_tag(i, true), reply.data(), reply.size(), Role::HelpReply, i);
@@ -265,16 +266,23 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   c.slices = o.slices;
   c.help_ns = ms_to_ns(o.helper_compute);
   if (moves == Compute::SliceMoves::Real) {
-    own.real = true;
-    compute_.give_slices(o.slices, [this, i, c, helper = o.helper](std::vector<float> input, std::size_t answer) {
-      Control request = c;
-      request.bytes_out = static_cast<std::int64_t>(input.size() * sizeof(float));
-      request.bytes_back = static_cast<std::int64_t>(answer * sizeof(float));
-      std::vector<char> payload(static_cast<std::size_t>(request.bytes_out));
-      std::memcpy(payload.data(), input.data(), payload.size());
-      post_help(i, helper, request, std::move(payload));
-      push_sends();  // before this rank computes its own part
-    });
+    const sched::OpKind kind = ctx_.actions()[static_cast<std::size_t>(i)].kind;
+    // W, BW: one request, the answer lands after the op. F, B: one request per layer, each answer awaited inside
+    // the op (nothing is due until the first layer's request).
+    own.real = kind == sched::OpKind::W || kind == sched::OpKind::BW;
+    if (!own.real) own.back = now;
+    compute_.give_slices(
+        o.slices,
+        [this, i, c, helper = o.helper](std::vector<float> input, std::size_t answer) {
+          Control request = c;
+          request.bytes_out = static_cast<std::int64_t>(input.size() * sizeof(float));
+          request.bytes_back = static_cast<std::int64_t>(answer * sizeof(float));
+          std::vector<char> payload(static_cast<std::size_t>(request.bytes_out));
+          std::memcpy(payload.data(), input.data(), payload.size());
+          post_help(i, helper, request, std::move(payload));
+          push_sends();  // before this rank computes its own part
+        },
+        [this, i] { return await_answer(i); });
   } else {
     const std::int64_t bytes = std::llround(o.bytes);
     c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
@@ -288,6 +296,22 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   own.own_share = o.owner_time / (estimate_ns / 1e6);
   compute_.keep_share(own.own_share);
   return o.op_time * 1e6;
+}
+
+// Owner, inside its F or B: the answer to the layer's request. Polls, and serves requests to this rank meanwhile
+// (two ranks whose F each wait on the other's help would otherwise wait forever); the watchdog names a helper
+// that never answers.
+std::vector<float> MigrationPeer::await_answer(int i) {
+  const Owned& own = owned_[static_cast<std::size_t>(i)];
+  while (own.back < 0) {
+    const std::size_t done = drain_();
+    const bool served = serve();
+    if (done == 0 && !served) sleep_until_ns(steady_now_ns() + 20'000);
+    check_answers({i}, clock_.now_ns());
+  }
+  std::vector<float> answer(own.reply.size() / sizeof(float));
+  std::memcpy(answer.data(), own.reply.data(), answer.size() * sizeof(float));
+  return answer;
 }
 
 // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy
@@ -346,7 +370,17 @@ bool MigrationPeer::serve() {
   const std::int64_t end = clock_.now_ns();
   reply(job, std::move(answer));
   record_help(job, a, start, end);
+  count_layer(job, a);
   return true;
+}
+
+// Real F and B ask once per layer: this rank keeps its own next op back until the owner's last layer is served.
+void MigrationPeer::count_layer(const Job& job, const sched::Action& a) {
+  if (compute_.slice_moves(a.kind) != Compute::SliceMoves::Real) return;
+  const auto key = std::make_pair(job.owner, job.request.index);
+  const auto [at, first] = layers_due_.try_emplace(key, 0);
+  if (first) at->second = compute_.requests_per_op(a.kind, ctx_.order.stage_of(job.owner, a.chunk));
+  if (--at->second <= 0) layers_due_.erase(at);
 }
 
 void MigrationPeer::record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end) {

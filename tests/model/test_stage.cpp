@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -199,6 +200,66 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
   for (int mb = 0; mb < 4; mb++) EXPECT_EQ(ref.loss(mb), odd.loss(mb)) << mb;
   // Bit for bit: W's shares are added in microbatch order whatever order W ran in.
   for (int vs : {0, 1}) EXPECT_EQ(odd.read(vs, Buffer::Grads), ref.read(vs, Buffer::Grads));
+}
+
+// Computation migration's F and B (stage.hpp, "F and B in groups"): an owner that gives its last k MLP groups of
+// every F and B to a helper model (here in the same process; the runtime sends the same vectors over MPI) computes
+// the same bits as one that keeps them, for every k, with even (G = 4) and uneven (G = 3: 5, 5, 6 columns) groups;
+// the helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
+TEST(Stage, MlpGroupsGivenToAHelperGiveTheSameBits) {
+  for (const int groups : {4, 3}) {
+    auto deck = tiny_deck();
+    deck.parallel.pipeline = 2;
+    deck.migration.enabled = true;
+    deck.migration.units = {"mlp"};
+    deck.migration.slices = groups;
+    deck.migration.max_fraction = 1;
+    const plan::Plan plan = config::resolve(deck);
+    StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
+    ASSERT_EQ(give.mlp_groups(), groups);
+    int layers_given = 0;
+    // Gives k = 1 .. G groups in turn (per op), through the helper's two entry points.
+    const auto exchange = [&](bool forward, int k) {
+      auto input = std::make_shared<std::vector<float>>();
+      auto floats = std::make_shared<std::size_t>(0);
+      StageModel::MlpExchange e;
+      e.send = [input, floats](std::vector<float> in, std::size_t answer) {
+        *input = std::move(in);
+        *floats = answer;
+      };
+      e.receive = [&, input, floats, forward, k] {
+        ++layers_given;
+        std::vector<float> a = forward ? helper.mlp_forward_help(k, *input) : helper.mlp_backward_input_help(k, *input);
+        EXPECT_EQ(a.size(), *floats);
+        return a;
+      };
+      return e;
+    };
+    for (int step = 0; step < 2; ++step) {
+      const std::size_t n = keep.activation_elements();
+      std::vector<float> act(n), grad(n);
+      give.begin_step(step);
+      int op = 0;
+      for (int mb = 0; mb < give.num_microbatches(); ++mb) {
+        for (int vs : {0, 1}) {
+          const int k = 1 + op++ % groups;
+          give.give_mlp_groups(k, exchange(true, k));
+          give.forward(vs, mb, vs == 0 ? nullptr : act.data(), vs == 1 ? nullptr : act.data());
+        }
+        for (int vs : {1, 0}) {
+          const int k = 1 + op++ % groups;
+          give.give_mlp_groups(k, exchange(false, k));
+          give.backward_full(vs, mb, vs == 1 ? nullptr : grad.data(), vs == 0 ? nullptr : grad.data());
+        }
+      }
+      EXPECT_EQ(give.step_loss(), run_step(keep, step)) << groups << " groups, step " << step;
+      for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << vs;
+      keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+      give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+    }
+    EXPECT_EQ(layers_given, 2 * deck.parallel.microbatches * 2 * deck.model.n_layers);
+    EXPECT_THROW(give.give_mlp_groups(groups + 1, {}), Error);
+  }
 }
 
 TEST(Stage, OutOfOrderCallsAreRefused) {

@@ -110,7 +110,7 @@ class HelperFaultTest(unittest.TestCase):
     """A helper that stops in the middle of a help (SIGSTOP, injected): its answer never comes; the owner's watchdog
     ends the run promptly with one message naming the helper, the owner, the op and the step."""
 
-    def test_answer_that_never_comes(self):
+    def hang(self, force, op):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "hang")
             path = os.path.join(tmp, "deck.yaml")
@@ -121,7 +121,7 @@ run: {{name: hang, steps: 4, output: {out}}}
 parallel: {{pipeline: 2, microbatches: 4, microbatch_size: 2}}
 model: {{n_layers: 2, d_model: 32, n_heads: 2, seq_len: 16}}
 schedule: {{kind: zb-h1, execution: strict}}
-migration: {{enabled: true, units: [mlp], slices: 4, force: ["1->0:W,BW:2"]}}
+migration: {{enabled: true, units: [mlp], slices: 4, force: ["1->0:{force}:2"]}}
 runtime: {{watchdog_s: 2}}
 """)
             env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="0:1:hang-help")
@@ -133,9 +133,16 @@ runtime: {{watchdog_s: 2}}
             lines = [l for l in proc.stderr.splitlines() if "watchdog:" in l]
             self.assertEqual(len(lines), 1, proc.stderr)
             self.assertIn("rank 1 waited", lines[0])
-            self.assertIn("the answer of helper rank 0 to its W of microbatch 0 (stage 1, 2 slices)", lines[0])
+            self.assertIn(f"the answer of helper rank 0 to its {op} of microbatch 0 (stage 1, 2 slices)", lines[0])
             self.assertIn("in step 1", lines[0])
             self.assertLess(elapsed, 60, proc.stderr)
+
+    def test_answer_that_never_comes(self):
+        self.hang("W,BW", "W")
+
+    def test_layer_answer_that_never_comes(self):
+        """F waits for each layer's answer inside the op: the same watchdog, from inside it."""
+        self.hang("F,B", "F")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-// Computation migration on the cpu backend moves real slices (W's MLP column groups, and BW's weight half) and
-// never changes the math: with forced patterns (migration.force) and with decided migrations under a straggler
-// and jitter, losses equal single-rank training bit for bit, for several schedule families, strict and readiness,
-// at the pipeline size this binary runs with. The trace shows the slices did move (owner rows with migrated
-// slices, HELP_W / HELP_BW rows on the helper), so a run where nothing moved cannot pass.
+// Computation migration on the cpu backend moves real slices (the MLP column groups of F, B, W and BW's weight half)
+// and never changes the math: with forced patterns (migration.force) and with decided migrations under a straggler and
+// jitter, losses equal single-rank training bit for bit, for several schedule families, strict and readiness, at the
+// pipeline size this binary runs with. The trace shows the slices did move (owner rows with migrated slices, HELP_F /
+// HELP_B / HELP_W / HELP_BW rows on the helper), so a run where nothing moved cannot pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -11,7 +11,9 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/reference.hpp"
+#include "conductor/model/stage.hpp"
 #include "conductor/runtime/training.hpp"
 #include "conductor/trace/trace_reader.hpp"
 #include "mpi_world.hpp"
@@ -34,8 +36,8 @@ config::Deck migration_deck(const std::string& kind, const std::string& executio
   return conductor::test_support::tiny_run_deck("mig", v, o);
 }
 
-// Every rank gives `slices` slices of its W and BW ops to the next rank.
-std::string ring_pattern(int slices) {
+// Every rank gives `slices` slices of its ops of `kinds` (W and BW unless said) to the next rank.
+std::string ring_pattern(int slices, const std::string& kinds = "W,BW") {
   const int p = world_size();
   std::string list = "migration.force=[";
   for (int r = 0; r < p; ++r) {
@@ -45,7 +47,9 @@ std::string ring_pattern(int slices) {
     list += std::to_string(r);
     list += "->";
     list += std::to_string((r + 1) % p);
-    list += ":W,BW:";
+    list += ':';
+    list += kinds;
+    list += ':';
     list += std::to_string(slices);
     list += '"';
   }
@@ -53,8 +57,10 @@ std::string ring_pattern(int slices) {
 }
 
 struct Moved {
-  int owner_ops = 0;   // owner rows with slices sent away
-  int helper_ops = 0;  // HELP_W / HELP_BW rows
+  int owner_ops = 0;             // owner rows with slices sent away
+  int helper_ops = 0;            // HELP_W / HELP_BW rows
+  int owner_f = 0, owner_b = 0;  // owner F / B rows with slices sent away
+  int help_f = 0, help_b = 0;    // HELP_F / HELP_B rows (one per layer)
   bool helpers_right = true;
 };
 
@@ -62,14 +68,40 @@ Moved moved(const std::string& dir, int forced_shift) {
   Moved m;
   const trace::Trace t = trace::read_trace((std::filesystem::path(dir) / "trace.h5").string());
   for (const trace::OpEvent& e : t.events) {
-    if (e.kind == trace::EventKind::HELP_W || e.kind == trace::EventKind::HELP_BW) {
-      ++m.helper_ops;
+    const bool help_fb = e.kind == trace::EventKind::HELP_F || e.kind == trace::EventKind::HELP_B;
+    if (e.kind == trace::EventKind::HELP_W || e.kind == trace::EventKind::HELP_BW || help_fb) {
+      if (help_fb) {
+        ++(e.kind == trace::EventKind::HELP_F ? m.help_f : m.help_b);
+      } else {
+        ++m.helper_ops;
+      }
       if (forced_shift > 0 && e.rank != (e.peer + forced_shift) % world_size()) m.helpers_right = false;
     } else if (e.migrated > 0) {
       ++m.owner_ops;
+      if (e.kind == trace::EventKind::F) ++m.owner_f;
+      if (e.kind == trace::EventKind::B) ++m.owner_b;
     }
   }
   return m;
+}
+
+// The final weights of a run (its checkpoint under `dir`) equal those of single-rank training of the same deck,
+// bit for bit (rank 0 reads both).
+void expect_single_rank_weights(config::Deck deck, const std::string& dir, const std::string& what) {
+  const std::string ref_dir = dir + "-reference";
+  std::filesystem::remove_all(ref_dir);
+  deck.checkpoint.path = ref_dir;
+  const plan::Plan plan = config::resolve(deck);
+  model::train_reference(plan);
+  const int stages = deck.parallel.pipeline * deck.parallel.virtual_chunks;
+  std::vector<int> all(static_cast<std::size_t>(stages));
+  for (int vs = 0; vs < stages; ++vs) all[static_cast<std::size_t>(vs)] = vs;
+  model::StageModel run(plan, all, stages), ref(plan, all, stages);
+  run.load_checkpoint(model::resolve_checkpoint(dir));
+  ref.load_checkpoint(model::resolve_checkpoint(ref_dir));
+  for (int vs = 0; vs < stages; ++vs) {
+    EXPECT_EQ(run.read(vs, model::Buffer::Params), ref.read(vs, model::Buffer::Params)) << what << " vstage " << vs;
+  }
 }
 
 void expect_single_rank_losses(const config::Deck& deck, const runtime::RunOutcome& outcome, const std::string& what) {
@@ -107,18 +139,60 @@ INSTANTIATE_TEST_SUITE_P(Families, ForcedMigration,
                            return name;
                          });
 
+// F and B move too: every op of every rank gives 2 of 4 MLP groups of every layer to the next rank (F and B one
+// request per layer, W and BW one per op), and losses and final weights equal single-rank training of the same deck
+// (migration on with the same 4 groups: the MLP summed group by group) bit for bit.
+class ForcedFBMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(ForcedFBMigration, MatchesSingleRank) {
+  const auto& [kind, execution] = GetParam();
+  const std::string ckpt =
+      (std::filesystem::temp_directory_path() / ("conductor-migfb-ckpt-" + std::to_string(world_size()))).string();
+  const config::Deck deck = migration_deck(kind, execution, {ring_pattern(2, "F,B,W,BW"), "checkpoint.path=" + ckpt});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, kind + " " + execution);
+  expect_single_rank_weights(deck, ckpt, kind + " " + execution);
+  const Moved m = moved(outcome.output_dir, 1);
+  // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; every F and B moved, on the helper one row per
+  // layer (2p layers over p v chunks).
+  const int v = deck.parallel.virtual_chunks, p = world_size(), ops = 3 * 2 * p * v * p, layers = 2 / v;
+  EXPECT_EQ(m.owner_f, ops) << kind;
+  EXPECT_EQ(m.help_f, ops * layers) << kind;
+  EXPECT_EQ(m.owner_b, kind == "zb-h1" ? ops : 0) << kind;
+  EXPECT_EQ(m.help_b, m.owner_b * layers) << kind;
+  EXPECT_EQ(m.owner_ops, (kind == "zb-h1" ? 3 : 2) * ops) << kind;
+  EXPECT_TRUE(m.helpers_right) << kind;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForcedFBMigration,
+                         ::testing::Values(std::make_tuple("zb-h1", "strict"), std::make_tuple("zb-h1", "readiness"),
+                                           std::make_tuple("1f1b", "strict"),
+                                           std::make_tuple("1f1b-interleaved", "readiness")),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
 // Every slice moved (slices = migration.slices): the owner computes no MLP weight gradient of its own.
 TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
-  const config::Deck deck = migration_deck("zb-h1", "strict", {ring_pattern(4), "migration.max_fraction=1"});
+  const config::Deck deck =
+      migration_deck("zb-h1", "strict", {ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"});
   const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
   expect_single_rank_losses(deck, outcome, "all slices");
-  EXPECT_GT(moved(outcome.output_dir, 1).helper_ops, 0);
+  const Moved m = moved(outcome.output_dir, 1);
+  EXPECT_GT(m.helper_ops, 0);
+  EXPECT_GT(m.help_f, 0);
+  EXPECT_GT(m.help_b, 0);
 }
 
 // Decided migrations: rank 0 is a straggler (its ops take 3x their cost-model time, injected as real delays),
-// the others jitter; the decision (sched::Migration::decide, as in the emulated runtime) moves slices of its W
-// and BW ops to idle peers.
+// the others jitter; the decision (sched::Migration::decide, as in the emulated runtime) moves slices of its F,
+// B, W and BW ops to idle peers.
 TEST(DecidedMigration, StragglerMatchesSingleRank) {
   for (const std::string execution : {"strict", "readiness"}) {
     const config::Deck deck =
@@ -129,7 +203,9 @@ TEST(DecidedMigration, StragglerMatchesSingleRank) {
     const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
     if (world_rank() != 0) continue;
     expect_single_rank_losses(deck, outcome, "decided " + execution);
-    EXPECT_GT(moved(outcome.output_dir, 0).helper_ops, 0) << "no migration was decided (" << execution << ")";
+    const Moved m = moved(outcome.output_dir, 0);
+    EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided (" << execution << ")";
+    EXPECT_GT(m.help_f + m.help_b, 0) << "no F or B migration was decided (" << execution << ")";
   }
 }
 

@@ -119,6 +119,10 @@ struct LayerActs {
 void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
+// The parts of a layer around its MLP, for a model that computes the MLP in column groups (model/stage.hpp,
+// computation migration): layer_forward up to ln2, and layer_backward_input after dln2 (which the caller wrote).
+void layer_forward_before_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_input_after_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 // layer_backward_weight without the MLP's weight gradients (those computed group by group instead; the outputs
 // are disjoint, so the order of the parts does not change a bit).
 void layer_backward_weight_except_mlp(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);

@@ -22,6 +22,7 @@
 // Sources: stage.cpp (parameters, buffers, access), stage_passes.cpp (F, B, W, losses), optimizer.cpp (the
 // gradient norm and the AdamW step), checkpoint.cpp; the single-process reference trainer is reference.hpp.
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,11 +111,11 @@ class StageModel {
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
-  // ---- computation migration: W's MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
+  // ---- computation migration: the MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
   // With migration on (plan.migration.enabled and unit `mlp`), W computes every layer's MLP weight gradients in
   // G = migration.slices column groups, group g holding columns [g F/G, (g+1) F/G), each from compact copies of
   // its columns, which is how a helper rank computes them: the bits do not depend on where a group ran. (Without
-  // migration the MLP's weight gradients are one product, as before.) 1 = not grouped.
+  // migration the MLP is one product in F, B and W, as before.) 1 = not grouped.
   int mlp_groups() const { return mlp_groups_; }
   // Owner, between B and W of (vs, mb): what a helper needs for the last `groups` groups: per layer, the LN2
   // output and the MLP's output gradient [B,T,C], then per group its GELU output and pre-activation gradient
@@ -130,6 +131,26 @@ class StageModel {
   // Owner: the helper's answer lands in the held-back gradients of (vs, mb), which then join the microbatch-order
   // sum.
   void land_mlp_weight_grads(int vs, int mb, const std::vector<float>& grads);
+  // F and B in groups (the same condition, mlp_groups() > 1): every F and B computes each layer's MLP group by group
+  // from compact copies, and adds the groups' partial outputs (F) or input-gradient partials (B) in one fixed order,
+  // from the last group down to group 0 (acc = p[G-1], then acc = p[g] + acc), so that a helper holding the last
+  // groups answers with one partial sum and the bits do not depend on where a group ran.
+  //
+  // Owner: the next forward or backward_input gives the last `groups` groups of every layer to a helper. Per layer
+  // it calls exchange.send(input, floats of the answer) once the layer's input exists, computes its own groups,
+  // then takes exchange.receive() (blocking) and finishes the layer. Layouts per layer (nc a group's columns):
+  //   F in:  LN2 output [B,T,C]; per group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C] (and fcproj_b [C] for group 0)
+  //   F out: partial sum [B,T,C]; per group its pre-activation and GELU output [B,T,nc] (kept for B and W)
+  //   B in:  MLP output gradient [B,T,C]; per group fcproj_w [nc,C], fc_w [nc,C], pre-activation [B,T,nc]
+  //   B out: partial sum of the LN2 output gradient [B,T,C]; per group its pre-activation gradient [B,T,nc]
+  struct MlpExchange {
+    std::function<void(std::vector<float> input, std::size_t answer_floats)> send;
+    std::function<std::vector<float>()> receive;
+  };
+  void give_mlp_groups(int groups, MlpExchange exchange);
+  // Helper (any rank, the same model dimensions): one layer's answer to F / B for the last `groups` groups.
+  std::vector<float> mlp_forward_help(int groups, const std::vector<float>& input) const;
+  std::vector<float> mlp_backward_input_help(int groups, const std::vector<float>& input) const;
 
   // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
   // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage
@@ -201,6 +222,13 @@ class StageModel {
   DeviceBuffer group_gelu_, group_dh_;  // compact columns of one MLP group (W with groups)
   int group_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.F / mlp_groups_); }
   void mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here);
+  int give_groups_ = 0;       // groups the next forward / backward_input gives away (give_mlp_groups)
+  MlpExchange exchange_;      // ... and how
+  DeviceBuffer group_h_;      // compact pre-activation of one group (F and B with groups)
+  DeviceBuffer group_parts_;  // [G, B,T,C] the groups' partial outputs / input gradients of one layer
+  void check_groups(int groups, const char* what) const;
+  void mlp_forward_grouped(const LayerActs& a, const LayerView& w);
+  void mlp_backward_input_grouped(const LayerActs& a, const LayerView& w);
   void add_slots_in_order(VStage& s);
 };
 

@@ -47,7 +47,7 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
   // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
-  // cpu, the MLP column groups of W and of BW's weight half), None.
+  // cpu, the MLP column groups of F, B, W and of BW's weight half), None.
   enum class SliceMoves { None, Modelled, Real };
   virtual SliceMoves slice_moves(sched::OpKind kind) const {
     (void)kind;
@@ -56,13 +56,17 @@ class Compute {
   // The next launch() keeps `share` (0..1] of its op's modelled time (Modelled: its whole duration; Real: the
   // noise model's injected extra delay, which scales with the work kept).
   virtual void keep_share(double share);
-  // Real, owner: the next launch() gives the last `slices` slices to a helper. Once the helper's input exists
-  // (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the rest;
-  // the op's weight gradients wait for land_slices.
+  // Real, owner: the next launch() gives the last `slices` slices to a helper. W, BW: once the helper's input
+  // exists (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the
+  // rest; the op's weight gradients wait for land_slices. F, B: per layer, send(the layer's input) and, after its
+  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns.
   using HelpSender = std::function<void(std::vector<float> input, std::size_t answer_floats)>;
-  virtual void give_slices(int slices, HelpSender send);
+  using HelpReceiver = std::function<std::vector<float>()>;
+  virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
   // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
+  // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer; W, BW: one).
+  virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);
   // Called over and over while an op of a host backend waits (emulated: sleeps), as long as it returns true: the

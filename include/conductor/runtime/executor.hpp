@@ -29,13 +29,14 @@
 // (sched::RankDriver::offload, the simulator's decision), sends the request and a payload of the modelled size
 // on the data transport; the helper sleeps the slices' time between its own ops and returns a payload of the
 // modelled size; the owner's op ends when its own share and the reply are in. On the cpu backend the slices are
-// real (W's MLP column groups, Compute::SliceMoves::Real): the payload is the slices' inputs, sent from inside
+// real (the MLP column groups, Compute::SliceMoves::Real): the payload is the slices' inputs, sent from inside
 // the owner's op once they exist; the helper computes them with the trainer's kernels between its own ops (never
-// declining) and answers with their weight gradients, which land in the owner's accumulators before the op
-// completes. migration.force replaces the decision with fixed patterns. An answer outstanding past the
-// watchdog's limit ends the run naming the helper, the owner, the op and the step. Announcements are sent whenever
-// migration is on (the cost model's estimate when not backfilling, as in the simulator). A step ends on a rank
-// once its ops are done, every peer has said Finished and every help it was asked for is served.
+// declining) and answers: W, BW with their weight gradients, which land in the owner's accumulators before the op
+// completes; F, B per layer with a partial sum the owner waits for inside the op (serving requests meanwhile).
+// migration.force replaces the decision with fixed patterns. An answer outstanding past the watchdog's limit ends the
+// run naming the helper, the owner, the op and the step. Announcements are sent whenever migration is on (the cost
+// model's estimate when not backfilling, as in the simulator). A step ends on a rank once its ops are done, every peer
+// has said Finished and every help it was asked for is served.
 //
 // Sources: executor.cpp (the loop and the op lifecycle), control_plane.cpp (the transfers of a step: headers,
 // announcements, arrivals), migration_peer.cpp (migration's messages, decision, help and answers).
