@@ -10,8 +10,10 @@
 // noise {none, jitter10, straggler, congestion} (inputs/noise/*.yaml), mean makespan over 5 seeds x 10 steps;
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
 // (5) --migration [DECK...]: the paper's ablation (ZB-2p strict; + global tier; + migration; both) under 10% Gaussian
-// jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains, both
-// bubbles, bytes per step, decision cost per op. KEY=VALUE arguments are added to every migration row
+// jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains (over the
+// split's and the balanced split's ZB-2p strict), the ratio to the balanced-work bound, both bubbles, bytes per step,
+// decision cost per op, CPU time over migration off; then issue 14's goals, met or not. KEY=VALUE arguments are
+// added to every migration row
 // (--migration inputs/gpt3-1.5b.yaml migration.weights=replicas).
 // (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
 // backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
