@@ -10,8 +10,10 @@
 // noise {none, jitter10, straggler, congestion} (inputs/noise/*.yaml), mean makespan over 5 seeds x 10 steps;
 // then heavy variability (lognormal sigma 1.0; congestion p 0.5, delay 2F) and p=64 / p=1024 bubbles.
 // (5) --migration [DECK...]: the paper's ablation (ZB-2p strict; + global tier; + migration; both) under 10% Gaussian
-// jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains, both
-// bubbles, bytes per step, decision cost per op. KEY=VALUE arguments are added to every migration row
+// jitter and a straggler drawn per step, on the deck's split and the balanced split: makespan, gains (over the
+// split's and the balanced split's ZB-2p strict), the ratio to the balanced-work bound, both bubbles, bytes per step,
+// decision cost per op, CPU time over migration off; then issue 14's goals, met or not. KEY=VALUE arguments are
+// added to every migration row
 // (--migration inputs/gpt3-1.5b.yaml migration.weights=replicas).
 // (6) --scale P M [STEPS]: only the at-scale rows of (4) (1f1b, zb-h1, zb-2p, zb-v bubbles, strict / bfw /
 // backfill) for one (p, m); STEPS defaults to 5 (1 for p >= 1024).
@@ -529,6 +531,7 @@ void at_scale(int p, int m, int steps) {
 
 struct MigRow {
   double makespan = 0, bubble = 0, stage_bubble = 0, bytes = 0, migrated = 0, cpu_s = 0, ops = 0;
+  double bound = 0;  // the split's balanced-work bound (noise-free), balanced_work_bound
 };
 
 // A noise preset of the ablation: the keys, and how many independent runs of how many steps are averaged.
@@ -536,23 +539,39 @@ struct MigNoise {
   const char* name;
   std::vector<std::string> keys;
   int seeds, steps;
+  bool jitter;  // the 10% jitter preset (the goals' default noise)
 };
 
 // 10% jitter (5 seeds x 20 steps, the issue's); a straggler drawn per step: one rank 1.5x slower on top of 5%
-// jitter (inputs/noise/straggler.yaml), the rank drawn from the seed, so 50 one-step runs draw it 50 times.
+// jitter (inputs/noise/straggler.yaml). The noise model draws the straggler's rank from the seed, once per run, so
+// 100 one-step runs draw it 100 times: as many drawn steps as 5 seeds x 20 steps (synchronous steps are
+// independent but for the global tier's replanning, which cannot foresee a rank drawn anew each step).
 const std::vector<MigNoise>& mig_noises() {
-  static const std::vector<MigNoise> n = {{"jitter 10%", {"noise.kind=gaussian", "noise.level=0.1"}, 5, 20},
+  static const std::vector<MigNoise> n = {{"jitter 10%", {"noise.kind=gaussian", "noise.level=0.1"}, 5, 20, true},
                                           {"straggler 1.5x per step",
                                            {"noise.kind=[gaussian, straggler]", "noise.level=0.05",
                                             "noise.straggler_factor=1.5", "noise.straggler_rank=-1"},
-                                           50,
-                                           1}};
+                                           100,
+                                           1,
+                                           false}};
   return n;
+}
+
+// Issue 14's balanced-work bound: the step's total work spread evenly over the p ranks plus the pipeline fill (the
+// first microbatch's forwards and transfers up to the last stage), noise-free. No order of the deck's split beats
+// its heaviest stage's work + fill; only moving work between ranks can approach this bound.
+double balanced_work_bound(const plan::Plan& plan) {
+  const sched::CostModel c(plan.costs);
+  const int p = plan.pipeline.p;
+  double work = 0, fill = 0;
+  for (int r = 0; r < p; ++r) work += plan.pipeline.m * c.work_per_microbatch(r);
+  for (int r = 0; r + 1 < p; ++r) fill += c.op_time(r, sched::OpKind::F, 1) + c.comm_time();
+  return work / p + fill;
 }
 
 // The deck under ZB-2p strict with `overrides`, mean over the noise's seeds x steps; with `global` the global
 // tier (scheduler.kind=ppo, the shipped policy) replans after every step, as `conductor simulate` runs it. CPU
-// time of the simulation alone (deck loading excluded).
+// time of the simulation alone (deck loading excluded; without the global tier the least of three runs).
 MigRow mig_run(const std::string& path, const std::string& text, const std::vector<std::string>& overrides,
                const MigNoise& noise_preset, bool global) {
   MigRow row;
@@ -572,15 +591,24 @@ MigRow mig_run(const std::string& path, const std::string& text, const std::vect
     const sched::Schedule s = sched::make_schedule(plan);
     const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, s);
     const sim::SimOptions options = sim::SimOptions::from_plan(plan, s);
-    const std::clock_t t0 = std::clock();
+    row.bound = balanced_work_bound(plan);
     sim::RunResult r;
     if (global) {
+      const std::clock_t t0 = std::clock();
       const auto planner = cli::planner_factory(plan)(s);
       r = sim::simulate_with_planner(noise, options, steps, *planner).run;
+      row.cpu_s += cpu_seconds_since(t0);
     } else {
-      r = sim::simulate_run(s, noise, options, steps);
+      // The least of three runs (the same result each time): a one-step run takes well under a millisecond, so
+      // one timing on a shared machine is mostly noise.
+      double cpu = std::numeric_limits<double>::infinity();
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        const std::clock_t t0 = std::clock();
+        r = sim::simulate_run(s, noise, options, steps);
+        cpu = std::min(cpu, cpu_seconds_since(t0));
+      }
+      row.cpu_s += cpu;
     }
-    row.cpu_s += cpu_seconds_since(t0);
     row.ops += static_cast<double>(s.num_actions()) * steps;
     row.makespan += r.mean_makespan_ms / seeds;
     row.bubble += r.mean_bubble_ratio / seeds;
@@ -598,6 +626,51 @@ std::vector<std::string> mig_keys(int helpers) {
           "migration.helpers=" + std::to_string(helpers)};
 }
 
+// The best row of one kind for a goal, and where it was found.
+struct MigBest {
+  double value = std::numeric_limits<double>::quiet_NaN();
+  std::string where;
+  // Keep `v` when it is better than the kept one (`larger`: higher is better).
+  void offer(double v, const std::string& at, bool larger) {
+    if (std::isnan(value) || (larger ? v > value : v < value)) value = v, where = at;
+  }
+};
+
+// Issue 14's goals for one deck, from its ablation rows (migration rows: "+ migration" and "both").
+struct MigGoals {
+  MigBest bound;               // jitter, deck split with deck costs: makespan / balanced-work bound (<= 1.05)
+  MigBest jitter_balanced;     // jitter, balanced split: gain over its ZB-2p strict (>= 1.03; multimodal 1.2)
+  MigBest jitter_deck;         // jitter, deck split (deck costs): balanced ZB-2p strict / the row (the same goals)
+  MigBest straggler_balanced;  // straggler: gain over the balanced split's ZB-2p strict (>= 1.10)
+  MigBest straggler_deck;      // straggler, deck split: balanced ZB-2p strict / the row
+  MigBest stage_bubble;        // jitter, both tiers, any split: per-stage bubble (<= 0.02)
+  MigBest decision;            // the largest decision cost per op of a "+ migration" row (< 10 us)
+  MigBest cpu;                 // the largest CPU time of a "+ migration" row over its ZB-2p strict's (<= 1.5)
+  void print(const std::string& deck) const {
+    const bool language = deck.find("multimodal") == std::string::npos;
+    const double target = language ? 1.03 : 1.2;
+    auto line = [](const char* goal, const MigBest& b, bool met, const char* fmt) {
+      std::printf("- %s: ", goal);
+      std::printf(fmt, b.value);
+      std::printf(" (%s): %s\n", b.where.c_str(), met ? "met" : "NOT met");
+    };
+    std::printf("\nGoals, %s (best row of the migration and both rows):\n", deck.c_str());
+    if (language) line("deck split, jitter: makespan / bound <= 1.05", bound, bound.value <= 1.05, "%.3f");
+    const std::string g = "vs balanced ZB-2p strict, jitter >= " + std::string(language ? "1.03x" : "1.2x");
+    line((g + ", balanced split").c_str(), jitter_balanced, jitter_balanced.value >= target, "%.3fx");
+    line((g + ", deck split").c_str(), jitter_deck, jitter_deck.value >= target, "%.3fx");
+    line("vs balanced ZB-2p strict, straggler >= 1.10x, balanced split", straggler_balanced,
+         straggler_balanced.value >= 1.10, "%.3fx");
+    line("vs balanced ZB-2p strict, straggler >= 1.10x, deck split", straggler_deck, straggler_deck.value >= 1.10,
+         "%.3fx");
+    line("per-stage bubble, both tiers, jitter <= 0.02 (lowest)", stage_bubble, stage_bubble.value <= 0.02, "%.4f");
+    line("decision cost < 10 us/op (largest)", decision, decision.value < 10, "%.2f us");
+    line("simulator CPU time within 1.5x of migration off (largest)", cpu, cpu.value <= 1.5, "%.2fx");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+};
+
 // extra: keys added to every row with migration (e.g. migration.weights=replicas).
 void migration_table(const std::vector<std::string>& decks, const std::vector<std::string>& extra) {
   std::string keys;
@@ -605,10 +678,13 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
   std::printf(
       "## the paper's ablation: ZB-2p strict; + global tier (scheduler.kind=ppo, the shipped policy); + migration "
       "(NVLink, bf16 tensors, migration.helpers=H%s); both. Gain = the split's ZB-2p strict makespan / the row's; vs "
-      "deck = the deck split's ZB-2p strict (deck costs) / the row's; decision cost = (CPU time with migration - "
-      "without) / ops; MB/step includes replica refreshes. Derived = cost.device_tflops=150.%s\n\n"
-      "| deck | noise | split | method | makespan ms | gain | vs deck | bubble | per-stage bubble | migrated ops/step "
-      "| MB/step | decision cost us/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "balanced = the balanced split's ZB-2p strict / the row's; / bound = the row's makespan / the split's "
+      "balanced-work bound (total work / p + fill, noise-free); decision cost = (CPU time with migration - without) "
+      "/ ops; CPU x = the simulation's CPU time / the same row without migration; MB/step includes replica "
+      "refreshes. Derived = cost.device_tflops=150.%s\n\n"
+      "| deck | noise | split | method | makespan ms | gain | vs balanced | / bound | bubble | per-stage bubble "
+      "| migrated ops/step | MB/step | decision cost us/op | CPU x |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+      "---|---|\n",
       keys.c_str(),
 #if CONDUCTOR_HAVE_POLICY
       ""
@@ -622,8 +698,10 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
         {"deck, deck costs", {}},
         {"deck, derived", {"cost.device_tflops=150"}},
         {"balanced, derived", {"cost.device_tflops=150", "model.layers_per_stage=balanced"}}};
+    MigGoals goals;
+    mig_run(path, text, splits.back().second, mig_noises().front(), false);  // warm-up: the first run is slower
     for (const MigNoise& noise : mig_noises()) {
-      double reference = 0;
+      const MigRow balanced = mig_run(path, text, splits.back().second, noise, false);
       for (const auto& [split, base] : splits) {
         MigRow off;
         int p = 0;
@@ -632,23 +710,38 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
           o.command = config::Command::Simulate;
           o.overrides = base;
           p = config::parse_deck(text, o).parallel.pipeline;
-          off = mig_run(path, text, base, noise, false);
+          off = &split == &splits.back().first ? balanced : mig_run(path, text, base, noise, false);
         } catch (const InputError& e) {
           std::printf("| %s | %s | %s | n/a: %s |\n", path.c_str(), noise.name, split.c_str(), e.what());
           continue;
         }
-        if (reference == 0) reference = off.makespan;
-        // cpu_base: the row without migration whose CPU time the decision cost is over (< 0: none).
-        auto print = [&](const std::string& method, const MigRow& row, double cpu_base) {
-          std::printf("| %s | %s | %s | %s | %.1f | %.3fx | %.3fx | %.4f | %.4f | %.1f | %.1f |", path.c_str(),
+        const bool deck_split = &split == &splits.front().first, balanced_split = &split == &splits.back().first;
+        // base_row: the row without migration whose CPU time the decision cost is over (null: none).
+        auto print = [&](const std::string& method, const MigRow& row, const MigRow* base_row) {
+          std::printf("| %s | %s | %s | %s | %.1f | %.3fx | %.3fx | %.3f | %.4f | %.4f | %.1f | %.1f |", path.c_str(),
                       noise.name, split.c_str(), method.c_str(), row.makespan, off.makespan / row.makespan,
-                      reference / row.makespan, row.bubble, row.stage_bubble, row.migrated, row.bytes / 1e6);
-          if (cpu_base >= 0) {
-            std::printf(" %.2f |\n", (row.cpu_s - cpu_base) / row.ops * 1e6);
+                      balanced.makespan / row.makespan, row.makespan / row.bound, row.bubble, row.stage_bubble,
+                      row.migrated, row.bytes / 1e6);
+          if (base_row) {
+            std::printf(" %.2f | %.2f |\n", (row.cpu_s - base_row->cpu_s) / row.ops * 1e6, row.cpu_s / base_row->cpu_s);
           } else {
-            std::printf(" |\n");
+            std::printf(" | |\n");
           }
           std::fflush(stdout);
+          if (!base_row) return;
+          const std::string at = std::string(noise.name) + ", " + split + ", " + method;
+          const bool both = method.rfind("both", 0) == 0;
+          if (noise.jitter && deck_split) goals.bound.offer(row.makespan / row.bound, at, false);
+          if (deck_split || balanced_split) {
+            MigBest& gain = noise.jitter ? (deck_split ? goals.jitter_deck : goals.jitter_balanced)
+                                         : (deck_split ? goals.straggler_deck : goals.straggler_balanced);
+            gain.offer(balanced.makespan / row.makespan, at, true);
+          }
+          if (noise.jitter && both) goals.stage_bubble.offer(row.stage_bubble, at, false);
+          if (!both) {
+            goals.decision.offer((row.cpu_s - base_row->cpu_s) / row.ops * 1e6, at, true);
+            goals.cpu.offer(row.cpu_s / base_row->cpu_s, at, true);
+          }
         };
         auto with_helpers = [&](int h) {
           std::vector<std::string> o = base;
@@ -657,23 +750,24 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
           return o;
         };
         const std::vector<int> helpers = {1, std::min(3, p - 1), p - 1};
-        print("ZB-2p strict", off, -1);
+        print("ZB-2p strict", off, nullptr);
         for (std::size_t k = 0; k < helpers.size(); ++k) {
           if (k > 0 && helpers[k] == helpers[k - 1]) continue;
           print("+ migration, H=" + std::to_string(helpers[k]),
-                mig_run(path, text, with_helpers(helpers[k]), noise, false), off.cpu_s);
+                mig_run(path, text, with_helpers(helpers[k]), noise, false), &off);
         }
 #if CONDUCTOR_HAVE_POLICY
         const MigRow global = mig_run(path, text, base, noise, true);
-        print("+ global tier", global, -1);
+        print("+ global tier", global, nullptr);
         for (std::size_t k = 0; k < helpers.size(); ++k) {
           if (k > 0 && helpers[k] == helpers[k - 1]) continue;
           print("both, H=" + std::to_string(helpers[k]), mig_run(path, text, with_helpers(helpers[k]), noise, true),
-                global.cpu_s);
+                &global);
         }
 #endif
       }
     }
+    goals.print(path);
   }
 }
 

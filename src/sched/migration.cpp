@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace conductor::sched {
@@ -77,21 +78,27 @@ double Migration::in_memory_units(int rank, double bytes) const {
   return r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? bytes / memory_unit_bytes_[r] : 0.0;
 }
 
-int Migration::slices_within(const plan::SliceCosts& c, double slice, double now, double tau,
-                             const HelpOffer& offer) const {
-  // help(k) = fixed + k per_slice is increasing in k: the largest k with help(k) <= the bound, in closed form.
-  const double fixed = c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
+Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const {
+  // help(k) = fixed + k per_slice is increasing in k: slices_at takes the largest k with help(k) <= the bound.
+  Reach r;
+  r.fixed = c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
   const double slice_bytes = bytes_per_slice(c, offer);
-  const double per_slice = slice_bytes / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
-  const double bound = std::min(tau, offer.until + 1e-9 - now) - fixed;
-  if (bound < 0 || per_slice <= 0) return 0;
-  double k = std::min<double>(max_slices_, std::floor(bound / per_slice + 1e-12));
-  const std::size_t r = static_cast<std::size_t>(offer.rank);
-  if (r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 && std::isfinite(offer.memory_free)) {
-    const double room = offer.memory_free * memory_unit_bytes_[r] - c.bytes_fixed;  // bytes of slices it can hold
-    if (room < 0) return 0;
-    if (slice_bytes > 0) k = std::min(k, std::floor(room / slice_bytes + 1e-12));
+  r.per_slice = slice_bytes / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
+  r.window = offer.until + 1e-9 - now;
+  r.cap = r.per_slice > 0 ? max_slices_ : 0;
+  const std::size_t q = static_cast<std::size_t>(offer.rank);
+  if (q < memory_unit_bytes_.size() && memory_unit_bytes_[q] > 0 && std::isfinite(offer.memory_free)) {
+    const double room = offer.memory_free * memory_unit_bytes_[q] - c.bytes_fixed;  // bytes of slices it can hold
+    if (room < 0) r.cap = 0;
+    if (slice_bytes > 0) r.cap = std::min(r.cap, std::floor(room / slice_bytes + 1e-12));
   }
+  return r;
+}
+
+int Migration::slices_at(const Reach& r, double tau) {
+  const double bound = std::min(tau, r.window) - r.fixed;
+  if (bound < 0 || r.cap <= 0) return 0;
+  const double k = std::min(r.cap, std::floor(bound / r.per_slice + 1e-12));
   return k > 0 ? static_cast<int>(k) : 0;
 }
 
@@ -103,15 +110,25 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   const double slice = estimate * c.sliced_fraction / slices_;
   // The earliest end tau of the op: each offer takes the most slices it can finish within tau, the owner the
   // rest (at most every slice moves); tau is feasible when the owner's part fits too. Feasibility grows with tau,
-  // so bisect on it; the best `max_helpers_` offers at tau are the ones that take the most slices.
-  std::vector<int> k(offers.size());
-  std::vector<std::size_t> order(offers.size());
+  // so bisect on it; the best `max_helpers_` offers at tau are the ones that take the most slices (ties: the
+  // first offered).
+  std::vector<Reach> reaches(offers.size());
+  std::vector<int> k(offers.size(), 0);
+  // Only the offers that can take a slice within the op's time alone take part (k is nondecreasing in tau).
+  std::vector<std::size_t> live, order;
+  for (std::size_t i = 0; i < offers.size(); ++i) {
+    reaches[i] = reach(c, slice, now, offers[i]);
+    if (slices_at(reaches[i], estimate) > 0) live.push_back(i);
+  }
+  if (live.empty()) return alone;
+  const std::size_t n = std::min<std::size_t>(offers.size(), static_cast<std::size_t>(max_helpers_));
   auto assign = [&](double tau) {
-    for (std::size_t i = 0; i < offers.size(); ++i) k[i] = slices_within(c, slice, now, tau, offers[i]);
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const std::size_t n = std::min<std::size_t>(offers.size(), static_cast<std::size_t>(max_helpers_));
+    for (const std::size_t i : live) k[i] = slices_at(reaches[i], tau);
+    order = live;
     if (n < offers.size()) {
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return k[a] > k[b]; });
+      const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(std::min(n, order.size()));
+      std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                        [&](std::size_t a, std::size_t b) { return k[a] != k[b] ? k[a] > k[b] : a < b; });
     }
     int total = 0;
     for (std::size_t j = 0; j < order.size(); ++j) {
@@ -121,10 +138,31 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     }
     return total;
   };
+  // assign's total alone, for the bisection: min(slices, the sum of the n largest k), without ordering.
+  std::vector<int> ks(live.size());
+  auto total_at = [&](double tau) {
+    for (std::size_t j = 0; j < live.size(); ++j) ks[j] = slices_at(reaches[live[j]], tau);
+    if (n < ks.size()) {
+      std::nth_element(ks.begin(), ks.begin() + static_cast<std::ptrdiff_t>(n - 1), ks.end(), std::greater<int>());
+      ks.resize(n);
+    }
+    int sum = 0;
+    for (const int x : ks) sum += x;
+    ks.resize(live.size());
+    return std::min(sum, slices_);
+  };
+  // Once the total is the same at both ends it is constant between them (it is nondecreasing in tau), so the
+  // rest of the bisection needs no more evaluations: the same midpoints, and the same end, in arithmetic alone.
   double lo = 0, hi = estimate;
+  int at_lo = total_at(lo), at_hi = total_at(hi);
   for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
     const double tau = 0.5 * (lo + hi);
-    (estimate - slice * assign(tau) <= tau ? hi : lo) = tau;
+    const int t = at_lo == at_hi ? at_lo : total_at(tau);
+    if (estimate - slice * t <= tau) {
+      hi = tau, at_hi = t;
+    } else {
+      lo = tau, at_lo = t;
+    }
   }
   // At the feasible end: the slices the owner need not keep, trimmed from the helpers whose parts end last.
   int total = assign(hi);

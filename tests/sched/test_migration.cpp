@@ -2,8 +2,12 @@
 // helper's memory, and the decision's arithmetic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
@@ -206,6 +210,76 @@ TEST(Migration, SeveralHelpersShareTheSlices) {
   EXPECT_NE(two.helper, two.more[0].helper);
   b.until = 0.5;  // the second offer's window is too short for any slice: one helper again
   EXPECT_TRUE(Migration(m, straggling_costs(), 1, 1).decide(OpKind::F, 0.0, 3.0, {a, b}).more.empty());
+}
+
+// The decision against brute force over random offers (windows, speeds, memory, replicas; 12 slices, at most 6 per
+// helper): every part it takes is feasible (within the offer's window, memory and max_fraction, each helper once,
+// at most every slice), its op time is the longest part, and with one helper it is the best split of all (offer,
+// k), and never worse than that with three; it moves nothing only when no split gains.
+TEST(Migration, DecisionMatchesBruteForceOverRandomOffers) {
+  plan::Migration m = unit_migration();
+  m.slices = 12;
+  m.memory_unit_bytes.assign(8, 1e6);
+  m.ops.assign(8, m.ops[0]);
+  m.ops[1][0].weight_bytes_per_slice = 0.2e6;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int helpers : {1, 3}) {
+    m.helpers = helpers;
+    const Migration mig(m, straggling_costs(), 1, 1);
+    for (int trial = 0; trial < 400; ++trial) {
+      const double now = 5 * u(rng), estimate = 0.5 + 6 * u(rng);
+      std::vector<HelpOffer> offers;
+      for (int q : {0, 2, 3, 4, 5, 6, 7}) {
+        if (u(rng) < 0.3) continue;
+        HelpOffer o;
+        o.rank = q;
+        if (u(rng) < 0.7) o.until = now + 8 * u(rng);
+        if (u(rng) < 0.3) o.memory_free = 4 * u(rng);
+        o.speed = 0.5 + 2 * u(rng);
+        o.replica = u(rng) < 0.3;
+        offers.push_back(o);
+      }
+      // The best single-helper split by brute force.
+      double best = estimate;
+      for (const HelpOffer& o : offers) {
+        for (int k = 1; k <= mig.max_slices(); ++k) {
+          const Offload s = mig.split(OpKind::F, estimate, k, o);
+          if (now + s.help_time <= o.until + 1e-9 && s.memory <= o.memory_free) best = std::min(best, s.op_time);
+        }
+      }
+      const Offload d = mig.decide(OpKind::F, now, estimate, offers);
+      const std::string at = "helpers " + std::to_string(helpers) + ", trial " + std::to_string(trial);
+      int moved = 0;
+      double longest = d.owner_time;
+      std::vector<int> seen;
+      for (const HelpPart& h : d.parts()) {
+        const auto it =
+            std::find_if(offers.begin(), offers.end(), [&](const HelpOffer& o) { return o.rank == h.helper; });
+        ASSERT_NE(it, offers.end()) << at;
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), h.helper), 0) << at;
+        seen.push_back(h.helper);
+        EXPECT_GE(h.slices, 1) << at;
+        EXPECT_LE(h.slices, mig.max_slices()) << at;
+        EXPECT_LE(now + h.help_time, it->until + 1e-8) << at;
+        EXPECT_LE(h.memory, it->memory_free + 1e-9) << at;
+        EXPECT_NEAR(h.help_time, mig.split(OpKind::F, estimate, h.slices, *it).help_time, 1e-12) << at;
+        moved += h.slices;
+        longest = std::max(longest, h.help_time);
+      }
+      EXPECT_LE(static_cast<int>(seen.size()), helpers) << at;
+      EXPECT_LE(moved, 12) << at;
+      EXPECT_NEAR(d.op_time, longest, 1e-12) << at;
+      EXPECT_LE(d.op_time, best + 1e-6 * estimate) << at;
+      if (helpers == 1) {
+        EXPECT_NEAR(d.op_time, best, 1e-6 * estimate) << at;
+      }
+      if (d.helper < 0) {
+        EXPECT_EQ(d.op_time, estimate) << at;
+        EXPECT_GE(best, estimate - 1e-6 * estimate) << at;
+      }
+    }
+  }
 }
 
 // The bound on a peer's awaited input (InputChains, shared by the engine and the runtime) on a hand-set state:

@@ -87,8 +87,14 @@ class Migration {
   double bytes_per_slice(const plan::SliceCosts& c, const HelpOffer& offer) const {
     return c.bytes_per_slice - (offer.replica ? c.weight_bytes_per_slice : 0.0);
   }
-  // The most slices `offer` can take within `tau` ms of help, its window and its memory (0: none).
-  int slices_within(const plan::SliceCosts& c, double slice, double now, double tau, const HelpOffer& offer) const;
+  // What an offer can take, for one decision: help(k) = fixed + k per_slice must end within its window, and k
+  // within cap (max_fraction and its memory).
+  struct Reach {
+    double fixed = 0, per_slice = 0, window = 0, cap = 0;
+  };
+  Reach reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const;
+  // The most slices an offer can take within `tau` ms of help (0: none).
+  static int slices_at(const Reach& r, double tau);
 
   bool enabled_ = false;
   int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
