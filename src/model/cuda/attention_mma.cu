@@ -25,9 +25,9 @@ using bf16 = __nv_bfloat16;
 constexpr int kRows = 64;  // rows a block owns, and rows of a streamed tile
 constexpr int kWarps = 4;  // 16 owned rows each
 constexpr int kBlock = 32 * kWarps;
-constexpr int kPad = 8;                   // bf16 row padding (keeps rows 16-byte aligned, spreads banks)
-constexpr int kScoreLd = kRows + 4;       // fp32 score tiles [64][68]
-constexpr int kProbLd = kRows + kPad;     // bf16 probability tiles [64][72]
+constexpr int kPad = 8;                // bf16 row padding (keeps rows 16-byte aligned, spreads banks)
+constexpr int kScoreLd = kRows + 4;    // fp32 score tiles [64][68]
+constexpr int kProbLd = kRows + kPad;  // bf16 probability tiles [64][72]
 
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
@@ -111,8 +111,8 @@ __host__ __device__ constexpr std::size_t forward_smem() {
 }
 
 template <int HS>
-__global__ void __launch_bounds__(kBlock) mma_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH,
-                                                             float scale) {
+__global__ void __launch_bounds__(kBlock)
+    mma_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int ldh = HS + kPad, ldo = HS + 4;
   Carve cv{smem};
@@ -166,9 +166,11 @@ __global__ void __launch_bounds__(kBlock) mma_forward_kernel(float* out, float* 
     }
     // o[16 rows of the warp] += p @ V, through fragments loaded from and stored back to shared memory.
     FragC acc[HS / 16];
-    for (int n = 0; n < HS / 16; n++) wmma::load_matrix_sync(acc[n], o + w * 16 * ldo + n * 16, ldo, wmma::mem_row_major);
+    for (int n = 0; n < HS / 16; n++)
+      wmma::load_matrix_sync(acc[n], o + w * 16 * ldo + n * 16, ldo, wmma::mem_row_major);
     probs_times_tile<HS>(acc, p + w * 16 * kProbLd, vs);
-    for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(o + w * 16 * ldo + n * 16, acc[n], ldo, wmma::mem_row_major);
+    for (int n = 0; n < HS / 16; n++)
+      wmma::store_matrix_sync(o + w * 16 * ldo + n * 16, acc[n], ldo, wmma::mem_row_major);
     __syncwarp();
   }
   __syncwarp();
@@ -220,10 +222,11 @@ __device__ BackwardTiles carve_backward(unsigned char* smem) {
 
 // Writes a warp's fragments (16 rows) to dst rows through the fp32 staging tile; rows at or beyond T skipped.
 template <int HS>
-__device__ void write_rows(float* dst_base, FragC (&acc)[HS / 16], float* stage, int r0, int w, int T, int part,
-                           int b, int h, int NH) {
+__device__ void write_rows(float* dst_base, FragC (&acc)[HS / 16], float* stage, int r0, int w, int T, int part, int b,
+                           int h, int NH) {
   constexpr int ldo = HS + 4;
-  for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(stage + w * 16 * ldo + n * 16, acc[n], ldo, wmma::mem_row_major);
+  for (int n = 0; n < HS / 16; n++)
+    wmma::store_matrix_sync(stage + w * 16 * ldo + n * 16, acc[n], ldo, wmma::mem_row_major);
   __syncwarp();
   const int lane = threadIdx.x % 32;
   for (int e = lane; e < 16 * HS; e += 32) {
@@ -234,9 +237,9 @@ __device__ void write_rows(float* dst_base, FragC (&acc)[HS / 16], float* stage,
 }
 
 template <int HS>
-__global__ void __launch_bounds__(kBlock) mma_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv,
-                                                                 const float* lse, const float* delta, int T, int NH,
-                                                                 float scale) {
+__global__ void __launch_bounds__(kBlock)
+    mma_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                           int T, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int ldh = HS + kPad;
   const BackwardTiles bt = carve_backward<HS>(smem);
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(kBlock) mma_backward_dq_kernel(float* dqkv, co
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = w * 16 + lane / 2, half = lane % 2, t = q0 + row;
   const std::size_t rbase = (static_cast<std::size_t>(b) * NH + h) * T;
-  stage_rows<HS>(bt.own_a, qkv, true, 0, b, h, q0, T, NH);   // q
+  stage_rows<HS>(bt.own_a, qkv, true, 0, b, h, q0, T, NH);    // q
   stage_rows<HS>(bt.own_b, dout, false, 0, b, h, q0, T, NH);  // dout
   for (int e = threadIdx.x; e < kRows; e += blockDim.x) {
     bt.lse[e] = q0 + e < T ? lse[rbase + q0 + e] : 0.0f;
@@ -273,9 +276,9 @@ __global__ void __launch_bounds__(kBlock) mma_backward_dq_kernel(float* dqkv, co
 }
 
 template <int HS>
-__global__ void __launch_bounds__(kBlock) mma_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv,
-                                                                   const float* lse, const float* delta, int T,
-                                                                   int NH, float scale) {
+__global__ void __launch_bounds__(kBlock)
+    mma_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                             int T, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int ldh = HS + kPad;
   const BackwardTiles bt = carve_backward<HS>(smem);
@@ -339,8 +342,8 @@ template <int HS>
 void backward_hs(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int B, int T,
                  int NH, float scale, cudaStream_t s) {
   constexpr std::size_t bytes = backward_smem<HS>();
-  static const bool opted = (allow_smem(mma_backward_dq_kernel<HS>, bytes),
-                             allow_smem(mma_backward_dkdv_kernel<HS>, bytes), true);
+  static const bool opted =
+      (allow_smem(mma_backward_dq_kernel<HS>, bytes), allow_smem(mma_backward_dkdv_kernel<HS>, bytes), true);
   (void)opted;
   mma_backward_dq_kernel<HS><<<mma_grid(T, B, NH), kBlock, bytes, s>>>(dqkv, dout, qkv, lse, delta, T, NH, scale);
   cudaCheckLaunch();
