@@ -6,8 +6,10 @@ cost-model time), all figures as ratios measured side by side in this one run:
   - runtime makespan over the simulator's prediction for the same deck and seed;
   - trace overhead (trace on vs off).
 With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (20 ms ops, 10% jitter and a
-straggler), measured and as the simulator predicts for the same deck and seed (steps after the first: the
-runtime has no measured estimates in its first step).
+straggler), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
+for the same deck and seed (steps after the first: the runtime has no measured estimates in its first step), with
+the backfills each made (from the traces) and how many delayed the list; then backfill's own cost per cross-rank
+transfer (announcements, dispatch) with zero-cost ops.
 With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict, 20 ms ops,
 40 ms on a straggling stage, NVLink link, 4 slices), measured and as the simulator predicts for the same deck.
 Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S]|--migration] [BUILD_DIR]   (make bench runs it
@@ -121,9 +123,12 @@ def backfill_rows():
                     sim_n, sim_late = backfills(*(os.path.join(tmp, name + x + "-sim", "trace.h5") for x in "sb"))
                     strict, backfill, paired, loads, n, late = [], [], [], [], 0, 0
                     for k in range(repeat):
-                        # Strict and backfill side by side, so that a change in the machine's load hits both alike.
+                        # Strict and backfill side by side, so that a change in the machine's load hits both alike,
+                        # in turns first.
                         loads.append(load())
-                        runs = [run(tmp, "%s%s%d" % (name, x, k), **(bf if x == "b" else {}), **kw) for x in "sb"]
+                        first = "sb" if k % 2 == 0 else "bs"
+                        ran = {x: run(tmp, "%s%s%d" % (name, x, k), **(bf if x == "b" else {}), **kw) for x in first}
+                        runs = [ran["s"], ran["b"]]
                         strict.append(after_first(runs[0]))
                         backfill.append(after_first(runs[1]))
                         paired += [a["makespan_ms"] / b["makespan_ms"] for a, b in zip(runs[0]["steps"][1:],
@@ -140,6 +145,23 @@ def backfill_rows():
                            speedup, min(speedups), max(speedups), sorted(paired)[len(paired) // 2], sim_s, sim_b,
                            predicted, 100.0 * (speedup / predicted - 1), n / per_step, late / per_step,
                            sim_n / (steps - 1), sim_late / (steps - 1)), flush=True)
+        # What backfilling costs where nothing can be gained: zero-cost ops, so a step is only dispatch, messages
+        # and announcements (one per cross-rank transfer), side by side with strict.
+        print("== backfill's own cost: zero-cost ops (p=2, m=64, comm 0, 11 steps: the median step of 1..10, "
+              "%d runs each)" % repeat)
+        for kind in ("1f1b", "zb-h1"):
+            kw = dict(p=2, m=64, kind=kind, f=0.0, comm=0.0, trace="false", steps=11)
+            med = {}
+            for x, extra in (("strict", {}), ("backfill", dict(execution="readiness", hint="backfill"))):
+                steps_ms = []
+                for k in range(repeat):
+                    summary = run(tmp, "zero%s%s%d" % (kind, x, k), **extra, **kw)
+                    steps_ms += [s["makespan_ms"] for s in summary["steps"][1:]]
+                med[x] = sorted(steps_ms)[len(steps_ms) // 2]
+            transfers = 2 * 64  # cross-rank transfers per step at p=2: an activation and a gradient per microbatch
+            print("   %-6s strict %.3f ms, backfill %.3f ms per step: %+.2f us per cross-rank transfer (load %.1f)" %
+                  (kind, med["strict"], med["backfill"], 1000.0 * (med["backfill"] - med["strict"]) / transfers,
+                   load()), flush=True)
 
 
 MIGRATION_DECK = """\
