@@ -6,19 +6,31 @@ cost-model time), all figures as ratios measured side by side in this one run:
   - runtime makespan over the simulator's prediction for the same deck and seed;
   - trace overhead (trace on vs off).
 With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (20 ms ops, 10% jitter and a
-straggler), measured and as the simulator predicts for the same deck and seed (steps after the first: the
-runtime has no measured estimates in its first step).
+straggler), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
+for the same deck and seed (steps after the first: the runtime has no measured estimates in its first step), with
+the backfills each made (from the traces) and how many delayed the list; then backfill's own cost per cross-rank
+transfer (announcements, dispatch) with zero-cost ops.
 With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict, 20 ms ops,
 40 ms on a straggling stage, NVLink link, 4 slices), measured and as the simulator predicts for the same deck.
-Usage: bench/bench_runtime.py [--backfill|--migration] [BUILD_DIR]   (make bench runs it without either)"""
+Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S]|--migration] [BUILD_DIR]   (make bench runs it
+without either)"""
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-ARGS = [a for a in sys.argv[1:] if a not in ("--backfill", "--migration")]
-BUILD = ARGS[0] if ARGS else "build"
+PARSER = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+PARSER.add_argument("build", nargs="?", default="build")
+PARSER.add_argument("--backfill", action="store_true")
+PARSER.add_argument("--migration", action="store_true")
+PARSER.add_argument("--repeat", type=int, default=3, help="--backfill: runtime runs per case")
+PARSER.add_argument("--steps", type=int, default=6, help="--backfill: steps per run (the first is not counted)")
+PARSER.add_argument("--ranks", type=lambda x: [int(p) for p in x.split(",")], default=[2, 4],
+                    help="--backfill: pipeline sizes, comma-separated (default 2,4)")
+OPTS = PARSER.parse_args()
+BUILD = OPTS.build
 BIN = os.path.join(BUILD, "conductor")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1")
@@ -59,24 +71,97 @@ def after_first(summary):
     return sum(ms) / len(ms)
 
 
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def backfills(strict_trace, backfill_trace):
+    """Backfills in a backfill run's trace (steps after the first): ops that started while an op listed before
+    them had not (the strict run's order is the list), and how many of them ended after the inputs of the first
+    such waiting op were in (a backfill that delayed the list)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+    import conductor_trace as ct
+    listed, ran = ct.load(strict_trace), ct.load(backfill_trace)
+    count = late = 0
+    for step in ran.step_ids[1:]:
+        order, times = listed.step_events(step, compute_only=True), ran.step_events(step, compute_only=True)
+        for r in range(ran.world_size):
+            mine = order[order["rank"] == r]
+            keys = [(int(k), int(c), int(mb)) for k, c, mb in
+                    zip(*(mine[mine["start_ns"].argsort(kind="stable")][f] for f in ("kind", "chunk", "microbatch")))]
+            at = {(int(e["kind"]), int(e["chunk"]), int(e["microbatch"])): e for e in times[times["rank"] == r]}
+            for pos, key in enumerate(keys):
+                waiting = [k for k in keys[:pos] if at[k]["start_ns"] > at[key]["start_ns"]]
+                if waiting:
+                    count += 1
+                    late += int(at[key]["end_ns"] > at[waiting[0]]["ready_ns"])
+    return count, late
+
+
 def backfill_rows():
-    print("== backfill over strict, emulated runtime vs simulator (F=B=W=20 ms, comm 1 ms, m=2p, 6 steps; "
-          "mean makespan of steps 1..5)")
-    print("   %-3s %-7s %-16s %10s %10s %9s %9s" % ("p", "kind", "noise", "strict ms", "backfill", "runtime", "sim"))
+    repeat, steps = OPTS.repeat, OPTS.steps
+    print("== backfill over strict, emulated runtime vs simulator (F=B=W=20 ms, comm 1 ms, m=2p, %d steps: the "
+          "mean makespan of steps 1..%d, the first has no measured estimates). runtime: %d runs of each, speedup = "
+          "mean strict / mean backfill, [min, max] over runs, and the median of the paired per-step ratios; "
+          "load: the 1-minute load average over the runs (%d cores); backfills per step (ops started before an "
+          "op listed earlier) and how many of them ended after that op's inputs were in" %
+          (steps, steps - 1, repeat, os.cpu_count()))
+    print("   %-3s %-6s %-16s %5s %8s %8s %24s %7s %8s %8s %9s %7s %14s %11s" %
+          ("p", "kind", "noise", "load", "strict", "backfill", "speedup [min, max]", "median", "sim str", "sim bf",
+           "predicted", "diff", "bf/step (late)", "sim (late)"))
     with tempfile.TemporaryDirectory() as tmp:
-        for p in (2, 4):
+        for p in OPTS.ranks:
             for kind in ("1f1b", "zb-h1"):
                 for noise, label in (("gaussian", "jitter 10%"), ("[gaussian, straggler]", "jitter+straggler")):
                     kw = dict(p=p, m=2 * p, kind=kind, f=20.0, comm=1.0, noise=noise, level=0.1, srank=p - 1,
-                              trace="false", steps=6)
+                              trace="true", steps=steps)
                     name = "bf%d%s%d" % (p, kind, len(noise))
-                    x = {}
-                    for sim in (False, True):
-                        a = after_first(run(tmp, name + "s", simulate=sim, **kw))
-                        b = after_first(run(tmp, name + "b", simulate=sim, execution="readiness", hint="backfill", **kw))
-                        x[sim] = (a, b)
-                    print("   %-3d %-7s %-16s %10.2f %10.2f %8.3fx %8.3fx" %
-                          (p, kind, label, x[False][0], x[False][1], x[False][0] / x[False][1], x[True][0] / x[True][1]))
+                    bf = dict(execution="readiness", hint="backfill")
+                    sim_s = after_first(run(tmp, name + "s", simulate=True, **kw))
+                    sim_b = after_first(run(tmp, name + "b", simulate=True, **bf, **kw))
+                    sim_n, sim_late = backfills(*(os.path.join(tmp, name + x + "-sim", "trace.h5") for x in "sb"))
+                    strict, backfill, paired, loads, n, late = [], [], [], [], 0, 0
+                    for k in range(repeat):
+                        # Strict and backfill side by side, so that a change in the machine's load hits both alike,
+                        # in turns first.
+                        loads.append(load())
+                        first = "sb" if k % 2 == 0 else "bs"
+                        ran = {x: run(tmp, "%s%s%d" % (name, x, k), **(bf if x == "b" else {}), **kw) for x in first}
+                        runs = [ran["s"], ran["b"]]
+                        strict.append(after_first(runs[0]))
+                        backfill.append(after_first(runs[1]))
+                        paired += [a["makespan_ms"] / b["makespan_ms"] for a, b in zip(runs[0]["steps"][1:],
+                                                                                       runs[1]["steps"][1:])]
+                        x = backfills(*(os.path.join(tmp, "%s%s%d" % (name, x, k), "trace.h5") for x in "sb"))
+                        n, late = n + x[0], late + x[1]
+                    loads.append(load())
+                    speedups = [a / b for a, b in zip(strict, backfill)]
+                    speedup, predicted = sum(strict) / sum(backfill), sim_s / sim_b
+                    per_step = repeat * (steps - 1)
+                    print("   %-3d %-6s %-16s %5.1f %8.2f %8.2f %7.3fx [%.3f, %.3f] %6.3fx %8.2f %8.2f %8.3fx %+6.1f%% "
+                          "%8.1f (%.1f) %6.1f (%.1f)" %
+                          (p, kind, label, sum(loads) / len(loads), sum(strict) / repeat, sum(backfill) / repeat,
+                           speedup, min(speedups), max(speedups), sorted(paired)[len(paired) // 2], sim_s, sim_b,
+                           predicted, 100.0 * (speedup / predicted - 1), n / per_step, late / per_step,
+                           sim_n / (steps - 1), sim_late / (steps - 1)), flush=True)
+        # What backfilling costs where nothing can be gained: zero-cost ops, so a step is only dispatch, messages
+        # and announcements (one per cross-rank transfer), side by side with strict.
+        print("== backfill's own cost: zero-cost ops (p=2, m=64, comm 0, 11 steps: the median step of 1..10, "
+              "%d runs each)" % repeat)
+        for kind in ("1f1b", "zb-h1"):
+            kw = dict(p=2, m=64, kind=kind, f=0.0, comm=0.0, trace="false", steps=11)
+            med = {}
+            for x, extra in (("strict", {}), ("backfill", dict(execution="readiness", hint="backfill"))):
+                steps_ms = []
+                for k in range(repeat):
+                    summary = run(tmp, "zero%s%s%d" % (kind, x, k), **extra, **kw)
+                    steps_ms += [s["makespan_ms"] for s in summary["steps"][1:]]
+                med[x] = sorted(steps_ms)[len(steps_ms) // 2]
+            transfers = 2 * 64  # cross-rank transfers per step at p=2: an activation and a gradient per microbatch
+            print("   %-6s strict %.3f ms, backfill %.3f ms per step: %+.2f us per cross-rank transfer (load %.1f)" %
+                  (kind, med["strict"], med["backfill"], 1000.0 * (med["backfill"] - med["strict"]) / transfers,
+                   load()), flush=True)
 
 
 MIGRATION_DECK = """\
@@ -132,10 +217,10 @@ def migration_rows():
 
 
 def main():
-    if "--backfill" in sys.argv[1:]:
+    if OPTS.backfill:
         backfill_rows()
         return
-    if "--migration" in sys.argv[1:]:
+    if OPTS.migration:
         migration_rows()
         return
     with tempfile.TemporaryDirectory() as tmp:

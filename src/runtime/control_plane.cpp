@@ -50,6 +50,7 @@ ControlPlane::ControlPlane(StepContext& ctx, Transport& control, Transport& data
   tensor_in_.assign(n, 0);
   arrived_.assign(n, 0);
   announce_known_.assign(n, 0);
+  announce_held_.assign(n, 0);
 }
 
 int ControlPlane::tag_of(const sched::Schedule& s, const sched::Transfer& t) {
@@ -118,6 +119,7 @@ std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& oth
   const std::vector<TransferId> control_done = control_.poll();
   const std::vector<TransferId> data_done = data_.poll();
   now_ = clock_.now_ns();
+  release_announcements(now_);
   for (TransferId id : control_done) {
     const auto it = control_ids_.find(id);
     if (it == control_ids_.end()) continue;
@@ -166,6 +168,7 @@ void ControlPlane::half_arrived(int i, Role role, std::int64_t now) {
 // Input i is usable from `when` on: its arrival, or (held until then) the injected ready time stamped by the
 // sender. `when` is the time the driver learns of it, so a replay of the trace sees what the driver saw.
 void ControlPlane::accept(int i, std::int64_t when) {
+  if (announce_held_[static_cast<std::size_t>(i)]) tell_driver(i, when);  // the input outran its announcement
   ctx_.driver.input_arrived(i, ctx_.since_begin(when));
   if (comm_events_) {
     const auto in = sched::input_of(ctx_.order, ctx_.rank, ctx_.actions()[static_cast<std::size_t>(i)]);
@@ -174,19 +177,41 @@ void ControlPlane::accept(int i, std::int64_t when) {
   }
 }
 
-// An announcement of input i received at `now`: the driver learns when it is expected (when its producer
-// measured anything); a comm-event trace records it, so a replay feeds the same announcements.
+// An announcement of input i received at `now` (when its producer measured anything): migration knows of it at
+// once; the driver learns of it once its latency has passed (hold_announcements).
 void ControlPlane::announced(int i, std::int64_t now) {
   const Announcement& a = in_announce_[static_cast<std::size_t>(i)];
   if (a.expected_ns == kUnknown) return;
   announce_known_[static_cast<std::size_t>(i)] = 1;
-  ctx_.driver.announce(i, ctx_.since_begin(a.expected_ns), ctx_.since_begin(now));
   ++ctx_.outcome.announcements;
+  const std::int64_t due = a.start_ns + announce_latency_ns_;
+  if (due > now) {
+    announce_held_[static_cast<std::size_t>(i)] = 1;
+    held_announcements_.emplace(due, i);
+  } else {
+    tell_driver(i, now);
+  }
+}
+
+// The driver learns at `when` when input i is expected; a comm-event trace records it then, so a replay feeds the
+// same announcements at the same times.
+void ControlPlane::tell_driver(int i, std::int64_t when) {
+  const Announcement& a = in_announce_[static_cast<std::size_t>(i)];
+  announce_held_[static_cast<std::size_t>(i)] = 0;
+  ctx_.driver.announce(i, ctx_.since_begin(a.expected_ns), ctx_.since_begin(when));
   if (comm_events_) {
     const auto in = sched::input_of(ctx_.order, ctx_.rank, ctx_.actions()[static_cast<std::size_t>(i)]);
-    trace::OpEvent e = transfer_event(ctx_.step, ctx_.rank, trace::EventKind::ANNOUNCE, *in, a.start_ns, now, 0);
+    trace::OpEvent e = transfer_event(ctx_.step, ctx_.rank, trace::EventKind::ANNOUNCE, *in, a.start_ns, when, 0);
     e.ready_ns = a.expected_ns;
     ctx_.outcome.events.push_back(e);
+  }
+}
+
+void ControlPlane::release_announcements(std::int64_t now) {
+  while (!held_announcements_.empty() && held_announcements_.top().first <= now) {
+    const int i = held_announcements_.top().second;
+    held_announcements_.pop();
+    if (announce_held_[static_cast<std::size_t>(i)]) tell_driver(i, now);  // not already told with its input
   }
 }
 

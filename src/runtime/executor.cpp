@@ -160,6 +160,8 @@ Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
       own_done_(actions_.size(), 0),
       early_send_done_(actions_.size(), -1),
       quiet_(ex.watchdog_, 0) {
+  // The simulator delivers announcements after the cost model's comm time (sim::simulate), as transfers.
+  plane_.hold_announcements(std::llround(ex_.comm_estimate_ns()));
   ex_.compute_.begin_step(step);
   ctx_.begin = ctx_.last_end = ex_.clock_.now_ns();
   driver_.begin(0.0);

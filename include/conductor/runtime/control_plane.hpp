@@ -5,6 +5,7 @@
 // sends when its op starts (backfilling, migration), and an input's arrival: header and tensor in, held until
 // the header's ready time, then handed to the driver. Computation migration's messages (MigrationPeer) are
 // filed here too and handed back to the executor, as are the completions of sends.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -95,6 +96,10 @@ class ControlPlane {
   void announce(int i, const sched::Transfer& out, std::int64_t expected_ns, std::int64_t now);
   // Producer: action i's output is usable from ready_at_ns on.
   void send_header(int i, const sched::Transfer& out, std::int64_t ready_at_ns);
+  // Consumer: an announcement reaches the driver latency_ns after its producing op began (not before), the
+  // latency the simulator gives it (the cost model's comm time where transfers take the modelled time, emulated;
+  // 0 where they take their real time). Migration learns of it on receipt, as in the simulator. Default 0.
+  void hold_announcements(std::int64_t latency_ns) { announce_latency_ns_ = latency_ns; }
 
   // Polls both transports; a received header, announcement or tensor is handled here (an input that becomes
   // usable reaches the driver), every other completion goes to `other`, in the order of completion (control
@@ -104,9 +109,13 @@ class ControlPlane {
   std::size_t pending() const { return control_.pending() + data_.pending(); }
   std::size_t pending_control() const { return control_.pending(); }
   std::size_t pending_data() const { return data_.pending(); }
-  // Inputs that arrived before their injected ready time wait: the earliest such time (INT64_MAX: none).
-  bool holds_delayed() const { return !delayed_.empty(); }
-  std::int64_t next_release() const { return delayed_.empty() ? INT64_MAX : delayed_.top().first; }
+  // Inputs that arrived before their injected ready time wait, as do announcements within their latency: the
+  // earliest such time (INT64_MAX: none).
+  bool holds_delayed() const { return !delayed_.empty() || !held_announcements_.empty(); }
+  std::int64_t next_release() const {
+    return std::min(delayed_.empty() ? INT64_MAX : delayed_.top().first,
+                    held_announcements_.empty() ? INT64_MAX : held_announcements_.top().first);
+  }
 
   bool arrived(int i) const { return arrived_[static_cast<std::size_t>(i)] != 0; }  // both halves in
   // The announced arrival of action i's input (kUnknown when none came, or it said unknown).
@@ -123,6 +132,8 @@ class ControlPlane {
   void half_arrived(int i, Role role, std::int64_t now);
   void accept(int i, std::int64_t when);
   void announced(int i, std::int64_t now);
+  void tell_driver(int i, std::int64_t when);  // announcement i reaches the driver at `when`
+  void release_announcements(std::int64_t now);
 
   StepContext& ctx_;
   Transport& control_;
@@ -134,9 +145,11 @@ class ControlPlane {
   std::unordered_map<TransferId, Pending> control_ids_, data_ids_;  // each transport numbers its own transfers
   std::vector<Header> in_header_, out_header_;
   std::vector<Announcement> in_announce_, out_announce_;
-  std::vector<char> header_in_, tensor_in_, arrived_, announce_known_;
+  std::vector<char> header_in_, tensor_in_, arrived_, announce_known_, announce_held_;
   using Delayed = std::pair<std::int64_t, int>;  // (ready_at, action)
   std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> delayed_;
+  std::int64_t announce_latency_ns_ = 0;
+  std::priority_queue<Delayed, std::vector<Delayed>, std::greater<Delayed>> held_announcements_;  // (due, action)
   std::int64_t now_ = 0;
 };
 
