@@ -132,7 +132,6 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     PeerView& v = peers_[static_cast<std::size_t>(q)];
     v.status = c.kind;
     v.until_ns = c.until_ns;
-    v.producer = static_cast<int>(c.producer);
     v.next = static_cast<int>(c.index);
   }
   if (c.kind == Kind::Finished) {
@@ -175,12 +174,7 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   c.kind = Kind::Idle;
   c.index = next;
   c.until_ns = plane_.announced_arrival(next);
-  if (const auto in = sched::input_of(ctx_.order, ctx_.rank, ctx_.actions()[static_cast<std::size_t>(next)]);
-      in && !in->local()) {
-    c.producer = in->from_rank;
-  }
-  if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.producer != c.producer ||
-      sent_status_.index != c.index) {
+  if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.index != c.index) {
     broadcast(c);
   }
 }

@@ -21,9 +21,9 @@
 // headers, so every announcement of a step is received within the step. In the first step nothing is measured:
 // announcements say "unknown" and nothing is backfilled.
 //
-// Computation migration (ExecutorOptions::migration; docs/migration.md, "In the runtime") adds one 64-byte
+// Computation migration (ExecutorOptions::migration; docs/migration.md, "In the runtime") adds one 56-byte
 // control message kind on one tag above the announcements, per pair of ranks, in order: a rank's status (Idle
-// with the announced arrival of the input its next op waits for and that input's producer; Busy; Finished: its
+// with its next op and the announced arrival of the input that op waits for; Busy; Finished: its
 // step's ops are done and it sends nothing more this step) and help requests (owner's list position, slices,
 // the slices' modelled time, bytes each way). The owner decides with the peers' last status
 // (sched::RankDriver::offload, the simulator's decision), sends the request and a payload of the modelled size

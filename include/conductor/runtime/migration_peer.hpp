@@ -77,7 +77,7 @@ class MigrationPeer {
 
  private:
   enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
-  // The 64-byte control message (executor.hpp), in order per pair of ranks.
+  // The 56-byte control message (executor.hpp), in order per pair of ranks.
   struct Control {
     Kind kind = Kind::Busy;
     std::int64_t index = -1;           // Help, Declined: the op's position in the owner's list; Idle: the next op's
@@ -86,13 +86,11 @@ class MigrationPeer {
     std::int64_t bytes_out = 0;        // Help: payload owner -> helper
     std::int64_t bytes_back = 0;       // Help: payload helper -> owner
     std::int64_t until_ns = kUnknown;  // Idle: announced arrival of the awaited input (kUnknown: none)
-    std::int64_t producer = -1;        // Idle: the rank producing that input (-1: none)
   };
   // What an owner knows of a peer: its last status, and until when it helps this rank.
   struct PeerView {
     Kind status = Kind::Busy;
     std::int64_t until_ns = kUnknown;
-    int producer = -1;
     int next = -1;  // Idle: its next op's position in its list
     std::int64_t engaged_until = INT64_MIN;
   };
