@@ -185,10 +185,8 @@ bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == c
 // started or is `deciding` (it then comes after the op being decided, and so after the help), else the announced
 // time (its start plus estimates). This rank knows it better than q's last Idle, which may predate it.
 std::int64_t MigrationPeer::own_delivery(int q, int next, int deciding) const {
-  const auto in =
-      sched::input_of(ctx_.order, q, ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)]);
-  if (!in || in->from_rank != ctx_.rank) return kUnknown;
-  const int producer = ctx_.producer_of(*in);
+  if (chains_.producer(q, next) != ctx_.rank) return kUnknown;
+  const int producer = chains_.producer_op(q, next);
   return ctx_.state().is_started(producer) && producer != deciding ? plane_.own_announcement(producer) : kUnknown;
 }
 
