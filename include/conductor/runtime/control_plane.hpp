@@ -120,6 +120,8 @@ class ControlPlane {
     int action;
     bool send;
   };
+  void file(const std::vector<TransferId>& done, std::unordered_map<TransferId, Pending>& ids,
+            const std::function<void(const Completion&)>& other);
   void half_arrived(int i, Role role, std::int64_t now);
   void accept(int i, std::int64_t when);
   void announced(int i, std::int64_t now);
