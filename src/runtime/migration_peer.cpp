@@ -33,9 +33,11 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
       hang_helping_(injected_failure(ctx.rank, ctx.step) == InjectedFailure::HangHelp),
       control_in_(static_cast<std::size_t>(ctx.order.p)),
       peers_(static_cast<std::size_t>(ctx.order.p)),
-      owned_(ctx.actions().size()) {
+      owned_(ctx.actions().size()),
+      listens_(static_cast<std::size_t>(ctx.order.p), 0) {
   for (int q = 0; q < ctx.order.p; ++q) {
     if (q != ctx.rank) post_control_recv(q);
+    listens_[static_cast<std::size_t>(q)] = q != ctx.rank && decides(q);
   }
   // While this rank sleeps in an op or a help, the payloads it sent keep moving; also while a helper's answer is
   // due: it is a rendezvous too, which the helper's poll alone cannot finish.
@@ -61,6 +63,37 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
 
 MigrationPeer::~MigrationPeer() { compute_.set_progress({}); }  // the progress function refers to this step
 
+// Adds the CPU time of its scope to control_ns_, unless an enclosing scope counts it already (a control
+// message handled during a decision's polls).
+class MigrationPeer::Timed {
+ public:
+  explicit Timed(MigrationPeer& peer) : peer_(peer), outer_(!peer.timing_), t0_(outer_ ? thread_cpu_ns() : 0) {
+    peer_.timing_ = true;
+  }
+  ~Timed() {
+    if (!outer_) return;
+    peer_.control_ns_ += thread_cpu_ns() - t0_;
+    peer_.timing_ = false;
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  MigrationPeer& peer_;
+  bool outer_;
+  std::int64_t t0_;
+};
+
+// Rank q decides (sched::RankDriver::offload on its peers' statuses) when it is not forced and some op of its
+// list can give slices away: only such a rank reads statuses.
+bool MigrationPeer::decides(int q) const {
+  if (!options_.forced.empty()) return false;
+  for (const sched::Action& a : ctx_.order.ranks[static_cast<std::size_t>(q)]) {
+    if (compute_.slice_moves(a.kind) != Compute::SliceMoves::None) return true;
+  }
+  return false;
+}
+
 bool MigrationPeer::keep_moving() {
   if (sends_ == 0 && answers_due_ == 0) return false;
   drain_();
@@ -80,16 +113,18 @@ void MigrationPeer::post_control_recv(int q) {
 }
 
 void MigrationPeer::send_control(int q, const Control& c) {
-  const std::int64_t t0 = thread_cpu_ns();
+  const Timed timed(*this);
   control_out_.push_back(c);
   plane_.post_send(Plane::Control, q, control_tag(), &control_out_.back(), sizeof(Control), Role::Control, q);
-  control_ns_ += thread_cpu_ns() - t0;
 }
 
+// A status to the peers that read it (Finished: to every peer, which counts them to end its step).
 void MigrationPeer::broadcast(const Control& c) {
   sent_status_ = c;
   for (int q = 0; q < ctx_.order.p; ++q) {
-    if (q != ctx_.rank) send_control(q, c);
+    if (q == ctx_.rank || (c.kind != Kind::Finished && !listens_[static_cast<std::size_t>(q)])) continue;
+    send_control(q, c);
+    ++statuses_sent_;
   }
 }
 
@@ -111,7 +146,7 @@ void MigrationPeer::handle(const Completion& c, std::int64_t now) {
 
 // A control message from peer q arrived at `now`.
 void MigrationPeer::on_control(int q, std::int64_t now) {
-  const std::int64_t t0 = thread_cpu_ns();
+  const Timed timed(*this);
   const Control c = control_in_[static_cast<std::size_t>(q)];
   ++ctx_.progress;
   if (c.kind == Kind::Help) {
@@ -122,10 +157,12 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices are
     // always served (after this rank's current op): the owner holds their inputs only in the payload.
     const sched::Action& owned = ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(c.index)];
-    job.declined = sent_status_.kind == Kind::Busy && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    job.declined = busy_ && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    const std::int64_t payload_begin = thread_cpu_ns();  // the payload's buffer and receive: not control
     job.payload.resize(static_cast<std::size_t>(c.bytes_out));
     plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
                      Role::HelpPayload, q);
+    control_ns_ -= thread_cpu_ns() - payload_begin;
   } else if (c.kind == Kind::Declined) {
     owned_[static_cast<std::size_t>(c.index)].declined = true;
   } else {
@@ -139,7 +176,6 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
   } else {
     post_control_recv(q);
   }
-  control_ns_ += thread_cpu_ns() - t0;
 }
 
 // The helper's payload from `owner` is in: the oldest such job without its payload (MPI keeps a pair's messages
@@ -155,7 +191,17 @@ void MigrationPeer::payload_in(int owner) {
 }
 
 void MigrationPeer::say_busy() {
-  if (!finished_sent_ && sent_status_.kind != Kind::Busy) broadcast(Control{});
+  if (finished_sent_) return;
+  busy_ = true;
+  if (sent_status_.kind == Kind::Busy) return;
+  // An Idle whose announced arrival has passed changes no decision that Busy would: its window has closed (no
+  // slice fits, sched::Migration::decide), and a chain through it starts now, as through a busy rank
+  // (sched::InputChains). An owner producing that input holds the same time (own_delivery: its announcement).
+  if (sent_status_.kind == Kind::Idle && sent_status_.until_ns != kUnknown &&
+      sent_status_.until_ns <= clock_.now_ns()) {
+    return;
+  }
+  broadcast(Control{});
 }
 
 void MigrationPeer::say_idle(bool ops_in_flight) {
@@ -165,6 +211,7 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
     c.kind = Kind::Finished;
     broadcast(c);
     finished_sent_ = true;
+    busy_ = false;
     return;
   }
   const sched::Arbiter& state = ctx_.state();
@@ -174,6 +221,7 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   c.kind = Kind::Idle;
   c.index = next;
   c.until_ns = plane_.announced_arrival(next);
+  busy_ = false;
   if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.index != c.index) {
     broadcast(c);
   }
@@ -244,10 +292,13 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   const Compute::SliceMoves moves = compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind);
   if (moves == Compute::SliceMoves::None) return estimate_ns;
-  const std::int64_t t0 = thread_cpu_ns();
-  const sched::Offload o = choose(i, now, estimate_ns);
+  sched::Offload o;
+  {
+    const Timed timed(*this);  // the decision, with its polls (the request's message is timed in send_control)
+    if (options_.forced.empty()) refresh();
+    o = choose(i, now, estimate_ns);
+  }
   ++decisions_;
-  control_ns_ += thread_cpu_ns() - t0;  // the decision (its messages are timed in send_control)
   if (o.helper < 0) return estimate_ns;
   slices_given_ += o.slices;
   Owned& own = owned_[static_cast<std::size_t>(i)];
@@ -280,6 +331,13 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   own.own_share = o.owner_time / (estimate_ns / 1e6);
   compute_.keep_share(own.own_share);
   return o.op_time * 1e6;
+}
+
+// Before a decision: the peers' statuses queue up while this rank sleeps in an op, and each poll matches one per
+// peer (its receive is re-posted after each), so it polls until nothing more completes; Open MPI's test-some
+// progresses only on a call that finds nothing complete, so until two polls in a row find nothing.
+void MigrationPeer::refresh() {
+  for (int empty = 0, polls = 0; empty < 2 && polls < 64; ++polls) empty = drain_() > 0 ? 0 : empty + 1;
 }
 
 // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy

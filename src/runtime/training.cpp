@@ -303,6 +303,7 @@ void Training::count_migration(const StepOutcome& so) {
   outcome_.migration_control_ns += so.migration_control_ns;
   outcome_.slices_given += so.slices_given;
   outcome_.migration_decisions += so.migration_decisions;
+  outcome_.migration_statuses += so.migration_statuses;
 }
 
 Training::After Training::step_synchronously(int step) {

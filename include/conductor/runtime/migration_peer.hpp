@@ -74,6 +74,7 @@ class MigrationPeer {
   std::int64_t control_ns() const { return control_ns_; }
   int slices_given() const { return slices_given_; }
   int decisions() const { return decisions_; }
+  int statuses_sent() const { return statuses_sent_; }  // Idle, Busy, Finished: one per peer told
 
  private:
   enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
@@ -104,6 +105,9 @@ class MigrationPeer {
     std::int64_t arrived = 0;
   };
 
+  class Timed;
+  bool decides(int q) const;
+  void refresh();
   // While this rank sleeps (in an op or a modelled help): polls as long as payloads it sent or answers it awaits
   // are outstanding; false once none is.
   bool keep_moving();
@@ -144,8 +148,12 @@ class MigrationPeer {
   int peers_finished_ = 0;
   int sends_ = 0;        // payloads (out or back) posted and not yet complete
   int answers_due_ = 0;  // helpers' answers this rank waits for
-  Control sent_status_;  // the last status this rank sent
+  Control sent_status_;  // the last status this rank sent: what its peers hold of it
+  bool busy_ = true;     // it started an op or a help since it last was idle (a Busy may be left unsent)
   bool finished_sent_ = false;
+  std::vector<char> listens_;  // per peer: it decides, so it reads this rank's Idle and Busy
+  int statuses_sent_ = 0;
+  bool timing_ = false;          // a Timed scope is open
   std::int64_t control_ns_ = 0;  // see control_ns()
   int slices_given_ = 0;
   int decisions_ = 0;
