@@ -118,11 +118,11 @@ void MigrationPeer::send_control(int q, const Control& c) {
   plane_.post_send(Plane::Control, q, control_tag(), &control_out_.back(), sizeof(Control), Role::Control, q);
 }
 
-// A status to the peers that read it (Finished: to every peer, which counts them to end its step).
-void MigrationPeer::broadcast(const Control& c) {
+// A status to the peers that read it (Finished: to every peer, which counts them to end its step), but `skip`.
+void MigrationPeer::broadcast(const Control& c, int skip) {
   sent_status_ = c;
   for (int q = 0; q < ctx_.order.p; ++q) {
-    if (q == ctx_.rank || (c.kind != Kind::Finished && !listens_[static_cast<std::size_t>(q)])) continue;
+    if (q == ctx_.rank || q == skip || (c.kind != Kind::Finished && !listens_[static_cast<std::size_t>(q)])) continue;
     send_control(q, c);
     ++statuses_sent_;
   }
@@ -222,9 +222,13 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   c.index = next;
   c.until_ns = plane_.announced_arrival(next);
   busy_ = false;
-  if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.index != c.index) {
-    broadcast(c);
+  if (sent_status_.kind == c.kind && sent_status_.index == c.index) {
+    // Only the arrival is new (announced since the last Idle): the rank that announced it reads its own
+    // announcement instead (own_delivery), so it is told nothing.
+    if (sent_status_.until_ns != c.until_ns) broadcast(c, chains_.producer(ctx_.rank, next));
+    return;
   }
+  broadcast(c);
 }
 
 bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == ctx_.order.p - 1 && jobs_.empty(); }

@@ -115,7 +115,7 @@ class MigrationPeer {
   int help_tag(std::int64_t index, bool back) const;
   void post_control_recv(int q);
   void send_control(int q, const Control& c);
-  void broadcast(const Control& c);
+  void broadcast(const Control& c, int skip = -1);
   void on_control(int q, std::int64_t now);
   void payload_in(int owner);
   std::int64_t own_delivery(int q, int next, int deciding) const;
