@@ -21,7 +21,7 @@ std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround
 
 MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
                              const ExecutorOptions& options, const Watchdog& watchdog,
-                             std::function<std::size_t(bool data)> drain, Estimate estimate_ms, double comm_ms)
+                             std::function<std::size_t()> drain, Estimate estimate_ms, double comm_ms)
     : ctx_(ctx),
       plane_(plane),
       compute_(compute),
@@ -96,7 +96,7 @@ bool MigrationPeer::decides(int q) const {
 
 bool MigrationPeer::keep_moving() {
   if (sends_ == 0 && answers_due_ == 0) return false;
-  drain_(true);
+  drain_();
   return sends_ > 0 || answers_due_ > 0;
 }
 
@@ -338,11 +338,10 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
 }
 
 // Before a decision: the peers' statuses queue up while this rank sleeps in an op, and each poll matches one per
-// peer (its receive is re-posted after each), so it polls the control plane (the statuses' only) until nothing
-// more completes; Open MPI's test-some progresses only on a call that finds nothing complete, so until two polls
-// in a row find nothing.
+// peer (its receive is re-posted after each), so it polls until nothing more completes; Open MPI's test-some
+// progresses only on a call that finds nothing complete, so until two polls in a row find nothing.
 void MigrationPeer::refresh() {
-  for (int empty = 0, polls = 0; empty < 2 && polls < 64; ++polls) empty = drain_(false) > 0 ? 0 : empty + 1;
+  for (int empty = 0, polls = 0; empty < 2 && polls < 64; ++polls) empty = drain_() > 0 ? 0 : empty + 1;
 }
 
 // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy
@@ -350,7 +349,7 @@ void MigrationPeer::refresh() {
 // short enough not to wait out a peer that turned out busy.
 void MigrationPeer::push_sends() {
   const std::int64_t deadline = clock_.now_ns() + 2'000'000;
-  while (sends_ > 0 && plane_.last_poll() < deadline) drain_(true);
+  while (sends_ > 0 && plane_.last_poll() < deadline) drain_();
 }
 
 void MigrationPeer::reply(const Job& job, std::vector<char> answer) {
