@@ -393,7 +393,7 @@ void Executor::Step::drain_sends() {
 StepOutcome Executor::Step::run() {
   quiet_.restart(ex_.clock_.now_ns());
   while (!driver_.finished() || (migration_ && !migration_->over())) {
-    drain();  // a decision polls until nothing more completes (MigrationPeer::offload)
+    const std::size_t first = drain();
     retire();
     if (ex_.between_ops_) ex_.between_ops_();
     if (migration_ && migration_->serve()) {
@@ -405,11 +405,13 @@ StepOutcome Executor::Step::run() {
     if (!driver_.finished() && !help_first && static_cast<int>(in_flight_.size()) < depth_) {
       const int i = driver_.next(driver_.latest());  // see RankDriver::latest: a replay makes the same choice
       if (i >= 0) {
+        if (migration_ && migration_->catch_up(i, first)) continue;  // a help request came: it runs first
         idle_sleep_ns_ = 5'000;
         launch(i);
         continue;
       }
     }
+    if (migration_ && migration_->catch_up(-1, first)) continue;
     wait_idle();
   }
   drain_sends();

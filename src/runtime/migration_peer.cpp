@@ -129,6 +129,7 @@ void MigrationPeer::broadcast(const Control& c, int skip) {
 }
 
 void MigrationPeer::handle(const Completion& c, std::int64_t now) {
+  ++handled_;
   switch (c.role) {
     case Role::Control:
       if (!c.send) on_control(c.action, now);
@@ -298,8 +299,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   if (moves == Compute::SliceMoves::None) return estimate_ns;
   sched::Offload o;
   {
-    const Timed timed(*this);  // the decision, with its polls (the request's message is timed in send_control)
-    if (options_.forced.empty()) refresh();
+    const Timed timed(*this);  // the decision (its polls are timed in catch_up, the request in send_control)
     o = choose(i, now, estimate_ns);
   }
   ++decisions_;
@@ -337,11 +337,36 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   return o.op_time * 1e6;
 }
 
-// Before a decision: the peers' statuses queue up while this rank sleeps in an op, and each poll matches one per
-// peer (its receive is re-posted after each), so it polls until nothing more completes; Open MPI's test-some
-// progresses only on a call that finds nothing complete, so until two polls in a row find nothing.
-void MigrationPeer::refresh() {
-  for (int empty = 0, polls = 0; empty < 2 && polls < 64; ++polls) empty = drain_() > 0 ? 0 : empty + 1;
+// The peers' messages queue up while this rank sleeps in an op, and each poll matches one per peer (its receive is
+// re-posted after each), so one poll would decide on an old status or leave a help request behind statuses; and
+// payloads move only while polled. So after the loop's poll (`first` completions) it polls both planes until
+// nothing more completes: Open MPI's test-some progresses only on a call that finds nothing complete, so until
+// two polls in a row find nothing. While idle (i < 0) it always does, and the loop looks again when anything
+// came. Before launching action i only where it decides, a migration message came since the last catch-up, or a
+// payload or an answer is on its way: those polls delay the op and count as control (timed with the messages
+// they handle).
+bool MigrationPeer::catch_up(int i, std::size_t first) {
+  const bool news = handled_ != handled_seen_;
+  const bool moving = sends_ > 0 || answers_due_ > 0 || (!jobs_.empty() && !jobs_.back().payload_in);
+  const bool deciding =
+      i >= 0 && options_.forced.empty() &&
+      compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind) != Compute::SliceMoves::None;
+  std::size_t completed = 0;
+  const auto poll = [&] {
+    for (int empty = first > 0 ? 0 : 1, polls = 0; empty < 2 && polls < 64; ++polls) {
+      const std::size_t n = drain_();
+      completed += n;
+      empty = n > 0 ? 0 : empty + 1;
+    }
+  };
+  if (i < 0) {
+    poll();
+  } else if (deciding || news || moving) {
+    const Timed timed(*this);
+    poll();
+  }
+  handled_seen_ = handled_;
+  return i < 0 ? completed > 0 : help_first();
 }
 
 // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy

@@ -50,6 +50,11 @@ class MigrationPeer {
   void say_busy();
   // Idle: with no op of its own in flight, tells the peers what its next op waits for (or that its step is done).
   void say_idle(bool ops_in_flight);
+  // After the loop's poll found `first` completions, before it launches action i (or waits: i < 0): polls until
+  // nothing more completes where a decision may need the peers' latest statuses, a help request may wait behind
+  // statuses, or payloads move. True when the loop should look again (waiting: anything came; launching: a help
+  // request came that runs first).
+  bool catch_up(int i, std::size_t first);
   // Owner: decides for action i starting at `now` (estimated `estimate_ns` alone); on a helper, sends the request
   // and its payload (modelled: at once; real: the slices' inputs, when the op's compute has them), posts the
   // reply's receive and keeps the owner's share. Returns the op's predicted duration (ns).
@@ -107,7 +112,6 @@ class MigrationPeer {
 
   class Timed;
   bool decides(int q) const;
-  void refresh();
   // While this rank sleeps (in an op or a modelled help): polls as long as payloads it sent or answers it awaits
   // are outstanding; false once none is.
   bool keep_moving();
@@ -153,8 +157,9 @@ class MigrationPeer {
   bool finished_sent_ = false;
   std::vector<char> listens_;  // per peer: it decides, so it reads this rank's Idle and Busy
   int statuses_sent_ = 0;
-  bool timing_ = false;          // a Timed scope is open
-  std::int64_t control_ns_ = 0;  // see control_ns()
+  long handled_ = 0, handled_seen_ = 0;  // migration completions handled, and as of the last catch_up
+  bool timing_ = false;                  // a Timed scope is open
+  std::int64_t control_ns_ = 0;          // see control_ns()
   int slices_given_ = 0;
   int decisions_ = 0;
 };
