@@ -64,7 +64,7 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
 MigrationPeer::~MigrationPeer() { compute_.set_progress({}); }  // the progress function refers to this step
 
 // Adds the CPU time of its scope to control_ns_, unless an enclosing scope counts it already (a control
-// message handled during a decision's polls).
+// message handled during the polls before a launch, catch_up).
 class MigrationPeer::Timed {
  public:
   explicit Timed(MigrationPeer& peer) : peer_(peer), outer_(!peer.timing_), t0_(outer_ ? thread_cpu_ns() : 0) {
