@@ -114,9 +114,9 @@ std::int64_t ControlPlane::announced_arrival(int i) const {
   return announce_known_[at] ? in_announce_[at].expected_ns : kUnknown;
 }
 
-std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& other) {
+std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& other, bool data) {
   const std::vector<TransferId> control_done = control_.poll();
-  const std::vector<TransferId> data_done = data_.poll();
+  const std::vector<TransferId> data_done = data ? data_.poll() : std::vector<TransferId>{};
   now_ = clock_.now_ns();
   file(control_done, control_ids_, other);
   file(data_done, data_ids_, other);

@@ -174,7 +174,8 @@ Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
     const sim::NoiseModel& noise = ex_.noise_;
     const int v = order_.v;
     migration_ = std::make_unique<MigrationPeer>(
-        ctx_, plane_, ex_.compute_, ex_.clock_, ex_.options_, ex_.watchdog_, [this] { return drain(); },
+        ctx_, plane_, ex_.compute_, ex_.clock_, ex_.options_, ex_.watchdog_,
+        [this](bool data) { return plane_.poll([this](const Completion& c) { on_completion(c); }, data); },
         [&noise, v](int r, const sched::Action& a) { return noise.cost().op_time(r, a.kind, v); },
         ex_.comm_estimate_ns() / 1e6);
   }

@@ -21,7 +21,7 @@ std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround
 
 MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
                              const ExecutorOptions& options, const Watchdog& watchdog,
-                             std::function<std::size_t()> drain, Estimate estimate_ms, double comm_ms)
+                             std::function<std::size_t(bool data)> drain, Estimate estimate_ms, double comm_ms)
     : ctx_(ctx),
       plane_(plane),
       compute_(compute),
@@ -96,7 +96,7 @@ bool MigrationPeer::decides(int q) const {
 
 bool MigrationPeer::keep_moving() {
   if (sends_ == 0 && answers_due_ == 0) return false;
-  drain_();
+  drain_(true);
   return sends_ > 0 || answers_due_ > 0;
 }
 
@@ -344,7 +344,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
 // two polls in a row find nothing. While idle (i < 0) it always does, and the loop looks again when anything
 // came. Before launching action i only where it decides, a migration message came since the last catch-up, or a
 // payload or an answer is on its way: those polls delay the op and count as control (timed with the messages
-// they handle).
+// they handle); where only the decision's statuses are wanted, they read the control plane alone.
 bool MigrationPeer::catch_up(int i, std::size_t first) {
   const bool news = handled_ != handled_seen_;
   const bool moving = sends_ > 0 || answers_due_ > 0 || (!jobs_.empty() && !jobs_.back().payload_in);
@@ -352,18 +352,18 @@ bool MigrationPeer::catch_up(int i, std::size_t first) {
       i >= 0 && options_.forced.empty() &&
       compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind) != Compute::SliceMoves::None;
   std::size_t completed = 0;
-  const auto poll = [&] {
+  const auto poll = [&](bool data) {
     for (int empty = first > 0 ? 0 : 1, polls = 0; empty < 2 && polls < 64; ++polls) {
-      const std::size_t n = drain_();
+      const std::size_t n = drain_(data);
       completed += n;
       empty = n > 0 ? 0 : empty + 1;
     }
   };
   if (i < 0) {
-    poll();
+    poll(true);
   } else if (deciding || news || moving) {
     const Timed timed(*this);
-    poll();
+    poll(news || moving);  // for a decision's statuses alone, the control plane (data completions wait a poll)
   }
   handled_seen_ = handled_;
   return i < 0 ? completed > 0 : help_first();
@@ -374,7 +374,7 @@ bool MigrationPeer::catch_up(int i, std::size_t first) {
 // short enough not to wait out a peer that turned out busy.
 void MigrationPeer::push_sends() {
   const std::int64_t deadline = clock_.now_ns() + 2'000'000;
-  while (sends_ > 0 && plane_.last_poll() < deadline) drain_();
+  while (sends_ > 0 && plane_.last_poll() < deadline) drain_(true);
 }
 
 void MigrationPeer::reply(const Job& job, std::vector<char> answer) {

@@ -33,12 +33,13 @@ class MigrationPeer {
     std::vector<char> reply;
   };
 
-  // drain: the executor's poll of both planes (payloads move only while their sender polls).
+  // drain: the executor's poll of both planes (payloads move only while their sender polls), or (data = false) of
+  // the control plane alone.
   // estimate_ms: rank r's op alone by the cost model (ms); comm_ms: a transfer's estimate. With the peers' last
   // statuses they bound a peer's awaited input (sched::InputChains, as the simulator does).
   using Estimate = std::function<double(int r, const sched::Action& a)>;
   MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
-                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t()> drain,
+                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t(bool data)> drain,
                 Estimate estimate_ms, double comm_ms);
   ~MigrationPeer();
   MigrationPeer(const MigrationPeer&) = delete;
@@ -136,7 +137,7 @@ class MigrationPeer {
   const CommonClock& clock_;
   const ExecutorOptions& options_;
   const Watchdog& watchdog_;
-  std::function<std::size_t()> drain_;
+  std::function<std::size_t(bool data)> drain_;
   sched::InputChains chains_;   // the producer chain of each list op's cross-rank input
   sched::PeerKnowledge known_;  // what this rank knows of its peers, for chains_ (build_offers)
   int deciding_ = -1;           // the op build_offers decides for
