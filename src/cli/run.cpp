@@ -14,9 +14,9 @@ namespace conductor::cli {
 
 namespace {
 
-// Computation migration's control overhead (StepOutcome::migration_control_ns: decisions and their polls, control
-// messages posted and handled), summed over the ranks (collective), per slice moved and per decision (an op whose
-// slices could move), and the status messages sent. Issue 15's goal: under 50 us per slice.
+// Computation migration's control overhead (StepOutcome::migration_control_ns: decisions, the polls before a launch,
+// control messages posted and handled), summed over the ranks (collective), per slice moved and per decision (an op
+// whose slices could move), and the status messages sent. Issue 15's goal: under 50 us per slice.
 void report_migration(const runtime::RunOutcome& outcome) {
   const double mine[4] = {static_cast<double>(outcome.migration_control_ns), static_cast<double>(outcome.slices_given),
                           static_cast<double>(outcome.migration_decisions),

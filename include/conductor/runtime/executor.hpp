@@ -63,8 +63,9 @@ struct StepOutcome {
   double peak_memory = 0.0;            // M_F
   int announcements = 0;               // announcements received that named an expected time (backfill)
   // Migration's control work on this rank, in CPU time (thread_cpu_ns: not the time descheduled on a loaded
-  // node): decisions with the polls that precede them (they also progress payloads, so this is an upper bound),
-  // status and request messages posted and handled (not the payloads); and the slices it gave away.
+  // node): decisions, the polls migration makes before a launch (MigrationPeer::catch_up; they also progress
+  // payloads, so this is an upper bound), status and request messages posted and handled (not the payloads);
+  // and the slices it gave away.
   std::int64_t migration_control_ns = 0;
   int slices_given = 0;
   int migration_decisions = 0;  // ops whose slices could move (decided or forced), moved or not
