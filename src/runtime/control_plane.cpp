@@ -115,40 +115,37 @@ std::int64_t ControlPlane::announced_arrival(int i) const {
   return announce_known_[at] ? in_announce_[at].expected_ns : kUnknown;
 }
 
-std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& other) {
+std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& other, bool data) {
   const std::vector<TransferId> control_done = control_.poll();
-  const std::vector<TransferId> data_done = data_.poll();
+  const std::vector<TransferId> data_done = data ? data_.poll() : std::vector<TransferId>{};
   now_ = clock_.now_ns();
   release_announcements(now_);
-  for (TransferId id : control_done) {
-    const auto it = control_ids_.find(id);
-    if (it == control_ids_.end()) continue;
+  file(control_done, control_ids_, other);
+  file(data_done, data_ids_, other);
+  while (!delayed_.empty() && delayed_.top().first <= now_) {
+    accept(delayed_.top().second, now_);
+    delayed_.pop();
+  }
+  return control_done.size() + data_done.size();
+}
+
+// One transport's completions (each transport numbers its own): a received header or tensor (an input's
+// halves) and an announcement are handled here, every other completion goes to `other`.
+void ControlPlane::file(const std::vector<TransferId>& done, std::unordered_map<TransferId, Pending>& ids,
+                        const std::function<void(const Completion&)>& other) {
+  for (TransferId id : done) {
+    const auto it = ids.find(id);
+    if (it == ids.end()) continue;
     const Pending p = it->second;
-    control_ids_.erase(it);
-    if (!p.send && p.role == Role::Header) {
-      half_arrived(p.action, Role::Header, now_);
+    ids.erase(it);
+    if (!p.send && (p.role == Role::Header || p.role == Role::Tensor)) {
+      half_arrived(p.action, p.role, now_);
     } else if (!p.send && p.role == Role::Announcement) {
       announced(p.action, now_);
     } else {
       other({p.role, p.action, p.send});
     }
   }
-  for (TransferId id : data_done) {
-    const auto it = data_ids_.find(id);
-    if (it == data_ids_.end()) continue;
-    const Pending p = it->second;
-    data_ids_.erase(it);
-    if (!p.send && p.role == Role::Tensor) {
-      half_arrived(p.action, Role::Tensor, now_);
-    } else {
-      other({p.role, p.action, p.send});
-    }
-  }
-  while (!delayed_.empty() && delayed_.top().first <= now_) {
-    accept(delayed_.top().second, now_);
-    delayed_.pop();
-  }
-  return control_done.size() + data_done.size();
 }
 
 void ControlPlane::half_arrived(int i, Role role, std::int64_t now) {

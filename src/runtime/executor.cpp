@@ -176,7 +176,8 @@ Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
     const sim::NoiseModel& noise = ex_.noise_;
     const int v = order_.v;
     migration_ = std::make_unique<MigrationPeer>(
-        ctx_, plane_, ex_.compute_, ex_.clock_, ex_.options_, ex_.watchdog_, [this] { return drain(); },
+        ctx_, plane_, ex_.compute_, ex_.clock_, ex_.options_, ex_.watchdog_,
+        [this](bool data) { return plane_.poll([this](const Completion& c) { on_completion(c); }, data); },
         [&noise, v](int r, const sched::Action& a) { return noise.cost().op_time(r, a.kind, v); },
         ex_.comm_estimate_ns() / 1e6);
   }
@@ -395,21 +396,10 @@ void Executor::Step::drain_sends() {
 StepOutcome Executor::Step::run() {
   quiet_.restart(ex_.clock_.now_ns());
   while (!driver_.finished() || (migration_ && !migration_->over())) {
-    // Migration: poll until nothing more completes. A peer's control messages queue up while this rank sleeps
-    // in an op, and each poll matches one per peer (its receive is re-posted after each), so one poll would
-    // decide on an old status. Open MPI's test-some progresses only on a call that finds nothing complete, so
-    // two empty polls in a row.
     const std::size_t first = drain();
-    const std::int64_t polls_begin = migrating_ ? thread_cpu_ns() : 0;
-    for (int empty = first > 0 ? 0 : 1, polls = 0; migrating_ && empty < 2 && polls < 64; ++polls) {
-      empty = drain() > 0 ? 0 : empty + 1;
-    }
-    // Migration's extra polls delay this rank's next op or help (not its idle wait): its control overhead.
-    const std::int64_t extra_polls_ns = migrating_ ? thread_cpu_ns() - polls_begin : 0;
     retire();
     if (ex_.between_ops_) ex_.between_ops_();
     if (migration_ && migration_->serve()) {
-      ctx_.outcome.migration_control_ns += extra_polls_ns;
       migration_->push_sends();  // the reply, before this rank sleeps in an op of its own
       continue;
     }
@@ -418,12 +408,13 @@ StepOutcome Executor::Step::run() {
     if (!driver_.finished() && !help_first && static_cast<int>(in_flight_.size()) < depth_) {
       const int i = driver_.next(driver_.latest());  // see RankDriver::latest: a replay makes the same choice
       if (i >= 0) {
+        if (migration_ && migration_->catch_up(i, first)) continue;  // a help request came: it runs first
         idle_sleep_ns_ = 5'000;
-        ctx_.outcome.migration_control_ns += extra_polls_ns;
         launch(i);
         continue;
       }
     }
+    if (migration_ && migration_->catch_up(-1, first)) continue;
     wait_idle();
   }
   drain_sends();
@@ -431,6 +422,7 @@ StepOutcome Executor::Step::run() {
     ctx_.outcome.migration_control_ns += migration_->control_ns();
     ctx_.outcome.slices_given = migration_->slices_given();
     ctx_.outcome.migration_decisions = migration_->decisions();
+    ctx_.outcome.migration_statuses = migration_->statuses_sent();
   }
   migration_.reset();  // its progress function refers to this step's state
   ctx_.outcome.peak_memory = ctx_.state().peak_memory();

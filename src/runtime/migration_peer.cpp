@@ -21,7 +21,7 @@ std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround
 
 MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
                              const ExecutorOptions& options, const Watchdog& watchdog,
-                             std::function<std::size_t()> drain, Estimate estimate_ms, double comm_ms)
+                             std::function<std::size_t(bool data)> drain, Estimate estimate_ms, double comm_ms)
     : ctx_(ctx),
       plane_(plane),
       compute_(compute),
@@ -33,9 +33,11 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
       hang_helping_(injected_failure(ctx.rank, ctx.step) == InjectedFailure::HangHelp),
       control_in_(static_cast<std::size_t>(ctx.order.p)),
       peers_(static_cast<std::size_t>(ctx.order.p)),
-      owned_(ctx.actions().size()) {
+      owned_(ctx.actions().size()),
+      listens_(static_cast<std::size_t>(ctx.order.p), 0) {
   for (int q = 0; q < ctx.order.p; ++q) {
     if (q != ctx.rank) post_control_recv(q);
+    listens_[static_cast<std::size_t>(q)] = q != ctx.rank && decides(q);
   }
   // While this rank sleeps in an op or a help, the payloads it sent keep moving; also while a helper's answer is
   // due: it is a rendezvous too, which the helper's poll alone cannot finish.
@@ -61,9 +63,40 @@ MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& com
 
 MigrationPeer::~MigrationPeer() { compute_.set_progress({}); }  // the progress function refers to this step
 
+// Adds the CPU time of its scope to control_ns_, unless an enclosing scope counts it already (a control
+// message handled during the polls before a launch, catch_up).
+class MigrationPeer::Timed {
+ public:
+  explicit Timed(MigrationPeer& peer) : peer_(peer), outer_(!peer.timing_), t0_(outer_ ? thread_cpu_ns() : 0) {
+    peer_.timing_ = true;
+  }
+  ~Timed() {
+    if (!outer_) return;
+    peer_.control_ns_ += thread_cpu_ns() - t0_;
+    peer_.timing_ = false;
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  MigrationPeer& peer_;
+  bool outer_;
+  std::int64_t t0_;
+};
+
+// Rank q decides (sched::RankDriver::offload on its peers' statuses) when it is not forced and some op of its
+// list can give slices away: only such a rank reads statuses.
+bool MigrationPeer::decides(int q) const {
+  if (!options_.forced.empty()) return false;
+  for (const sched::Action& a : ctx_.order.ranks[static_cast<std::size_t>(q)]) {
+    if (compute_.slice_moves(a.kind) != Compute::SliceMoves::None) return true;
+  }
+  return false;
+}
+
 bool MigrationPeer::keep_moving() {
   if (sends_ == 0 && answers_due_ == 0) return false;
-  drain_();
+  drain_(true);
   return sends_ > 0 || answers_due_ > 0;
 }
 
@@ -80,20 +113,23 @@ void MigrationPeer::post_control_recv(int q) {
 }
 
 void MigrationPeer::send_control(int q, const Control& c) {
-  const std::int64_t t0 = thread_cpu_ns();
+  const Timed timed(*this);
   control_out_.push_back(c);
   plane_.post_send(Plane::Control, q, control_tag(), &control_out_.back(), sizeof(Control), Role::Control, q);
-  control_ns_ += thread_cpu_ns() - t0;
 }
 
-void MigrationPeer::broadcast(const Control& c) {
+// A status to the peers that read it (Finished: to every peer, which counts them to end its step), but `skip`.
+void MigrationPeer::broadcast(const Control& c, int skip) {
   sent_status_ = c;
   for (int q = 0; q < ctx_.order.p; ++q) {
-    if (q != ctx_.rank) send_control(q, c);
+    if (q == ctx_.rank || q == skip || (c.kind != Kind::Finished && !listens_[static_cast<std::size_t>(q)])) continue;
+    send_control(q, c);
+    ++statuses_sent_;
   }
 }
 
 void MigrationPeer::handle(const Completion& c, std::int64_t now) {
+  ++handled_;
   switch (c.role) {
     case Role::Control:
       if (!c.send) on_control(c.action, now);
@@ -111,7 +147,7 @@ void MigrationPeer::handle(const Completion& c, std::int64_t now) {
 
 // A control message from peer q arrived at `now`.
 void MigrationPeer::on_control(int q, std::int64_t now) {
-  const std::int64_t t0 = thread_cpu_ns();
+  const Timed timed(*this);
   const Control c = control_in_[static_cast<std::size_t>(q)];
   ++ctx_.progress;
   if (c.kind == Kind::Help) {
@@ -122,17 +158,18 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices are
     // always served (after this rank's current op): the owner holds their inputs only in the payload.
     const sched::Action& owned = ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(c.index)];
-    job.declined = sent_status_.kind == Kind::Busy && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    job.declined = busy_ && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    const std::int64_t payload_begin = thread_cpu_ns();  // the payload's buffer and receive: not control
     job.payload.resize(static_cast<std::size_t>(c.bytes_out));
     plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
                      Role::HelpPayload, q);
+    control_ns_ -= thread_cpu_ns() - payload_begin;
   } else if (c.kind == Kind::Declined) {
     owned_[static_cast<std::size_t>(c.index)].declined = true;
   } else {
     PeerView& v = peers_[static_cast<std::size_t>(q)];
     v.status = c.kind;
     v.until_ns = c.until_ns;
-    v.producer = static_cast<int>(c.producer);
     v.next = static_cast<int>(c.index);
   }
   if (c.kind == Kind::Finished) {
@@ -140,7 +177,6 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
   } else {
     post_control_recv(q);
   }
-  control_ns_ += thread_cpu_ns() - t0;
 }
 
 // The helper's payload from `owner` is in: the oldest such job without its payload (MPI keeps a pair's messages
@@ -156,7 +192,17 @@ void MigrationPeer::payload_in(int owner) {
 }
 
 void MigrationPeer::say_busy() {
-  if (!finished_sent_ && sent_status_.kind != Kind::Busy) broadcast(Control{});
+  if (finished_sent_) return;
+  busy_ = true;
+  if (sent_status_.kind == Kind::Busy) return;
+  // An Idle whose announced arrival has passed changes no decision that Busy would: its window has closed (no
+  // slice fits, sched::Migration::decide), and a chain through it starts now, as through a busy rank
+  // (sched::InputChains). An owner producing that input holds the same time (own_delivery: its announcement).
+  if (sent_status_.kind == Kind::Idle && sent_status_.until_ns != kUnknown &&
+      sent_status_.until_ns <= clock_.now_ns()) {
+    return;
+  }
+  broadcast(Control{});
 }
 
 void MigrationPeer::say_idle(bool ops_in_flight) {
@@ -166,6 +212,7 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
     c.kind = Kind::Finished;
     broadcast(c);
     finished_sent_ = true;
+    busy_ = false;
     return;
   }
   const sched::Arbiter& state = ctx_.state();
@@ -175,14 +222,14 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   c.kind = Kind::Idle;
   c.index = next;
   c.until_ns = plane_.announced_arrival(next);
-  if (const auto in = sched::input_of(ctx_.order, ctx_.rank, ctx_.actions()[static_cast<std::size_t>(next)]);
-      in && !in->local()) {
-    c.producer = in->from_rank;
+  busy_ = false;
+  if (sent_status_.kind == c.kind && sent_status_.index == c.index) {
+    // Only the arrival is new (announced since the last Idle): the rank that announced it reads its own
+    // announcement instead (own_delivery), so it is told nothing.
+    if (sent_status_.until_ns != c.until_ns) broadcast(c, chains_.producer(ctx_.rank, next));
+    return;
   }
-  if (sent_status_.kind != c.kind || sent_status_.until_ns != c.until_ns || sent_status_.producer != c.producer ||
-      sent_status_.index != c.index) {
-    broadcast(c);
-  }
+  broadcast(c);
 }
 
 bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == ctx_.order.p - 1 && jobs_.empty(); }
@@ -191,10 +238,8 @@ bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == c
 // started or is `deciding` (it then comes after the op being decided, and so after the help), else the announced
 // time (its start plus estimates). This rank knows it better than q's last Idle, which may predate it.
 std::int64_t MigrationPeer::own_delivery(int q, int next, int deciding) const {
-  const auto in =
-      sched::input_of(ctx_.order, q, ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(next)]);
-  if (!in || in->from_rank != ctx_.rank) return kUnknown;
-  const int producer = ctx_.producer_of(*in);
+  if (chains_.producer(q, next) != ctx_.rank) return kUnknown;
+  const int producer = chains_.producer_op(q, next);
   return ctx_.state().is_started(producer) && producer != deciding ? plane_.own_announcement(producer) : kUnknown;
 }
 
@@ -253,10 +298,12 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   const Compute::SliceMoves moves = compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind);
   if (moves == Compute::SliceMoves::None) return estimate_ns;
-  const std::int64_t t0 = thread_cpu_ns();
-  const sched::Offload o = choose(i, now, estimate_ns);
+  sched::Offload o;
+  {
+    const Timed timed(*this);  // the decision (its polls are timed in catch_up, the request in send_control)
+    o = choose(i, now, estimate_ns);
+  }
   ++decisions_;
-  control_ns_ += thread_cpu_ns() - t0;  // the decision (its messages are timed in send_control)
   if (o.helper < 0) return estimate_ns;
   slices_given_ += o.slices;
   Owned& own = owned_[static_cast<std::size_t>(i)];
@@ -304,7 +351,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
 std::vector<float> MigrationPeer::await_answer(int i) {
   const Owned& own = owned_[static_cast<std::size_t>(i)];
   while (own.back < 0) {
-    const std::size_t done = drain_();
+    const std::size_t done = drain_(true);
     const bool served = serve();
     if (done == 0 && !served) sleep_until_ns(steady_now_ns() + 20'000);
     check_answers({i}, clock_.now_ns());
@@ -314,12 +361,44 @@ std::vector<float> MigrationPeer::await_answer(int i) {
   return answer;
 }
 
+// The peers' messages queue up while this rank sleeps in an op, and each poll matches one per peer (its receive is
+// re-posted after each), so one poll would decide on an old status or leave a help request behind statuses; and
+// payloads move only while polled. So after the loop's poll (`first` completions) it polls both planes until
+// nothing more completes: Open MPI's test-some progresses only on a call that finds nothing complete, so until
+// two polls in a row find nothing. While idle (i < 0) it always does, and the loop looks again when anything
+// came. Before launching action i only where it decides, a migration message came since the last catch-up, or a
+// payload or an answer is on its way: those polls delay the op and count as control (timed with the messages
+// they handle); where only the decision's statuses are wanted, they read the control plane alone.
+bool MigrationPeer::catch_up(int i, std::size_t first) {
+  const bool news = handled_ != handled_seen_;
+  const bool moving = sends_ > 0 || answers_due_ > 0 || (!jobs_.empty() && !jobs_.back().payload_in);
+  const bool deciding =
+      i >= 0 && options_.forced.empty() &&
+      compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind) != Compute::SliceMoves::None;
+  std::size_t completed = 0;
+  const auto poll = [&](bool data) {
+    for (int empty = first > 0 ? 0 : 1, polls = 0; empty < 2 && polls < 64; ++polls) {
+      const std::size_t n = drain_(data);
+      completed += n;
+      empty = n > 0 ? 0 : empty + 1;
+    }
+  };
+  if (i < 0) {
+    poll(true);
+  } else if (deciding || news || moving) {
+    const Timed timed(*this);
+    poll(news || moving);  // for a decision's statuses alone, the control plane (data completions wait a poll)
+  }
+  handled_seen_ = handled_;
+  return i < 0 ? completed > 0 : help_first();
+}
+
 // A help payload above the eager limit moves only while its sender polls (a rendezvous; and without a single-copy
 // mechanism), so the sender polls for a moment before it sleeps in an op: long enough for an idle peer to take it,
 // short enough not to wait out a peer that turned out busy.
 void MigrationPeer::push_sends() {
   const std::int64_t deadline = clock_.now_ns() + 2'000'000;
-  while (sends_ > 0 && plane_.last_poll() < deadline) drain_();
+  while (sends_ > 0 && plane_.last_poll() < deadline) drain_(true);
 }
 
 void MigrationPeer::reply(const Job& job, std::vector<char> answer) {

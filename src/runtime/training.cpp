@@ -149,7 +149,7 @@ class Training {
   struct Posted {
     int step = 0;
     StepReducer::Pending pending;
-    std::vector<trace::OpEvent> events;  // this rank's
+    std::vector<trace::OpEvent> events;  // this rank's (rank 0 only, once shipped)
     double peaks[2] = {0, 0};            // this rank's peak activations (M_F) and bytes
     std::int64_t known_ns = -1;          // when this rank saw the check complete (common clock)
   };
@@ -170,7 +170,7 @@ class Training {
   void count_migration(const StepOutcome& so);
   After settle(bool& rolled_back);
   bool overlaps_next(int step) const;
-  void ship_events(int step, const Posted& posted);
+  void ship_events(int step, Posted& posted);
   void collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
   void drain_shipments();
   void report_reruns();
@@ -303,6 +303,7 @@ void Training::count_migration(const StepOutcome& so) {
   outcome_.migration_control_ns += so.migration_control_ns;
   outcome_.slices_given += so.slices_given;
   outcome_.migration_decisions += so.migration_decisions;
+  outcome_.migration_statuses += so.migration_statuses;
 }
 
 Training::After Training::step_synchronously(int step) {
@@ -456,8 +457,10 @@ constexpr int kTagSteps = 1 << 12;
 
 // With overlapping steps a gather at each step's end would hold every rank until the slowest has finished the
 // step, which is what post-validation avoids: each rank sends its events and peaks to rank 0 instead, which
-// receives them when it concludes the step (their check being in, every rank has sent them).
-void Training::ship_events(int step, const Posted& posted) {
+// receives them when it concludes the step (their check being in, every rank has sent them). The events move
+// into the shipment: only rank 0 reads a posted step's events again (collect_events), whether the step's check
+// stands or rolls back.
+void Training::ship_events(int step, Posted& posted) {
   if (rank_ == 0) return;
   while (!shipments_.empty()) {  // the oldest first: sent in order
     int done = 0;
@@ -466,7 +469,7 @@ void Training::ship_events(int step, const Posted& posted) {
     shipments_.pop_front();
   }
   Shipment& s = shipments_.emplace_back();
-  s.events = posted.events;
+  s.events = std::move(posted.events);
   s.head[0] = static_cast<double>(s.events.size());
   s.head[1] = posted.peaks[0];
   s.head[2] = posted.peaks[1];

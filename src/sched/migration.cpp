@@ -236,6 +236,10 @@ int InputChains::producer(int q, int index) const {
   return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
 }
 
+int InputChains::producer_op(int q, int index) const {
+  return position_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
+}
+
 double InputChains::earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const {
   return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
 }

@@ -5,7 +5,8 @@ shared with idle peers, the helpers' slice work is in the trace as HELP_* rows n
 step completes with the watchdog quiet. Whether it is faster is a speed claim: bench/bench_runtime.py --migration
 (a timed assertion here failed when other builds loaded the cores: the ranks poll while they wait). A deck asking
 for migration on the cpu backend with units it does not move yet is refused naming what remains (issue 15); a
-helper that stops mid-help ends the run through the owner's watchdog."""
+helper that stops mid-help ends the run through the owner's watchdog. Status messages go only to ranks that decide
+(none with migration.force but the Finished of each step)."""
 import os
 import subprocess
 import sys
@@ -35,6 +36,23 @@ schedule: {{kind: 1f1b, execution: strict}}
 cost: {{forward: [{costs}], backward_input: [{costs}], backward_weight: [{costs}], comm: 0.5}}
 migration: {{enabled: true, slices: 4, link: nvlink}}
 runtime: {{watchdog_s: 30}}
+"""
+
+
+def status_messages(line):
+    """The status messages counted in conductor run's line 'migration: ..., N status messages (...)'."""
+    return int(line.split(" status messages")[0].rsplit(", ", 1)[1])
+
+
+def forced_cpu_deck(out, steps, watchdog_s, force="W,BW"):
+    return f"""\
+backend: cpu
+run: {{name: forced, steps: {steps}, output: {out}}}
+parallel: {{pipeline: 2, microbatches: 4, microbatch_size: 2}}
+model: {{n_layers: 2, d_model: 32, n_heads: 2, seq_len: 16}}
+schedule: {{kind: zb-h1, execution: strict}}
+migration: {{enabled: true, units: [mlp], slices: 4, force: ["1->0:{force}:2"]}}
+runtime: {{watchdog_s: {watchdog_s}}}
 """
 
 
@@ -89,6 +107,8 @@ class EmulatedMigrationTest(unittest.TestCase):
         line = [l for l in stdout.splitlines() if l.startswith("migration: ")]
         self.assertEqual(len(line), 1, stdout)
         self.assertIn("migration: %d slices moved in " % int(np.sum(migrated["migrated"])), line[0])
+        # Every rank decides, so statuses flow beyond the Finished each rank sends each peer per step.
+        self.assertGreater(status_messages(line[0]), STEPS * p * (p - 1))
 
     def test_p2_straggler_first_stage(self):
         self.check(2, 0)
@@ -106,6 +126,25 @@ class EmulatedMigrationTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "trace.h5")))
 
 
+class StatusMessagesTest(unittest.TestCase):
+    """Statuses go only to ranks that decide: with migration.force nobody does, so a rank tells its peers only
+    that it finished each step (slices still move, as forced)."""
+
+    def test_forced_run_sends_only_finished(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "forced")
+            path = os.path.join(tmp, "deck.yaml")
+            with open(path, "w") as f:
+                f.write(forced_cpu_deck(out, 2, 30))
+            proc = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", path], capture_output=True,
+                                  text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            line = [l for l in proc.stdout.splitlines() if l.startswith("migration: ")]
+            self.assertEqual(len(line), 1, proc.stdout)
+            self.assertNotIn("migration: 0 slices", line[0])
+            self.assertEqual(status_messages(line[0]), 2 * 2 * 1, line[0])  # steps x ranks x peers
+
+
 class HelperFaultTest(unittest.TestCase):
     """A helper that stops in the middle of a help (SIGSTOP, injected): its answer never comes; the owner's watchdog
     ends the run promptly with one message naming the helper, the owner, the op and the step."""
@@ -115,15 +154,7 @@ class HelperFaultTest(unittest.TestCase):
             out = os.path.join(tmp, "hang")
             path = os.path.join(tmp, "deck.yaml")
             with open(path, "w") as f:
-                f.write(f"""\
-backend: cpu
-run: {{name: hang, steps: 4, output: {out}}}
-parallel: {{pipeline: 2, microbatches: 4, microbatch_size: 2}}
-model: {{n_layers: 2, d_model: 32, n_heads: 2, seq_len: 16}}
-schedule: {{kind: zb-h1, execution: strict}}
-migration: {{enabled: true, units: [mlp], slices: 4, force: ["1->0:{force}:2"]}}
-runtime: {{watchdog_s: 2}}
-""")
+                f.write(forced_cpu_deck(out, 4, 2, force))
             env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="0:1:hang-help")
             start = time.monotonic()
             proc = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", path], capture_output=True,

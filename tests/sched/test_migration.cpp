@@ -292,6 +292,9 @@ TEST(Migration, InputBoundFollowsTheProducerChain) {
   EXPECT_EQ(chains.producer(2, 0), 1);
   EXPECT_EQ(chains.producer(1, 1), 2);  // B0's gradient
   EXPECT_EQ(chains.producer(0, 0), -1);
+  EXPECT_EQ(chains.producer_op(2, 0), 0);  // rank 1's F0, first in its list
+  EXPECT_EQ(chains.producer_op(1, 1), 1);  // rank 2's B0
+  EXPECT_EQ(chains.producer_op(0, 0), -1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   double rank1_input = nan;  // rank 1's F0 input: announced or not
   bool rank1_waits = true;

@@ -104,7 +104,8 @@ class ControlPlane {
   // Polls both transports; a received header, announcement or tensor is handled here (an input that becomes
   // usable reaches the driver), every other completion goes to `other`, in the order of completion (control
   // plane first); then inputs held until a ready time now passed reach the driver. Returns how many completed.
-  std::size_t poll(const std::function<void(const Completion&)>& other);
+  // data = false: the control plane only (a migration decision's fresh statuses; the data waits for the next poll).
+  std::size_t poll(const std::function<void(const Completion&)>& other, bool data = true);
   std::int64_t last_poll() const { return now_; }  // the time of the latest poll (common clock)
   std::size_t pending() const { return control_.pending() + data_.pending(); }
   std::size_t pending_control() const { return control_.pending(); }
@@ -129,6 +130,8 @@ class ControlPlane {
     int action;
     bool send;
   };
+  void file(const std::vector<TransferId>& done, std::unordered_map<TransferId, Pending>& ids,
+            const std::function<void(const Completion&)>& other);
   void half_arrived(int i, Role role, std::int64_t now);
   void accept(int i, std::int64_t when);
   void announced(int i, std::int64_t now);

@@ -21,9 +21,9 @@
 // headers, so every announcement of a step is received within the step. In the first step nothing is measured:
 // announcements say "unknown" and nothing is backfilled.
 //
-// Computation migration (ExecutorOptions::migration; docs/migration.md, "In the runtime") adds one 64-byte
+// Computation migration (ExecutorOptions::migration; docs/migration.md, "In the runtime") adds one 56-byte
 // control message kind on one tag above the announcements, per pair of ranks, in order: a rank's status (Idle
-// with the announced arrival of the input its next op waits for and that input's producer; Busy; Finished: its
+// with its next op and the announced arrival of the input that op waits for; Busy; Finished: its
 // step's ops are done and it sends nothing more this step) and help requests (owner's list position, slices,
 // the slices' modelled time, bytes each way). The owner decides with the peers' last status
 // (sched::RankDriver::offload, the simulator's decision), sends the request and a payload of the modelled size
@@ -64,11 +64,13 @@ struct StepOutcome {
   double peak_memory = 0.0;            // M_F
   int announcements = 0;               // announcements received that named an expected time (backfill)
   // Migration's control work on this rank, in CPU time (thread_cpu_ns: not the time descheduled on a loaded
-  // node): decisions, status and request messages posted and handled, and the extra polls a migrating rank makes
-  // before an op or a help (they also progress payloads, so this is an upper bound); and the slices it gave away.
+  // node): decisions, the polls migration makes before a launch (MigrationPeer::catch_up; they also progress
+  // payloads, so this is an upper bound), status and request messages posted and handled (not the payloads);
+  // and the slices it gave away.
   std::int64_t migration_control_ns = 0;
   int slices_given = 0;
   int migration_decisions = 0;  // ops whose slices could move (decided or forced), moved or not
+  int migration_statuses = 0;   // status messages sent (Idle, Busy, Finished; one per peer told)
 };
 
 struct ExecutorOptions {

@@ -35,12 +35,13 @@ class MigrationPeer {
     std::vector<char> reply;
   };
 
-  // drain: the executor's poll of both planes (payloads move only while their sender polls).
+  // drain: the executor's poll of both planes (payloads move only while their sender polls), or (data = false) of
+  // the control plane alone.
   // estimate_ms: rank r's op alone by the cost model (ms); comm_ms: a transfer's estimate. With the peers' last
   // statuses they bound a peer's awaited input (sched::InputChains, as the simulator does).
   using Estimate = std::function<double(int r, const sched::Action& a)>;
   MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
-                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t()> drain,
+                const ExecutorOptions& options, const Watchdog& watchdog, std::function<std::size_t(bool data)> drain,
                 Estimate estimate_ms, double comm_ms);
   ~MigrationPeer();
   MigrationPeer(const MigrationPeer&) = delete;
@@ -52,6 +53,11 @@ class MigrationPeer {
   void say_busy();
   // Idle: with no op of its own in flight, tells the peers what its next op waits for (or that its step is done).
   void say_idle(bool ops_in_flight);
+  // After the loop's poll found `first` completions, before it launches action i (or waits: i < 0): polls until
+  // nothing more completes where a decision may need the peers' latest statuses, a help request may wait behind
+  // statuses, or payloads move. True when the loop should look again (waiting: anything came; launching: a help
+  // request came that runs first).
+  bool catch_up(int i, std::size_t first);
   // Owner: decides for action i starting at `now` (estimated `estimate_ns` alone); on a helper, sends the request
   // and its payload (modelled: at once; real: the slices' inputs, when the op's compute has them), posts the
   // reply's receive and keeps the owner's share. Returns the op's predicted duration (ns).
@@ -77,10 +83,11 @@ class MigrationPeer {
   std::int64_t control_ns() const { return control_ns_; }
   int slices_given() const { return slices_given_; }
   int decisions() const { return decisions_; }
+  int statuses_sent() const { return statuses_sent_; }  // Idle, Busy, Finished: one per peer told
 
  private:
   enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
-  // The 64-byte control message (executor.hpp), in order per pair of ranks.
+  // The 56-byte control message (executor.hpp), in order per pair of ranks.
   struct Control {
     Kind kind = Kind::Busy;
     std::int64_t index = -1;           // Help, Declined: the op's position in the owner's list; Idle: the next op's
@@ -89,13 +96,11 @@ class MigrationPeer {
     std::int64_t bytes_out = 0;        // Help: payload owner -> helper
     std::int64_t bytes_back = 0;       // Help: payload helper -> owner
     std::int64_t until_ns = kUnknown;  // Idle: announced arrival of the awaited input (kUnknown: none)
-    std::int64_t producer = -1;        // Idle: the rank producing that input (-1: none)
   };
   // What an owner knows of a peer: its last status, and until when it helps this rank.
   struct PeerView {
     Kind status = Kind::Busy;
     std::int64_t until_ns = kUnknown;
-    int producer = -1;
     int next = -1;  // Idle: its next op's position in its list
     std::int64_t engaged_until = INT64_MIN;
   };
@@ -109,6 +114,8 @@ class MigrationPeer {
     std::int64_t arrived = 0;
   };
 
+  class Timed;
+  bool decides(int q) const;
   // While this rank sleeps (in an op or a modelled help): polls as long as payloads it sent or answers it awaits
   // are outstanding; false once none is.
   bool keep_moving();
@@ -116,7 +123,7 @@ class MigrationPeer {
   int help_tag(std::int64_t index, bool back) const;
   void post_control_recv(int q);
   void send_control(int q, const Control& c);
-  void broadcast(const Control& c);
+  void broadcast(const Control& c, int skip = -1);
   void on_control(int q, std::int64_t now);
   void payload_in(int owner);
   std::int64_t own_delivery(int q, int next, int deciding) const;
@@ -135,7 +142,7 @@ class MigrationPeer {
   const CommonClock& clock_;
   const ExecutorOptions& options_;
   const Watchdog& watchdog_;
-  std::function<std::size_t()> drain_;
+  std::function<std::size_t(bool data)> drain_;
   sched::InputChains chains_;   // the producer chain of each list op's cross-rank input
   sched::PeerKnowledge known_;  // what this rank knows of its peers, for chains_ (build_offers)
   int deciding_ = -1;           // the op build_offers decides for
@@ -153,9 +160,14 @@ class MigrationPeer {
   std::map<std::pair<int, std::int64_t>, int> layers_due_;
   int sends_ = 0;        // payloads (out or back) posted and not yet complete
   int answers_due_ = 0;  // helpers' answers this rank waits for
-  Control sent_status_;  // the last status this rank sent
+  Control sent_status_;  // the last status this rank sent: what its peers hold of it
+  bool busy_ = true;     // it started an op or a help since it last was idle (a Busy may be left unsent)
   bool finished_sent_ = false;
-  std::int64_t control_ns_ = 0;  // see control_ns()
+  std::vector<char> listens_;  // per peer: it decides, so it reads this rank's Idle and Busy
+  int statuses_sent_ = 0;
+  long handled_ = 0, handled_seen_ = 0;  // migration completions handled, and as of the last catch_up
+  bool timing_ = false;                  // a Timed scope is open
+  std::int64_t control_ns_ = 0;          // see control_ns()
   int slices_given_ = 0;
   int decisions_ = 0;
 };

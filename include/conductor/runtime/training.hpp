@@ -27,6 +27,7 @@ struct RunOutcome {
   std::int64_t migration_control_ns = 0;
   long slices_given = 0;
   long migration_decisions = 0;
+  long migration_statuses = 0;
   std::string output_dir;
 };
 

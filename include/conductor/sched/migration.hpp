@@ -133,6 +133,8 @@ class InputChains {
   double earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const;
   // The rank producing rank q's list op `index`'s cross-rank input, or -1.
   int producer(int q, int index) const;
+  // And the producing op's position in that rank's list, or -1.
+  int producer_op(int q, int index) const;
 
  private:
   double bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const;
