@@ -220,6 +220,15 @@ __device__ BackwardTiles carve_backward(unsigned char* smem) {
   return bt;
 }
 
+// The log-sum-exp and delta of rows r0 .. r0+63 (of the head whose rows start at rbase); zeros beyond T.
+__device__ void stage_stats(const BackwardTiles& bt, const float* lse, const float* delta, std::size_t rbase, int r0,
+                            int T) {
+  for (int e = threadIdx.x; e < kRows; e += blockDim.x) {
+    bt.lse[e] = r0 + e < T ? lse[rbase + r0 + e] : 0.0f;
+    bt.delta[e] = r0 + e < T ? delta[rbase + r0 + e] : 0.0f;
+  }
+}
+
 // Writes a warp's fragments (16 rows) to dst rows through the fp32 staging tile; rows at or beyond T skipped.
 template <int HS>
 __device__ void write_rows(float* dst_base, FragC (&acc)[HS / 16], float* stage, int r0, int w, int T, int part, int b,
@@ -249,10 +258,7 @@ __global__ void __launch_bounds__(kBlock)
   const std::size_t rbase = (static_cast<std::size_t>(b) * NH + h) * T;
   stage_rows<HS>(bt.own_a, qkv, true, 0, b, h, q0, T, NH);    // q
   stage_rows<HS>(bt.own_b, dout, false, 0, b, h, q0, T, NH);  // dout
-  for (int e = threadIdx.x; e < kRows; e += blockDim.x) {
-    bt.lse[e] = q0 + e < T ? lse[rbase + q0 + e] : 0.0f;
-    bt.delta[e] = q0 + e < T ? delta[rbase + q0 + e] : 0.0f;
-  }
+  stage_stats(bt, lse, delta, rbase, q0, T);
   FragC dq[HS / 16];
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
   const int last = min(q0 + kRows, T) - 1;
@@ -297,10 +303,7 @@ __global__ void __launch_bounds__(kBlock)
     __syncthreads();
     stage_rows<HS>(bt.tile_a, qkv, true, 0, b, h, i0, T, NH);    // q
     stage_rows<HS>(bt.tile_b, dout, false, 0, b, h, i0, T, NH);  // dout
-    for (int e = threadIdx.x; e < kRows; e += blockDim.x) {
-      bt.lse[e] = i0 + e < T ? lse[rbase + i0 + e] : 0.0f;
-      bt.delta[e] = i0 + e < T ? delta[rbase + i0 + e] : 0.0f;
-    }
+    stage_stats(bt, lse, delta, rbase, i0, T);
     __syncthreads();
     rows_times_tile_t<HS>(bt.s + w * 16 * kScoreLd, bt.own_a + w * 16 * ldh, bt.tile_a);   // (q k^T)^T = k q^T
     rows_times_tile_t<HS>(bt.dp + w * 16 * kScoreLd, bt.own_b + w * 16 * ldh, bt.tile_b);  // v dout^T
