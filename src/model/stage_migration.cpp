@@ -1,14 +1,15 @@
 // StageModel's part of computation migration (stage.hpp, "computation migration"): the MLP of F, B and W in column
-// groups, what a helper needs for some of them, the helper's computation and the landing of its answer.
+// groups and the attention in head groups, what a helper needs for some of them, the helper's computation and the
+// landing of its answer.
 //
 // Why groups even where nothing moves: a product split by columns does not give the bits of the whole product
-// (BLAS blocks differently), so every W of a run with migration on computes the MLP's weight gradients group
-// by group from compact copies of the group's columns, on whichever rank. A group's gradients are accumulated
-// into zeroed blocks (W's slot is zeroed per microbatch; a helper zeroes its own), so a helper's answer copied
-// into the slot is the bits the owner would have computed. F and B likewise compute each group on compact buffers
-// of their own (fresh allocations on both sides, so the elementwise GELU kernels see the same layout) and add the
-// groups' partial sums in one order, from the last group down: a helper holds the last groups, so its answer is a
-// prefix of that sum.
+// (BLAS blocks differently), so every W of a run with migration on computes the weight gradients of each grouped
+// unit group by group from compact copies of the group's columns, on whichever rank. A group's gradients are
+// accumulated into zeroed blocks (W's slot is zeroed per microbatch; a helper zeroes its own), so a helper's answer
+// copied into the slot is the bits the owner would have computed. F and B likewise compute each group on compact
+// buffers of their own (fresh allocations on both sides, so the elementwise and attention kernels see the same layout)
+// and add the groups' partial sums in one order, from the last group down: a helper holds the last groups, so its
+// answer is a prefix of that sum.
 #include <algorithm>
 #include <array>
 #include <cstring>
