@@ -10,7 +10,8 @@ void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
       "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu the MLP column "
-      "groups of F, B, W and BW with migration.units [mlp]): when an op starts, its owner may give up "
+      "groups and attention head groups: migration.units [mlp], [heads] or both): when an op starts, its owner may "
+      "give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(
@@ -104,8 +105,8 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups of F, B, W and BW with the
-// trainer's kernels (attention heads and vocabulary groups are issue 15's remaining work); cuda moves nothing yet.
+// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups and the attention head groups
+// with the trainer's kernels (LM-head vocabulary groups are issue 15's remaining work); cuda moves nothing yet.
 void check_run_backend(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
   const MigrationConfig& m = d.migration;
   if (d.backend == "emulated") return;
@@ -115,10 +116,11 @@ void check_run_backend(const Deck& d, const std::string& src, std::vector<std::s
                        "(issue 15); set migration.enabled=false or use conductor simulate");
     return;
   }
-  if (m.units != std::vector<std::string>{"mlp"}) {
+  if (std::find(m.units.begin(), m.units.end(), "vocab") != m.units.end()) {
     problems.push_back(src + ": migration.units = [" + join(m.units) +
-                       "] with backend = cpu: the cpu backend moves MLP column groups only (attention heads and "
-                       "LM-head vocabulary groups are issue 15's remaining work); set migration.units=[mlp]");
+                       "] with backend = cpu: the cpu backend moves MLP column groups and attention head groups "
+                       "only (LM-head vocabulary groups are issue 15's remaining work); leave vocab out, e.g. "
+                       "migration.units=[mlp,heads]");
   }
 }
 

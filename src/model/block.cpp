@@ -53,12 +53,21 @@ void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuff
   matmul_backward_input(dln, buf.dqkv, s.qkv_w, d.B, d.T, d.C, s.n3, WeightLayout::out_in, Accumulate::yes, be);
 }
 
+HeadGroupGrads head_group_grads(const LayerView& g, const Dims& d, int h0, int h1) {
+  const AttnBlock s = attn_block(g, d, h0, h1);
+  return {s.qkv_w, s.qkv_b, s.proj_w, h0 == 0 ? g.proj_b : nullptr};
+}
+
+void head_group_backward_weight(Backend& be, const HeadGroupGrads& g, const AttnSliceBuffers& buf, const float* ln,
+                                const float* dout, const Dims& d, int ng) {
+  const int ny = ng * d.HS;
+  matmul_backward_weight(g.qkv_w, g.qkv_b, buf.dqkv, ln, d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, be);
+  matmul_backward_weight(g.proj_w, g.proj_b, dout, buf.y, d.B, d.T, ny, d.C, WeightLayout::in_out, be);
+}
+
 void attention_slice_backward_weight(Backend& be, const LayerView& g, const AttnSliceBuffers& buf, const float* ln,
                                      const float* dout, const Dims& d, int h0, int h1) {
-  const AttnBlock s = attn_block(g, d, h0, h1);  // the same blocks of the gradient buffer
-  float* proj_b = h0 == 0 ? g.proj_b : nullptr;
-  matmul_backward_weight(s.qkv_w, s.qkv_b, buf.dqkv, ln, d.B, d.T, d.C, s.n3, WeightLayout::out_in, be);
-  matmul_backward_weight(s.proj_w, proj_b, dout, buf.y, d.B, d.T, s.ny, d.C, WeightLayout::in_out, be);
+  head_group_backward_weight(be, head_group_grads(g, d, h0, h1), buf, ln, dout, d, h1 - h0);  // the gradient's blocks
 }
 
 void mlp_slice_forward(Backend& be, float* out, const MlpSliceBuffers& buf, const float* ln, const LayerView& w,
@@ -95,9 +104,12 @@ void mlp_slice_backward_weight(Backend& be, const LayerView& g, const MlpSliceBu
 }
 
 void layer_forward(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
   layer_forward_before_mlp(be, a, w, d);
-  be.copy(a.out, a.x2, btc * sizeof(float));
+  layer_forward_mlp(be, a, w, d);
+}
+
+void layer_forward_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  be.copy(a.out, a.x2, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));
   mlp_slice_forward(be, a.out, a.mlp, a.ln2, w, d, 0, d.F);
 }
 
@@ -110,30 +122,42 @@ void layer_forward_before_mlp(Backend& be, const LayerActs& a, const LayerView& 
 }
 
 void layer_backward_input(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  be.zero(a.dln2, btc * sizeof(float));
-  mlp_slice_backward_input(be, a.dln2, a.mlp, a.dout, w, d, 0, d.F);
+  layer_backward_input_mlp(be, a, w, d);
   layer_backward_input_after_mlp(be, a, w, d);
+}
+
+void layer_backward_input_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  be.zero(a.dln2, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));
+  mlp_slice_backward_input(be, a.dln2, a.mlp, a.dout, w, d, 0, d.F);
 }
 
 void layer_backward_input_after_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
   const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  be.copy(a.dx2, a.dout, btc * sizeof(float));  // residual path
-  layernorm_backward_input(a.dx2, a.dln2, a.x2, w.ln2_w, a.mean2, a.rstd2, d.B, d.T, d.C, be);
+  layer_backward_input_ln2(be, a, w, d);
   be.zero(a.dln1, btc * sizeof(float));
   attention_slice_backward_input(be, a.dln1, a.attn, a.dx2, w, d, 0, d.NH);
-  be.copy(a.dx, a.dx2, btc * sizeof(float));
+  layer_backward_input_ln1(be, a, w, d);
+}
+
+void layer_backward_input_ln2(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  be.copy(a.dx2, a.dout, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));  // residual path
+  layernorm_backward_input(a.dx2, a.dln2, a.x2, w.ln2_w, a.mean2, a.rstd2, d.B, d.T, d.C, be);
+}
+
+void layer_backward_input_ln1(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d) {
+  be.copy(a.dx, a.dx2, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float));
   layernorm_backward_input(a.dx, a.dln1, a.x, w.ln1_w, a.mean1, a.rstd1, d.B, d.T, d.C, be);
 }
 
 void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d) {
   mlp_slice_backward_weight(be, g, a.mlp, a.ln2, a.dout, d, 0, d.F);
-  layer_backward_weight_except_mlp(be, a, g, d);
-}
-
-void layer_backward_weight_except_mlp(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d) {
   layernorm_backward_weight(g.ln2_w, g.ln2_b, a.dln2, a.x2, a.mean2, a.rstd2, d.B, d.T, d.C, be);
   attention_slice_backward_weight(be, g, a.attn, a.ln1, a.dx2, d, 0, d.NH);
+  layernorm_backward_weight(g.ln1_w, g.ln1_b, a.dln1, a.x, a.mean1, a.rstd1, d.B, d.T, d.C, be);
+}
+
+void layer_backward_weight_norms(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d) {
+  layernorm_backward_weight(g.ln2_w, g.ln2_b, a.dln2, a.x2, a.mean2, a.rstd2, d.B, d.T, d.C, be);
   layernorm_backward_weight(g.ln1_w, g.ln1_b, a.dln1, a.x, a.mean1, a.rstd1, d.B, d.T, d.C, be);
 }
 

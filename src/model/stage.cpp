@@ -222,7 +222,20 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
     group_gelu_ = DeviceBuffer(*backend_, group * sizeof(float));
     group_dh_ = DeviceBuffer(*backend_, group * sizeof(float));
     group_h_ = DeviceBuffer(*backend_, group * sizeof(float));
-    group_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(mlp_groups_) * d.BT() * d.C * sizeof(float));
+  }
+  head_groups_ = std::max(1, plan.migration.head_groups);
+  if (head_groups_ > 1) {
+    const int ng = (d.NH + head_groups_ - 1) / head_groups_;
+    const std::size_t ny = static_cast<std::size_t>(d.BT()) * ng * d.HS, lse = static_cast<std::size_t>(d.B) * ng * d.T;
+    group_qkv_ = DeviceBuffer(*backend_, 3 * ny * sizeof(float));
+    group_dqkv_ = DeviceBuffer(*backend_, 3 * ny * sizeof(float));
+    group_y_ = DeviceBuffer(*backend_, ny * sizeof(float));
+    group_dy_ = DeviceBuffer(*backend_, ny * sizeof(float));
+    group_lse_ = DeviceBuffer(*backend_, lse * sizeof(float));
+    group_delta_ = DeviceBuffer(*backend_, lse * sizeof(float));
+  }
+  if (const int most = std::max(mlp_groups_, head_groups_); most > 1) {
+    group_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(most) * d.BT() * d.C * sizeof(float));
   }
 }
 

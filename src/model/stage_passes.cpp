@@ -80,9 +80,8 @@ void StageModel::run_forward(VStage& s, Micro& m, int* tokens, int* targets, con
     backend_->copy(m.res[0], in, btc_bytes);
   }
   for (int l = 0; l < s.n_layers; l++) {
-    if (mlp_groups_ > 1) {  // the MLP in column groups (stage_migration.cpp)
-      layer_forward_before_mlp(*backend_, m.layers[l], s.w[l], d);
-      mlp_forward_grouped(m.layers[l], s.w[l]);
+    if (mlp_groups_ > 1 || head_groups_ > 1) {  // the MLP and / or the attention in groups (stage_migration.cpp)
+      layer_forward_grouped(m.layers[l], s.w[l]);
     } else {
       layer_forward(*backend_, m.layers[l], s.w[l], d);
     }
@@ -169,9 +168,8 @@ void StageModel::backward_input(int vs, int mb, const float* grad_out, float* gr
     backend_->copy(m.dres[s.n_layers], grad_out, btc_bytes);
   }
   for (int l = s.n_layers - 1; l >= 0; l--) {
-    if (mlp_groups_ > 1) {  // the MLP in column groups (stage_migration.cpp)
-      mlp_backward_input_grouped(m.layers[l], s.w[l]);
-      layer_backward_input_after_mlp(*backend_, m.layers[l], s.w[l], dims_);
+    if (mlp_groups_ > 1 || head_groups_ > 1) {  // the MLP and / or the attention in groups (stage_migration.cpp)
+      layer_backward_input_grouped(m.layers[l], s.w[l]);
     } else {
       layer_backward_input(*backend_, m.layers[l], s.w[l], dims_);
     }
@@ -249,21 +247,33 @@ void StageModel::backward_weight(int vs, int mb) {
                               d.T, d.C, *backend_);
   }
   const std::size_t i = static_cast<std::size_t>(mb);
-  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // MLP groups a helper computes
+  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // groups a helper computes
   for (int l = L - 1; l >= 0; l--) {
-    if (mlp_groups_ > 1) {
-      mlp_groups_backward_weight(m.layers[l], slot->g[l], mlp_groups_ - away);
-      layer_backward_weight_except_mlp(*backend_, m.layers[l], slot->g[l], d);
-    } else {
-      layer_backward_weight(*backend_, m.layers[l], slot->g[l], d);
+    const LayerActs& a = m.layers[l];
+    const LayerView& gl = slot->g[l];
+    if (mlp_groups_ == 1 && head_groups_ == 1) {
+      layer_backward_weight(*backend_, a, gl, d);
+      continue;
     }
+    // In groups (stage_migration.cpp): the units migration may move, less those a helper computes.
+    if (mlp_groups_ > 1) {
+      mlp_groups_backward_weight(a, gl, mlp_groups_ - away);
+    } else {
+      mlp_slice_backward_weight(*backend_, gl, a.mlp, a.ln2, a.dout, d, 0, d.F);
+    }
+    if (head_groups_ > 1) {
+      head_groups_backward_weight(a, gl, head_groups_ - away);
+    } else {
+      attention_slice_backward_weight(*backend_, gl, a.attn, a.ln1, a.dx2, d, 0, d.NH);
+    }
+    layer_backward_weight_norms(*backend_, a, gl, d);
   }
   if (s.embedding) {
     encoder_backward(g + s.offset("wte"), g + s.offset("wpe"), m.dres[0], m.tokens, d.B, d.T, d.C, *backend_);
   }
   s.pool.push_back(std::move(s.active[mb]));
   s.phase[mb] = Phase::idle;
-  if (away > 0) {  // the helper's groups land later (land_mlp_weight_grads), then the slot joins the sum
+  if (away > 0) {  // the helper's groups land later (land_weight_grads), then the slot joins the sum
     s.held_back.resize(static_cast<std::size_t>(microbatches_));
     s.held_back[i] = std::move(slot);
     return;

@@ -148,7 +148,7 @@ class HostModelCompute final : public StageCompute {
   OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
     last_.start_ns = steady_now_ns();
     if (give_ > 0 && (a.kind == sched::OpKind::F || a.kind == sched::OpKind::B)) {
-      model_->give_mlp_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
+      model_->give_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
       run_stage_op(*model_, a, stage, in, out);
     } else if (give_ > 0) {
       run_giving(a, stage, in, out);
@@ -162,9 +162,10 @@ class HostModelCompute final : public StageCompute {
     last_.end_ns = steady_now_ns();
     return ++tickets_;
   }
-  // The MLP column groups move (model/stage.hpp): of F, of B, of W and of BW's weight half.
+  // The MLP column groups and the attention head groups move (model/stage.hpp): of F, of B, of W and of BW's
+  // weight half.
   SliceMoves slice_moves(sched::OpKind) const override {
-    return model_->mlp_groups() > 1 ? SliceMoves::Real : SliceMoves::None;
+    return model_->mlp_groups() > 1 || model_->head_groups() > 1 ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
@@ -179,17 +180,19 @@ class HostModelCompute final : public StageCompute {
                   ", which moves no slices");
     }
     switch (kind) {
-      case sched::OpKind::F: return model_->mlp_forward_help(slices, input);
-      case sched::OpKind::B: return model_->mlp_backward_input_help(slices, input);
-      default: return model_->mlp_weight_grads(slices, input);  // W, BW's weight half
+      case sched::OpKind::F: return model_->forward_help(slices, input);
+      case sched::OpKind::B: return model_->backward_input_help(slices, input);
+      default: return model_->weight_grads(slices, input);  // W, BW's weight half
     }
   }
   void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer) override {
-    model_->land_mlp_weight_grads(stage, a.microbatch, answer);
+    model_->land_weight_grads(stage, a.microbatch, answer);
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
+    // F, B: one request per layer and grouped unit.
     const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
-    return per_layer ? layers_[static_cast<std::size_t>(stage)] : 1;
+    const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
+    return per_layer ? units * layers_[static_cast<std::size_t>(stage)] : 1;
   }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;
@@ -197,14 +200,14 @@ class HostModelCompute final : public StageCompute {
   }
 
  private:
-  // The op with its last give_ MLP groups on a helper: B (of a BW), the helper's input out, then W of the rest.
+  // The op with its last give_ groups on a helper: B (of a BW), the helper's input out, then W of the rest.
   void run_giving(const sched::Action& a, int stage, const float* in, float* out) {
     if (a.kind == sched::OpKind::BW) model_->backward_input(stage, a.microbatch, in, out);
     const int slices = give_;
     give_ = 0;
-    std::vector<float> input = model_->mlp_weight_inputs(stage, a.microbatch, slices);
+    std::vector<float> input = model_->weight_inputs(stage, a.microbatch, slices);
     const HelpSender send = std::move(send_);
-    send(std::move(input), model_->mlp_weight_grads_floats(stage, slices));
+    send(std::move(input), model_->weight_grads_floats(stage, slices));
     model_->backward_weight(stage, a.microbatch);
   }
 

@@ -1,6 +1,7 @@
 // StageModel: split backward, microbatch order, stage splits, finite differences, data, schedule, learning.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
@@ -202,63 +204,132 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
   for (int vs : {0, 1}) EXPECT_EQ(odd.read(vs, Buffer::Grads), ref.read(vs, Buffer::Grads));
 }
 
-// Computation migration's F and B (stage.hpp, "F and B in groups"): an owner that gives its last k MLP groups of
-// every F and B to a helper model (here in the same process; the runtime sends the same vectors over MPI) computes
-// the same bits as one that keeps them, for every k, with even (G = 4) and uneven (G = 3: 5, 5, 6 columns) groups;
-// the helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
-TEST(Stage, MlpGroupsGivenToAHelperGiveTheSameBits) {
-  for (const int groups : {4, 3}) {
-    auto deck = tiny_deck();
-    deck.parallel.pipeline = 2;
-    deck.migration.enabled = true;
-    deck.migration.units = {"mlp"};
-    deck.migration.slices = groups;
-    deck.migration.max_fraction = 1;
-    const plan::Plan plan = config::resolve(deck);
-    StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
-    ASSERT_EQ(give.mlp_groups(), groups);
-    int layers_given = 0;
-    // Gives k = 1 .. G groups in turn (per op), through the helper's two entry points.
-    const auto exchange = [&](bool forward, int k) {
-      auto input = std::make_shared<std::vector<float>>();
-      auto floats = std::make_shared<std::size_t>(0);
-      StageModel::MlpExchange e;
-      e.send = [input, floats](std::vector<float> in, std::size_t answer) {
-        *input = std::move(in);
-        *floats = answer;
-      };
-      e.receive = [&, input, floats, forward, k] {
-        ++layers_given;
-        std::vector<float> a = forward ? helper.mlp_forward_help(k, *input) : helper.mlp_backward_input_help(k, *input);
-        EXPECT_EQ(a.size(), *floats);
-        return a;
-      };
-      return e;
+// Computation migration's F and B (stage.hpp, "F and B in groups"): an owner that gives its last k groups of every
+// F and B to a helper model (here in the same process; the runtime sends the same vectors over MPI) computes the
+// same bits as one that keeps them, for every k, with even and uneven (MLP, G = 3: 5, 5, 6 columns) groups; the
+// helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
+namespace {
+void expect_groups_given_give_the_same_bits(const std::vector<std::string>& units, int groups, int n_heads) {
+  auto deck = tiny_deck();
+  deck.model.n_heads = n_heads;
+  deck.parallel.pipeline = 2;
+  deck.migration.enabled = true;
+  deck.migration.units = units;
+  deck.migration.slices = groups;
+  deck.migration.max_fraction = 1;
+  const plan::Plan plan = config::resolve(deck);
+  StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
+  const bool mlp = std::find(units.begin(), units.end(), "mlp") != units.end();
+  const bool heads = std::find(units.begin(), units.end(), "heads") != units.end();
+  ASSERT_EQ(give.mlp_groups(), mlp ? groups : 1);
+  ASSERT_EQ(give.head_groups(), heads ? groups : 1);
+  const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
+  int requests = 0;
+  const auto exchange = [&](bool forward, int k) {
+    auto input = std::make_shared<std::vector<float>>();
+    auto floats = std::make_shared<std::size_t>(0);
+    StageModel::GroupExchange e;
+    e.send = [input, floats](std::vector<float> in, std::size_t answer) {
+      *input = std::move(in);
+      *floats = answer;
     };
-    for (int step = 0; step < 2; ++step) {
-      const std::size_t n = keep.activation_elements();
-      std::vector<float> act(n), grad(n);
-      give.begin_step(step);
-      int op = 0;
-      for (int mb = 0; mb < give.num_microbatches(); ++mb) {
-        for (int vs : {0, 1}) {
-          const int k = 1 + op++ % groups;
-          give.give_mlp_groups(k, exchange(true, k));
-          give.forward(vs, mb, vs == 0 ? nullptr : act.data(), vs == 1 ? nullptr : act.data());
-        }
-        for (int vs : {1, 0}) {
-          const int k = 1 + op++ % groups;
-          give.give_mlp_groups(k, exchange(false, k));
-          give.backward_full(vs, mb, vs == 1 ? nullptr : grad.data(), vs == 0 ? nullptr : grad.data());
-        }
+    e.receive = [&, input, floats, forward, k] {
+      ++requests;
+      std::vector<float> a = forward ? helper.forward_help(k, *input) : helper.backward_input_help(k, *input);
+      EXPECT_EQ(a.size(), *floats) << what;
+      return a;
+    };
+    return e;
+  };
+  for (int step = 0; step < 2; ++step) {
+    const std::size_t n = keep.activation_elements();
+    std::vector<float> act(n), grad(n);
+    give.begin_step(step);
+    int op = 0;
+    for (int mb = 0; mb < give.num_microbatches(); ++mb) {
+      for (int vs : {0, 1}) {
+        const int k = 1 + op++ % groups;
+        give.give_groups(k, exchange(true, k));
+        give.forward(vs, mb, vs == 0 ? nullptr : act.data(), vs == 1 ? nullptr : act.data());
       }
-      EXPECT_EQ(give.step_loss(), run_step(keep, step)) << groups << " groups, step " << step;
-      for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << vs;
-      keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
-      give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+      for (int vs : {1, 0}) {
+        const int k = 1 + op++ % groups;
+        give.give_groups(k, exchange(false, k));
+        give.backward_full(vs, mb, vs == 1 ? nullptr : grad.data(), vs == 0 ? nullptr : grad.data());
+      }
     }
-    EXPECT_EQ(layers_given, 2 * deck.parallel.microbatches * 2 * deck.model.n_layers);
-    EXPECT_THROW(give.give_mlp_groups(groups + 1, {}), Error);
+    EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+    for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+    keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+    give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+  }
+  // One request per layer and grouped unit of every F and B.
+  EXPECT_EQ(requests, 2 * deck.parallel.microbatches * 2 * deck.model.n_layers * (mlp + heads)) << what;
+  EXPECT_THROW(give.give_groups(groups + 1, {}), Error);
+}
+}  // namespace
+
+TEST(Stage, MlpGroupsGivenToAHelperGiveTheSameBits) {
+  for (const int groups : {4, 3}) expect_groups_given_give_the_same_bits({"mlp"}, groups, 2);
+}
+
+// The attention head groups (their QKV columns, attention core and output-projection rows), alone and with the
+// MLP's: G = 4 (one head each) and 2.
+TEST(Stage, HeadGroupsGivenToAHelperGiveTheSameBits) {
+  for (const int groups : {4, 2}) {
+    expect_groups_given_give_the_same_bits({"heads"}, groups, 4);
+    expect_groups_given_give_the_same_bits({"mlp", "heads"}, groups, 4);
+  }
+}
+
+// The attention head groups' weight gradients (alone, and with the MLP groups in the same request) computed by a
+// helper model from weight_inputs, landing after every W of the step has run (so held back out of order), give the
+// bits of the same model computing every group itself; k = 1 .. G groups per op, G = 4 (one head each) and 2.
+TEST(Stage, HeadGroupWeightGradsGivenToAHelperGiveTheSameBits) {
+  for (const std::vector<std::string>& units : {std::vector<std::string>{"heads"}, {"mlp", "heads"}}) {
+    for (const int groups : {4, 2}) {
+      auto deck = tiny_deck();
+      deck.model.n_heads = 4;
+      deck.parallel.pipeline = 2;
+      deck.migration.enabled = true;
+      deck.migration.units = units;
+      deck.migration.slices = groups;
+      deck.migration.max_fraction = 1;
+      const plan::Plan plan = config::resolve(deck);
+      StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
+      ASSERT_EQ(give.head_groups(), groups);
+      ASSERT_EQ(give.mlp_groups(), units.size() == 2 ? groups : 1);
+      const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
+      for (int step = 0; step < 2; ++step) {
+        const std::size_t n = keep.activation_elements();
+        const int mbs = give.num_microbatches();
+        std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
+        give.begin_step(step);
+        std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
+        int op = 0;
+        for (int mb = 0; mb < mbs; ++mb) {
+          give.forward(0, mb, nullptr, act[mb].data());
+          give.forward(1, mb, act[mb].data(), nullptr);
+          for (int vs : {1, 0}) {
+            give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
+            const int k = 1 + op++ % groups;
+            const std::vector<float> in = give.weight_inputs(vs, mb, k);
+            std::vector<float> answer = helper.weight_grads(k, in);
+            EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
+            give.backward_weight(vs, mb);
+            answers.emplace_back(vs, mb, std::move(answer));
+          }
+        }
+        for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
+          give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
+        }
+        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+      }
+      EXPECT_THROW(helper.weight_grads(groups + 1, {}), Error);
+    }
   }
 }
 

@@ -1,8 +1,9 @@
-// Computation migration on the cpu backend moves real slices (the MLP column groups of F, B, W and BW's weight half)
-// and never changes the math: with forced patterns (migration.force) and with decided migrations under a straggler and
-// jitter, losses equal single-rank training bit for bit, for several schedule families, strict and readiness, at the
-// pipeline size this binary runs with. The trace shows the slices did move (owner rows with migrated slices, HELP_F /
-// HELP_B / HELP_W / HELP_BW rows on the helper), so a run where nothing moved cannot pass.
+// Computation migration on the cpu backend moves real slices (the MLP column groups and the attention head groups of
+// F, B, W and BW's weight half) and never changes the math: with forced patterns (migration.force) and with decided
+// migrations under a straggler and jitter, losses equal single-rank training bit for bit, for several schedule
+// families, strict and readiness, at the pipeline size this binary runs with. The trace shows the slices did move
+// (owner rows with migrated slices, HELP_F / HELP_B / HELP_W / HELP_BW rows on the helper), so a run where nothing
+// moved cannot pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -177,6 +178,53 @@ INSTANTIATE_TEST_SUITE_P(Families, ForcedFBMigration,
                            return name;
                          });
 
+// Attention head groups move (unit heads, alone or with the MLP's): every op of every rank gives 2 of 4 head groups
+// (one head each; 4 heads here) of every layer to the next rank (F and B one request per layer and unit, W and BW
+// one per op), and losses and final weights equal single-rank training of the same deck (migration on with the same
+// units: the attention summed head group by head group) bit for bit.
+class ForcedHeadsMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(ForcedHeadsMigration, MatchesSingleRank) {
+  const auto& [units, kind, execution] = GetParam();
+  const std::string what = units + " " + kind + " " + execution;
+  const std::string ckpt =
+      (std::filesystem::temp_directory_path() / ("conductor-migheads-ckpt-" + std::to_string(world_size()))).string();
+  const config::Deck deck = migration_deck(
+      kind, execution,
+      {"model.n_heads=4", "migration.units=[" + units + "]", ring_pattern(2, "F,B,W,BW"), "checkpoint.path=" + ckpt});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, what);
+  expect_single_rank_weights(deck, ckpt, what);
+  const Moved m = moved(outcome.output_dir, 1);
+  // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; every op moved, on the helper one F / B row per
+  // layer and unit (2p layers over p v chunks) and one W / BW row per op.
+  const int v = deck.parallel.virtual_chunks, p = world_size(), ops = 3 * 2 * p * v * p, layers = 2 / v;
+  const int per_layer = units == "heads" ? 1 : 2;
+  const int owner_b = kind == "zb-h1" ? ops : 0;
+  EXPECT_EQ(m.owner_f, ops) << what;
+  EXPECT_EQ(m.help_f, ops * layers * per_layer) << what;
+  EXPECT_EQ(m.owner_b, owner_b) << what;
+  EXPECT_EQ(m.help_b, owner_b * layers * per_layer) << what;
+  EXPECT_EQ(m.owner_ops, (kind == "zb-h1" ? 3 : 2) * ops) << what;
+  EXPECT_EQ(m.helper_ops, ops) << what;  // HELP_W / HELP_BW
+  EXPECT_TRUE(m.helpers_right) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
+                         ::testing::Values(std::make_tuple("heads", "zb-h1", "strict"),
+                                           std::make_tuple("heads", "1f1b", "readiness"),
+                                           std::make_tuple("mlp,heads", "zb-h1", "readiness"),
+                                           std::make_tuple("mlp,heads", "1f1b-interleaved", "strict")),
+                         [](const auto& info) {
+                           std::string name =
+                               std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
 // Every slice moved (slices = migration.slices): the owner computes no MLP weight gradient of its own.
 TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
   const config::Deck deck =
@@ -184,6 +232,20 @@ TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
   const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
   expect_single_rank_losses(deck, outcome, "all slices");
+  const Moved m = moved(outcome.output_dir, 1);
+  EXPECT_GT(m.helper_ops, 0);
+  EXPECT_GT(m.help_f, 0);
+  EXPECT_GT(m.help_b, 0);
+}
+
+// Every head group and MLP group moved: the owner computes no attention or MLP group of its own.
+TEST(ForcedHeadsMigrationAllSlices, MatchesSingleRank) {
+  const config::Deck deck = migration_deck(
+      "zb-h1", "readiness",
+      {"model.n_heads=4", "migration.units=[mlp,heads]", ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "all head and MLP groups");
   const Moved m = moved(outcome.output_dir, 1);
   EXPECT_GT(m.helper_ops, 0);
   EXPECT_GT(m.help_f, 0);
@@ -207,6 +269,20 @@ TEST(DecidedMigration, StragglerMatchesSingleRank) {
     EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided (" << execution << ")";
     EXPECT_GT(m.help_f + m.help_b, 0) << "no F or B migration was decided (" << execution << ")";
   }
+}
+
+// The same with the attention head groups moving too (units mlp and heads, readiness).
+TEST(DecidedMigration, HeadsStragglerMatchesSingleRank) {
+  const config::Deck deck = migration_deck(
+      "zb-h1", "readiness",
+      {"model.n_heads=4", "migration.units=[mlp,heads]", "run.steps=4", "noise.kind=[gaussian,straggler]",
+       "noise.level=0.2", "noise.straggler_rank=0", "noise.straggler_factor=3", "cost.forward=[2]",
+       "cost.backward_input=[2]", "cost.backward_weight=[2]", "migration.max_fraction=1"});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "decided, heads");
+  const Moved m = moved(outcome.output_dir, 0);
+  EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided";
 }
 
 }  // namespace

@@ -95,6 +95,21 @@ MlpGroupGrads mlp_group_grads(const LayerView& g, const Dims& d, int c0, int c1)
 void mlp_group_backward_weight(Backend& be, const MlpGroupGrads& g, const MlpSliceBuffers& buf, const float* ln,
                                const float* dout, const Dims& d, int nc);
 
+// The weight-gradient blocks of one attention head group of ng heads (contiguous by the layout above): what
+// attention_slice_backward_weight accumulates into. proj_b is nullptr unless the group starts at head 0. As for the
+// MLP groups, a helper rank accumulates into zeroed blocks of its own with the same kernel.
+struct HeadGroupGrads {
+  float* qkv_w = nullptr;   // [3 ng HS, C]
+  float* qkv_b = nullptr;   // [3 ng HS]
+  float* proj_w = nullptr;  // [ng HS, C]
+  float* proj_b = nullptr;  // [C] or nullptr
+};
+HeadGroupGrads head_group_grads(const LayerView& g, const Dims& d, int h0, int h1);
+// buf.dqkv [B,T,ng,3,HS] and buf.y [B,T,ng*HS] are the group's compact copies; dout is the attention output's
+// gradient [B,T,C].
+void head_group_backward_weight(Backend& be, const HeadGroupGrads& g, const AttnSliceBuffers& buf, const float* ln,
+                                const float* dout, const Dims& d, int ng);
+
 // Everything one full layer keeps for one microbatch (all heads, all columns as one slice each).
 struct LayerActs {
   float* x = nullptr;      // [B,T,C] layer input (the residual stream)
@@ -123,8 +138,14 @@ void layer_backward_weight(Backend& be, const LayerActs& a, const LayerView& g, 
 // computation migration): layer_forward up to ln2, and layer_backward_input after dln2 (which the caller wrote).
 void layer_forward_before_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
 void layer_backward_input_after_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
-// layer_backward_weight without the MLP's weight gradients (those computed group by group instead; the outputs
-// are disjoint, so the order of the parts does not change a bit).
-void layer_backward_weight_except_mlp(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
+// Finer parts, for a model that computes the attention in head groups too: the ungrouped MLP of F (out = x2 +
+// MLP(ln2)) and of B (dln2), B's LN2 part (dx2 from dout and dln2) and its LN1 part (dx from dx2 and dln1).
+void layer_forward_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_input_mlp(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_input_ln2(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+void layer_backward_input_ln1(Backend& be, const LayerActs& a, const LayerView& w, const Dims& d);
+// layer_backward_weight's LayerNorm weight gradients only (the MLP and the attention computed group by group
+// instead; the outputs are disjoint, so the order of the parts does not change a bit).
+void layer_backward_weight_norms(Backend& be, const LayerActs& a, const LayerView& g, const Dims& d);
 
 }  // namespace conductor::model

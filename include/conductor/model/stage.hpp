@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -111,46 +112,60 @@ class StageModel {
   // Microbatches of vs taken by F and not yet released by W.
   int in_flight(int vs) const;
 
-  // ---- computation migration: the MLP column groups (docs/migration.md, "Real slices on the cpu backend") ----
-  // With migration on (plan.migration.enabled and unit `mlp`), W computes every layer's MLP weight gradients in
+  // ---- computation migration: MLP column groups and attention head groups (docs/migration.md, "Real slices on
+  // the cpu backend") ----
+  // With migration on (plan.migration.enabled and unit `mlp`), F, B and W compute every layer's MLP in
   // G = migration.slices column groups, group g holding columns [g F/G, (g+1) F/G), each from compact copies of
   // its columns, which is how a helper rank computes them: the bits do not depend on where a group ran. (Without
   // migration the MLP is one product in F, B and W, as before.) 1 = not grouped.
   int mlp_groups() const { return mlp_groups_; }
-  // Owner, between B and W of (vs, mb): what a helper needs for the last `groups` groups: per layer, the LN2
-  // output and the MLP's output gradient [B,T,C], then per group its GELU output and pre-activation gradient
-  // [B,T,nc]. The next W of (vs, mb) leaves those groups out and holds the microbatch's gradients back until
-  // land_mlp_weight_grads.
-  std::vector<float> mlp_weight_inputs(int vs, int mb, int groups);
-  // Floats of the helper's answer for the last `groups` groups of vs (mlp_weight_grads' layout).
-  std::size_t mlp_weight_grads_floats(int vs, int groups) const;
-  // Helper (any rank, the same model dimensions): the weight gradients of the last `groups` groups from `inputs`
-  // (mlp_weight_inputs' layout): per layer and group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C], and fcproj_b [C]
-  // for the group at column 0.
-  std::vector<float> mlp_weight_grads(int groups, const std::vector<float>& inputs) const;
+  // The same for the attention with unit `heads`: head group g holds heads [g NH/G, (g+1) NH/G) (their QKV
+  // columns, attention core and output-projection rows). 1 = not grouped.
+  int head_groups() const { return head_groups_; }
+  // Owner, between B and W of (vs, mb): what a helper needs for the last `groups` groups of every grouped unit,
+  // per layer: (MLP) the LN2 output and the MLP's output gradient [B,T,C], then per group its GELU output and
+  // pre-activation gradient [B,T,nc]; (heads) the LN1 output and the attention output's gradient [B,T,C], then per
+  // group its QKV gradient [B,T,3 ng HS] and attention output [B,T,ng HS]. The next W of (vs, mb) leaves those
+  // groups out and holds the microbatch's gradients back until land_weight_grads.
+  std::vector<float> weight_inputs(int vs, int mb, int groups);
+  // Floats of the helper's answer for the last `groups` groups of vs (weight_grads' layout).
+  std::size_t weight_grads_floats(int vs, int groups) const;
+  // Helper (any rank, the same model dimensions and groups): the weight gradients of the last `groups` groups from
+  // `inputs` (weight_inputs' layout), per layer: (MLP) per group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C], and
+  // fcproj_b [C] for the group at column 0; (heads) per group qkv_w [3 ng HS, C], qkv_b [3 ng HS], proj_w
+  // [ng HS, C], and proj_b [C] for the group at head 0.
+  std::vector<float> weight_grads(int groups, const std::vector<float>& inputs) const;
   // Owner: the helper's answer lands in the held-back gradients of (vs, mb), which then join the microbatch-order
   // sum.
-  void land_mlp_weight_grads(int vs, int mb, const std::vector<float>& grads);
-  // F and B in groups (the same condition, mlp_groups() > 1): every F and B computes each layer's MLP group by group
-  // from compact copies, and adds the groups' partial outputs (F) or input-gradient partials (B) in one fixed order,
-  // from the last group down to group 0 (acc = p[G-1], then acc = p[g] + acc), so that a helper holding the last
-  // groups answers with one partial sum and the bits do not depend on where a group ran.
+  void land_weight_grads(int vs, int mb, const std::vector<float>& grads);
+  // F and B in groups (the same conditions): every F and B computes each layer's MLP (mlp_groups() > 1) and / or
+  // attention (head_groups() > 1) group by group from compact copies, and adds the groups' partial outputs (F) or
+  // input-gradient partials (B) in one fixed order, from the last group down to group 0 (acc = p[G-1], then
+  // acc = p[g] + acc), so that a helper holding the last groups answers with one partial sum and the bits do not
+  // depend on where a group ran.
   //
-  // Owner: the next forward or backward_input gives the last `groups` groups of every layer to a helper. Per layer
-  // it calls exchange.send(input, floats of the answer) once the layer's input exists, computes its own groups,
-  // then takes exchange.receive() (blocking) and finishes the layer. Layouts per layer (nc a group's columns):
-  //   F in:  LN2 output [B,T,C]; per group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C] (and fcproj_b [C] for group 0)
-  //   F out: partial sum [B,T,C]; per group its pre-activation and GELU output [B,T,nc] (kept for B and W)
-  //   B in:  MLP output gradient [B,T,C]; per group fcproj_w [nc,C], fc_w [nc,C], pre-activation [B,T,nc]
-  //   B out: partial sum of the LN2 output gradient [B,T,C]; per group its pre-activation gradient [B,T,nc]
-  struct MlpExchange {
-    std::function<void(std::vector<float> input, std::size_t answer_floats)> send;
+  // Owner: the next forward or backward_input gives the last `groups` groups of every grouped unit of every layer to
+  // a helper. Per layer and unit (F: attention, then MLP; B: MLP, then attention) it calls exchange.send(request,
+  // floats of the answer) once the input exists, computes its own groups, then takes exchange.receive() (blocking)
+  // and goes on. A request is the unit's input followed by one float naming the unit (0 MLP, 1 heads). Layouts
+  // (nc a group's MLP columns, ny = ng HS its heads' width):
+  //   MLP F in:    LN2 output [B,T,C]; per group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C] (fcproj_b [C]: group 0)
+  //   MLP F out:   partial sum [B,T,C]; per group its pre-activation and GELU output [B,T,nc] (kept for B and W)
+  //   MLP B in:    MLP output gradient [B,T,C]; per group fcproj_w [nc,C], fc_w [nc,C], pre-activation [B,T,nc]
+  //   MLP B out:   partial sum of the LN2 output gradient [B,T,C]; per group its pre-activation gradient [B,T,nc]
+  //   heads F in:  LN1 output [B,T,C]; per group qkv_w [3ny,C], qkv_b [3ny], proj_w [ny,C] (proj_b [C]: group 0)
+  //   heads F out: partial sum [B,T,C]; per group its QKV [B,T,3ny], attention output [B,T,ny], log-sum-exp [B,ng,T]
+  //   heads B in:  attention output gradient [B,T,C]; per group proj_w [ny,C], qkv_w [3ny,C] and its F stash
+  //   heads B out: partial sum of the LN1 output gradient [B,T,C]; per group its QKV gradient [B,T,3ny]
+  struct GroupExchange {
+    std::function<void(std::vector<float> request, std::size_t answer_floats)> send;
     std::function<std::vector<float>()> receive;
   };
-  void give_mlp_groups(int groups, MlpExchange exchange);
-  // Helper (any rank, the same model dimensions): one layer's answer to F / B for the last `groups` groups.
-  std::vector<float> mlp_forward_help(int groups, const std::vector<float>& input) const;
-  std::vector<float> mlp_backward_input_help(int groups, const std::vector<float>& input) const;
+  void give_groups(int groups, GroupExchange exchange);
+  // Helper (any rank, the same model dimensions and groups): one request's answer to F / B for the last `groups`
+  // groups of the unit it names.
+  std::vector<float> forward_help(int groups, const std::vector<float>& request) const;
+  std::vector<float> backward_input_help(int groups, const std::vector<float>& request) const;
 
   // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
   // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage
@@ -222,13 +237,28 @@ class StageModel {
   DeviceBuffer group_gelu_, group_dh_;  // compact columns of one MLP group (W with groups)
   int group_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.F / mlp_groups_); }
   void mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here);
-  int give_groups_ = 0;       // groups the next forward / backward_input gives away (give_mlp_groups)
-  MlpExchange exchange_;      // ... and how
-  DeviceBuffer group_h_;      // compact pre-activation of one group (F and B with groups)
+  int head_groups_ = 1;                // see head_groups()
+  DeviceBuffer group_dqkv_, group_y_;  // compact QKV gradient and attention output of one head group
+  int head_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.NH / head_groups_); }
+  void head_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here);
+  std::size_t weight_in_layer(int groups) const;   // weight_inputs' floats per layer
+  std::size_t weight_out_layer(int groups) const;  // weight_grads' floats per layer
+  int give_groups_ = 0;                            // groups the next forward / backward_input gives away (give_groups)
+  GroupExchange exchange_;                         // ... and how
+  DeviceBuffer group_h_;                           // compact pre-activation of one group (F and B with groups)
   DeviceBuffer group_parts_;  // [G, B,T,C] the groups' partial outputs / input gradients of one layer
+  DeviceBuffer group_qkv_, group_lse_, group_dy_, group_delta_;  // one head group's F stash and B scratch
   void check_groups(int groups, const char* what) const;
+  void layer_forward_grouped(const LayerActs& a, const LayerView& w);
+  void layer_backward_input_grouped(const LayerActs& a, const LayerView& w);
   void mlp_forward_grouped(const LayerActs& a, const LayerView& w);
   void mlp_backward_input_grouped(const LayerActs& a, const LayerView& w);
+  void attention_forward_grouped(const LayerActs& a, const LayerView& w);
+  void attention_backward_input_grouped(const LayerActs& a, const LayerView& w);
+  std::vector<float> mlp_forward_help(int groups, std::span<const float> input) const;
+  std::vector<float> mlp_backward_input_help(int groups, std::span<const float> input) const;
+  std::vector<float> head_forward_help(int groups, std::span<const float> input) const;
+  std::vector<float> head_backward_input_help(int groups, std::span<const float> input) const;
   void add_slots_in_order(VStage& s);
 };
 

@@ -190,9 +190,11 @@ struct Migration {
   bool replicas = false;
   int replica_peers = 1;
   std::vector<double> replica_bytes;
-  // Math backends: W computes the MLP's weight gradients in this many column groups (migration on with unit
-  // mlp: `slices`; else 1), so the bits do not depend on where a group ran (model/stage.hpp).
+  // Math backends: F, B and W compute the MLP in this many column groups (migration on with unit mlp: `slices`;
+  // else 1), and the attention in head_groups head groups (unit heads), so the bits do not depend on where a group
+  // ran (model/stage.hpp).
   int mlp_groups = 1;
+  int head_groups = 1;
 };
 
 // The global tier's settings a run needs (scheduler.*); train-policy's ppo.* stay in the policy layer's deck.
