@@ -220,13 +220,16 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
   res.order.assign(p, {});
   if (opt.record_ops) res.ops.reserve(s.num_actions());
   // Cross-rank consumer of each action's output (list index on the destination rank), or -1.
-  std::vector<std::vector<std::int32_t>> dest(p);
+  // dest_rank: that consumer's rank.
+  std::vector<std::vector<std::int32_t>> dest(p), dest_rank(p);
   for (int r = 0; r < p; ++r) {
     const Arbiter& a = drivers[r].arbiter();
     dest[r].assign(a.size(), -1);
+    dest_rank[r].assign(a.size(), -1);
     for (int i = 0; i < a.size(); ++i) {
       if (auto out = output_of(s, r, a.actions()[i]); out && !out->local()) {
         dest[r][i] = drivers[out->to_rank].arbiter().consumer_of(*out);
+        dest_rank[r][i] = out->to_rank;
       }
     }
     res.order[r].reserve(a.size());
@@ -298,14 +301,17 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
         if (o.helper >= 0) {
           busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
           predicted = o.op_time;
-          for (const HelpPart& h : o.parts()) {
+          // Every helper's part, the first one first (Offload::parts(), without building the list).
+          const auto help = [&](const HelpPart& h) {
             took = std::max(took, h.help_time);
             helpers.engage(h, now);
             res.busy[h.helper] += h.helper_compute;
             res.migrations.push_back(
                 MigrationTiming{r, i, h.helper, h.slices, now, now + h.help_time, h.bytes, h.helper_compute});
             queue.push(Event{now + h.help_time, seq++, EventType::HelpDone, h.helper, -1, -1});
-          }
+          };
+          help(HelpPart{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory});
+          for (const HelpPart& h : o.more) help(h);
         }
       }
       if (first) {
@@ -326,7 +332,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       }
       queue.push(Event{now + took, seq++, EventType::Done, r, i, -1});
       if (dest[r][i] >= 0 && (announcing || helpers.on())) {
-        const int to = output_of(s, r, act)->to_rank;
+        const int to = dest_rank[r][i];
         const double expected = now + predicted + opt.comm_estimate;
         helpers.expect(to, dest[r][i], expected);
         if (announcing) {

@@ -65,9 +65,9 @@ Offload Migration::split(OpKind kind, double estimate, int slices, const HelpOff
   o.helper = offer.rank;
   o.slices = slices;
   o.owner_time = estimate - slices * slice;
-  o.helper_compute = slices * slice * c.helper_factor * offer.speed;
+  o.helper_compute = helper_compute(c, slice, slices, offer);
   o.bytes = c.bytes_fixed + slices * bytes_per_slice(c, offer);
-  o.help_time = o.bytes / bytes_per_ms_ + c.messages * latency_ms_ + o.helper_compute;
+  o.help_time = help_time(c, slice, slices, offer);
   o.op_time = std::max(o.owner_time, o.help_time);
   o.memory = in_memory_units(offer.rank, o.bytes);
   return o;
@@ -95,11 +95,20 @@ Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, doubl
   return r;
 }
 
-int Migration::slices_at(const Reach& r, double tau) {
-  const double bound = std::min(tau, r.window) - r.fixed;
-  if (bound < 0 || r.cap <= 0) return 0;
-  const double k = std::min(r.cap, std::floor(bound / r.per_slice + 1e-12));
-  return k > 0 ? static_cast<int>(k) : 0;
+double Migration::step_of(const Reach& r, int k, double lo, double hi) {
+  // slices_at(r, tau) >= k when (tau - fixed) / per_slice + 1e-12 >= k: a guess within a few ulps, then checked.
+  double tau = std::clamp(r.fixed + (k - 1e-12) * r.per_slice, std::nextafter(lo, hi), hi);
+  for (int tries = 0; tries < 8; ++tries) {
+    if (slices_at(r, tau) >= k) {
+      const double below = std::nextafter(tau, lo);
+      if (below <= lo || slices_at(r, below) < k) return tau;
+      tau = below;
+    } else {
+      if (tau >= hi) break;
+      tau = std::nextafter(tau, hi);
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const {
@@ -112,77 +121,116 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   // rest (at most every slice moves); tau is feasible when the owner's part fits too. Feasibility grows with tau,
   // so bisect on it; the best `max_helpers_` offers at tau are the ones that take the most slices (ties: the
   // first offered).
-  std::vector<Reach> reaches(offers.size());
-  std::vector<int> k(offers.size(), 0);
-  // Only the offers that can take a slice within the op's time alone take part (k is nondecreasing in tau).
-  std::vector<std::size_t> live, order;
+  //
+  // Only the offers that can take a slice within the op's time alone take part (k is nondecreasing in tau): the
+  // candidates, in the offers' order, each with its k at both ends of the bisection's bracket. The arrays are
+  // kept per thread, so a decision allocates nothing once they have grown (the engine decides at every op start).
+  struct Candidate {
+    Reach reach;
+    std::size_t offer = 0;
+    int k = 0, k_lo = 0, k_hi = 0, k_mid = 0;
+  };
+  thread_local std::vector<Candidate> live;
+  thread_local std::vector<int> ks;
+  thread_local std::vector<std::size_t> order;  // positions in `live`
+  live.clear();
   for (std::size_t i = 0; i < offers.size(); ++i) {
-    reaches[i] = reach(c, slice, now, offers[i]);
-    if (slices_at(reaches[i], estimate) > 0) live.push_back(i);
+    Candidate x;
+    x.reach = reach(c, slice, now, offers[i]);
+    x.k_hi = slices_at(x.reach, estimate);
+    if (x.k_hi <= 0) continue;
+    x.offer = i;
+    x.k_lo = slices_at(x.reach, 0.0);
+    live.push_back(x);
   }
   if (live.empty()) return alone;
   const std::size_t n = std::min<std::size_t>(offers.size(), static_cast<std::size_t>(max_helpers_));
-  auto assign = [&](double tau) {
-    for (const std::size_t i : live) k[i] = slices_at(reaches[i], tau);
-    order = live;
-    if (n < offers.size()) {
-      const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(std::min(n, order.size()));
-      std::partial_sort(order.begin(), order.begin() + top, order.end(),
-                        [&](std::size_t a, std::size_t b) { return k[a] != k[b] ? k[a] > k[b] : a < b; });
-    }
-    int total = 0;
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      if (j >= n) k[order[j]] = 0;
-      k[order[j]] = std::min(k[order[j]], slices_ - total);
-      total += k[order[j]];
-    }
-    return total;
-  };
-  // assign's total alone, for the bisection: min(slices, the sum of the n largest k), without ordering.
-  std::vector<int> ks(live.size());
-  auto total_at = [&](double tau) {
-    for (std::size_t j = 0; j < live.size(); ++j) ks[j] = slices_at(reaches[live[j]], tau);
-    if (n < ks.size()) {
-      std::nth_element(ks.begin(), ks.begin() + static_cast<std::ptrdiff_t>(n - 1), ks.end(), std::greater<int>());
-      ks.resize(n);
-    }
+  // The slices moved at a bracket end (field: k_lo, k_hi or k_mid): min(slices, the sum of the n largest k).
+  auto total = [&](int Candidate::*field) {
     int sum = 0;
-    for (const int x : ks) sum += x;
-    ks.resize(live.size());
+    if (n >= live.size()) {
+      for (const Candidate& x : live) sum += x.*field;
+    } else if (n == 1) {
+      for (const Candidate& x : live) sum = std::max(sum, x.*field);
+    } else {
+      ks.clear();
+      for (const Candidate& x : live) ks.push_back(x.*field);
+      std::nth_element(ks.begin(), ks.begin() + static_cast<std::ptrdiff_t>(n - 1), ks.end(), std::greater<int>());
+      for (std::size_t j = 0; j < n; ++j) sum += ks[j];
+    }
     return std::min(sum, slices_);
   };
-  // Once the total is the same at both ends it is constant between them (it is nondecreasing in tau), so the
-  // rest of the bisection needs no more evaluations: the same midpoints, and the same end, in arithmetic alone.
+  // A candidate whose k is the same at both ends of the bracket has it at every tau between them (slices_at's
+  // steps are monotone in floating point too), so only the others are evaluated at the midpoint. Once one
+  // candidate alone moves, by one slice, the ks at a midpoint are those of one end, and which one is a comparison
+  // with where its step lies (step_at); once the total is the same at both ends it is constant between them. The
+  // rest of the bisection then needs no evaluation: the same midpoints, and the same end, in arithmetic alone.
   double lo = 0, hi = estimate;
-  int at_lo = total_at(lo), at_hi = total_at(hi);
+  int at_lo = total(&Candidate::k_lo), at_hi = total(&Candidate::k_hi);
+  double step_at = std::numeric_limits<double>::quiet_NaN();
   for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
     const double tau = 0.5 * (lo + hi);
-    const int t = at_lo == at_hi ? at_lo : total_at(tau);
-    if (estimate - slice * t <= tau) {
+    int t = at_lo;
+    const bool constant = at_lo == at_hi, stepped = !constant && !std::isnan(step_at);
+    if (stepped) {
+      t = tau >= step_at ? at_hi : at_lo;
+    } else if (!constant) {
+      for (Candidate& x : live) x.k_mid = x.k_lo == x.k_hi ? x.k_lo : slices_at(x.reach, tau);
+      t = total(&Candidate::k_mid);
+    }
+    const bool feasible = estimate - slice * t <= tau;
+    if (feasible) {
       hi = tau, at_hi = t;
     } else {
       lo = tau, at_lo = t;
     }
-  }
-  // At the feasible end: the slices the owner need not keep, trimmed from the helpers whose parts end last.
-  int total = assign(hi);
-  const int needed = std::max(0, static_cast<int>(std::ceil((estimate - hi) / slice - 1e-9)));
-  auto part = [&](std::size_t i) { return split(kind, estimate, k[i], offers[i]); };
-  while (total > needed) {
-    std::size_t last = offers.size();
-    for (std::size_t i = 0; i < offers.size(); ++i) {
-      if (k[i] > 0 && (last == offers.size() || part(i).help_time > part(last).help_time)) last = i;
+    if (constant || stepped) continue;  // stepped: when the end that moved took the other's ks, now constant
+    const Candidate* mover = nullptr;
+    int movers = 0;
+    for (Candidate& x : live) {
+      (feasible ? x.k_hi : x.k_lo) = x.k_mid;
+      if (x.k_lo != x.k_hi) ++movers, mover = &x;
     }
-    --k[last];
-    --total;
+    if (movers == 1 && mover->k_hi == mover->k_lo + 1) step_at = step_of(mover->reach, mover->k_hi, lo, hi);
+  }
+  // At the feasible end: the best n candidates (the most slices; ties: the first offered), each capped by what
+  // is left of the slices.
+  for (Candidate& x : live) x.k = slices_at(x.reach, hi);
+  order.resize(live.size());
+  for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+  if (n < offers.size()) {
+    const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(std::min(n, order.size()));
+    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](std::size_t a, std::size_t b) {
+      return live[a].k != live[b].k ? live[a].k > live[b].k : a < b;
+    });
+  }
+  int moved = 0;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    Candidate& x = live[order[j]];
+    if (j >= n) x.k = 0;
+    x.k = std::min(x.k, slices_ - moved);
+    moved += x.k;
+  }
+  // The slices the owner need not keep, trimmed from the helpers whose parts end last (ties: the first offered).
+  const int needed = std::max(0, static_cast<int>(std::ceil((estimate - hi) / slice - 1e-9)));
+  while (moved > needed) {
+    Candidate* last = nullptr;
+    double last_time = 0;
+    for (Candidate& x : live) {
+      if (x.k <= 0) continue;
+      const double t = help_time(c, slice, x.k, offers[x.offer]);
+      if (!last || t > last_time) last = &x, last_time = t;
+    }
+    --last->k;
+    --moved;
   }
   Offload best = alone;
-  best.owner_time = estimate - total * slice;
+  best.owner_time = estimate - moved * slice;
   best.op_time = best.owner_time;
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    const std::size_t i = order[j];
-    if (k[i] <= 0) continue;
-    const Offload o = part(i);
+  for (const std::size_t j : order) {
+    const Candidate& x = live[j];
+    if (x.k <= 0) continue;
+    const Offload o = split(kind, estimate, x.k, offers[x.offer]);
     HelpPart h{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory};
     best.op_time = std::max(best.op_time, o.help_time);
     if (best.helper < 0) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -90,14 +91,24 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   eo.spread = noise.duration_spread();
   eo.late_delay = noise.congestion_delay_ms();
   eo.migration = sched::migrations(options.migration, noise.cost(), s.p, s.v);
+  // With migration every op start asks each idle peer's factor for that op (its speed as a helper), the very
+  // factor the peer draws for its own op of the same chunk, microbatch and kind: drawn once per step here (NaN:
+  // not yet), for both uses. The op's time is compute_time_ms's product, so the figures are the same.
+  std::vector<double> factors;
+  const auto factor = [&](int rank, const sched::Action& a) {
+    double& f = factors[((static_cast<std::size_t>(rank) * s.v + a.chunk) * s.m + a.microbatch) * 4 +
+                        static_cast<std::size_t>(a.kind)];
+    if (std::isnan(f)) f = noise.compute_factor(step, rank, a.chunk, a.microbatch, a.kind);
+    return f;
+  };
   if (!eo.migration.empty()) {
-    eo.helper_speed = [&](int rank, const sched::Action& a) {
-      return noise.compute_factor(step, rank, a.chunk, a.microbatch, a.kind);
-    };
+    factors.assign(static_cast<std::size_t>(s.p) * s.v * s.m * 4, std::numeric_limits<double>::quiet_NaN());
+    eo.helper_speed = factor;
   }
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) {
+        if (!factors.empty()) return noise.cost().op_time(rank, a.kind, s.v) * factor(rank, a);
         return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind);
       },
       [&](const sched::Transfer& t) { return noise.comm_time_ms(step, t); });

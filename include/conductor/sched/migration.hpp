@@ -12,7 +12,9 @@
 // owner's predicted finish exceeds the helpers' by more than the transfers cost. With exact estimates (noise-free) the
 // help therefore never delays the helper's own next op, and the owner's op ends no later: a strict step is never slower
 // than without it.
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -87,14 +89,31 @@ class Migration {
   double bytes_per_slice(const plan::SliceCosts& c, const HelpOffer& offer) const {
     return c.bytes_per_slice - (offer.replica ? c.weight_bytes_per_slice : 0.0);
   }
+  // The helper's compute and its whole part (transfers out, compute, transfers back) for `slices` slices of an
+  // op whose slice takes `slice` on the owner: split() and decide() compute them here alone.
+  double helper_compute(const plan::SliceCosts& c, double slice, int slices, const HelpOffer& offer) const {
+    return slices * slice * c.helper_factor * offer.speed;
+  }
+  double help_time(const plan::SliceCosts& c, double slice, int slices, const HelpOffer& offer) const {
+    return (c.bytes_fixed + slices * bytes_per_slice(c, offer)) / bytes_per_ms_ + c.messages * latency_ms_ +
+           helper_compute(c, slice, slices, offer);
+  }
   // What an offer can take, for one decision: help(k) = fixed + k per_slice must end within its window, and k
   // within cap (max_fraction and its memory).
   struct Reach {
     double fixed = 0, per_slice = 0, window = 0, cap = 0;
   };
   Reach reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const;
-  // The most slices an offer can take within `tau` ms of help (0: none).
-  static int slices_at(const Reach& r, double tau);
+  // The most slices an offer can take within `tau` ms of help (0: none). Inline: the decision's bisection calls it.
+  static int slices_at(const Reach& r, double tau) {
+    const double bound = std::min(tau, r.window) - r.fixed;
+    if (bound < 0 || r.cap <= 0) return 0;
+    const double k = std::min(r.cap, std::floor(bound / r.per_slice + 1e-12));
+    return k > 0 ? static_cast<int>(k) : 0;
+  }
+  // The least tau in (lo, hi] at which `r` takes k slices, given that it takes fewer at lo and k at hi (NaN when
+  // a close guess and a few ulps around it do not find it: the caller evaluates instead).
+  static double step_of(const Reach& r, int k, double lo, double hi);
 
   bool enabled_ = false;
   int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
