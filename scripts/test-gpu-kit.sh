@@ -63,7 +63,7 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_POLICY=OFF -
   say "FAIL: configure"
   exit 1
 }
-targets=(conductor model_tests trace_tests config_tests runtime_loss_equality_p2)
+targets=(conductor model_tests trace_tests config_tests mpi_test_loss_equality)
 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >"$LOGS/build.log" 2>&1 || {
   grep -E "error|Error" "$LOGS/build.log" | head -20
   say "FAIL: build"
@@ -74,7 +74,7 @@ say "configured and built against the kit in $(($(date +%s) - t0)) s"
 # Every library of the kit's own part must resolve into the kit; no /usr copy of them may appear (the fallback
 # part, libevent and the like, comes from the system where it has them: that is its design, docs/gpu.md).
 fail=0
-for exe in "$BUILD/conductor" "$BUILD/tests/runtime/runtime_loss_equality_p2"; do
+for exe in "$BUILD/conductor" "$BUILD/tests/runtime/mpi_test_loss_equality"; do
   while read -r lib _ path _; do
     case $lib in
       libmpi* | libopen-* | libpmix* | libhwloc* | libhdf5* | libyaml-cpp* | libopenblas* | libsz* | libaec*)
@@ -110,7 +110,7 @@ done
   say "FAIL: mpiexec is $(command -v mpiexec), not the kit's"
   exit 1
 }
-mpiexec -n 2 --oversubscribe "$BUILD/tests/runtime/runtime_loss_equality_p2" --gtest_brief=1 >"$LOGS/mpi.log" 2>&1 || {
+mpiexec -n 2 --oversubscribe "$BUILD/tests/runtime/mpi_test_loss_equality" --gtest_brief=1 >"$LOGS/mpi.log" 2>&1 || {
   tail -30 "$LOGS/mpi.log"
   say "FAIL: runtime_loss_equality_p2 under the kit's mpiexec"
   exit 1
