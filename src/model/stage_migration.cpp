@@ -33,17 +33,6 @@ namespace conductor::model {
 
 namespace {
 
-// Floats of one group's gradients (fc_w, fc_b, fcproj_w; fcproj_b for the group at column 0).
-std::size_t group_grad_floats(const Dims& d, int c0, int nc) {
-  return 2 * static_cast<std::size_t>(nc) * d.C + static_cast<std::size_t>(nc) + (c0 == 0 ? d.C : 0);
-}
-
-// Floats of one head group's weight gradients (qkv_w, qkv_b, proj_w; proj_b for the group at head 0).
-std::size_t head_grad_floats(const Dims& d, int h0, int ng) {
-  const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-  return 4 * ny * d.C + 3 * ny + (h0 == 0 ? d.C : 0);
-}
-
 // Columns [c0, c0 + n) of a layer's [rows, stride] stash tensor: a group's part of it, which the group reads or
 // writes as a compact [rows, n] buffer of its own.
 struct ColumnBlock {
@@ -537,52 +526,139 @@ void StageModel::layer_backward_input_grouped(const LayerActs& a, const LayerVie
 
 // ---- W in groups ----
 
-void StageModel::mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here) {
-  const Dims& d = dims_;
+namespace {
+
+// Group k's buffers as W's kernel sees them: its gradient blocks (zeroed before the first W reaches them; null:
+// none), the two inputs every group reads whole and its compact stash blocks.
+struct WeightArgs {
+  int width = 0;
+  const float *ln = nullptr, *dout = nullptr;
+  std::array<float*, GroupArgs::kMost> grads{};
+  std::array<const float*, GroupArgs::kMost> in{};
+};
+
+// The trainer's kernels (block.hpp) on one group: MLP (in: GELU output, pre-activation gradient) and heads (in: QKV
+// gradient, attention output).
+void mlp_group_weight(Backend& be, const Dims& d, const WeightArgs& g) {
+  MlpSliceBuffers buf;
+  buf.gelu = const_cast<float*>(g.in[0]);  // read only: W reads its stash
+  buf.dh = const_cast<float*>(g.in[1]);
+  mlp_group_backward_weight(be, {g.grads[0], g.grads[1], g.grads[2], g.grads[3]}, buf, g.ln, g.dout, d, g.width);
+}
+void head_group_weight(Backend& be, const Dims& d, const WeightArgs& g) {
+  AttnSliceBuffers buf;
+  buf.dqkv = const_cast<float*>(g.in[0]);  // read only
+  buf.y = const_cast<float*>(g.in[1]);
+  head_group_backward_weight(be, {g.grads[0], g.grads[1], g.grads[2], g.grads[3]}, buf, g.ln, g.dout, d, g.width);
+}
+
+// The owner's buffers of one layer for a unit's W.
+struct WeightBuffers {
+  const float *ln = nullptr, *dout = nullptr;  // the inputs every group reads whole [BT, C]
+  std::vector<float*> stash, compact;          // the layer's stash tensors W reads, the owner's compact buffers
+};
+
+}  // namespace
+
+// One grouped unit's W, described group by group: the gradients of its F weight slices (the F pass's GroupShape
+// weights: a group's gradient blocks) from two whole inputs and the group's stash blocks (GroupShape in).
+struct WeightPass {
+  int groups = 1;
+  std::function<GroupShape(int k)> shape;
+  std::function<void(Backend&, const Dims&, const WeightArgs&)> kernel;
+  std::function<WeightBuffers(const LayerActs&)> buffers;          // the owner's, for one layer
+  std::function<std::vector<float*>(const LayerView&)> gradients;  // a gradient slot's tensors of the unit
+};
+
+WeightPass StageModel::mlp_weight_pass() const {
+  WeightPass u;
+  u.groups = mlp_groups_;
+  u.shape = [f = mlp_pass(true)](int k) {
+    GroupShape s = f.shape(k);
+    s.in = {s.out[1], s.out[1]};  // the GELU output's columns, and the pre-activation gradient's
+    s.out.clear();
+    return s;
+  };
+  u.kernel = mlp_group_weight;
+  u.buffers = [this](const LayerActs& a) {
+    return WeightBuffers{a.ln2, a.dout, {a.mlp.gelu, a.mlp.dh}, {group_gelu_.f(), group_dh_.f()}};
+  };
+  u.gradients = [](const LayerView& g) { return std::vector<float*>{g.fc_w, g.fc_b, g.fcproj_w, g.fcproj_b}; };
+  return u;
+}
+
+WeightPass StageModel::heads_weight_pass() const {
+  WeightPass u;
+  u.groups = head_groups_;
+  u.shape = [f = heads_pass(true)](int k) {
+    GroupShape s = f.shape(k);
+    s.in = {s.out[0], s.out[1]};  // the QKV gradient's columns (the QKV's), and the attention output's
+    s.out.clear();
+    return s;
+  };
+  u.kernel = head_group_weight;
+  u.buffers = [this](const LayerActs& a) {
+    return WeightBuffers{a.ln1, a.dx2, {a.attn.dqkv, a.attn.y}, {group_dqkv_.f(), group_y_.f()}};
+  };
+  u.gradients = [](const LayerView& g) { return std::vector<float*>{g.qkv_w, g.qkv_b, g.proj_w, g.proj_b}; };
+  return u;
+}
+
+// The grouped units' W, in the order of weight_inputs' and weight_grads' layouts.
+std::vector<WeightPass> StageModel::weight_passes() const {
+  std::vector<WeightPass> passes;
+  if (mlp_groups_ > 1) passes.push_back(mlp_weight_pass());
+  if (head_groups_ > 1) passes.push_back(heads_weight_pass());
+  return passes;
+}
+
+// The owner's W of groups [0, groups_here) of a unit, on its compact buffers.
+void StageModel::weight_groups(const WeightPass& u, const LayerActs& a, const LayerView& g, int groups_here) {
+  const WeightBuffers b = u.buffers(a);
+  const std::vector<float*> grads = u.gradients(g);
   for (int k = 0; k < groups_here; ++k) {
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    gather_block(*backend_, group_gelu_.f(), a.mlp.gelu, mlp_columns(d, c0, nc));
-    gather_block(*backend_, group_dh_.f(), a.mlp.dh, mlp_columns(d, c0, nc));
-    MlpSliceBuffers buf;
-    buf.gelu = group_gelu_.f();
-    buf.dh = group_dh_.f();
-    mlp_group_backward_weight(*backend_, mlp_group_grads(g, d, c0, c0 + nc), buf, a.ln2, a.dout, d, nc);
+    const GroupShape s = u.shape(k);
+    WeightArgs args;
+    args.width = s.width;
+    args.ln = b.ln;
+    args.dout = b.dout;
+    for (std::size_t i = 0; i < s.weights.size(); ++i) {
+      args.grads[i] = s.weights[i].n ? grads[i] + s.weights[i].at : nullptr;
+    }
+    for (std::size_t t = 0; t < s.in.size(); ++t) {
+      gather_block(*backend_, b.compact[t], b.stash[t], s.in[t]);
+      args.in[t] = b.compact[t];
+    }
+    u.kernel(*backend_, dims_, args);
   }
+}
+
+void StageModel::mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here) {
+  weight_groups(mlp_weight_pass(), a, g, groups_here);
 }
 
 void StageModel::head_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here) {
-  const Dims& d = dims_;
-  for (int k = 0; k < groups_here; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    const std::array<ColumnBlock, 3> stash = head_stash(d, h0, ng);
-    gather_block(*backend_, group_dqkv_.f(), a.attn.dqkv, stash[0]);
-    gather_block(*backend_, group_y_.f(), a.attn.y, stash[1]);
-    AttnSliceBuffers buf;
-    buf.dqkv = group_dqkv_.f();
-    buf.y = group_y_.f();
-    head_group_backward_weight(*backend_, head_group_grads(g, d, h0, h0 + ng), buf, a.ln1, a.dx2, d, ng);
-  }
+  weight_groups(heads_weight_pass(), a, g, groups_here);
 }
 
 std::size_t StageModel::weight_in_layer(int groups) const {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
   std::size_t n = 0;
-  if (mlp_groups_ > 1) n += 2 * btc + 2 * static_cast<std::size_t>(d.F - group_begin(mlp_groups_ - groups)) * d.BT();
-  if (head_groups_ > 1) {
-    const std::size_t ny = static_cast<std::size_t>(d.NH - head_begin(head_groups_ - groups)) * d.HS;
-    n += 2 * btc + 4 * ny * d.BT();
+  for (const WeightPass& u : weight_passes()) {
+    n += 2 * btc;
+    for (int k = u.groups - groups; k < u.groups; ++k) {
+      for (const ColumnBlock& b : u.shape(k).in) n += b.floats();
+    }
   }
   return n;
 }
 
 std::size_t StageModel::weight_out_layer(int groups) const {
   std::size_t n = 0;
-  for (int k = mlp_groups_ > 1 ? mlp_groups_ - groups : mlp_groups_; k < mlp_groups_; ++k) {
-    n += group_grad_floats(dims_, group_begin(k), group_begin(k + 1) - group_begin(k));
-  }
-  for (int k = head_groups_ > 1 ? head_groups_ - groups : head_groups_; k < head_groups_; ++k) {
-    n += head_grad_floats(dims_, head_begin(k), head_begin(k + 1) - head_begin(k));
+  for (const WeightPass& u : weight_passes()) {
+    for (int k = u.groups - groups; k < u.groups; ++k) {
+      for (const WeightSlice& ws : u.shape(k).weights) n += ws.n;
+    }
   }
   return n;
 }
@@ -595,34 +671,22 @@ std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
                 " (it has " + std::to_string(most > 1 ? most : 0) + ")");
   }
   Micro& m = micro(s, mb, Phase::after_backward_input, "weight_inputs");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
   std::vector<float> out(static_cast<std::size_t>(s.n_layers) * weight_in_layer(groups));
   float* at = out.data();
+  const std::vector<WeightPass> passes = weight_passes();
   for (int l = 0; l < s.n_layers; ++l) {
-    const LayerActs& a = m.layers[l];
-    if (mlp_groups_ > 1) {
-      backend_->download(at, a.ln2, btc * sizeof(float));
-      backend_->download(at + btc, a.dout, btc * sizeof(float));
+    for (const WeightPass& u : passes) {
+      const WeightBuffers b = u.buffers(m.layers[l]);
+      backend_->download(at, b.ln, btc * sizeof(float));
+      backend_->download(at + btc, b.dout, btc * sizeof(float));
       at += 2 * btc;
-      for (int k = mlp_groups_ - groups; k < mlp_groups_; ++k) {
-        const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-        for (const float* src : {a.mlp.gelu, a.mlp.dh}) {
-          download_block(*backend_, at, src, mlp_columns(d, c0, nc));
-          at += static_cast<std::size_t>(nc) * d.BT();
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape g = u.shape(k);
+        for (std::size_t t = 0; t < g.in.size(); ++t) {
+          download_block(*backend_, at, b.stash[t], g.in[t]);
+          at += g.in[t].floats();
         }
-      }
-    }
-    if (head_groups_ > 1) {
-      backend_->download(at, a.ln1, btc * sizeof(float));
-      backend_->download(at + btc, a.dx2, btc * sizeof(float));
-      at += 2 * btc;
-      for (int k = head_groups_ - groups; k < head_groups_; ++k) {
-        const std::array<ColumnBlock, 3> stash = head_stash(d, head_begin(k), head_begin(k + 1) - head_begin(k));
-        download_block(*backend_, at, a.attn.dqkv, stash[0]);
-        at += stash[0].floats();
-        download_block(*backend_, at, a.attn.y, stash[1]);
-        at += stash[1].floats();
       }
     }
   }
@@ -635,47 +699,13 @@ std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
   return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups);
 }
 
-namespace {
-
-// The helper's part of one MLP group's W: its gradients into the zeroed blocks at `at` (group_grad_floats' layout).
-void mlp_group_grads_into(Backend& be, float* at, const float* ln2, const float* dout, const float* gelu,
-                          const float* dh, const Dims& d, int c0, int nc) {
-  MlpSliceBuffers buf;
-  buf.gelu = const_cast<float*>(gelu);  // read only: W reads the GELU output and the pre-activation gradient
-  buf.dh = const_cast<float*>(dh);
-  MlpGroupGrads g;
-  g.fc_w = at;
-  g.fc_b = at + static_cast<std::size_t>(nc) * d.C;
-  g.fcproj_w = g.fc_b + nc;
-  g.fcproj_b = c0 == 0 ? g.fcproj_w + static_cast<std::size_t>(nc) * d.C : nullptr;
-  mlp_group_backward_weight(be, g, buf, ln2, dout, d, nc);
-}
-
-// The same for one head group (head_grad_floats' layout).
-void head_group_grads_into(Backend& be, float* at, const float* ln1, const float* dout, const float* dqkv,
-                           const float* y, const Dims& d, int h0, int ng) {
-  const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-  AttnSliceBuffers buf;
-  buf.dqkv = const_cast<float*>(dqkv);  // read only
-  buf.y = const_cast<float*>(y);
-  HeadGroupGrads g;
-  g.qkv_w = at;
-  g.qkv_b = at + 3 * ny * d.C;
-  g.proj_w = g.qkv_b + 3 * ny;
-  g.proj_b = h0 == 0 ? g.proj_w + ny * d.C : nullptr;
-  head_group_backward_weight(be, g, buf, ln1, dout, d, ng);
-}
-
-}  // namespace
-
 std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>& inputs) const {
-  const Dims& d = dims_;
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of a helper (the model has " +
                 std::to_string(most > 1 ? most : 0) + ")");
   }
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C, in_layer = weight_in_layer(groups);
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C, in_layer = weight_in_layer(groups);
   if (inputs.empty() || inputs.size() % in_layer != 0) {
     throw Error("model: a helper's weight-gradient input of " + std::to_string(inputs.size()) +
                 " floats is not a whole number of layers of " + std::to_string(in_layer));
@@ -684,30 +714,27 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   std::vector<float> out(layers * weight_out_layer(groups), 0.0f);  // zeroed, as W's slot is
   const float* in = inputs.data();
   float* at = out.data();
-  // The helper's model is on the cpu backend (host memory); migration runs on no other.
+  // The helper's model is on the cpu backend (host memory; migration runs on no other): the kernels read the
+  // request in place and write the answer's blocks.
+  const std::vector<WeightPass> passes = weight_passes();
   for (std::size_t l = 0; l < layers; ++l) {
-    if (mlp_groups_ > 1) {
-      const float* ln2 = in;
-      const float* dout = in + btc;
+    for (const WeightPass& u : passes) {
+      WeightArgs args;
+      args.ln = in;
+      args.dout = in + btc;
       in += 2 * btc;
-      for (int k = mlp_groups_ - groups; k < mlp_groups_; ++k) {
-        const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-        const std::size_t cols = static_cast<std::size_t>(nc) * d.BT();
-        mlp_group_grads_into(*backend_, at, ln2, dout, in, in + cols, d, c0, nc);
-        in += 2 * cols;
-        at += group_grad_floats(d, c0, nc);
-      }
-    }
-    if (head_groups_ > 1) {
-      const float* ln1 = in;
-      const float* dout = in + btc;
-      in += 2 * btc;
-      for (int k = head_groups_ - groups; k < head_groups_; ++k) {
-        const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-        const std::size_t ny = static_cast<std::size_t>(ng) * d.HS * d.BT();
-        head_group_grads_into(*backend_, at, ln1, dout, in, in + 3 * ny, d, h0, ng);
-        in += 4 * ny;
-        at += head_grad_floats(d, h0, ng);
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape s = u.shape(k);
+        args.width = s.width;
+        for (std::size_t i = 0; i < s.weights.size(); ++i) {
+          args.grads[i] = s.weights[i].n ? at : nullptr;
+          at += s.weights[i].n;
+        }
+        for (std::size_t t = 0; t < s.in.size(); ++t) {
+          args.in[t] = in;
+          in += s.in[t].floats();
+        }
+        u.kernel(*backend_, dims_, args);
       }
     }
   }
@@ -727,31 +754,19 @@ void StageModel::land_weight_grads(int vs, int mb, const std::vector<float>& gra
                 std::to_string(mb) + " of virtual stage " + std::to_string(vs) + " (expected " +
                 std::to_string(weight_grads_floats(vs, groups)) + ")");
   }
-  const Dims& d = dims_;
-  const float* at = grads.data();
-  const auto put = [&](float* dst, std::size_t n) {
-    if (dst) backend_->upload(dst, at, n * sizeof(float));
-    at += dst ? n : 0;
-  };
+  const float* from = grads.data();
+  const std::vector<WeightPass> passes = weight_passes();
   for (int l = 0; l < s.n_layers; ++l) {
-    const LayerView& slot = s.held_back[i]->g[static_cast<std::size_t>(l)];
-    for (int k = mlp_groups_ > 1 ? mlp_groups_ - groups : mlp_groups_; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      const MlpGroupGrads g = mlp_group_grads(slot, d, c0, c0 + nc);
-      const std::size_t w = static_cast<std::size_t>(nc) * d.C;
-      put(g.fc_w, w);
-      put(g.fc_b, static_cast<std::size_t>(nc));
-      put(g.fcproj_w, w);
-      put(g.fcproj_b, static_cast<std::size_t>(d.C));
-    }
-    for (int k = head_groups_ > 1 ? head_groups_ - groups : head_groups_; k < head_groups_; ++k) {
-      const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-      const HeadGroupGrads g = head_group_grads(slot, d, h0, h0 + ng);
-      const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-      put(g.qkv_w, 3 * ny * d.C);
-      put(g.qkv_b, 3 * ny);
-      put(g.proj_w, ny * d.C);
-      put(g.proj_b, static_cast<std::size_t>(d.C));
+    for (const WeightPass& u : passes) {
+      const std::vector<float*> slot = u.gradients(s.held_back[i]->g[static_cast<std::size_t>(l)]);
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape g = u.shape(k);
+        for (std::size_t t = 0; t < g.weights.size(); ++t) {
+          if (g.weights[t].n == 0) continue;  // a block only another group holds
+          backend_->upload(slot[t] + g.weights[t].at, from, g.weights[t].n * sizeof(float));
+          from += g.weights[t].n;
+        }
+      }
     }
   }
   s.groups_away[i] = 0;

@@ -48,6 +48,7 @@ struct TensorInfo {
 enum class Buffer { Params, Grads, AdamM, AdamV };
 
 struct GroupedPass;  // one grouped unit's F or B, described group by group (stage_migration.cpp)
+struct WeightPass;   // ... and its W
 
 class StageModel {
  public:
@@ -260,6 +261,10 @@ class StageModel {
   GroupedPass grouped_pass(float unit, bool forward) const;  // the unit a request names
   void run_grouped(const GroupedPass& u, const LayerActs& a, const LayerView& w);
   std::vector<float> help_grouped(const GroupedPass& u, int groups, std::span<const float> request) const;
+  WeightPass mlp_weight_pass() const;
+  WeightPass heads_weight_pass() const;
+  std::vector<WeightPass> weight_passes() const;  // the grouped units' W, in the order of a W request
+  void weight_groups(const WeightPass& u, const LayerActs& a, const LayerView& g, int groups_here);
   void add_slots_in_order(VStage& s);
 };
 
