@@ -12,8 +12,9 @@
 // answer is a prefix of that sum.
 //
 // F and B of every grouped unit run one skeleton (run_grouped on the owner, help_grouped on a helper) over a
-// description of the unit's pass (GroupedPass: each group's weight slices, stash blocks and kernel); a unit is
-// added by describing it (mlp_pass, heads_pass) and naming it in grouped_pass.
+// description of the unit's pass (GroupedPass: each group's weight slices, stash blocks and kernel), W likewise
+// (WeightPass); a unit is added by describing it (mlp_pass, heads_pass; mlp_weight_pass, heads_weight_pass) and
+// naming it in grouped_pass and weight_passes.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -106,12 +107,12 @@ struct GroupArgs {
 
 // The owner's buffers of one layer for a pass.
 struct PassBuffers {
-  const float* input = nullptr;                          // the pass's input [BT, C]
-  float* sum = nullptr;                                  // where the groups' sum lands [BT, C]
-  const float* residual = nullptr;                       // added to the sum last (F), or null
-  std::vector<const float*> weights;                     // the layer's weight tensors (GroupShape::weights)
-  std::vector<float*> in, out;                           // the layer's stash tensors (GroupShape::in, out)
-  std::vector<float*> compact_in, compact_out, scratch;  // the owner's compact buffers of one group
+  const float* input = nullptr;                                // the pass's input [BT, C]
+  float* sum = nullptr;                                        // where the groups' sum lands [BT, C]
+  const float* residual = nullptr;                             // added to the sum last (F), or null
+  std::vector<const float*> weights{};                         // the layer's weight tensors (GroupShape::weights)
+  std::vector<float*> in{}, out{};                             // the layer's stash tensors (GroupShape::in, out)
+  std::vector<float*> compact_in{}, compact_out{}, scratch{};  // the owner's compact buffers of one group
 };
 
 using GroupKernel = std::function<void(Backend&, const Dims&, const GroupArgs&)>;
@@ -399,7 +400,7 @@ void head_group_backward_input(Backend& be, const Dims& d, const GroupArgs& g) {
   matmul_backward_input(g.part, g.out[0], g.w[1], d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
 }
 
-std::size_t floats(long n) { return static_cast<std::size_t>(n); }
+std::size_t count(long n) { return static_cast<std::size_t>(n); }  // a non-negative int as a size
 
 }  // namespace
 
@@ -414,11 +415,11 @@ GroupedPass StageModel::mlp_pass(bool forward) const {
   u.shape = [this, forward](int k) {
     const Dims& d = dims_;
     const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    const WeightSlice rows{floats(c0) * d.C, floats(nc) * d.C};
+    const WeightSlice rows{count(c0) * d.C, count(nc) * d.C};
     GroupShape s;
     s.width = nc;
     if (forward) {
-      s.weights = {rows, {floats(c0), floats(nc)}, rows, {0, c0 == 0 ? floats(d.C) : 0}};
+      s.weights = {rows, {count(c0), count(nc)}, rows, {0, c0 == 0 ? count(d.C) : 0}};
       s.out = {mlp_columns(d, c0, nc), mlp_columns(d, c0, nc)};
     } else {
       s.weights = {rows, rows};
@@ -430,14 +431,20 @@ GroupedPass StageModel::mlp_pass(bool forward) const {
   if (forward) u.rebuild = mlp_group_gelu;
   u.buffers = [this, forward](const LayerActs& a, const LayerView& w) {
     if (forward) {
-      return PassBuffers{a.ln2, a.out,
-                         a.x2,  {w.fc_w, w.fc_b, w.fcproj_w, w.fcproj_b},
-                         {},    {a.mlp.h, a.mlp.gelu},
-                         {},    {group_h_.f(), group_gelu_.f()},
-                         {}};
+      return PassBuffers{.input = a.ln2,
+                         .sum = a.out,
+                         .residual = a.x2,
+                         .weights = {w.fc_w, w.fc_b, w.fcproj_w, w.fcproj_b},
+                         .out = {a.mlp.h, a.mlp.gelu},
+                         .compact_out = {group_h_.f(), group_gelu_.f()}};
     }
-    return PassBuffers{a.dout,         a.dln2,          nullptr, {w.fcproj_w, w.fc_w}, {a.mlp.h}, {a.mlp.dh},
-                       {group_h_.f()}, {group_dh_.f()}, {}};
+    return PassBuffers{.input = a.dout,
+                       .sum = a.dln2,
+                       .weights = {w.fcproj_w, w.fc_w},
+                       .in = {a.mlp.h},
+                       .out = {a.mlp.dh},
+                       .compact_in = {group_h_.f()},
+                       .compact_out = {group_dh_.f()}};
   };
   return u;
 }
@@ -454,13 +461,12 @@ GroupedPass StageModel::heads_pass(bool forward) const {
   u.shape = [this, forward](int k) {
     const Dims& d = dims_;
     const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    const std::size_t y0 = floats(h0) * d.HS, ny = floats(ng) * d.HS;
+    const std::size_t y0 = count(h0) * d.HS, ny = count(ng) * d.HS;
     const std::array<ColumnBlock, 3> stash = head_stash(d, h0, ng);
     GroupShape s;
     s.width = ng;
     if (forward) {
-      s.weights = {
-          {3 * y0 * d.C, 3 * ny * d.C}, {3 * y0, 3 * ny}, {y0 * d.C, ny * d.C}, {0, h0 == 0 ? floats(d.C) : 0}};
+      s.weights = {{3 * y0 * d.C, 3 * ny * d.C}, {3 * y0, 3 * ny}, {y0 * d.C, ny * d.C}, {0, h0 == 0 ? count(d.C) : 0}};
       s.out.assign(stash.begin(), stash.end());
     } else {
       s.weights = {{y0 * d.C, ny * d.C}, {3 * y0 * d.C, 3 * ny * d.C}};
@@ -474,17 +480,22 @@ GroupedPass StageModel::heads_pass(bool forward) const {
   u.buffers = [this, forward](const LayerActs& a, const LayerView& w) {
     const std::vector<float*> stash = {a.attn.qkv, a.attn.y, a.attn.lse};
     const std::vector<float*> compact = {group_qkv_.f(), group_y_.f(), group_lse_.f()};
-    if (forward)
-      return PassBuffers{a.ln1, a.x2, a.x, {w.qkv_w, w.qkv_b, w.proj_w, w.proj_b}, {}, stash, {}, compact, {}};
-    return PassBuffers{a.dx2,
-                       a.dln1,
-                       nullptr,
-                       {w.proj_w, w.qkv_w},
-                       stash,
-                       {a.attn.dqkv},
-                       compact,
-                       {group_dqkv_.f()},
-                       {group_dy_.f(), group_delta_.f()}};
+    if (forward) {
+      return PassBuffers{.input = a.ln1,
+                         .sum = a.x2,
+                         .residual = a.x,
+                         .weights = {w.qkv_w, w.qkv_b, w.proj_w, w.proj_b},
+                         .out = stash,
+                         .compact_out = compact};
+    }
+    return PassBuffers{.input = a.dx2,
+                       .sum = a.dln1,
+                       .weights = {w.proj_w, w.qkv_w},
+                       .in = stash,
+                       .out = {a.attn.dqkv},
+                       .compact_in = compact,
+                       .compact_out = {group_dqkv_.f()},
+                       .scratch = {group_dy_.f(), group_delta_.f()}};
   };
   return u;
 }
@@ -570,6 +581,8 @@ struct WeightPass {
   std::function<std::vector<float*>(const LayerView&)> gradients;  // a gradient slot's tensors of the unit
 };
 
+// The MLP's W: fc_w, fc_b, fcproj_w (fcproj_b: group 0) from LN2's output, the MLP's output gradient and the
+// group's GELU output and pre-activation gradient.
 WeightPass StageModel::mlp_weight_pass() const {
   WeightPass u;
   u.groups = mlp_groups_;
@@ -581,12 +594,15 @@ WeightPass StageModel::mlp_weight_pass() const {
   };
   u.kernel = mlp_group_weight;
   u.buffers = [this](const LayerActs& a) {
-    return WeightBuffers{a.ln2, a.dout, {a.mlp.gelu, a.mlp.dh}, {group_gelu_.f(), group_dh_.f()}};
+    return WeightBuffers{
+        .ln = a.ln2, .dout = a.dout, .stash = {a.mlp.gelu, a.mlp.dh}, .compact = {group_gelu_.f(), group_dh_.f()}};
   };
   u.gradients = [](const LayerView& g) { return std::vector<float*>{g.fc_w, g.fc_b, g.fcproj_w, g.fcproj_b}; };
   return u;
 }
 
+// The attention's W: qkv_w, qkv_b, proj_w (proj_b: group 0) from LN1's output, the attention output's gradient
+// and the group's QKV gradient and attention output.
 WeightPass StageModel::heads_weight_pass() const {
   WeightPass u;
   u.groups = head_groups_;
@@ -598,7 +614,8 @@ WeightPass StageModel::heads_weight_pass() const {
   };
   u.kernel = head_group_weight;
   u.buffers = [this](const LayerActs& a) {
-    return WeightBuffers{a.ln1, a.dx2, {a.attn.dqkv, a.attn.y}, {group_dqkv_.f(), group_y_.f()}};
+    return WeightBuffers{
+        .ln = a.ln1, .dout = a.dx2, .stash = {a.attn.dqkv, a.attn.y}, .compact = {group_dqkv_.f(), group_y_.f()}};
   };
   u.gradients = [](const LayerView& g) { return std::vector<float*>{g.qkv_w, g.qkv_b, g.proj_w, g.proj_b}; };
   return u;
