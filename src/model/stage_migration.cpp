@@ -10,9 +10,15 @@
 // buffers of their own (fresh allocations on both sides, so the elementwise and attention kernels see the same layout)
 // and add the groups' partial sums in one order, from the last group down: a helper holds the last groups, so its
 // answer is a prefix of that sum.
+//
+// F and B of every grouped unit run one skeleton (run_grouped on the owner, help_grouped on a helper) over a
+// description of the unit's pass (GroupedPass: each group's weight slices, stash blocks and kernel), W likewise
+// (WeightPass); a unit is added by describing it (mlp_pass, heads_pass; mlp_weight_pass, heads_weight_pass) and
+// naming it in grouped_pass and weight_passes.
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <span>
 
 #include "conductor/model/attention.hpp"
@@ -28,111 +34,127 @@ namespace conductor::model {
 
 namespace {
 
-// Floats of one group's gradients (fc_w, fc_b, fcproj_w; fcproj_b for the group at column 0).
-std::size_t group_grad_floats(const Dims& d, int c0, int nc) {
-  return 2 * static_cast<std::size_t>(nc) * d.C + static_cast<std::size_t>(nc) + (c0 == 0 ? d.C : 0);
-}
-
-// Copies columns [c0, c0 + n) of the [rows, stride] buffer src into the compact [rows, n] buffer dst (backend memory).
-void gather_block(Backend& be, float* dst, const float* src, long rows, int stride, int c0, int n) {
-  for (long r = 0; r < rows; ++r) {
-    be.copy(dst + r * n, src + r * stride + c0, static_cast<std::size_t>(n) * sizeof(float));
-  }
-}
-
-// Copies columns [c0, c0 + nc) of the [BT, F] buffer src into the compact [BT, nc] buffer dst (backend memory).
-void gather_columns(Backend& be, float* dst, const float* src, const Dims& d, int c0, int nc) {
-  gather_block(be, dst, src, d.BT(), d.F, c0, nc);
-}
-
-// Downloads columns [c0, c0 + n) of the [rows, stride] backend buffer src into the compact host buffer dst.
-void download_block(Backend& be, float* dst, const float* src, long rows, int stride, int c0, int n) {
-  for (long r = 0; r < rows; ++r) {
-    be.download(dst + r * n, src + r * stride + c0, static_cast<std::size_t>(n) * sizeof(float));
-  }
-}
-
-// Floats of one head group's weight gradients (qkv_w, qkv_b, proj_w; proj_b for the group at head 0).
-std::size_t head_grad_floats(const Dims& d, int h0, int ng) {
-  const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-  return 4 * ny * d.C + 3 * ny + (h0 == 0 ? d.C : 0);
-}
-
-// Scatters the compact [BT, nc] buffer src into columns [c0, c0 + nc) of the [BT, F] buffer dst.
-void scatter_columns(Backend& be, float* dst, const float* src, const Dims& d, int c0, int nc) {
-  for (long r = 0; r < d.BT(); ++r) {
-    be.copy(dst + r * d.F + c0, src + r * nc, static_cast<std::size_t>(nc) * sizeof(float));
-  }
-}
-
-// One group's F: pre-activation h, GELU output and its partial output p [BT, C] (fcproj_b: group 0's, else null).
-// Owner and helper run exactly this on compact buffers of their own, so a group's bits do not depend on the rank.
-void group_forward(Backend& be, float* p, float* h, float* gelu, const float* ln2, const float* fc_w, const float* fc_b,
-                   const float* fcproj_w, const float* fcproj_b, const Dims& d, int nc) {
-  matmul_forward(h, ln2, fc_w, fc_b, d.B, d.T, d.C, nc, WeightLayout::out_in, Accumulate::no, be);
-  gelu_forward(gelu, h, static_cast<std::size_t>(d.BT()) * nc, be);
-  matmul_forward(p, gelu, fcproj_w, fcproj_b, d.B, d.T, nc, d.C, WeightLayout::in_out, Accumulate::no, be);
-}
-
-// One group's B: its pre-activation gradient dh [BT, nc] (from h) and its partial LN2-output gradient q [BT, C].
-void group_backward_input(Backend& be, float* q, float* dh, const float* h, const float* dout, const float* fcproj_w,
-                          const float* fc_w, const Dims& d, int nc) {
-  matmul_backward_input(dh, dout, fcproj_w, d.B, d.T, nc, d.C, WeightLayout::in_out, Accumulate::no, be);
-  gelu_backward(dh, dh, h, static_cast<std::size_t>(d.BT()) * nc, be);
-  matmul_backward_input(q, dh, fc_w, d.B, d.T, d.C, nc, WeightLayout::out_in, Accumulate::no, be);
-}
-
-// Scatters the compact [rows, n] buffer src into columns [c0, c0 + n) of the [rows, stride] buffer dst.
-void scatter_block(Backend& be, float* dst, const float* src, long rows, int stride, int c0, int n) {
-  for (long r = 0; r < rows; ++r) {
-    be.copy(dst + r * stride + c0, src + r * n, static_cast<std::size_t>(n) * sizeof(float));
-  }
-}
-
-// Where one head group's stash lives in a layer's full buffers: QKV [BT, 3C], attention output [BT, C] and
-// log-sum-exp [B, NH*T] (attention.hpp), as (rows, stride, first column, columns) of each.
-struct HeadStash {
-  long rows;
-  int stride, c0, n;
+// Columns [c0, c0 + n) of a layer's [rows, stride] stash tensor: a group's part of it, which the group reads or
+// writes as a compact [rows, n] buffer of its own.
+struct ColumnBlock {
+  long rows = 0;
+  int stride = 0, c0 = 0, n = 0;
+  std::size_t floats() const { return static_cast<std::size_t>(rows) * n; }
 };
-std::array<HeadStash, 3> head_stash(const Dims& d, int h0, int ng) {
-  return {HeadStash{d.BT(), 3 * d.C, 3 * h0 * d.HS, 3 * ng * d.HS}, HeadStash{d.BT(), d.C, h0 * d.HS, ng * d.HS},
-          HeadStash{d.B, d.NH * d.T, h0 * d.T, ng * d.T}};
+
+// Copies block b of the [rows, stride] buffer src into the compact buffer dst (backend memory).
+void gather_block(Backend& be, float* dst, const float* src, const ColumnBlock& b) {
+  for (long r = 0; r < b.rows; ++r) {
+    be.copy(dst + r * b.n, src + r * b.stride + b.c0, static_cast<std::size_t>(b.n) * sizeof(float));
+  }
 }
 
-// One head group's F: its QKV [BT, 3 ng HS], attention output y [BT, ng HS], log-sum-exp [B, ng, T] and partial
-// output p [BT, C] (proj_b: group 0's, else null). Owner and helper run exactly this on compact buffers of their own.
-void head_group_forward(Backend& be, float* p, float* qkv, float* y, float* lse, const float* ln1, const float* qkv_w,
-                        const float* qkv_b, const float* proj_w, const float* proj_b, const Dims& d, int ng) {
-  const int ny = ng * d.HS;
-  matmul_forward(qkv, ln1, qkv_w, qkv_b, d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
-  attention_forward(y, lse, qkv, d.B, d.T, ny, ng, be);
-  matmul_forward(p, y, proj_w, proj_b, d.B, d.T, ny, d.C, WeightLayout::in_out, Accumulate::no, be);
+// Downloads block b of the backend buffer src into the compact host buffer dst.
+void download_block(Backend& be, float* dst, const float* src, const ColumnBlock& b) {
+  for (long r = 0; r < b.rows; ++r) {
+    be.download(dst + r * b.n, src + r * b.stride + b.c0, static_cast<std::size_t>(b.n) * sizeof(float));
+  }
 }
 
-// One head group's B: its QKV gradient dqkv and its partial LN1-output gradient q [BT, C] (dy, delta: scratch).
-void head_group_backward_input(Backend& be, float* q, float* dqkv, float* dy, float* delta, const float* dx2,
-                               const float* qkv, const float* y, const float* lse, const float* proj_w,
-                               const float* qkv_w, const Dims& d, int ng) {
-  const int ny = ng * d.HS;
-  matmul_backward_input(dy, dx2, proj_w, d.B, d.T, ny, d.C, WeightLayout::in_out, Accumulate::no, be);
-  attention_backward(dqkv, delta, dy, qkv, y, lse, d.B, d.T, ny, ng, be);
-  matmul_backward_input(q, dqkv, qkv_w, d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
+// Scatters the compact buffer src into block b of the [rows, stride] buffer dst.
+void scatter_block(Backend& be, float* dst, const float* src, const ColumnBlock& b) {
+  for (long r = 0; r < b.rows; ++r) {
+    be.copy(dst + r * b.stride + b.c0, src + r * b.n, static_cast<std::size_t>(b.n) * sizeof(float));
+  }
 }
 
-// Floats of one head group's weights in a request (qkv_w, qkv_b, proj_w; proj_b for the group at head 0: F) and
-// of its stash (QKV, attention output, log-sum-exp).
-std::size_t head_weight_floats(const Dims& d, int h0, int ng, bool forward) {
-  const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-  return 4 * ny * d.C + (forward ? 3 * ny + (h0 == 0 ? d.C : 0) : 0);
-}
-std::size_t head_stash_floats(const Dims& d, int ng) {
-  return 4 * static_cast<std::size_t>(ng) * d.HS * d.BT() + static_cast<std::size_t>(d.B) * ng * d.T;
+// Columns [c0, c0 + nc) of a [BT, F] MLP buffer.
+ColumnBlock mlp_columns(const Dims& d, int c0, int nc) { return ColumnBlock{d.BT(), d.F, c0, nc}; }
+
+// Heads [h0, h0 + ng)'s blocks of a layer's attention stash: QKV [BT, 3C], attention output [BT, C] and
+// log-sum-exp [B, NH*T] (attention.hpp).
+std::array<ColumnBlock, 3> head_stash(const Dims& d, int h0, int ng) {
+  return {ColumnBlock{d.BT(), 3 * d.C, 3 * h0 * d.HS, 3 * ng * d.HS}, ColumnBlock{d.BT(), d.C, h0 * d.HS, ng * d.HS},
+          ColumnBlock{d.B, d.NH * d.T, h0 * d.T, ng * d.T}};
 }
 
 // acc = parts[k] + acc for k = last .. 0: the groups' fixed order of addition (stage.hpp).
 void add_down(Backend& be, float* acc, const float* parts, int last, std::size_t n) {
   for (int k = last; k >= 0; --k) residual_forward(acc, parts + static_cast<std::size_t>(k) * n, acc, n, be);
+}
+
+// ---- F and B of a grouped unit, described group by group ----
+
+// Floats [at, at + n) of one of a layer's weight tensors (n = 0: the group has none of it, as a bias only the first
+// group holds).
+struct WeightSlice {
+  std::size_t at = 0, n = 0;
+};
+
+// Group k of a unit's F or B in the terms owner and helper share (offsets, no pointers).
+struct GroupShape {
+  int width = 0;                     // the kernel's width: the group's MLP columns or heads
+  std::vector<WeightSlice> weights;  // one per weight tensor of the pass, in request order
+  std::vector<ColumnBlock> in;       // stash the kernel reads (sent after the weights)
+  std::vector<ColumnBlock> out;      // stash it writes, kept on the owner for the later passes
+  std::vector<std::size_t> scratch;  // floats of its other buffers
+};
+
+// Group k's buffers as its kernel sees them: compact, fresh allocations on either rank (null: an empty slice).
+struct GroupArgs {
+  static constexpr std::size_t kMost = 4;  // tensors of a kind a pass may have
+  int width = 0;
+  float* part = nullptr;         // [BT, C] its partial output (F) or input gradient (B)
+  const float* input = nullptr;  // [BT, C] the pass's input, which every group reads whole
+  std::array<const float*, kMost> w{};
+  std::array<float*, kMost> in{}, out{}, scratch{};
+};
+
+// The owner's buffers of one layer for a pass.
+struct PassBuffers {
+  const float* input = nullptr;                                // the pass's input [BT, C]
+  float* sum = nullptr;                                        // where the groups' sum lands [BT, C]
+  const float* residual = nullptr;                             // added to the sum last (F), or null
+  std::vector<const float*> weights{};                         // the layer's weight tensors (GroupShape::weights)
+  std::vector<float*> in{}, out{};                             // the layer's stash tensors (GroupShape::in, out)
+  std::vector<float*> compact_in{}, compact_out{}, scratch{};  // the owner's compact buffers of one group
+};
+
+using GroupKernel = std::function<void(Backend&, const Dims&, const GroupArgs&)>;
+
+}  // namespace
+
+// One grouped unit's F or B (stage.hpp), described group by group. A helper's answer holds the first `returned`
+// out tensors of each group; the owner makes the others from them (rebuild): what it can recompute with the same
+// bits need not travel.
+struct GroupedPass {
+  float unit = 0;         // names the unit in a request (its last float)
+  const char* what = "";  // for messages
+  int groups = 1;
+  std::size_t returned = 0;
+  std::function<GroupShape(int k)> shape;
+  GroupKernel kernel;   // group k's partial and out tensors from the input, weights and in tensors
+  GroupKernel rebuild;  // the out tensors past `returned` from those before (null: none)
+  std::function<PassBuffers(const LayerActs&, const LayerView&)> buffers;  // the owner's, for one layer
+};
+
+namespace {
+
+constexpr float kMlpRequest = 0.0f, kHeadsRequest = 1.0f;  // the units' names in a request
+
+void check_shape(const GroupShape& s) {
+  if (std::max({s.weights.size(), s.in.size(), s.out.size(), s.scratch.size()}) > GroupArgs::kMost) {
+    throw Error("model: a grouped pass describes more tensors of a kind than a group's kernel takes");
+  }
+}
+
+// Group k's kernel arguments on the owner: its weight slices in place, its own compact buffers.
+GroupArgs owner_args(const GroupShape& s, const PassBuffers& b, float* part) {
+  check_shape(s);
+  GroupArgs g;
+  g.width = s.width;
+  g.part = part;
+  g.input = b.input;
+  for (std::size_t i = 0; i < s.weights.size(); ++i) g.w[i] = s.weights[i].n ? b.weights[i] + s.weights[i].at : nullptr;
+  std::copy(b.compact_in.begin(), b.compact_in.end(), g.in.begin());
+  std::copy(b.compact_out.begin(), b.compact_out.end(), g.out.begin());
+  std::copy(b.scratch.begin(), b.scratch.end(), g.scratch.begin());
+  return g;
 }
 
 }  // namespace
@@ -151,26 +173,331 @@ void StageModel::give_groups(int groups, GroupExchange exchange) {
   exchange_ = std::move(exchange);
 }
 
-// A request of F or B names its unit in its last float (both units may move in one op, a request per unit and
-// layer): the helper's entry points dispatch on it.
 namespace {
-constexpr float kMlpRequest = 0.0f, kHeadsRequest = 1.0f;
-}  // namespace
 
-std::vector<float> StageModel::forward_help(int groups, const std::vector<float>& input) const {
-  if (input.empty()) throw Error("model: an empty request to a helper's F");
-  const std::span<const float> body(input.data(), input.size() - 1);
-  if (input.back() == kHeadsRequest && head_groups_ > 1) return head_forward_help(groups, body);
-  if (input.back() == kMlpRequest && mlp_groups_ > 1) return mlp_forward_help(groups, body);
-  throw Error("model: a helper's F request names unit " + std::to_string(input.back()) + ", which is not grouped here");
+// The request for groups [first, G) of one layer: the input, then per group its weight slices and in blocks, then
+// the unit's name; and the floats of the answer.
+std::pair<std::vector<float>, std::size_t> grouped_request(Backend& be, const Dims& d, const GroupedPass& u,
+                                                           const PassBuffers& b, int first) {
+  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  std::vector<float> request(btc);
+  std::size_t answer = btc;
+  be.download(request.data(), b.input, btc * sizeof(float));
+  for (int k = first; k < u.groups; ++k) {
+    const GroupShape s = u.shape(k);
+    for (std::size_t i = 0; i < s.weights.size(); ++i) {
+      const std::size_t at = request.size();
+      request.resize(at + s.weights[i].n);
+      be.download(request.data() + at, b.weights[i] + s.weights[i].at, s.weights[i].n * sizeof(float));
+    }
+    for (std::size_t t = 0; t < s.in.size(); ++t) {
+      const std::size_t at = request.size();
+      request.resize(at + s.in[t].floats());
+      download_block(be, request.data() + at, b.in[t], s.in[t]);
+    }
+    for (std::size_t t = 0; t < u.returned; ++t) answer += s.out[t].floats();
+  }
+  request.push_back(u.unit);
+  return {std::move(request), answer};
 }
 
-std::vector<float> StageModel::backward_input_help(int groups, const std::vector<float>& input) const {
-  if (input.empty()) throw Error("model: an empty request to a helper's B");
-  const std::span<const float> body(input.data(), input.size() - 1);
-  if (input.back() == kHeadsRequest && head_groups_ > 1) return head_backward_input_help(groups, body);
-  if (input.back() == kMlpRequest && mlp_groups_ > 1) return mlp_backward_input_help(groups, body);
-  throw Error("model: a helper's B request names unit " + std::to_string(input.back()) + ", which is not grouped here");
+// The helper's answer for groups [first, G) lands: its prefix of the sum in b.sum, each group's out tensors in the
+// layer's stash (those it did not return rebuilt from those it did, on the owner's compact buffers).
+void land_grouped(Backend& be, const Dims& d, const GroupedPass& u, const PassBuffers& b, int first,
+                  const std::vector<float>& answer) {
+  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  be.upload(b.sum, answer.data(), btc * sizeof(float));
+  const float* from = answer.data() + btc;
+  for (int k = first; k < u.groups; ++k) {
+    const GroupShape s = u.shape(k);
+    const GroupArgs g = owner_args(s, b, nullptr);
+    for (std::size_t t = 0; t < u.returned; ++t) {
+      be.upload(g.out[t], from, s.out[t].floats() * sizeof(float));
+      from += s.out[t].floats();
+    }
+    if (u.rebuild) u.rebuild(be, d, g);
+    for (std::size_t t = 0; t < s.out.size(); ++t) scatter_block(be, b.out[t], g.out[t], s.out[t]);
+  }
+}
+
+}  // namespace
+
+// One layer of a grouped unit's F or B on the owner: the last give_groups_ groups' request out, its own groups
+// computed meanwhile, then sum = p[0] + (p[1] + ... + p[G-1]) with the helper's answer (or the last own part) at
+// its head, and the residual (F).
+void StageModel::run_grouped(const GroupedPass& u, const LayerActs& a, const LayerView& w) {
+  const PassBuffers b = u.buffers(a, w);
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
+  const int first = u.groups - give_groups_;  // the first group a helper computes
+  if (give_groups_ > 0) {
+    auto [request, answer] = grouped_request(*backend_, dims_, u, b, first);
+    exchange_.send(std::move(request), answer);
+  }
+  float* parts = group_parts_.f();
+  for (int k = 0; k < first; ++k) {
+    const GroupShape s = u.shape(k);
+    const GroupArgs g = owner_args(s, b, parts + static_cast<std::size_t>(k) * btc);
+    for (std::size_t t = 0; t < s.in.size(); ++t) gather_block(*backend_, g.in[t], b.in[t], s.in[t]);
+    u.kernel(*backend_, dims_, g);
+    for (std::size_t t = 0; t < s.out.size(); ++t) scatter_block(*backend_, b.out[t], g.out[t], s.out[t]);
+  }
+  int last = first - 1;  // the highest group not yet in the sum
+  if (give_groups_ > 0) {
+    land_grouped(*backend_, dims_, u, b, first, exchange_.receive());
+  } else {
+    backend_->copy(b.sum, parts + static_cast<std::size_t>(last) * btc, btc * sizeof(float));
+    --last;
+  }
+  add_down(*backend_, b.sum, parts, last, btc);
+  if (b.residual) residual_forward(b.sum, b.residual, b.sum, btc, *backend_);
+}
+
+namespace {
+
+// A helper's buffers for one request: fresh allocations, as the owner's compact buffers are, each as large as the
+// request's largest group needs.
+struct HelpBuffers {
+  std::vector<DeviceBuffer> in, out, scratch;
+  DeviceBuffer part, acc;
+  HelpBuffers(Backend& be, const std::vector<GroupShape>& shapes, std::size_t btc)
+      : part(be, btc * sizeof(float)), acc(be, btc * sizeof(float)) {
+    const auto most = [&](auto floats_of, std::size_t n) {
+      std::vector<DeviceBuffer> bufs;
+      for (std::size_t t = 0; t < n; ++t) {
+        std::size_t floats = 0;
+        for (const GroupShape& s : shapes) floats = std::max(floats, floats_of(s, t));
+        bufs.emplace_back(be, floats * sizeof(float));
+      }
+      return bufs;
+    };
+    const GroupShape& any = shapes.front();
+    in = most([](const GroupShape& s, std::size_t t) { return s.in[t].floats(); }, any.in.size());
+    out = most([](const GroupShape& s, std::size_t t) { return s.out[t].floats(); }, any.out.size());
+    scratch = most([](const GroupShape& s, std::size_t t) { return s.scratch[t]; }, any.scratch.size());
+  }
+};
+
+// Group k's kernel arguments on a helper, from its part of the request at `at` (weight slices read in place, in
+// blocks copied into the helper's compact buffers).
+GroupArgs helper_args(const GroupShape& s, HelpBuffers& h, const float* input, const float* at) {
+  check_shape(s);
+  GroupArgs g;
+  g.width = s.width;
+  g.part = h.part.f();
+  g.input = input;
+  for (std::size_t i = 0; i < s.weights.size(); ++i) {
+    g.w[i] = s.weights[i].n ? at : nullptr;
+    at += s.weights[i].n;
+  }
+  for (std::size_t t = 0; t < s.in.size(); ++t) {
+    g.in[t] = h.in[t].f();
+    std::copy(at, at + s.in[t].floats(), g.in[t]);
+    at += s.in[t].floats();
+  }
+  for (std::size_t t = 0; t < s.out.size(); ++t) g.out[t] = h.out[t].f();
+  for (std::size_t t = 0; t < s.scratch.size(); ++t) g.scratch[t] = h.scratch[t].f();
+  return g;
+}
+
+}  // namespace
+
+// A helper's answer to a request for the last `groups` groups (grouped_request's layout): the groups' partial sum,
+// added from the last group down as the owner adds them, then per group its first `returned` out tensors.
+std::vector<float> StageModel::help_grouped(const GroupedPass& u, int groups, std::span<const float> request) const {
+  check_groups(groups, "a helper's F or B");
+  if (groups > u.groups) {
+    throw Error("model: " + std::to_string(groups) + " groups asked of a helper's " + u.what + " (the unit has " +
+                std::to_string(u.groups) + ")");
+  }
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
+  const int first = u.groups - groups;
+  std::vector<GroupShape> shapes;
+  std::vector<std::size_t> in_at, out_at;  // each group's offset in the request and in the answer
+  std::size_t in_floats = btc, out_floats = btc;
+  for (int k = first; k < u.groups; ++k) {
+    const GroupShape& s = shapes.emplace_back(u.shape(k));
+    in_at.push_back(in_floats);
+    out_at.push_back(out_floats);
+    for (const WeightSlice& ws : s.weights) in_floats += ws.n;
+    for (const ColumnBlock& b : s.in) in_floats += b.floats();
+    for (std::size_t t = 0; t < u.returned; ++t) out_floats += s.out[t].floats();
+  }
+  if (request.size() != in_floats) {
+    throw Error(std::string("model: a helper's ") + u.what + " input of " + std::to_string(request.size()) +
+                " floats (expected " + std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
+  }
+  std::vector<float> answer(out_floats);
+  HelpBuffers h(*backend_, shapes, btc);
+  for (std::size_t j = shapes.size(); j-- > 0;) {  // the fixed order of addition, from the last group down
+    const GroupArgs g = helper_args(shapes[j], h, request.data(), request.data() + in_at[j]);
+    u.kernel(*backend_, dims_, g);
+    if (j + 1 == shapes.size()) {
+      std::copy(g.part, g.part + btc, h.acc.f());
+    } else {
+      residual_forward(h.acc.f(), g.part, h.acc.f(), btc, *backend_);
+    }
+    float* to = answer.data() + out_at[j];
+    for (std::size_t t = 0; t < u.returned; ++t) to = std::copy(g.out[t], g.out[t] + shapes[j].out[t].floats(), to);
+  }
+  std::copy(h.acc.f(), h.acc.f() + btc, answer.data());
+  return answer;
+}
+
+// The pass a request names in its last float (both units may move in one op: a request per unit and layer).
+GroupedPass StageModel::grouped_pass(float unit, bool forward) const {
+  if (unit == kHeadsRequest && head_groups_ > 1) return heads_pass(forward);
+  if (unit == kMlpRequest && mlp_groups_ > 1) return mlp_pass(forward);
+  throw Error(std::string("model: a helper's ") + (forward ? "F" : "B") + " request names unit " +
+              std::to_string(unit) + ", which is not grouped here");
+}
+
+std::vector<float> StageModel::forward_help(int groups, const std::vector<float>& request) const {
+  if (request.empty()) throw Error("model: an empty request to a helper's F");
+  return help_grouped(grouped_pass(request.back(), true), groups, {request.data(), request.size() - 1});
+}
+
+std::vector<float> StageModel::backward_input_help(int groups, const std::vector<float>& request) const {
+  if (request.empty()) throw Error("model: an empty request to a helper's B");
+  return help_grouped(grouped_pass(request.back(), false), groups, {request.data(), request.size() - 1});
+}
+
+// ---- the units ----
+
+namespace {
+
+// MLP group: hidden columns [c0, c0 + nc) of fc1 and the matching rows of fc2 (width nc). F: h = ln2 fc_w^T + fc_b,
+// gelu = GELU(h), p = gelu fcproj_w (+ fcproj_b: group 0). B: dh = GELU'(h) (dout fcproj_w^T), q = dh fc_w.
+void mlp_group_forward(Backend& be, const Dims& d, const GroupArgs& g) {
+  matmul_forward(g.out[0], g.input, g.w[0], g.w[1], d.B, d.T, d.C, g.width, WeightLayout::out_in, Accumulate::no, be);
+  gelu_forward(g.out[1], g.out[0], static_cast<std::size_t>(d.BT()) * g.width, be);
+  matmul_forward(g.part, g.out[1], g.w[2], g.w[3], d.B, d.T, g.width, d.C, WeightLayout::in_out, Accumulate::no, be);
+}
+// The GELU output from the pre-activation, as mlp_group_forward computes it: the same elementwise kernel over a
+// fresh compact buffer of the same length on either rank, so the same bits (Stage.RecomputedGeluIsTheHelpersBits).
+void mlp_group_gelu(Backend& be, const Dims& d, const GroupArgs& g) {
+  gelu_forward(g.out[1], g.out[0], static_cast<std::size_t>(d.BT()) * g.width, be);
+}
+void mlp_group_backward_input(Backend& be, const Dims& d, const GroupArgs& g) {
+  matmul_backward_input(g.out[0], g.input, g.w[0], d.B, d.T, g.width, d.C, WeightLayout::in_out, Accumulate::no, be);
+  gelu_backward(g.out[0], g.out[0], g.in[0], static_cast<std::size_t>(d.BT()) * g.width, be);
+  matmul_backward_input(g.part, g.out[0], g.w[1], d.B, d.T, d.C, g.width, WeightLayout::out_in, Accumulate::no, be);
+}
+
+// Head group: heads [h0, h0 + ng) (width ng, ny = ng HS), their QKV columns, attention core and output-projection
+// rows. F: qkv = ln1 qkv_w^T + qkv_b, the attention (y, lse), p = y proj_w (+ proj_b: group 0). B: dy = dx2
+// proj_w^T, the attention's backward (dqkv; dy and delta its scratch), q = dqkv qkv_w.
+void head_group_forward(Backend& be, const Dims& d, const GroupArgs& g) {
+  const int ny = g.width * d.HS;
+  matmul_forward(g.out[0], g.input, g.w[0], g.w[1], d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
+  attention_forward(g.out[1], g.out[2], g.out[0], d.B, d.T, ny, g.width, be);
+  matmul_forward(g.part, g.out[1], g.w[2], g.w[3], d.B, d.T, ny, d.C, WeightLayout::in_out, Accumulate::no, be);
+}
+void head_group_backward_input(Backend& be, const Dims& d, const GroupArgs& g) {
+  const int ny = g.width * d.HS;
+  float *dy = g.scratch[0], *delta = g.scratch[1];
+  matmul_backward_input(dy, g.input, g.w[0], d.B, d.T, ny, d.C, WeightLayout::in_out, Accumulate::no, be);
+  attention_backward(g.out[0], delta, dy, g.in[0], g.in[1], g.in[2], d.B, d.T, ny, g.width, be);
+  matmul_backward_input(g.part, g.out[0], g.w[1], d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
+}
+
+std::size_t count(long n) { return static_cast<std::size_t>(n); }  // a non-negative int as a size
+
+}  // namespace
+
+// The MLP in column groups. F sends fc_w, fc_b, fcproj_w (and fcproj_b: group 0) and keeps h and gelu; a helper
+// returns h only and the owner recomputes gelu from it (mlp_group_gelu). B sends fcproj_w, fc_w and h, and keeps dh.
+GroupedPass StageModel::mlp_pass(bool forward) const {
+  GroupedPass u;
+  u.unit = kMlpRequest;
+  u.what = forward ? "MLP forward" : "MLP backward";
+  u.groups = mlp_groups_;
+  u.returned = 1;
+  u.shape = [this, forward](int k) {
+    const Dims& d = dims_;
+    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
+    const WeightSlice rows{count(c0) * d.C, count(nc) * d.C};
+    GroupShape s;
+    s.width = nc;
+    if (forward) {
+      s.weights = {rows, {count(c0), count(nc)}, rows, {0, c0 == 0 ? count(d.C) : 0}};
+      s.out = {mlp_columns(d, c0, nc), mlp_columns(d, c0, nc)};
+    } else {
+      s.weights = {rows, rows};
+      s.in = s.out = {mlp_columns(d, c0, nc)};
+    }
+    return s;
+  };
+  u.kernel = forward ? mlp_group_forward : mlp_group_backward_input;
+  if (forward) u.rebuild = mlp_group_gelu;
+  u.buffers = [this, forward](const LayerActs& a, const LayerView& w) {
+    if (forward) {
+      return PassBuffers{.input = a.ln2,
+                         .sum = a.out,
+                         .residual = a.x2,
+                         .weights = {w.fc_w, w.fc_b, w.fcproj_w, w.fcproj_b},
+                         .out = {a.mlp.h, a.mlp.gelu},
+                         .compact_out = {group_h_.f(), group_gelu_.f()}};
+    }
+    return PassBuffers{.input = a.dout,
+                       .sum = a.dln2,
+                       .weights = {w.fcproj_w, w.fc_w},
+                       .in = {a.mlp.h},
+                       .out = {a.mlp.dh},
+                       .compact_in = {group_h_.f()},
+                       .compact_out = {group_dh_.f()}};
+  };
+  return u;
+}
+
+// The attention in head groups. F sends qkv_w, qkv_b, proj_w (and proj_b: group 0) and keeps (and a helper
+// returns) the group's stash, QKV, attention output and log-sum-exp. B sends proj_w, qkv_w and the stash, and keeps
+// the QKV gradient.
+GroupedPass StageModel::heads_pass(bool forward) const {
+  GroupedPass u;
+  u.unit = kHeadsRequest;
+  u.what = forward ? "attention forward" : "attention backward";
+  u.groups = head_groups_;
+  u.returned = forward ? 3 : 1;
+  u.shape = [this, forward](int k) {
+    const Dims& d = dims_;
+    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
+    const std::size_t y0 = count(h0) * d.HS, ny = count(ng) * d.HS;
+    const std::array<ColumnBlock, 3> stash = head_stash(d, h0, ng);
+    GroupShape s;
+    s.width = ng;
+    if (forward) {
+      s.weights = {{3 * y0 * d.C, 3 * ny * d.C}, {3 * y0, 3 * ny}, {y0 * d.C, ny * d.C}, {0, h0 == 0 ? count(d.C) : 0}};
+      s.out.assign(stash.begin(), stash.end());
+    } else {
+      s.weights = {{y0 * d.C, ny * d.C}, {3 * y0 * d.C, 3 * ny * d.C}};
+      s.in.assign(stash.begin(), stash.end());
+      s.out = {stash[0]};
+      s.scratch = {stash[1].floats(), stash[2].floats()};  // dy, delta
+    }
+    return s;
+  };
+  u.kernel = forward ? head_group_forward : head_group_backward_input;
+  u.buffers = [this, forward](const LayerActs& a, const LayerView& w) {
+    const std::vector<float*> stash = {a.attn.qkv, a.attn.y, a.attn.lse};
+    const std::vector<float*> compact = {group_qkv_.f(), group_y_.f(), group_lse_.f()};
+    if (forward) {
+      return PassBuffers{.input = a.ln1,
+                         .sum = a.x2,
+                         .residual = a.x,
+                         .weights = {w.qkv_w, w.qkv_b, w.proj_w, w.proj_b},
+                         .out = stash,
+                         .compact_out = compact};
+    }
+    return PassBuffers{.input = a.dx2,
+                       .sum = a.dln1,
+                       .weights = {w.proj_w, w.qkv_w},
+                       .in = stash,
+                       .out = {a.attn.dqkv},
+                       .compact_in = compact,
+                       .compact_out = {group_dqkv_.f()},
+                       .scratch = {group_dy_.f(), group_delta_.f()}};
+  };
+  return u;
 }
 
 // One layer of F with either unit grouped: LN1, the attention (in head groups or whole), LN2, the MLP (in column
@@ -179,13 +506,13 @@ void StageModel::layer_forward_grouped(const LayerActs& a, const LayerView& w) {
   const Dims& d = dims_;
   if (head_groups_ > 1) {
     layernorm_forward(a.ln1, a.mean1, a.rstd1, a.x, w.ln1_w, w.ln1_b, d.B, d.T, d.C, *backend_);
-    attention_forward_grouped(a, w);
+    run_grouped(heads_pass(true), a, w);
     layernorm_forward(a.ln2, a.mean2, a.rstd2, a.x2, w.ln2_w, w.ln2_b, d.B, d.T, d.C, *backend_);
   } else {
     layer_forward_before_mlp(*backend_, a, w, d);
   }
   if (mlp_groups_ > 1) {
-    mlp_forward_grouped(a, w);
+    run_grouped(mlp_pass(true), a, w);
   } else {
     layer_forward_mlp(*backend_, a, w, d);
   }
@@ -195,484 +522,160 @@ void StageModel::layer_forward_grouped(const LayerActs& a, const LayerView& w) {
 void StageModel::layer_backward_input_grouped(const LayerActs& a, const LayerView& w) {
   const Dims& d = dims_;
   if (mlp_groups_ > 1) {
-    mlp_backward_input_grouped(a, w);
+    run_grouped(mlp_pass(false), a, w);
   } else {
     layer_backward_input_mlp(*backend_, a, w, d);
   }
   if (head_groups_ > 1) {
     layer_backward_input_ln2(*backend_, a, w, d);
-    attention_backward_input_grouped(a, w);
+    run_grouped(heads_pass(false), a, w);
     layer_backward_input_ln1(*backend_, a, w, d);
   } else {
     layer_backward_input_after_mlp(*backend_, a, w, d);
   }
 }
 
-// F of one layer's MLP in groups: out = x2 + (p[0] + (p[1] + ... + p[G-1])), the last give_groups_ groups' sum
-// from the helper. The owner computes its groups while the helper computes the others.
-void StageModel::mlp_forward_grouped(const LayerActs& a, const LayerView& w) {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = mlp_groups_ - give_groups_;  // the first group a helper computes
-  if (give_groups_ > 0) {
-    std::vector<float> in(btc);
-    backend_->download(in.data(), a.ln2, btc * sizeof(float));
-    for (int k = first; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      const std::size_t wn = static_cast<std::size_t>(nc) * d.C;
-      const std::size_t at = in.size();
-      in.resize(at + 2 * wn + nc + (c0 == 0 ? d.C : 0));
-      backend_->download(in.data() + at, w.fc_w + static_cast<std::size_t>(c0) * d.C, wn * sizeof(float));
-      backend_->download(in.data() + at + wn, w.fc_b + c0, static_cast<std::size_t>(nc) * sizeof(float));
-      backend_->download(in.data() + at + wn + nc, w.fcproj_w + static_cast<std::size_t>(c0) * d.C, wn * sizeof(float));
-      if (c0 == 0) backend_->download(in.data() + at + 2 * wn + nc, w.fcproj_b, d.C * sizeof(float));
-    }
-    in.push_back(kMlpRequest);
-    exchange_.send(std::move(in), btc + 2 * static_cast<std::size_t>(d.F - group_begin(first)) * d.BT());
-  }
-  float* parts = group_parts_.f();
-  for (int k = 0; k < first; ++k) {
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    group_forward(*backend_, parts + k * btc, group_h_.f(), group_gelu_.f(), a.ln2,
-                  w.fc_w + static_cast<long>(c0) * d.C, w.fc_b + c0, w.fcproj_w + static_cast<long>(c0) * d.C,
-                  c0 == 0 ? w.fcproj_b : nullptr, d, nc);
-    scatter_columns(*backend_, a.mlp.h, group_h_.f(), d, c0, nc);
-    scatter_columns(*backend_, a.mlp.gelu, group_gelu_.f(), d, c0, nc);
-  }
-  int last = first - 1;  // the highest group not yet in a.out
-  if (give_groups_ > 0) {
-    const std::vector<float> answer = exchange_.receive();
-    backend_->upload(a.out, answer.data(), btc * sizeof(float));
-    const float* at = answer.data() + btc;
-    for (int k = first; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      const std::size_t cols = static_cast<std::size_t>(nc) * d.BT();
-      backend_->upload(group_h_.f(), at, cols * sizeof(float));
-      backend_->upload(group_gelu_.f(), at + cols, cols * sizeof(float));
-      scatter_columns(*backend_, a.mlp.h, group_h_.f(), d, c0, nc);
-      scatter_columns(*backend_, a.mlp.gelu, group_gelu_.f(), d, c0, nc);
-      at += 2 * cols;
-    }
-  } else {
-    backend_->copy(a.out, parts + static_cast<std::size_t>(last) * btc, btc * sizeof(float));
-    --last;
-  }
-  add_down(*backend_, a.out, parts, last, btc);
-  residual_forward(a.out, a.x2, a.out, btc, *backend_);
-}
-
-// B of one layer's MLP in groups: dln2 = q[0] + (q[1] + ... + q[G-1]); each group's dh lands in a.mlp.dh for W.
-void StageModel::mlp_backward_input_grouped(const LayerActs& a, const LayerView& w) {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = mlp_groups_ - give_groups_;
-  if (give_groups_ > 0) {
-    std::vector<float> in(btc);
-    backend_->download(in.data(), a.dout, btc * sizeof(float));
-    for (int k = first; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      const std::size_t wn = static_cast<std::size_t>(nc) * d.C, cols = static_cast<std::size_t>(nc) * d.BT();
-      const std::size_t at = in.size();
-      in.resize(at + 2 * wn + cols);
-      backend_->download(in.data() + at, w.fcproj_w + static_cast<std::size_t>(c0) * d.C, wn * sizeof(float));
-      backend_->download(in.data() + at + wn, w.fc_w + static_cast<std::size_t>(c0) * d.C, wn * sizeof(float));
-      for (long r = 0; r < d.BT(); ++r) {
-        backend_->download(in.data() + at + 2 * wn + r * nc, a.mlp.h + r * d.F + c0, nc * sizeof(float));
-      }
-    }
-    in.push_back(kMlpRequest);
-    exchange_.send(std::move(in), btc + static_cast<std::size_t>(d.F - group_begin(first)) * d.BT());
-  }
-  float* parts = group_parts_.f();
-  for (int k = 0; k < first; ++k) {
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    gather_columns(*backend_, group_h_.f(), a.mlp.h, d, c0, nc);
-    group_backward_input(*backend_, parts + k * btc, group_dh_.f(), group_h_.f(), a.dout,
-                         w.fcproj_w + static_cast<long>(c0) * d.C, w.fc_w + static_cast<long>(c0) * d.C, d, nc);
-    scatter_columns(*backend_, a.mlp.dh, group_dh_.f(), d, c0, nc);
-  }
-  int last = first - 1;
-  if (give_groups_ > 0) {
-    const std::vector<float> answer = exchange_.receive();
-    backend_->upload(a.dln2, answer.data(), btc * sizeof(float));
-    const float* at = answer.data() + btc;
-    for (int k = first; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      backend_->upload(group_dh_.f(), at, static_cast<std::size_t>(nc) * d.BT() * sizeof(float));
-      scatter_columns(*backend_, a.mlp.dh, group_dh_.f(), d, c0, nc);
-      at += static_cast<std::size_t>(nc) * d.BT();
-    }
-  } else {
-    backend_->copy(a.dln2, parts + static_cast<std::size_t>(last) * btc, btc * sizeof(float));
-    --last;
-  }
-  add_down(*backend_, a.dln2, parts, last, btc);
-}
+// ---- W in groups ----
 
 namespace {
 
-// The helper's scratch: fresh buffers, as the owner's are (the same alignment for the elementwise kernels).
-struct HelpScratch {
-  DeviceBuffer h, act, part;
-  HelpScratch(Backend& be, const Dims& d, int max_nc)
-      : h(be, static_cast<std::size_t>(d.BT()) * max_nc * sizeof(float)),
-        act(be, static_cast<std::size_t>(d.BT()) * max_nc * sizeof(float)),
-        part(be, static_cast<std::size_t>(d.BT()) * d.C * sizeof(float)) {}
+// Group k's buffers as W's kernel sees them: its gradient blocks (zeroed before the first W reaches them; null:
+// none), the two inputs every group reads whole and its compact stash blocks.
+struct WeightArgs {
+  int width = 0;
+  const float *ln = nullptr, *dout = nullptr;
+  std::array<float*, GroupArgs::kMost> grads{};
+  std::array<const float*, GroupArgs::kMost> in{};
+};
+
+// The trainer's kernels (block.hpp) on one group: MLP (in: GELU output, pre-activation gradient) and heads (in: QKV
+// gradient, attention output).
+void mlp_group_weight(Backend& be, const Dims& d, const WeightArgs& g) {
+  MlpSliceBuffers buf;
+  buf.gelu = const_cast<float*>(g.in[0]);  // read only: W reads its stash
+  buf.dh = const_cast<float*>(g.in[1]);
+  mlp_group_backward_weight(be, {g.grads[0], g.grads[1], g.grads[2], g.grads[3]}, buf, g.ln, g.dout, d, g.width);
+}
+void head_group_weight(Backend& be, const Dims& d, const WeightArgs& g) {
+  AttnSliceBuffers buf;
+  buf.dqkv = const_cast<float*>(g.in[0]);  // read only
+  buf.y = const_cast<float*>(g.in[1]);
+  head_group_backward_weight(be, {g.grads[0], g.grads[1], g.grads[2], g.grads[3]}, buf, g.ln, g.dout, d, g.width);
+}
+
+// The owner's buffers of one layer for a unit's W.
+struct WeightBuffers {
+  const float *ln = nullptr, *dout = nullptr;  // the inputs every group reads whole [BT, C]
+  std::vector<float*> stash, compact;          // the layer's stash tensors W reads, the owner's compact buffers
 };
 
 }  // namespace
 
-std::vector<float> StageModel::mlp_forward_help(int groups, std::span<const float> input) const {
-  check_groups(groups, "a helper's F");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = mlp_groups_ - groups;
-  std::size_t in_floats = btc, out_floats = btc;
-  for (int k = first; k < mlp_groups_; ++k) {
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    in_floats += 2 * static_cast<std::size_t>(nc) * d.C + nc + (c0 == 0 ? d.C : 0);
-    out_floats += 2 * static_cast<std::size_t>(nc) * d.BT();
-  }
-  if (input.size() != in_floats) {
-    throw Error("model: a helper's MLP forward input of " + std::to_string(input.size()) + " floats (expected " +
-                std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
-  }
-  // Offsets of each group's weights in the input, and of its pre-activation / GELU output in the answer.
-  std::vector<std::size_t> w_at(static_cast<std::size_t>(mlp_groups_)), a_at(w_at.size());
-  for (std::size_t k = static_cast<std::size_t>(first), wi = btc, ai = btc; k < w_at.size(); ++k) {
-    const int c0 = group_begin(static_cast<int>(k)), nc = group_begin(static_cast<int>(k) + 1) - c0;
-    w_at[k] = wi;
-    a_at[k] = ai;
-    wi += 2 * static_cast<std::size_t>(nc) * d.C + nc + (c0 == 0 ? d.C : 0);
-    ai += 2 * static_cast<std::size_t>(nc) * d.BT();
-  }
-  std::vector<float> out(out_floats);
-  HelpScratch tmp(*backend_, d, group_begin(1) + 1);
-  for (int k = mlp_groups_ - 1; k >= first; --k) {  // the fixed order of addition, from the last group down
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    const std::size_t wn = static_cast<std::size_t>(nc) * d.C, cols = static_cast<std::size_t>(nc) * d.BT();
-    const float* wk = input.data() + w_at[static_cast<std::size_t>(k)];
-    group_forward(*backend_, tmp.part.f(), tmp.h.f(), tmp.act.f(), input.data(), wk, wk + wn, wk + wn + nc,
-                  c0 == 0 ? wk + 2 * wn + nc : nullptr, d, nc);
-    if (k == mlp_groups_ - 1) {
-      std::copy(tmp.part.f(), tmp.part.f() + btc, out.data());
-    } else {
-      residual_forward(out.data(), tmp.part.f(), out.data(), btc, *backend_);
-    }
-    std::copy(tmp.h.f(), tmp.h.f() + cols, out.data() + a_at[static_cast<std::size_t>(k)]);
-    std::copy(tmp.act.f(), tmp.act.f() + cols, out.data() + a_at[static_cast<std::size_t>(k)] + cols);
-  }
-  return out;
+// One grouped unit's W, described group by group: the gradients of its F weight slices (the F pass's GroupShape
+// weights: a group's gradient blocks) from two whole inputs and the group's stash blocks (GroupShape in).
+struct WeightPass {
+  int groups = 1;
+  std::function<GroupShape(int k)> shape;
+  std::function<void(Backend&, const Dims&, const WeightArgs&)> kernel;
+  std::function<WeightBuffers(const LayerActs&)> buffers;          // the owner's, for one layer
+  std::function<std::vector<float*>(const LayerView&)> gradients;  // a gradient slot's tensors of the unit
+};
+
+// The MLP's W: fc_w, fc_b, fcproj_w (fcproj_b: group 0) from LN2's output, the MLP's output gradient and the
+// group's GELU output and pre-activation gradient.
+WeightPass StageModel::mlp_weight_pass() const {
+  WeightPass u;
+  u.groups = mlp_groups_;
+  u.shape = [f = mlp_pass(true)](int k) {
+    GroupShape s = f.shape(k);
+    s.in = {s.out[1], s.out[1]};  // the GELU output's columns, and the pre-activation gradient's
+    s.out.clear();
+    return s;
+  };
+  u.kernel = mlp_group_weight;
+  u.buffers = [this](const LayerActs& a) {
+    return WeightBuffers{
+        .ln = a.ln2, .dout = a.dout, .stash = {a.mlp.gelu, a.mlp.dh}, .compact = {group_gelu_.f(), group_dh_.f()}};
+  };
+  u.gradients = [](const LayerView& g) { return std::vector<float*>{g.fc_w, g.fc_b, g.fcproj_w, g.fcproj_b}; };
+  return u;
 }
 
-std::vector<float> StageModel::mlp_backward_input_help(int groups, std::span<const float> input) const {
-  check_groups(groups, "a helper's B");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = mlp_groups_ - groups;
-  std::vector<std::size_t> in_at(static_cast<std::size_t>(mlp_groups_)), out_at(in_at.size());
-  std::size_t in_floats = btc, out_floats = btc;
-  for (int k = first; k < mlp_groups_; ++k) {
-    const int nc = group_begin(k + 1) - group_begin(k);
-    in_at[static_cast<std::size_t>(k)] = in_floats;
-    out_at[static_cast<std::size_t>(k)] = out_floats;
-    in_floats += 2 * static_cast<std::size_t>(nc) * d.C + static_cast<std::size_t>(nc) * d.BT();
-    out_floats += static_cast<std::size_t>(nc) * d.BT();
-  }
-  if (input.size() != in_floats) {
-    throw Error("model: a helper's MLP backward input of " + std::to_string(input.size()) + " floats (expected " +
-                std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
-  }
-  std::vector<float> out(out_floats);
-  // The LN2-output gradient accumulates in a fresh buffer, as the owner's does in a.dln2.
-  DeviceBuffer acc(*backend_, btc * sizeof(float));
-  HelpScratch tmp(*backend_, d, group_begin(1) + 1);
-  for (int k = mlp_groups_ - 1; k >= first; --k) {
-    const int nc = group_begin(k + 1) - group_begin(k);
-    const std::size_t wn = static_cast<std::size_t>(nc) * d.C, cols = static_cast<std::size_t>(nc) * d.BT();
-    const float* wk = input.data() + in_at[static_cast<std::size_t>(k)];
-    std::copy(wk + 2 * wn, wk + 2 * wn + cols, tmp.h.f());
-    group_backward_input(*backend_, tmp.part.f(), tmp.act.f(), tmp.h.f(), input.data(), wk, wk + wn, d, nc);
-    if (k == mlp_groups_ - 1) {
-      std::copy(tmp.part.f(), tmp.part.f() + btc, acc.f());
-    } else {
-      residual_forward(acc.f(), tmp.part.f(), acc.f(), btc, *backend_);
+// The attention's W: qkv_w, qkv_b, proj_w (proj_b: group 0) from LN1's output, the attention output's gradient
+// and the group's QKV gradient and attention output.
+WeightPass StageModel::heads_weight_pass() const {
+  WeightPass u;
+  u.groups = head_groups_;
+  u.shape = [f = heads_pass(true)](int k) {
+    GroupShape s = f.shape(k);
+    s.in = {s.out[0], s.out[1]};  // the QKV gradient's columns (the QKV's), and the attention output's
+    s.out.clear();
+    return s;
+  };
+  u.kernel = head_group_weight;
+  u.buffers = [this](const LayerActs& a) {
+    return WeightBuffers{
+        .ln = a.ln1, .dout = a.dx2, .stash = {a.attn.dqkv, a.attn.y}, .compact = {group_dqkv_.f(), group_y_.f()}};
+  };
+  u.gradients = [](const LayerView& g) { return std::vector<float*>{g.qkv_w, g.qkv_b, g.proj_w, g.proj_b}; };
+  return u;
+}
+
+// The grouped units' W, in the order of weight_inputs' and weight_grads' layouts.
+std::vector<WeightPass> StageModel::weight_passes() const {
+  std::vector<WeightPass> passes;
+  if (mlp_groups_ > 1) passes.push_back(mlp_weight_pass());
+  if (head_groups_ > 1) passes.push_back(heads_weight_pass());
+  return passes;
+}
+
+// The owner's W of groups [0, groups_here) of a unit, on its compact buffers.
+void StageModel::weight_groups(const WeightPass& u, const LayerActs& a, const LayerView& g, int groups_here) {
+  const WeightBuffers b = u.buffers(a);
+  const std::vector<float*> grads = u.gradients(g);
+  for (int k = 0; k < groups_here; ++k) {
+    const GroupShape s = u.shape(k);
+    WeightArgs args;
+    args.width = s.width;
+    args.ln = b.ln;
+    args.dout = b.dout;
+    for (std::size_t i = 0; i < s.weights.size(); ++i) {
+      args.grads[i] = s.weights[i].n ? grads[i] + s.weights[i].at : nullptr;
     }
-    std::copy(tmp.act.f(), tmp.act.f() + cols, out.data() + out_at[static_cast<std::size_t>(k)]);
+    for (std::size_t t = 0; t < s.in.size(); ++t) {
+      gather_block(*backend_, b.compact[t], b.stash[t], s.in[t]);
+      args.in[t] = b.compact[t];
+    }
+    u.kernel(*backend_, dims_, args);
   }
-  std::copy(acc.f(), acc.f() + btc, out.data());
-  return out;
 }
 
 void StageModel::mlp_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here) {
-  const Dims& d = dims_;
-  for (int k = 0; k < groups_here; ++k) {
-    const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-    gather_columns(*backend_, group_gelu_.f(), a.mlp.gelu, d, c0, nc);
-    gather_columns(*backend_, group_dh_.f(), a.mlp.dh, d, c0, nc);
-    MlpSliceBuffers buf;
-    buf.gelu = group_gelu_.f();
-    buf.dh = group_dh_.f();
-    mlp_group_backward_weight(*backend_, mlp_group_grads(g, d, c0, c0 + nc), buf, a.ln2, a.dout, d, nc);
-  }
-}
-
-// ---- the attention in head groups (F and B); the same shape as the MLP's above ----
-
-// F of one layer's attention in head groups: x2 = x + (p[0] + (p[1] + ... + p[G-1])), the last give_groups_
-// groups' sum from the helper; each group's QKV, output and log-sum-exp land in the layer's stash for B and W.
-void StageModel::attention_forward_grouped(const LayerActs& a, const LayerView& w) {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = head_groups_ - give_groups_;
-  float* stash[3] = {a.attn.qkv, a.attn.y, a.attn.lse};
-  float* compact[3] = {group_qkv_.f(), group_y_.f(), group_lse_.f()};
-  if (give_groups_ > 0) {
-    std::vector<float> in(btc);
-    std::size_t answer = btc;
-    backend_->download(in.data(), a.ln1, btc * sizeof(float));
-    for (int k = first; k < head_groups_; ++k) {
-      const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-      const std::size_t ny = static_cast<std::size_t>(ng) * d.HS, at = in.size();
-      in.resize(at + head_weight_floats(d, h0, ng, true));
-      backend_->download(in.data() + at, w.qkv_w + 3L * h0 * d.HS * d.C, 3 * ny * d.C * sizeof(float));
-      backend_->download(in.data() + at + 3 * ny * d.C, w.qkv_b + 3L * h0 * d.HS, 3 * ny * sizeof(float));
-      backend_->download(in.data() + at + 3 * ny * (d.C + 1), w.proj_w + static_cast<long>(h0) * d.HS * d.C,
-                         ny * d.C * sizeof(float));
-      if (h0 == 0) backend_->download(in.data() + at + 3 * ny + 4 * ny * d.C, w.proj_b, d.C * sizeof(float));
-      answer += head_stash_floats(d, ng);
-    }
-    in.push_back(kHeadsRequest);
-    exchange_.send(std::move(in), answer);
-  }
-  float* parts = group_parts_.f();
-  for (int k = 0; k < first; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    head_group_forward(*backend_, parts + k * btc, compact[0], compact[1], compact[2], a.ln1,
-                       w.qkv_w + 3L * h0 * d.HS * d.C, w.qkv_b + 3L * h0 * d.HS,
-                       w.proj_w + static_cast<long>(h0) * d.HS * d.C, h0 == 0 ? w.proj_b : nullptr, d, ng);
-    const std::array<HeadStash, 3> at = head_stash(d, h0, ng);
-    for (int t = 0; t < 3; ++t)
-      scatter_block(*backend_, stash[t], compact[t], at[t].rows, at[t].stride, at[t].c0, at[t].n);
-  }
-  int last = first - 1;  // the highest group not yet in a.x2
-  if (give_groups_ > 0) {
-    const std::vector<float> answer = exchange_.receive();
-    backend_->upload(a.x2, answer.data(), btc * sizeof(float));
-    const float* from = answer.data() + btc;
-    for (int k = first; k < head_groups_; ++k) {
-      const std::array<HeadStash, 3> at = head_stash(d, head_begin(k), head_begin(k + 1) - head_begin(k));
-      for (int t = 0; t < 3; ++t) {
-        const std::size_t n = static_cast<std::size_t>(at[t].rows) * at[t].n;
-        backend_->upload(compact[t], from, n * sizeof(float));
-        scatter_block(*backend_, stash[t], compact[t], at[t].rows, at[t].stride, at[t].c0, at[t].n);
-        from += n;
-      }
-    }
-  } else {
-    backend_->copy(a.x2, parts + static_cast<std::size_t>(last) * btc, btc * sizeof(float));
-    --last;
-  }
-  add_down(*backend_, a.x2, parts, last, btc);
-  residual_forward(a.x2, a.x, a.x2, btc, *backend_);
-}
-
-// B of one layer's attention in head groups: dln1 = q[0] + (q[1] + ... + q[G-1]) from dx2; each group's QKV
-// gradient lands in a.attn.dqkv for W.
-void StageModel::attention_backward_input_grouped(const LayerActs& a, const LayerView& w) {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = head_groups_ - give_groups_;
-  const float* stash[3] = {a.attn.qkv, a.attn.y, a.attn.lse};
-  float* compact[3] = {group_qkv_.f(), group_y_.f(), group_lse_.f()};
-  if (give_groups_ > 0) {
-    std::vector<float> in(btc);
-    std::size_t answer = btc;
-    backend_->download(in.data(), a.dx2, btc * sizeof(float));
-    for (int k = first; k < head_groups_; ++k) {
-      const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-      const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-      std::size_t at = in.size();
-      in.resize(at + head_weight_floats(d, h0, ng, false) + head_stash_floats(d, ng));
-      backend_->download(in.data() + at, w.proj_w + static_cast<long>(h0) * d.HS * d.C, ny * d.C * sizeof(float));
-      backend_->download(in.data() + at + ny * d.C, w.qkv_w + 3L * h0 * d.HS * d.C, 3 * ny * d.C * sizeof(float));
-      at += 4 * ny * d.C;
-      const std::array<HeadStash, 3> hs = head_stash(d, h0, ng);
-      for (int t = 0; t < 3; ++t) {
-        download_block(*backend_, in.data() + at, stash[t], hs[t].rows, hs[t].stride, hs[t].c0, hs[t].n);
-        at += static_cast<std::size_t>(hs[t].rows) * hs[t].n;
-      }
-      answer += 3 * ny * d.BT();
-    }
-    in.push_back(kHeadsRequest);
-    exchange_.send(std::move(in), answer);
-  }
-  float* parts = group_parts_.f();
-  for (int k = 0; k < first; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    const std::array<HeadStash, 3> at = head_stash(d, h0, ng);
-    for (int t = 0; t < 3; ++t)
-      gather_block(*backend_, compact[t], stash[t], at[t].rows, at[t].stride, at[t].c0, at[t].n);
-    head_group_backward_input(*backend_, parts + k * btc, group_dqkv_.f(), group_dy_.f(), group_delta_.f(), a.dx2,
-                              compact[0], compact[1], compact[2], w.proj_w + static_cast<long>(h0) * d.HS * d.C,
-                              w.qkv_w + 3L * h0 * d.HS * d.C, d, ng);
-    scatter_block(*backend_, a.attn.dqkv, group_dqkv_.f(), at[0].rows, at[0].stride, at[0].c0, at[0].n);
-  }
-  int last = first - 1;
-  if (give_groups_ > 0) {
-    const std::vector<float> answer = exchange_.receive();
-    backend_->upload(a.dln1, answer.data(), btc * sizeof(float));
-    const float* from = answer.data() + btc;
-    for (int k = first; k < head_groups_; ++k) {
-      const HeadStash q = head_stash(d, head_begin(k), head_begin(k + 1) - head_begin(k))[0];
-      const std::size_t n = static_cast<std::size_t>(q.rows) * q.n;
-      backend_->upload(group_dqkv_.f(), from, n * sizeof(float));
-      scatter_block(*backend_, a.attn.dqkv, group_dqkv_.f(), q.rows, q.stride, q.c0, q.n);
-      from += n;
-    }
-  } else {
-    backend_->copy(a.dln1, parts + static_cast<std::size_t>(last) * btc, btc * sizeof(float));
-    --last;
-  }
-  add_down(*backend_, a.dln1, parts, last, btc);
-}
-
-namespace {
-
-// A helper's scratch for head groups: fresh buffers, as the owner's are.
-struct HeadScratch {
-  DeviceBuffer qkv, y, lse, dqkv, dy, delta, part, acc;
-  HeadScratch(Backend& be, const Dims& d, int max_ng)
-      : qkv(be, 3 * bytes(d.BT(), max_ng, d.HS)),
-        y(be, bytes(d.BT(), max_ng, d.HS)),
-        lse(be, bytes(d.B, max_ng, d.T)),
-        dqkv(be, 3 * bytes(d.BT(), max_ng, d.HS)),
-        dy(be, bytes(d.BT(), max_ng, d.HS)),
-        delta(be, bytes(d.B, max_ng, d.T)),
-        part(be, bytes(d.BT(), 1, d.C)),
-        acc(be, bytes(d.BT(), 1, d.C)) {}
-  static std::size_t bytes(long a, int b, int c) { return static_cast<std::size_t>(a) * b * c * sizeof(float); }
-};
-
-}  // namespace
-
-std::vector<float> StageModel::head_forward_help(int groups, std::span<const float> input) const {
-  check_groups(groups, "a helper's F");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = head_groups_ - groups;
-  std::vector<std::size_t> w_at(static_cast<std::size_t>(head_groups_)), a_at(w_at.size());
-  std::size_t in_floats = btc, out_floats = btc;
-  int max_ng = 1;
-  for (int k = first; k < head_groups_; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    w_at[static_cast<std::size_t>(k)] = in_floats;
-    a_at[static_cast<std::size_t>(k)] = out_floats;
-    in_floats += head_weight_floats(d, h0, ng, true);
-    out_floats += head_stash_floats(d, ng);
-    max_ng = std::max(max_ng, ng);
-  }
-  if (input.size() != in_floats) {
-    throw Error("model: a helper's attention forward input of " + std::to_string(input.size()) + " floats (expected " +
-                std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
-  }
-  std::vector<float> out(out_floats);
-  HeadScratch tmp(*backend_, d, max_ng);
-  for (int k = head_groups_ - 1; k >= first; --k) {  // the fixed order of addition, from the last group down
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-    const float* wk = input.data() + w_at[static_cast<std::size_t>(k)];
-    head_group_forward(*backend_, tmp.part.f(), tmp.qkv.f(), tmp.y.f(), tmp.lse.f(), input.data(), wk,
-                       wk + 3 * ny * d.C, wk + 3 * ny * (d.C + 1), h0 == 0 ? wk + 3 * ny + 4 * ny * d.C : nullptr, d,
-                       ng);
-    if (k == head_groups_ - 1) {
-      std::copy(tmp.part.f(), tmp.part.f() + btc, out.data());
-    } else {
-      residual_forward(out.data(), tmp.part.f(), out.data(), btc, *backend_);
-    }
-    float* to = out.data() + a_at[static_cast<std::size_t>(k)];
-    to = std::copy(tmp.qkv.f(), tmp.qkv.f() + 3 * ny * d.BT(), to);
-    to = std::copy(tmp.y.f(), tmp.y.f() + ny * d.BT(), to);
-    std::copy(tmp.lse.f(), tmp.lse.f() + static_cast<std::size_t>(d.B) * ng * d.T, to);
-  }
-  return out;
-}
-
-std::vector<float> StageModel::head_backward_input_help(int groups, std::span<const float> input) const {
-  check_groups(groups, "a helper's B");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
-  const int first = head_groups_ - groups;
-  std::vector<std::size_t> in_at(static_cast<std::size_t>(head_groups_)), out_at(in_at.size());
-  std::size_t in_floats = btc, out_floats = btc;
-  int max_ng = 1;
-  for (int k = first; k < head_groups_; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-    in_at[static_cast<std::size_t>(k)] = in_floats;
-    out_at[static_cast<std::size_t>(k)] = out_floats;
-    in_floats += head_weight_floats(d, h0, ng, false) + head_stash_floats(d, ng);
-    out_floats += 3 * static_cast<std::size_t>(ng) * d.HS * d.BT();
-    max_ng = std::max(max_ng, ng);
-  }
-  if (input.size() != in_floats) {
-    throw Error("model: a helper's attention backward input of " + std::to_string(input.size()) + " floats (expected " +
-                std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
-  }
-  std::vector<float> out(out_floats);
-  HeadScratch tmp(*backend_, d, max_ng);  // the LN1-output gradient accumulates in tmp.acc, as the owner's in dln1
-  for (int k = head_groups_ - 1; k >= first; --k) {
-    const int ng = head_begin(k + 1) - head_begin(k);
-    const std::size_t ny = static_cast<std::size_t>(ng) * d.HS, rows = static_cast<std::size_t>(d.BT());
-    const float* wk = input.data() + in_at[static_cast<std::size_t>(k)];
-    const float* st = wk + 4 * ny * d.C;
-    std::copy(st, st + 3 * ny * rows, tmp.qkv.f());
-    std::copy(st + 3 * ny * rows, st + 4 * ny * rows, tmp.y.f());
-    std::copy(st + 4 * ny * rows, st + 4 * ny * rows + static_cast<std::size_t>(d.B) * ng * d.T, tmp.lse.f());
-    head_group_backward_input(*backend_, tmp.part.f(), tmp.dqkv.f(), tmp.dy.f(), tmp.delta.f(), input.data(),
-                              tmp.qkv.f(), tmp.y.f(), tmp.lse.f(), wk, wk + ny * d.C, d, ng);
-    if (k == head_groups_ - 1) {
-      std::copy(tmp.part.f(), tmp.part.f() + btc, tmp.acc.f());
-    } else {
-      residual_forward(tmp.acc.f(), tmp.part.f(), tmp.acc.f(), btc, *backend_);
-    }
-    std::copy(tmp.dqkv.f(), tmp.dqkv.f() + 3 * ny * rows, out.data() + out_at[static_cast<std::size_t>(k)]);
-  }
-  std::copy(tmp.acc.f(), tmp.acc.f() + btc, out.data());
-  return out;
+  weight_groups(mlp_weight_pass(), a, g, groups_here);
 }
 
 void StageModel::head_groups_backward_weight(const LayerActs& a, const LayerView& g, int groups_here) {
-  const Dims& d = dims_;
-  for (int k = 0; k < groups_here; ++k) {
-    const int h0 = head_begin(k), ng = head_begin(k + 1) - h0, ny = ng * d.HS;
-    gather_block(*backend_, group_dqkv_.f(), a.attn.dqkv, d.BT(), 3 * d.C, 3 * h0 * d.HS, 3 * ny);
-    gather_block(*backend_, group_y_.f(), a.attn.y, d.BT(), d.C, h0 * d.HS, ny);
-    AttnSliceBuffers buf;
-    buf.dqkv = group_dqkv_.f();
-    buf.y = group_y_.f();
-    head_group_backward_weight(*backend_, head_group_grads(g, d, h0, h0 + ng), buf, a.ln1, a.dx2, d, ng);
-  }
+  weight_groups(heads_weight_pass(), a, g, groups_here);
 }
 
 std::size_t StageModel::weight_in_layer(int groups) const {
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
   std::size_t n = 0;
-  if (mlp_groups_ > 1) n += 2 * btc + 2 * static_cast<std::size_t>(d.F - group_begin(mlp_groups_ - groups)) * d.BT();
-  if (head_groups_ > 1) {
-    const std::size_t ny = static_cast<std::size_t>(d.NH - head_begin(head_groups_ - groups)) * d.HS;
-    n += 2 * btc + 4 * ny * d.BT();
+  for (const WeightPass& u : weight_passes()) {
+    n += 2 * btc;
+    for (int k = u.groups - groups; k < u.groups; ++k) {
+      for (const ColumnBlock& b : u.shape(k).in) n += b.floats();
+    }
   }
   return n;
 }
 
 std::size_t StageModel::weight_out_layer(int groups) const {
   std::size_t n = 0;
-  for (int k = mlp_groups_ > 1 ? mlp_groups_ - groups : mlp_groups_; k < mlp_groups_; ++k) {
-    n += group_grad_floats(dims_, group_begin(k), group_begin(k + 1) - group_begin(k));
-  }
-  for (int k = head_groups_ > 1 ? head_groups_ - groups : head_groups_; k < head_groups_; ++k) {
-    n += head_grad_floats(dims_, head_begin(k), head_begin(k + 1) - head_begin(k));
+  for (const WeightPass& u : weight_passes()) {
+    for (int k = u.groups - groups; k < u.groups; ++k) {
+      for (const WeightSlice& ws : u.shape(k).weights) n += ws.n;
+    }
   }
   return n;
 }
@@ -685,34 +688,22 @@ std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
                 " (it has " + std::to_string(most > 1 ? most : 0) + ")");
   }
   Micro& m = micro(s, mb, Phase::after_backward_input, "weight_inputs");
-  const Dims& d = dims_;
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C;
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C;
   std::vector<float> out(static_cast<std::size_t>(s.n_layers) * weight_in_layer(groups));
   float* at = out.data();
+  const std::vector<WeightPass> passes = weight_passes();
   for (int l = 0; l < s.n_layers; ++l) {
-    const LayerActs& a = m.layers[l];
-    if (mlp_groups_ > 1) {
-      backend_->download(at, a.ln2, btc * sizeof(float));
-      backend_->download(at + btc, a.dout, btc * sizeof(float));
+    for (const WeightPass& u : passes) {
+      const WeightBuffers b = u.buffers(m.layers[l]);
+      backend_->download(at, b.ln, btc * sizeof(float));
+      backend_->download(at + btc, b.dout, btc * sizeof(float));
       at += 2 * btc;
-      for (int k = mlp_groups_ - groups; k < mlp_groups_; ++k) {
-        const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-        for (const float* src : {a.mlp.gelu, a.mlp.dh}) {
-          download_block(*backend_, at, src, d.BT(), d.F, c0, nc);
-          at += static_cast<std::size_t>(nc) * d.BT();
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape g = u.shape(k);
+        for (std::size_t t = 0; t < g.in.size(); ++t) {
+          download_block(*backend_, at, b.stash[t], g.in[t]);
+          at += g.in[t].floats();
         }
-      }
-    }
-    if (head_groups_ > 1) {
-      backend_->download(at, a.ln1, btc * sizeof(float));
-      backend_->download(at + btc, a.dx2, btc * sizeof(float));
-      at += 2 * btc;
-      for (int k = head_groups_ - groups; k < head_groups_; ++k) {
-        const int h0 = head_begin(k), ny = (head_begin(k + 1) - h0) * d.HS;
-        download_block(*backend_, at, a.attn.dqkv, d.BT(), 3 * d.C, 3 * h0 * d.HS, 3 * ny);
-        at += 3 * static_cast<std::size_t>(ny) * d.BT();
-        download_block(*backend_, at, a.attn.y, d.BT(), d.C, h0 * d.HS, ny);
-        at += static_cast<std::size_t>(ny) * d.BT();
       }
     }
   }
@@ -725,47 +716,13 @@ std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
   return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups);
 }
 
-namespace {
-
-// The helper's part of one MLP group's W: its gradients into the zeroed blocks at `at` (group_grad_floats' layout).
-void mlp_group_grads_into(Backend& be, float* at, const float* ln2, const float* dout, const float* gelu,
-                          const float* dh, const Dims& d, int c0, int nc) {
-  MlpSliceBuffers buf;
-  buf.gelu = const_cast<float*>(gelu);  // read only: W reads the GELU output and the pre-activation gradient
-  buf.dh = const_cast<float*>(dh);
-  MlpGroupGrads g;
-  g.fc_w = at;
-  g.fc_b = at + static_cast<std::size_t>(nc) * d.C;
-  g.fcproj_w = g.fc_b + nc;
-  g.fcproj_b = c0 == 0 ? g.fcproj_w + static_cast<std::size_t>(nc) * d.C : nullptr;
-  mlp_group_backward_weight(be, g, buf, ln2, dout, d, nc);
-}
-
-// The same for one head group (head_grad_floats' layout).
-void head_group_grads_into(Backend& be, float* at, const float* ln1, const float* dout, const float* dqkv,
-                           const float* y, const Dims& d, int h0, int ng) {
-  const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-  AttnSliceBuffers buf;
-  buf.dqkv = const_cast<float*>(dqkv);  // read only
-  buf.y = const_cast<float*>(y);
-  HeadGroupGrads g;
-  g.qkv_w = at;
-  g.qkv_b = at + 3 * ny * d.C;
-  g.proj_w = g.qkv_b + 3 * ny;
-  g.proj_b = h0 == 0 ? g.proj_w + ny * d.C : nullptr;
-  head_group_backward_weight(be, g, buf, ln1, dout, d, ng);
-}
-
-}  // namespace
-
 std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>& inputs) const {
-  const Dims& d = dims_;
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of a helper (the model has " +
                 std::to_string(most > 1 ? most : 0) + ")");
   }
-  const std::size_t btc = static_cast<std::size_t>(d.BT()) * d.C, in_layer = weight_in_layer(groups);
+  const std::size_t btc = static_cast<std::size_t>(dims_.BT()) * dims_.C, in_layer = weight_in_layer(groups);
   if (inputs.empty() || inputs.size() % in_layer != 0) {
     throw Error("model: a helper's weight-gradient input of " + std::to_string(inputs.size()) +
                 " floats is not a whole number of layers of " + std::to_string(in_layer));
@@ -774,30 +731,27 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   std::vector<float> out(layers * weight_out_layer(groups), 0.0f);  // zeroed, as W's slot is
   const float* in = inputs.data();
   float* at = out.data();
-  // The helper's model is on the cpu backend (host memory); migration runs on no other.
+  // The helper's model is on the cpu backend (host memory; migration runs on no other): the kernels read the
+  // request in place and write the answer's blocks.
+  const std::vector<WeightPass> passes = weight_passes();
   for (std::size_t l = 0; l < layers; ++l) {
-    if (mlp_groups_ > 1) {
-      const float* ln2 = in;
-      const float* dout = in + btc;
+    for (const WeightPass& u : passes) {
+      WeightArgs args;
+      args.ln = in;
+      args.dout = in + btc;
       in += 2 * btc;
-      for (int k = mlp_groups_ - groups; k < mlp_groups_; ++k) {
-        const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-        const std::size_t cols = static_cast<std::size_t>(nc) * d.BT();
-        mlp_group_grads_into(*backend_, at, ln2, dout, in, in + cols, d, c0, nc);
-        in += 2 * cols;
-        at += group_grad_floats(d, c0, nc);
-      }
-    }
-    if (head_groups_ > 1) {
-      const float* ln1 = in;
-      const float* dout = in + btc;
-      in += 2 * btc;
-      for (int k = head_groups_ - groups; k < head_groups_; ++k) {
-        const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-        const std::size_t ny = static_cast<std::size_t>(ng) * d.HS * d.BT();
-        head_group_grads_into(*backend_, at, ln1, dout, in, in + 3 * ny, d, h0, ng);
-        in += 4 * ny;
-        at += head_grad_floats(d, h0, ng);
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape s = u.shape(k);
+        args.width = s.width;
+        for (std::size_t i = 0; i < s.weights.size(); ++i) {
+          args.grads[i] = s.weights[i].n ? at : nullptr;
+          at += s.weights[i].n;
+        }
+        for (std::size_t t = 0; t < s.in.size(); ++t) {
+          args.in[t] = in;
+          in += s.in[t].floats();
+        }
+        u.kernel(*backend_, dims_, args);
       }
     }
   }
@@ -817,31 +771,19 @@ void StageModel::land_weight_grads(int vs, int mb, const std::vector<float>& gra
                 std::to_string(mb) + " of virtual stage " + std::to_string(vs) + " (expected " +
                 std::to_string(weight_grads_floats(vs, groups)) + ")");
   }
-  const Dims& d = dims_;
-  const float* at = grads.data();
-  const auto put = [&](float* dst, std::size_t n) {
-    if (dst) backend_->upload(dst, at, n * sizeof(float));
-    at += dst ? n : 0;
-  };
+  const float* from = grads.data();
+  const std::vector<WeightPass> passes = weight_passes();
   for (int l = 0; l < s.n_layers; ++l) {
-    const LayerView& slot = s.held_back[i]->g[static_cast<std::size_t>(l)];
-    for (int k = mlp_groups_ > 1 ? mlp_groups_ - groups : mlp_groups_; k < mlp_groups_; ++k) {
-      const int c0 = group_begin(k), nc = group_begin(k + 1) - c0;
-      const MlpGroupGrads g = mlp_group_grads(slot, d, c0, c0 + nc);
-      const std::size_t w = static_cast<std::size_t>(nc) * d.C;
-      put(g.fc_w, w);
-      put(g.fc_b, static_cast<std::size_t>(nc));
-      put(g.fcproj_w, w);
-      put(g.fcproj_b, static_cast<std::size_t>(d.C));
-    }
-    for (int k = head_groups_ > 1 ? head_groups_ - groups : head_groups_; k < head_groups_; ++k) {
-      const int h0 = head_begin(k), ng = head_begin(k + 1) - h0;
-      const HeadGroupGrads g = head_group_grads(slot, d, h0, h0 + ng);
-      const std::size_t ny = static_cast<std::size_t>(ng) * d.HS;
-      put(g.qkv_w, 3 * ny * d.C);
-      put(g.qkv_b, 3 * ny);
-      put(g.proj_w, ny * d.C);
-      put(g.proj_b, static_cast<std::size_t>(d.C));
+    for (const WeightPass& u : passes) {
+      const std::vector<float*> slot = u.gradients(s.held_back[i]->g[static_cast<std::size_t>(l)]);
+      for (int k = u.groups - groups; k < u.groups; ++k) {
+        const GroupShape g = u.shape(k);
+        for (std::size_t t = 0; t < g.weights.size(); ++t) {
+          if (g.weights[t].n == 0) continue;  // a block only another group holds
+          backend_->upload(slot[t] + g.weights[t].at, from, g.weights[t].n * sizeof(float));
+          from += g.weights[t].n;
+        }
+      }
     }
   }
   s.groups_away[i] = 0;

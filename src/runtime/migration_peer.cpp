@@ -17,6 +17,18 @@ namespace {
 
 std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
+// Real slices' payloads and answers are floats (model::StageModel's requests) carried as the transport's bytes.
+std::vector<char> as_bytes(const std::vector<float>& floats) {
+  std::vector<char> bytes(floats.size() * sizeof(float));
+  std::memcpy(bytes.data(), floats.data(), bytes.size());
+  return bytes;
+}
+std::vector<float> as_floats(const std::vector<char>& bytes) {
+  std::vector<float> floats(bytes.size() / sizeof(float));
+  std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
+  return floats;
+}
+
 }  // namespace
 
 MigrationPeer::MigrationPeer(StepContext& ctx, ControlPlane& plane, Compute& compute, const CommonClock& clock,
@@ -324,9 +336,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
           Control request = c;
           request.bytes_out = static_cast<std::int64_t>(input.size() * sizeof(float));
           request.bytes_back = static_cast<std::int64_t>(answer * sizeof(float));
-          std::vector<char> payload(static_cast<std::size_t>(request.bytes_out));
-          std::memcpy(payload.data(), input.data(), payload.size());
-          post_help(i, helper, request, std::move(payload));
+          post_help(i, helper, request, as_bytes(input));
           push_sends();  // before this rank computes its own part
         },
         [this, i] { return await_answer(i); });
@@ -356,9 +366,7 @@ std::vector<float> MigrationPeer::await_answer(int i) {
     if (done == 0 && !served) sleep_until_ns(steady_now_ns() + 20'000);
     check_answers({i}, clock_.now_ns());
   }
-  std::vector<float> answer(own.reply.size() / sizeof(float));
-  std::memcpy(answer.data(), own.reply.data(), answer.size() * sizeof(float));
-  return answer;
+  return as_floats(own.reply);
 }
 
 // The peers' messages queue up while this rank sleeps in an op, and each poll matches one per peer (its receive is
@@ -411,15 +419,14 @@ void MigrationPeer::reply(const Job& job, std::vector<char> answer) {
 // Real slices: computed with the trainer's kernels from the payload.
 void MigrationPeer::compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const {
   if (hang_helping_) std::raise(SIGSTOP);  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help (fault tests)
-  std::vector<float> input(job.payload.size() / sizeof(float));
-  std::memcpy(input.data(), job.payload.data(), input.size() * sizeof(float));
-  const std::vector<float> result = compute_.compute_slices(a.kind, static_cast<int>(job.request.slices), input);
+  const std::vector<float> result =
+      compute_.compute_slices(a.kind, static_cast<int>(job.request.slices), as_floats(job.payload));
   if (result.size() * sizeof(float) != answer.size()) {
     throw Error("migration: rank " + std::to_string(ctx_.rank) + " computed " + std::to_string(result.size()) +
                 " floats for rank " + std::to_string(job.owner) + "'s " + sched::to_string(a) + " of step " +
                 std::to_string(ctx_.step) + ", which expects " + std::to_string(answer.size() / sizeof(float)));
   }
-  std::memcpy(answer.data(), result.data(), answer.size());
+  answer = as_bytes(result);
 }
 
 // Runs the oldest request whose payload is in (real slices: computes them; modelled: sleeps their time).
@@ -484,9 +491,7 @@ void MigrationPeer::finish(int i, OpSpan& span) {
   Owned& own = owned_[static_cast<std::size_t>(i)];
   const sched::Action& a = ctx_.actions()[static_cast<std::size_t>(i)];
   if (own.real) {
-    std::vector<float> answer(own.reply.size() / sizeof(float));
-    std::memcpy(answer.data(), own.reply.data(), answer.size() * sizeof(float));
-    compute_.land_slices(a, ctx_.order.stage_of(ctx_.rank, a.chunk), answer);
+    compute_.land_slices(a, ctx_.order.stage_of(ctx_.rank, a.chunk), as_floats(own.reply));
     own.real = false;
   }
   if (own.declined) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,6 +15,8 @@
 
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/model/backend.hpp"
+#include "conductor/model/gelu.hpp"
 #include "conductor/model/layer_split.hpp"
 #include "conductor/model/optimizer.hpp"
 #include "conductor/model/reference.hpp"
@@ -209,15 +212,22 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
 // same bits as one that keeps them, for every k, with even and uneven (MLP, G = 3: 5, 5, 6 columns) groups; the
 // helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
 namespace {
-void expect_groups_given_give_the_same_bits(const std::vector<std::string>& units, int groups, int n_heads) {
-  auto deck = tiny_deck();
+
+// `base` over two virtual stages with migration on for `units` in `groups` groups, every group movable.
+plan::Plan grouped_plan(const std::vector<std::string>& units, int groups, int n_heads,
+                        config::Deck deck = tiny_deck()) {
   deck.model.n_heads = n_heads;
   deck.parallel.pipeline = 2;
   deck.migration.enabled = true;
   deck.migration.units = units;
   deck.migration.slices = groups;
   deck.migration.max_fraction = 1;
-  const plan::Plan plan = config::resolve(deck);
+  return config::resolve(deck);
+}
+
+void expect_groups_given_give_the_same_bits(const std::vector<std::string>& units, int groups, int n_heads,
+                                            const config::Deck& base = tiny_deck()) {
+  const plan::Plan plan = grouped_plan(units, groups, n_heads, base);
   StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
   const bool mlp = std::find(units.begin(), units.end(), "mlp") != units.end();
   const bool heads = std::find(units.begin(), units.end(), "heads") != units.end();
@@ -264,9 +274,10 @@ void expect_groups_given_give_the_same_bits(const std::vector<std::string>& unit
     give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
   }
   // One request per layer and grouped unit of every F and B.
-  EXPECT_EQ(requests, 2 * deck.parallel.microbatches * 2 * deck.model.n_layers * (mlp + heads)) << what;
+  EXPECT_EQ(requests, 2 * give.num_microbatches() * 2 * plan.model.n_layers * (mlp + heads)) << what;
   EXPECT_THROW(give.give_groups(groups + 1, {}), Error);
 }
+
 }  // namespace
 
 TEST(Stage, MlpGroupsGivenToAHelperGiveTheSameBits) {
@@ -282,20 +293,38 @@ TEST(Stage, HeadGroupsGivenToAHelperGiveTheSameBits) {
   }
 }
 
+// A helper's MLP F answer carries each group's pre-activation, and the owner recomputes the GELU output from it
+// (stage_migration.cpp, mlp_pass). That is the helper's bits because the elementwise GELU gives the same bits
+// whatever the buffer's length and alignment: checked here on odd lengths at every offset of a vector, and end to
+// end on groups of odd size (B T = 5, G = 3: 25, 25 and 30 floats), where W's fcproj_w gradient (from the owner's
+// GELU output) must equal the reference's bit for bit.
+TEST(Stage, RecomputedGeluIsTheHelpersBits) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const std::size_t n : {1, 25, 31, 257}) {
+    std::vector<float> x(n + 16), at(n + 16);
+    for (float& v : x) v = normal(rng);
+    const DeviceBuffer in(cpu_backend(), n * sizeof(float)), out(cpu_backend(), n * sizeof(float));
+    for (std::size_t offset = 0; offset < 16; ++offset) {
+      std::copy(x.begin() + offset, x.begin() + offset + n, in.f());  // a fresh compact buffer, as the model's
+      gelu_forward(out.f(), in.f(), n, cpu_backend());
+      gelu_forward(at.data() + offset, x.data() + offset, n, cpu_backend());  // at any offset in a larger one
+      ASSERT_EQ(std::memcmp(out.f(), at.data() + offset, n * sizeof(float)), 0) << n << " at " << offset;  // bits
+    }
+  }
+  config::Deck odd = tiny_deck();
+  odd.model.seq_len = 5;
+  odd.parallel.microbatch_size = 1;
+  expect_groups_given_give_the_same_bits({"mlp"}, 3, 2, odd);
+}
+
 // The attention head groups' weight gradients (alone, and with the MLP groups in the same request) computed by a
 // helper model from weight_inputs, landing after every W of the step has run (so held back out of order), give the
 // bits of the same model computing every group itself; k = 1 .. G groups per op, G = 4 (one head each) and 2.
 TEST(Stage, HeadGroupWeightGradsGivenToAHelperGiveTheSameBits) {
   for (const std::vector<std::string>& units : {std::vector<std::string>{"heads"}, {"mlp", "heads"}}) {
     for (const int groups : {4, 2}) {
-      auto deck = tiny_deck();
-      deck.model.n_heads = 4;
-      deck.parallel.pipeline = 2;
-      deck.migration.enabled = true;
-      deck.migration.units = units;
-      deck.migration.slices = groups;
-      deck.migration.max_fraction = 1;
-      const plan::Plan plan = config::resolve(deck);
+      const plan::Plan plan = grouped_plan(units, groups, 4);
       StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
       ASSERT_EQ(give.head_groups(), groups);
       ASSERT_EQ(give.mlp_groups(), units.size() == 2 ? groups : 1);

@@ -225,31 +225,30 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
                            return name;
                          });
 
-// Every slice moved (slices = migration.slices): the owner computes no MLP weight gradient of its own.
-TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
-  const config::Deck deck =
-      migration_deck("zb-h1", "strict", {ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"});
+// Every slice moved (slices = migration.slices, max_fraction 1): the owner computes no group of its own, and losses
+// equal single-rank training's; every kind of help ran.
+void expect_every_slice_moved(const config::Deck& deck, const std::string& what) {
   const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
   if (world_rank() != 0) return;
-  expect_single_rank_losses(deck, outcome, "all slices");
+  expect_single_rank_losses(deck, outcome, what);
   const Moved m = moved(outcome.output_dir, 1);
-  EXPECT_GT(m.helper_ops, 0);
-  EXPECT_GT(m.help_f, 0);
-  EXPECT_GT(m.help_b, 0);
+  EXPECT_GT(m.helper_ops, 0) << what;
+  EXPECT_GT(m.help_f, 0) << what;
+  EXPECT_GT(m.help_b, 0) << what;
 }
 
-// Every head group and MLP group moved: the owner computes no attention or MLP group of its own.
+// The MLP's column groups.
+TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
+  expect_every_slice_moved(migration_deck("zb-h1", "strict", {ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"}),
+                           "all slices");
+}
+
+// Every head group and MLP group.
 TEST(ForcedHeadsMigrationAllSlices, MatchesSingleRank) {
-  const config::Deck deck = migration_deck(
-      "zb-h1", "readiness",
-      {"model.n_heads=4", "migration.units=[mlp,heads]", ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"});
-  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
-  if (world_rank() != 0) return;
-  expect_single_rank_losses(deck, outcome, "all head and MLP groups");
-  const Moved m = moved(outcome.output_dir, 1);
-  EXPECT_GT(m.helper_ops, 0);
-  EXPECT_GT(m.help_f, 0);
-  EXPECT_GT(m.help_b, 0);
+  expect_every_slice_moved(migration_deck("zb-h1", "readiness",
+                                          {"model.n_heads=4", "migration.units=[mlp,heads]",
+                                           ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"}),
+                           "all head and MLP groups");
 }
 
 // Decided migrations: rank 0 is a straggler (its ops take 3x their cost-model time, injected as real delays),

@@ -47,6 +47,9 @@ struct TensorInfo {
 
 enum class Buffer { Params, Grads, AdamM, AdamV };
 
+struct GroupedPass;  // one grouped unit's F or B, described group by group (stage_migration.cpp)
+struct WeightPass;   // ... and its W
+
 class StageModel {
  public:
   // backend: nullptr = the plan's `backend` when it names a math backend, else cpu.
@@ -150,7 +153,8 @@ class StageModel {
   // and goes on. A request is the unit's input followed by one float naming the unit (0 MLP, 1 heads). Layouts
   // (nc a group's MLP columns, ny = ng HS its heads' width):
   //   MLP F in:    LN2 output [B,T,C]; per group fc_w [nc,C], fc_b [nc], fcproj_w [nc,C] (fcproj_b [C]: group 0)
-  //   MLP F out:   partial sum [B,T,C]; per group its pre-activation and GELU output [B,T,nc] (kept for B and W)
+  //   MLP F out:   partial sum [B,T,C]; per group its pre-activation [B,T,nc] (kept for B and W; the owner
+  //                recomputes the GELU output from it)
   //   MLP B in:    MLP output gradient [B,T,C]; per group fcproj_w [nc,C], fc_w [nc,C], pre-activation [B,T,nc]
   //   MLP B out:   partial sum of the LN2 output gradient [B,T,C]; per group its pre-activation gradient [B,T,nc]
   //   heads F in:  LN1 output [B,T,C]; per group qkv_w [3ny,C], qkv_b [3ny], proj_w [ny,C] (proj_b [C]: group 0)
@@ -251,14 +255,16 @@ class StageModel {
   void check_groups(int groups, const char* what) const;
   void layer_forward_grouped(const LayerActs& a, const LayerView& w);
   void layer_backward_input_grouped(const LayerActs& a, const LayerView& w);
-  void mlp_forward_grouped(const LayerActs& a, const LayerView& w);
-  void mlp_backward_input_grouped(const LayerActs& a, const LayerView& w);
-  void attention_forward_grouped(const LayerActs& a, const LayerView& w);
-  void attention_backward_input_grouped(const LayerActs& a, const LayerView& w);
-  std::vector<float> mlp_forward_help(int groups, std::span<const float> input) const;
-  std::vector<float> mlp_backward_input_help(int groups, std::span<const float> input) const;
-  std::vector<float> head_forward_help(int groups, std::span<const float> input) const;
-  std::vector<float> head_backward_input_help(int groups, std::span<const float> input) const;
+  // F and B of a grouped unit: one skeleton over the unit's description (stage_migration.cpp).
+  GroupedPass mlp_pass(bool forward) const;
+  GroupedPass heads_pass(bool forward) const;
+  GroupedPass grouped_pass(float unit, bool forward) const;  // the unit a request names
+  void run_grouped(const GroupedPass& u, const LayerActs& a, const LayerView& w);
+  std::vector<float> help_grouped(const GroupedPass& u, int groups, std::span<const float> request) const;
+  WeightPass mlp_weight_pass() const;
+  WeightPass heads_weight_pass() const;
+  std::vector<WeightPass> weight_passes() const;  // the grouped units' W, in the order of a W request
+  void weight_groups(const WeightPass& u, const LayerActs& a, const LayerView& g, int groups_here);
   void add_slots_in_order(VStage& s);
 };
 
