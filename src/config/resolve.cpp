@@ -100,17 +100,27 @@ LayerFlops layer_flops(const Deck& d) {
 
 }  // namespace
 
+double encoder_flops(const Deck& d, int kind) {
+  const std::vector<double>& e = d.cost.encoder_tflop;
+  return e.size() == 3 ? e[static_cast<std::size_t>(kind)] * 1e12 : 0.0;  // another size: refused in finalize
+}
+
 StageWork stage_work_from_model(const Deck& d) {
   const LayerFlops l = layer_flops(d);
-  // F + B + W: (mm + att) + (mm + 2 att) + mm per layer, the head once in each pass.
-  return {3.0 * l.mm + 3.0 * l.att, 0.0, 3.0 * l.head};
+  // F + B + W: (mm + att) + (mm + 2 att) + mm per layer, the head once in each pass; the first stage's encoder.
+  const double first = encoder_flops(d, 0) + encoder_flops(d, 1) + encoder_flops(d, 2);
+  return {3.0 * l.mm + 3.0 * l.att, first, 3.0 * l.head};
 }
 
 std::vector<int> balanced_split(const std::vector<double>& layer_work, int stages, double first, double last) {
   const int L = static_cast<int>(layer_work.size());
-  if (stages < 1 || L < stages) {
-    throw InputError("model.layers_per_stage: balanced needs at least one layer per stage, but model.n_layers = " +
-                     std::to_string(L) + " is fewer than the " + std::to_string(stages) +
+  // A first stage with work of its own (an encoder) is a stage without layers, where that is the lighter split;
+  // any other stage holds at least one. z: 1 where stage 0 may be empty.
+  const int z = first > 0 && stages > 1 ? 1 : 0;
+  if (stages < 1 || L < stages - z) {
+    throw InputError("model.layers_per_stage: balanced needs at least one layer per stage" +
+                     std::string(z ? " but the first (it holds the encoder)" : "") +
+                     ", but model.n_layers = " + std::to_string(L) + " is fewer than the " + std::to_string(stages) +
                      " virtual stages (parallel.pipeline x parallel.virtual); list the layers explicitly instead");
   }
   std::vector<double> prefix(L + 1, 0.0);
@@ -123,10 +133,10 @@ std::vector<int> balanced_split(const std::vector<double>& layer_work, int stage
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(stages, std::vector<double>(L + 1, inf));
   std::vector<std::vector<int>> cut(stages, std::vector<int>(L + 1, 0));
-  for (int i = 1; i <= L; ++i) best[0][i] = work(0, 0, i);
+  for (int i = 1 - z; i <= L; ++i) best[0][i] = work(0, 0, i);
   for (int s = 1; s < stages; ++s) {
-    for (int i = s + 1; i <= L; ++i) {
-      for (int j = s; j < i; ++j) {  // stage s holds [j, i); `<=`: the latest cut wins ties
+    for (int i = s + 1 - z; i <= L; ++i) {
+      for (int j = s - z; j < i; ++j) {  // stage s holds [j, i); `<=`: the latest cut wins ties
         const double heaviest = std::max(best[s - 1][j], work(s, j, i));
         if (heaviest <= best[s][i]) {
           best[s][i] = heaviest;
@@ -159,6 +169,11 @@ plan::Costs costs_from_model(const Deck& d) {
     const int layers = listed ? d.model.layers_per_stage[static_cast<std::size_t>(r)]
                               : d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
     double f = layers * (mm + att), b = layers * (mm + 2 * att), w = layers * mm;
+    if (r == 0) {
+      f += encoder_flops(d, 0);
+      b += encoder_flops(d, 1);
+      w += encoder_flops(d, 2);
+    }
     if (r == p - 1) {
       f += head;
       b += head;

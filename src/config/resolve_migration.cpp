@@ -46,10 +46,11 @@ std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std:
 
 namespace {
 
-// One rank's share, in elements and FLOPs: `layers` transformer layers, and the LM head when `head`.
+// One rank's share, in elements and FLOPs: `layers` transformer layers, the LM head when `head`, the encoder of
+// cost.encoder_tflop when `encoder` (never sliced: part of the op's fixed part).
 struct Share {
   int layers = 0;
-  bool head = false;
+  bool head = false, encoder = false;
 };
 
 // Transformer layers rank r holds, as costs_from_model counts them.
@@ -129,7 +130,11 @@ std::array<double, 3> total_flops(const Deck& d, const Share& share) {
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len, L = share.layers;
   const double mm = t * plan::layer_matmul_flops_per_token(m), att = t * plan::layer_attention_flops_per_token(m);
   const double head = share.head ? t * plan::head_flops_per_token(m) : 0;
-  return {L * (mm + att) + head, L * (mm + 2 * att) + head, L * mm + head};
+  std::array<double, 3> total = {L * (mm + att) + head, L * (mm + 2 * att) + head, L * mm + head};
+  if (share.encoder) {
+    for (int k = 0; k < 3; ++k) total[static_cast<std::size_t>(k)] += encoder_flops(d, k);
+  }
+  return total;
 }
 
 }  // namespace
@@ -156,7 +161,7 @@ plan::Migration migration_from_model(const Deck& d) {
   const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
   for (int r = 0; r < p; ++r) {
-    const Share share{layers_of(d, r), r == p - 1};
+    const Share share{layers_of(d, r), r == p - 1, r == 0};
     std::array<Part, 3> sum{};
     for (const std::string& unit : c.units) {
       const std::array<Part, 3> u = unit_parts(d, unit, share);

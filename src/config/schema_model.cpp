@@ -49,9 +49,10 @@ void add_model_fields(std::vector<Field>& f) {
     lps.doc =
         "Transformer layers held by each virtual stage, in virtual-stage order: parallel.pipeline x "
         "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
-        "earlier stages taking the remainder. `balanced`: the contiguous split (at least one layer per stage) "
-        "that minimises the heaviest stage's F+B+W work in the cost model derived from the model (per layer, "
-        "the LM head and loss on the last stage, the embedding on the first); needs cost.device_tflops > 0, and "
+        "earlier stages taking the remainder. `balanced`: the contiguous split (at least one layer per stage; "
+        "the first may hold none when it carries cost.encoder_tflop's encoder) that minimises the heaviest "
+        "stage's F+B+W work in the cost model derived from the model (per layer, the LM head and loss on the "
+        "last stage, the embedding and the encoder on the first); needs cost.device_tflops > 0, and "
         "resolved.yaml lists the split chosen.";
     lps.min = 0;
     lps.max = 100000;
@@ -281,6 +282,12 @@ void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::str
                        std::to_string(stages) +
                        " virtual stages (parallel.pipeline x parallel.virtual); add layers or list "
                        "model.layers_per_stage explicitly (0 layers on a stage is allowed there)");
+  }
+  const std::vector<double>& enc = deck.cost.encoder_tflop;
+  if (builds_model(deck, options) && std::any_of(enc.begin(), enc.end(), [](double x) { return x > 0; })) {
+    problems.push_back(src + ": cost.encoder_tflop describes an encoder the " + deck.backend +
+                       " model does not have (it builds the language model alone); set it to [0, 0, 0], or time "
+                       "the deck with `conductor simulate` or backend: emulated");
   }
   finalize_data(deck, src, problems);
 }

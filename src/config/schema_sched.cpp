@@ -83,6 +83,16 @@ void add_sched_fields(std::vector<Field>& f) {
                   "Point-to-point bandwidth in GB/s; > 0 adds activation bytes / bandwidth to every "
                   "transfer (on top of cost.comm, the latency). 0 = size not modelled.")
                   .range(0, 1e9));
+  f.push_back(field<std::vector<double>>(
+                  "cost.encoder_tflop", [](Deck & d) -> auto& { return d.cost.encoder_tflop; },
+                  "TFLOP per microbatch of the first stage's F, B and W beyond its transformer layers: work the "
+                  "model dimensions do not describe, such as a vision encoder and its projector ahead of the "
+                  "language model; three values [F, B, W]. Derived costs (cost.device_tflops > 0) add it to stage "
+                  "0's times and model.layers_per_stage: balanced weighs it; hand-written cost lists already hold it "
+                  "in stage 0's values. Migration never slices it (the sliced fraction of stage 0's ops counts it as "
+                  "the fixed part). The simulator and the emulated backend only: the cpu and cuda models have no "
+                  "encoder.")
+                  .range(0, 1e9));
   f.push_back(field<std::vector<std::string>>(
                   "noise.kind", [](Deck & d) -> auto& { return d.noise.kind; },
                   "Noise models, one or a list: none, gaussian, lognormal, straggler, "
@@ -141,6 +151,11 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   check_per_stage(deck.cost.forward, "cost.forward");
   check_per_stage(deck.cost.backward_input, "cost.backward_input");
   check_per_stage(deck.cost.backward_weight, "cost.backward_weight");
+  if (deck.cost.encoder_tflop.size() != 3) {
+    problems.push_back(src + ": cost.encoder_tflop has " + std::to_string(deck.cost.encoder_tflop.size()) +
+                       " values; give three, the TFLOP per microbatch of the encoder's F, B and W (e.g. [2.82, "
+                       "3.0, 2.64]), or [0, 0, 0] for none");
+  }
 
   const int v = deck.parallel.virtual_chunks;
   const int m = deck.parallel.microbatches;

@@ -1,6 +1,7 @@
 // Deck loading: strictness, locations, suggestions, overrides, round trip.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -535,6 +536,36 @@ TEST(Deck, MigrationResolvesLinkAndSliceCosts) {
   // Heads only: the MLP's FLOPs stay with the owner.
   plan::Plan heads = resolve(parse("", {"migration.enabled=true", "migration.units=[heads]"}));
   EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / 24.0, 1e-12);
+}
+
+// cost.encoder_tflop: three values; refused where the command builds a model without an encoder; stage 0's
+// encoder joins the fixed part of its ops (the sliced fraction is the layers' FLOPs over the layers' and the
+// encoder's), and no other rank changes.
+TEST(Deck, EncoderTflopIsCheckedAndNeverSliced) {
+  const auto two = problems_of("", {"backend=emulated", "cost.encoder_tflop=[1, 2]"});
+  ASSERT_EQ(two.size(), 1u);
+  EXPECT_TRUE(contains(two[0], "deck.yaml: cost.encoder_tflop has 2 values; give three")) << two[0];
+  const auto cpu = problems_of("", {"backend=cpu", "cost.encoder_tflop=[1, 1, 1]"});
+  ASSERT_EQ(cpu.size(), 1u);
+  EXPECT_TRUE(contains(cpu[0], "cost.encoder_tflop describes an encoder the cpu model does not have")) << cpu[0];
+  EXPECT_TRUE(problems_of("", {"backend=emulated", "cost.encoder_tflop=[1, 1, 1]"}).empty());
+  EXPECT_TRUE(problems_of("", {"backend=cpu", "cost.encoder_tflop=[1, 1, 1]"}, Command::Simulate).empty());
+  // Defaults: one layer per rank, t = 256 tokens, h = s = 64. The encoder's F equals a layer's F, its W twice a
+  // layer's W: rank 0's F keeps half its FLOPs sliceable, W a third, B between.
+  const double t = 256, h = 64, s = 64, f = 24 * t * h * h + 4 * t * s * h, w = 24 * t * h * h;
+  char enc[128];
+  std::snprintf(enc, sizeof enc, "cost.encoder_tflop=[%.17g, 1e-5, %.17g]", f / 1e12, 2 * w / 1e12);
+  const plan::Plan plain = resolve(parse("", {"backend=emulated", "migration.enabled=true"}));
+  const plan::Plan with = resolve(parse("", {"backend=emulated", "migration.enabled=true", std::string(enc)}));
+  EXPECT_NEAR(with.migration.ops[0][0].sliced_fraction, 0.5, 1e-12);
+  EXPECT_NEAR(with.migration.ops[0][2].sliced_fraction, 1.0 / 3.0, 1e-12);
+  const double b = 24 * t * h * h + 8 * t * s * h;
+  EXPECT_NEAR(with.migration.ops[0][1].sliced_fraction, b / (b + 1e7), 1e-12);
+  EXPECT_DOUBLE_EQ(with.migration.ops[0][0].bytes_per_slice, plain.migration.ops[0][0].bytes_per_slice);
+  for (std::size_t r = 1; r < 4; ++r) {
+    for (std::size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(with.migration.ops[r][k].sliced_fraction, plain.migration.ops[r][k].sliced_fraction) << r << k;
+  }
 }
 
 // migration.weights=replicas: a replica holds every slice of a rank's sliced weights (F's weight slices: QKV and

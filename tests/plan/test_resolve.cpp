@@ -105,18 +105,20 @@ double heaviest(const std::vector<int>& split, const std::vector<double>& work, 
   return worst;
 }
 
-// Every split with at least one layer per stage, by recursion: the least heaviest stage.
+// Every split with at least one layer per stage (none allowed on the first stage when it carries work of its own,
+// first > 0: an encoder), by recursion: the least heaviest stage.
 double brute_force(const std::vector<double>& work, int stages, double first, double last) {
   const int L = static_cast<int>(work.size());
   double best = std::numeric_limits<double>::infinity();
   std::vector<int> split(stages, 1);
   std::function<void(int, int)> place = [&](int s, int left) {
     if (s == stages - 1) {
+      if (left < 1) return;
       split[s] = left;
       best = std::min(best, heaviest(split, work, first, last));
       return;
     }
-    for (int k = 1; k <= left - (stages - 1 - s); ++k) {
+    for (int k = s == 0 && first > 0 ? 0 : 1; k <= left - (stages - 1 - s); ++k) {
       split[s] = k;
       place(s + 1, left - k);
     }
@@ -139,7 +141,7 @@ TEST(BalancedSplit, EqualsBruteForceOnSmallCases) {
         const std::vector<int> split = config::balanced_split(work, S, first, last);
         ASSERT_EQ(split.size(), static_cast<std::size_t>(S));
         EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), L);
-        for (int l : split) EXPECT_GE(l, 1);
+        for (std::size_t s = 0; s < split.size(); ++s) EXPECT_GE(split[s], s == 0 && first > 0 ? 0 : 1);
         EXPECT_DOUBLE_EQ(heaviest(split, work, first, last), brute_force(work, S, first, last))
             << "L=" << L << " S=" << S << " trial " << trial;
       }
@@ -149,6 +151,15 @@ TEST(BalancedSplit, EqualsBruteForceOnSmallCases) {
   EXPECT_EQ(config::balanced_split({1, 1, 1, 1}, 2, 0, 2), (std::vector<int>{3, 1}));
   // Ties go to earlier stages: 5 unit layers over 2 stages is [3, 2].
   EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1}, 2, 0, 0), (std::vector<int>{3, 2}));
+  // Work of its own on the first stage (an encoder) moves layers off it: 5 unit layers and an encoder of 3 on the
+  // first of 2 stages is [1, 4] (4 vs 4), not [2, 3] (5 vs 3) nor [3, 2]; an encoder of 5 leaves it no layer:
+  // [0, 4] (5 vs 4) rather than [1, 3] (6 vs 3). Without the encoder the same layers split [3, 2] and [2, 2].
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1}, 2, 3, 0), (std::vector<int>{1, 4}));
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1}, 2, 5, 0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1}, 2, 0, 0), (std::vector<int>{2, 2}));
+  // Only the first stage may be empty, and only with an encoder: 2 layers over 3 stages need one.
+  EXPECT_EQ(config::balanced_split({1, 1}, 3, 4, 0), (std::vector<int>{0, 1, 1}));
+  EXPECT_THROW(config::balanced_split({1, 1}, 3, 0, 0), InputError);
 }
 
 // gpt3-1.5b's shape (22 layers, h 2304, s 1024, b 6, V 50304) on 8 stages: the balanced split's heaviest rank
@@ -179,6 +190,46 @@ TEST(BalancedSplit, Gpt3LikeDeckIsNoHeavierThanTheEvenOrTheDeckSplit) {
   EXPECT_LT(b, listed * 0.85);  // the head stage carried 1.23x the mean; balanced removes most of it
   // The deck's split with derived costs reproduces the deck's hand-written ones (F of the head stage 20.7 ms).
   EXPECT_NEAR(config::resolve(with("[2, 3, 3, 3, 3, 3, 3, 2]")).costs.forward[7], 20.7, 0.05);
+}
+
+// inputs/multimodal.yaml's shape: gpt3-1.5b's language model with a vision encoder on stage 0, stated as
+// cost.encoder_tflop. The derived costs of the deck's split reproduce its hand-written lists (stage 0: 30, 32,
+// 28 ms), and the balanced split sees the encoder: it moves layers off stage 0 and lightens the heaviest rank.
+TEST(BalancedSplit, EncoderWorkOnTheFirstStageMovesLayersOffIt) {
+  const std::vector<std::string> shape = {"model.vocab=50304",          "model.seq_len=1024",    "model.d_model=2304",
+                                          "model.n_heads=24",           "model.n_layers=22",     "parallel.pipeline=8",
+                                          "parallel.microbatch_size=6", "cost.device_tflops=150"};
+  auto with = [&](const std::string& split, const std::string& encoder) {
+    std::vector<std::string> o = shape;
+    o.push_back("model.layers_per_stage=" + split);
+    o.push_back("cost.encoder_tflop=" + encoder);
+    return parsed(o);
+  };
+  auto total = [](const plan::Plan& p, int r) {
+    const auto i = static_cast<std::size_t>(r);
+    return p.costs.forward[i] + p.costs.backward_input[i] + p.costs.backward_weight[i];
+  };
+  auto heaviest_rank = [&](const plan::Plan& p) {
+    double worst = 0;
+    for (int r = 0; r < 8; ++r) worst = std::max(worst, total(p, r));
+    return worst;
+  };
+  const std::string encoder = "[2.82, 3.0, 2.64]", deck_split = "[2, 3, 3, 3, 3, 3, 3, 2]";
+  const plan::Plan listed = config::resolve(with(deck_split, encoder));
+  EXPECT_NEAR(listed.costs.forward[0], 30.0, 0.05);
+  EXPECT_NEAR(listed.costs.backward_input[0], 32.0, 0.05);
+  EXPECT_NEAR(listed.costs.backward_weight[0], 28.0, 0.05);
+  EXPECT_NEAR(listed.costs.forward[1], 16.8, 0.05);  // the encoder is stage 0's alone
+  // The encoder (8.46 TFLOP, 56.4 ms: 3.36 layers' work) alone on stage 0; 22 layers and the head on 7 stages,
+  // at most 4 layers (67.2 ms) each, the earlier stages taking more.
+  const config::Deck balanced = with("balanced", encoder);
+  EXPECT_EQ(balanced.model.layers_per_stage, (std::vector<int>{0, 4, 4, 4, 4, 4, 1, 1}));
+  const plan::Plan b = config::resolve(balanced);
+  EXPECT_NEAR(total(b, 0), 56.4, 0.05);
+  EXPECT_NEAR(heaviest_rank(b), total(b, 1), 1e-9);
+  EXPECT_LT(heaviest_rank(b), heaviest_rank(listed) * 0.8);  // the deck's stage 0 carries 90 ms
+  // Without the encoder the split is the language model's own, as before the key existed.
+  EXPECT_EQ(with("balanced", "[0, 0, 0]").model.layers_per_stage, (std::vector<int>{3, 3, 3, 3, 3, 3, 3, 1}));
 }
 
 TEST(BalancedSplit, ErrorsNameTheKey) {

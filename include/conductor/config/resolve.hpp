@@ -25,7 +25,8 @@ double resolved_memory_limit(const Deck& deck);
 double activation_bytes(const Deck& deck);
 // Per-rank F, B, W from the model dimensions and cost.device_tflops. Per-layer FLOPs of a GPT layer for one
 // microbatch of `tokens` tokens, width h, sequence s: matmuls 24*tokens*h^2 per pass, attention 4*tokens*s*h.
-// F = mm + att, B = mm + 2 att, W = mm; the last rank also runs the LM head (2*tokens*h*vocab per pass).
+// F = mm + att, B = mm + 2 att, W = mm; the last rank also runs the LM head (2*tokens*h*vocab per pass), the
+// first the encoder of cost.encoder_tflop.
 // Times = FLOPs / (tflops * 1e12), in ms.
 // With v = 1 and model.layers_per_stage set (a list, or `balanced` resolved), rank r holds list[r] layers;
 // otherwise as even as possible, the first ranks taking the remainder.
@@ -35,11 +36,14 @@ plan::Costs costs_from_model(const Deck& deck);
 plan::ModelDims resolved_model(const ModelConfig& model);
 
 // F+B+W FLOPs of one microbatch, the terms of costs_from_model: per transformer layer, the first stage's extra
-// (the embedding: a table lookup, no matmul, so 0 in this model) and the last stage's (LM head and loss).
+// (the embedding is a table lookup, no matmul, so 0 in this model; cost.encoder_tflop's encoder) and the last
+// stage's (LM head and loss).
 struct StageWork {
   double layer = 0, first = 0, last = 0;
 };
 StageWork stage_work_from_model(const Deck& deck);
+// FLOPs of one microbatch of the first stage's encoder (cost.encoder_tflop) in op kind 0 F, 1 B, 2 W.
+double encoder_flops(const Deck& deck, int kind);
 
 // The migration section resolved (docs/migration.md): the link preset's numbers and, per rank and op kind, the
 // slice split, bytes and memory from the model dimensions; disabled: a default plan::Migration.
@@ -55,7 +59,8 @@ LinkPreset link_preset(const std::string& link);
 std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std::string& why);
 
 // The contiguous split of the layers (layer_work[i]: work of layer i) over `stages` stages, each holding at
-// least one layer, that minimises the heaviest stage's work; stage 0 adds `first`, stage stages-1 adds `last`.
+// least one layer (stage 0 may hold none when first > 0: an encoder stage), that minimises the heaviest stage's
+// work; stage 0 adds `first`, stage stages-1 adds `last`.
 // Exact (dynamic programming over split points); among optimal splits, earlier stages hold more layers.
 // Throws InputError naming model.layers_per_stage when there are fewer layers than stages.
 std::vector<int> balanced_split(const std::vector<double>& layer_work, int stages, double first, double last);

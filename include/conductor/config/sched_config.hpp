@@ -24,6 +24,9 @@ struct CostConfig {
   // bandwidth_gbps > 0 every transfer also pays activation bytes / bandwidth on top of `comm`.
   double device_tflops = 0.0;   // sustained TFLOP/s of one device
   double bandwidth_gbps = 0.0;  // point-to-point bandwidth in GB/s
+  // TFLOP per microbatch of F, B, W of work on the first stage that model.* does not describe (a vision encoder
+  // and its projector ahead of the language model); stays with stage 0 (migration does not slice it).
+  std::vector<double> encoder_tflop = {0.0, 0.0, 0.0};
 };
 
 struct NoiseConfig {
