@@ -138,7 +138,7 @@ void add_down(Backend& be, float* acc, const float* parts, int last, std::size_t
 }  // namespace
 
 void StageModel::check_groups(int groups, const char* what) const {
-  const int most = std::max(mlp_groups_, head_groups_);
+  const int most = std::max({mlp_groups_, head_groups_, vocab_groups_});
   if (most < 2 || groups < 1 || groups > most) {
     throw Error(std::string("model: ") + std::to_string(groups) + " groups asked for " + what + " (the model has " +
                 std::to_string(most > 1 ? most : 0) + ")");
@@ -160,6 +160,7 @@ constexpr float kMlpRequest = 0.0f, kHeadsRequest = 1.0f;
 std::vector<float> StageModel::forward_help(int groups, const std::vector<float>& input) const {
   if (input.empty()) throw Error("model: an empty request to a helper's F");
   const std::span<const float> body(input.data(), input.size() - 1);
+  if (is_vocab_request(input)) return vocab_forward_help(groups, body);  // stage_vocab.cpp
   if (input.back() == kHeadsRequest && head_groups_ > 1) return head_forward_help(groups, body);
   if (input.back() == kMlpRequest && mlp_groups_ > 1) return mlp_forward_help(groups, body);
   throw Error("model: a helper's F request names unit " + std::to_string(input.back()) + ", which is not grouped here");
@@ -168,6 +169,7 @@ std::vector<float> StageModel::forward_help(int groups, const std::vector<float>
 std::vector<float> StageModel::backward_input_help(int groups, const std::vector<float>& input) const {
   if (input.empty()) throw Error("model: an empty request to a helper's B");
   const std::span<const float> body(input.data(), input.size() - 1);
+  if (is_vocab_request(input)) return vocab_backward_input_help(groups, body);  // stage_vocab.cpp
   if (input.back() == kHeadsRequest && head_groups_ > 1) return head_backward_input_help(groups, body);
   if (input.back() == kMlpRequest && mlp_groups_ > 1) return mlp_backward_input_help(groups, body);
   throw Error("model: a helper's B request names unit " + std::to_string(input.back()) + ", which is not grouped here");
