@@ -111,7 +111,8 @@ void StageModel::head_forward_vocab(VStage& s, Micro& m) {
   const int G = vocab_groups_, first = G - give_groups_;
   layernorm_forward(m.lnf, m.meanf, m.rstdf, m.res[s.n_layers], p + s.offset("lnf_w"), p + s.offset("lnf_b"), d.B, d.T,
                     d.C, *backend_);
-  if (give_groups_ > 0) exchange_.send(vocab_request(s, m, first, false), 3 * static_cast<std::size_t>(bt) * give_groups_);
+  if (give_groups_ > 0)
+    exchange_.send(vocab_request(s, m, first, false), 3 * static_cast<std::size_t>(bt) * give_groups_);
   std::vector<float> stats(3 * static_cast<std::size_t>(bt) * G);  // per group: max, sum, target logit [BT] each
   m.vocab_logits.assign(static_cast<std::size_t>(G), 0);
   for (int k = 0; k < first; ++k) {

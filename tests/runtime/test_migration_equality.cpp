@@ -331,4 +331,20 @@ TEST(DecidedMigration, HeadsStragglerMatchesSingleRank) {
   EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided";
 }
 
+// The LM head's vocabulary groups alone (units [vocab]), decided: the last stage is a 3x straggler, the others
+// jitter; only its F and B have slices to give, and they do.
+TEST(DecidedMigration, VocabStragglerOnTheLastStageMatchesSingleRank) {
+  const config::Deck deck = migration_deck(
+      "zb-h1", "readiness",
+      {"migration.units=[vocab]", "run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.2",
+       "noise.straggler_rank=" + std::to_string(world_size() - 1), "noise.straggler_factor=3", "cost.forward=[2]",
+       "cost.backward_input=[2]", "cost.backward_weight=[2]", "migration.max_fraction=1"});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "decided, vocab");
+  const Moved m = moved(outcome.output_dir, 0);
+  EXPECT_GT(m.help_f + m.help_b, 0) << "no LM-head migration was decided";
+  EXPECT_EQ(m.helper_ops, 0);  // W moves nothing with vocab alone
+}
+
 }  // namespace
