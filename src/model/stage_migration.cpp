@@ -681,7 +681,7 @@ std::size_t StageModel::weight_out_layer(int groups) const {
 
 std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
   VStage& s = stage(vs);
-  const int most = std::max(mlp_groups_, head_groups_);
+  const int most = std::max({mlp_groups_, head_groups_, vocab_groups_});
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of virtual stage " + std::to_string(vs) +
                 " (it has " + std::to_string(most > 1 ? most : 0) + ")");
@@ -718,13 +718,15 @@ std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
       }
     }
   }
+  append_vocab_weight_inputs(s, m, groups, out);  // the LM head's part (stage_vocab.cpp)
   s.groups_away.resize(static_cast<std::size_t>(microbatches_), 0);
   s.groups_away[static_cast<std::size_t>(mb)] = groups;
   return out;
 }
 
 std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
-  return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups);
+  return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups) +
+         vocab_grads_floats(stage(vs), groups);
 }
 
 namespace {
@@ -760,7 +762,7 @@ void head_group_grads_into(Backend& be, float* at, const float* ln1, const float
 
 }  // namespace
 
-std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>& inputs) const {
+std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<float>& inputs) const {
   const Dims& d = dims_;
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
@@ -846,6 +848,7 @@ void StageModel::land_weight_grads(int vs, int mb, const std::vector<float>& gra
       put(g.proj_b, static_cast<std::size_t>(d.C));
     }
   }
+  land_vocab_weight_grads(s, s.held_back[i]->buf.f(), groups, at);  // stage_vocab.cpp
   s.groups_away[i] = 0;
   s.waiting[i] = std::move(s.held_back[i]);
   add_slots_in_order(s);

@@ -246,16 +246,16 @@ void StageModel::backward_weight(int vs, int mb) {
   const int L = s.n_layers;
   std::unique_ptr<VStage::GradSlot> slot = take_grad_slot(s, *backend_);
   float* g = slot->buf.f();
+  const std::size_t i = static_cast<std::size_t>(mb);
+  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // groups a helper computes
   if (s.head && vocab_groups_ > 1) {
-    head_backward_weight_vocab(s, m, g);  // in vocabulary groups (stage_vocab.cpp)
+    head_backward_weight_vocab(s, m, g, vocab_groups_ - away);  // in vocabulary groups (stage_vocab.cpp)
   } else if (s.head) {
     matmul_backward_weight(g + s.offset("lm_head_w"), nullptr, m.probs, m.lnf, d.B, d.T, d.C, d.V, WeightLayout::out_in,
                            *backend_);
     layernorm_backward_weight(g + s.offset("lnf_w"), g + s.offset("lnf_b"), m.dlnf, m.res[L], m.meanf, m.rstdf, d.B,
                               d.T, d.C, *backend_);
   }
-  const std::size_t i = static_cast<std::size_t>(mb);
-  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // groups a helper computes
   for (int l = L - 1; l >= 0; l--) {
     const LayerActs& a = m.layers[l];
     const LayerView& gl = slot->g[l];

@@ -4,8 +4,9 @@
 // exponentials relative to that max and the target's logit where the group holds the target; the owner combines
 // the groups in index order into the token's loss. No logits leave the rank: a helper gets the hidden state (and for
 // B the global per-token max and sum), recomputes its groups' logits, and answers with the statistics (F) or its
-// part of the hidden state's gradient (B). W stays with the owner: it recomputes the logits and logit gradients of
-// groups whose B ran elsewhere.
+// part of the hidden state's gradient (B); for W it gets the hidden state, the per-token max and sum, and answers with
+// its groups' LM-head weight gradients. The owner recomputes the logits and logit gradients of groups whose F or B ran
+// elsewhere where it needs them.
 //
 // Same bits wherever a group ran: each group's logits are one product of the group's rows (owner and helper run the
 // same call), the per-token loops below are scalar and run in this file only, and B's partial gradients are added
@@ -29,6 +30,7 @@ namespace conductor::model {
 namespace {
 
 constexpr float kVocabRequest = 2.0f;  // the unit a request names in its last float (stage_migration.cpp: 0, 1)
+constexpr float kNoVocab = 3.0f;       // W's request from a stage without the LM head, with vocabulary groups on
 
 // Per token (row) of one group's logits [rows, nv]: the max, the sum of exponentials relative to it, and the
 // target's logit when the group holds the target (columns start at vocabulary id v0), else 0.
@@ -200,13 +202,13 @@ void StageModel::vocab_group_dlogits(const VStage& s, Micro& m, int k, float dlo
   m.vocab_dlogits[static_cast<std::size_t>(k)] = 1;
 }
 
-// W: every group's LM-head weight gradient on the owner (logit gradients recomputed where B gave them away),
-// into the zeroed slot `g`, then the final LayerNorm's.
-void StageModel::head_backward_weight_vocab(const VStage& s, Micro& m, float* g) {
+// W: the LM-head weight gradient of groups [0, groups_here) on the owner (logit gradients recomputed where B gave
+// them away; the others are a helper's: weight_inputs), into the zeroed slot `g`, then the final LayerNorm's.
+void StageModel::head_backward_weight_vocab(const VStage& s, Micro& m, float* g, int groups_here) {
   const Dims& d = dims_;
   const long bt = d.BT();
   const float dloss = 1.0f / (static_cast<float>(microbatches_) * static_cast<float>(bt));
-  for (int k = 0; k < vocab_groups_; ++k) {
+  for (int k = 0; k < groups_here; ++k) {
     if (!m.vocab_dlogits[static_cast<std::size_t>(k)]) vocab_group_dlogits(s, m, k, dloss);
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     matmul_backward_weight(g + s.offset("lm_head_w") + static_cast<long>(v0) * d.C, nullptr, m.probs + bt * v0, m.lnf,
@@ -276,6 +278,78 @@ std::vector<float> StageModel::vocab_backward_input_help(int groups, std::span<c
     if (k < vocab_groups_ - 1) residual_forward(acc.f(), part.f(), acc.f(), btc, *backend_);
   }
   return std::vector<float>(acc.f(), acc.f() + btc);
+}
+
+// W's request with vocabulary groups (weight_inputs): the layers' part, then on the last stage vocab_request's B
+// layout (ending in the unit float 2), elsewhere the one float kNoVocab, so the helper can tell them apart.
+void StageModel::append_vocab_weight_inputs(const VStage& s, const Micro& m, int groups,
+                                            std::vector<float>& out) const {
+  if (vocab_groups_ < 2) return;
+  if (!s.head) {
+    out.push_back(kNoVocab);
+    return;
+  }
+  const std::vector<float> tail = vocab_request(s, m, vocab_groups_ - groups, true);
+  out.insert(out.end(), tail.begin(), tail.end());
+}
+
+std::size_t StageModel::vocab_grads_floats(const VStage& s, int groups) const {
+  if (vocab_groups_ < 2 || !s.head) return 0;
+  return static_cast<std::size_t>(dims_.V - vocab_begin(vocab_groups_ - groups)) * dims_.C;
+}
+
+// Helper: W's answer with vocabulary groups: the layers' weight gradients (layer_weight_grads), then, when the request
+// carries the LM head's part, its last `groups` groups' LM-head weight gradients [V_k, C] from recomputed logit
+// gradients, into zeroed blocks (as the owner's slot is zeroed).
+std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>& request) const {
+  if (vocab_groups_ < 2) return layer_weight_grads(groups, request);
+  if (request.empty()) throw Error("model: an empty weight-gradient request to a helper");
+  const bool head = request.back() == kVocabRequest;
+  if (!head && request.back() != kNoVocab) {
+    throw Error("model: a helper's weight-gradient request ends in " + std::to_string(request.back()) +
+                ", which names no LM-head part");
+  }
+  const std::size_t tail = head ? vocab_request_floats(groups, true) + 1 : 1;
+  if (request.size() < tail) throw Error("model: a helper's weight-gradient request is shorter than its LM-head part");
+  const std::vector<float> layers(request.begin(), request.end() - static_cast<std::ptrdiff_t>(tail));
+  std::vector<float> out = layers.empty() ? std::vector<float>{} : layer_weight_grads(groups, layers);
+  if (!head) return out;
+  check_groups(groups, "a helper's LM-head W");
+  const Dims& d = dims_;
+  const long bt = d.BT();
+  const std::size_t btc = static_cast<std::size_t>(bt) * d.C;
+  const int first = vocab_groups_ - groups;
+  const float* lnf = request.data() + layers.size();
+  const std::vector<int> targets = targets_of(lnf + btc, bt);
+  const float* M = lnf + btc + bt;
+  const float* S = M + bt;
+  const float* w = S + bt;
+  const float dloss = 1.0f / (static_cast<float>(microbatches_) * static_cast<float>(bt));
+  const std::size_t block = static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float);
+  DeviceBuffer logits(*backend_, block), dlogits(*backend_, block);
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(d.V - vocab_begin(first)) * d.C, 0.0f);
+  for (int k = first; k < vocab_groups_; ++k) {
+    const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
+    const std::size_t row = static_cast<std::size_t>(v0 - vocab_begin(first)) * d.C;
+    matmul_forward(logits.f(), lnf, w + row, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no,
+                   *backend_);
+    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, targets.data(), M, S, dloss);
+    matmul_backward_weight(out.data() + at + row, nullptr, dlogits.f(), lnf, d.B, d.T, d.C, nv, WeightLayout::out_in,
+                           *backend_);
+  }
+  return out;
+}
+
+// Owner: the helper's LM-head weight gradients (after the layers' in its answer, from `at`) into the held-back slot
+// of s (its lm_head_w rows of the last `groups` groups); returns the end of what it read.
+const float* StageModel::land_vocab_weight_grads(const VStage& s, float* slot, int groups, const float* at) {
+  const std::size_t n = vocab_grads_floats(s, groups);
+  if (n == 0) return at;
+  backend_->upload(
+      slot + s.offset("lm_head_w") + static_cast<std::size_t>(vocab_begin(vocab_groups_ - groups)) * dims_.C, at,
+      n * sizeof(float));
+  return at + n;
 }
 
 bool StageModel::is_vocab_request(const std::vector<float>& request) const {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "conductor/config/resolve.hpp"
@@ -107,6 +108,50 @@ TEST(StageVocab, VocabGroupsGivenToAHelperGiveTheSameBits) {
   }
 }
 
+// W: the last k vocabulary groups' LM-head weight gradients computed by a helper that holds only the first stage,
+// from weight_inputs (with the MLP's groups in the same request, and alone), landing after every W of the step has
+// run (so held back out of order), give the bits of one model computing every group itself.
+TEST(StageVocab, VocabWeightGradsGivenToAHelperGiveTheSameBits) {
+  for (const std::vector<std::string>& units : {std::vector<std::string>{"vocab"}, {"mlp", "vocab"}}) {
+    for (const int groups : {4, 2}) {
+      const plan::Plan plan = vocab_plan(units, groups);
+      StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {0}, 2);
+      const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
+      for (int step = 0; step < 2; ++step) {
+        const std::size_t n = keep.activation_elements();
+        const int mbs = give.num_microbatches();
+        std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
+        give.begin_step(step);
+        std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
+        for (int mb = 0; mb < mbs; ++mb) {
+          give.forward(0, mb, nullptr, act[mb].data());
+          give.forward(1, mb, act[mb].data(), nullptr);
+          for (int vs : {1, 0}) {
+            give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
+            if (vs == 0 && units.size() == 1) {  // vocab alone: the first stage has nothing to give
+              give.backward_weight(vs, mb);
+              continue;
+            }
+            const int k = 1 + (mb + step) % groups;
+            const std::vector<float> in = give.weight_inputs(vs, mb, k);
+            std::vector<float> answer = helper.weight_grads(k, in);
+            EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
+            give.backward_weight(vs, mb);
+            answers.emplace_back(vs, mb, std::move(answer));
+          }
+        }
+        for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
+          give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
+        }
+        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+      }
+    }
+  }
+}
+
 // A helper checks what it gets: a request of the wrong size, or for more groups than there are.
 TEST(StageVocab, HelperRefusesAMalformedRequest) {
   const plan::Plan plan = vocab_plan({"vocab"}, 4);
@@ -116,4 +161,7 @@ TEST(StageVocab, HelperRefusesAMalformedRequest) {
   EXPECT_THROW(helper.forward_help(1, request), Error);
   EXPECT_THROW(helper.backward_input_help(1, request), Error);
   EXPECT_THROW(helper.forward_help(5, request), Error);
+  EXPECT_THROW(helper.weight_grads(1, request), Error);  // the LM head's part is short
+  request.back() = 7.0f;
+  EXPECT_THROW(helper.weight_grads(1, request), Error);  // names no LM-head part
 }

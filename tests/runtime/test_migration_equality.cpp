@@ -229,7 +229,7 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
 // groups to the next rank; the last stage's F and B send one LM-head request each (the hidden state out, the
 // vocabulary-parallel loss's statistics or the hidden state's gradient back), and losses and final weights equal
 // single-rank training of the same deck (migration on, the loss computed group by group) bit for bit. With vocab
-// alone only the last stage's F and B have slices to give (its W stays local: W and BW move nothing).
+// alone only the last stage's ops have slices to give (its W and BW one request with the LM head's part).
 class ForcedVocabMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
 TEST_P(ForcedVocabMigration, MatchesSingleRank) {
@@ -253,7 +253,7 @@ TEST_P(ForcedVocabMigration, MatchesSingleRank) {
   EXPECT_EQ(m.help_f, (mlp ? ops * layers : 0) + head_ops) << what;
   EXPECT_EQ(m.owner_b, zb ? (mlp ? ops : head_ops) : 0) << what;
   EXPECT_EQ(m.help_b, zb ? (mlp ? ops * layers : 0) + head_ops : 0) << what;
-  EXPECT_EQ(m.helper_ops, mlp ? ops : 0) << what;  // HELP_W / HELP_BW: the MLP's
+  EXPECT_EQ(m.helper_ops, mlp ? ops : head_ops) << what;  // HELP_W / HELP_BW
   EXPECT_TRUE(m.helpers_right) << what;
 }
 
@@ -332,7 +332,7 @@ TEST(DecidedMigration, HeadsStragglerMatchesSingleRank) {
 }
 
 // The LM head's vocabulary groups alone (units [vocab]), decided: the last stage is a 3x straggler, the others
-// jitter; only its F and B have slices to give, and they do.
+// jitter; only its ops have slices to give, and they do.
 TEST(DecidedMigration, VocabStragglerOnTheLastStageMatchesSingleRank) {
   const config::Deck deck = migration_deck(
       "zb-h1", "readiness",
@@ -343,8 +343,7 @@ TEST(DecidedMigration, VocabStragglerOnTheLastStageMatchesSingleRank) {
   if (world_rank() != 0) return;
   expect_single_rank_losses(deck, outcome, "decided, vocab");
   const Moved m = moved(outcome.output_dir, 0);
-  EXPECT_GT(m.help_f + m.help_b, 0) << "no LM-head migration was decided";
-  EXPECT_EQ(m.helper_ops, 0);  // W moves nothing with vocab alone
+  EXPECT_GT(m.help_f + m.help_b, 0) << "no LM-head migration of F or B was decided";
 }
 
 }  // namespace

@@ -177,7 +177,9 @@ class StageModel {
   //   vocab F out: per group its max, sum of exponentials and target logit (0 where it lacks the target), [B,T] each
   //   vocab B in:  as F's, with the whole vocabulary's per-token max and sum [B,T] each after the targets
   //   vocab B out: the partial sum of the groups' final-LayerNorm-output gradients [B,T,C]
-  // W of the vocabulary groups stays with the owner (it recomputes the logit gradients of groups its B gave away).
+  // W: weight_inputs appends the LM head's part, B's layout (ending in the unit float 2; from a stage without the LM
+  // head the one float 3), and weight_grads answers after the layers' gradients with the groups' LM-head weight
+  // gradients [V_k, C] (the helper recomputes their logits and logit gradients).
   int vocab_groups() const { return vocab_groups_; }
 
   // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
@@ -283,7 +285,11 @@ class StageModel {
   void head_forward_vocab(VStage& s, Micro& m);
   void head_backward_input_vocab(VStage& s, Micro& m);
   void vocab_group_dlogits(const VStage& s, Micro& m, int k, float dloss);
-  void head_backward_weight_vocab(const VStage& s, Micro& m, float* grads);
+  void head_backward_weight_vocab(const VStage& s, Micro& m, float* grads, int groups_here);
+  void append_vocab_weight_inputs(const VStage& s, const Micro& m, int groups, std::vector<float>& out) const;
+  std::size_t vocab_grads_floats(const VStage& s, int groups) const;
+  const float* land_vocab_weight_grads(const VStage& s, float* slot, int groups, const float* at);
+  std::vector<float> layer_weight_grads(int groups, const std::vector<float>& inputs) const;  // weight_grads' layers
   bool is_vocab_request(const std::vector<float>& request) const;
   std::vector<float> vocab_forward_help(int groups, std::span<const float> input) const;
   std::vector<float> vocab_backward_input_help(int groups, std::span<const float> input) const;

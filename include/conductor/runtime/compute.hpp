@@ -47,7 +47,7 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
   // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
-  // cpu, the MLP column groups of F, B, W and of BW's weight half), None.
+  // cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's weight half), None.
   enum class SliceMoves { None, Modelled, Real };
   virtual SliceMoves slice_moves(sched::OpKind kind) const {
     (void)kind;
