@@ -157,6 +157,7 @@ plan::Migration migration_from_model(const Deck& d) {
   for (const std::string& entry : c.force) m.force.push_back(*parse_forced_help(entry, why));  // checked by now
   if (std::find(c.units.begin(), c.units.end(), "mlp") != c.units.end()) m.mlp_groups = c.slices;
   if (std::find(c.units.begin(), c.units.end(), "heads") != c.units.end()) m.head_groups = c.slices;
+  if (std::find(c.units.begin(), c.units.end(), "vocab") != c.units.end()) m.vocab_groups = c.slices;
   const int p = d.parallel.pipeline;
   const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;

@@ -10,8 +10,8 @@ void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
       "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu the MLP column "
-      "groups and attention head groups: migration.units [mlp], [heads] or both): when an op starts, its owner may "
-      "give up "
+      "groups, attention head groups and LM-head vocabulary groups of migration.units): when an op starts, its "
+      "owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
   f.push_back(field<std::vector<std::string>>(
@@ -86,6 +86,18 @@ void add_migration_fields(std::vector<Field>& f) {
 
 namespace {
 
+// conductor run's vocabulary groups (model/stage.hpp): each holds at least one LM-head row.
+void check_vocab(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
+  const MigrationConfig& m = d.migration;
+  const bool vocab = std::find(m.units.begin(), m.units.end(), "vocab") != m.units.end();
+  if (vocab && m.slices > d.model.vocab) {
+    problems.push_back(src + ": migration.slices = " + std::to_string(m.slices) +
+                       " exceeds model.vocab = " + std::to_string(d.model.vocab) +
+                       " (unit 'vocab'): every slice needs at least one vocabulary column; choose fewer slices or "
+                       "leave vocab out of migration.units");
+  }
+}
+
 // A head is indivisible: the slices split the heads evenly. (MLP columns and vocabulary columns are many: a
 // group one column larger than another changes nothing measurable, so they need not divide.)
 void check_heads(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
@@ -99,29 +111,13 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups and the attention head groups
-// with the trainer's kernels (LM-head vocabulary groups are issue 15's remaining work); cuda moves nothing yet.
+// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups, the attention head groups and
+// the LM-head vocabulary groups with the trainer's kernels; cuda moves nothing yet.
 void check_run_backend(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
-  const MigrationConfig& m = d.migration;
-  if (d.backend == "emulated") return;
-  if (d.backend != "cpu") {
-    problems.push_back(src + ": migration.enabled = true with backend = " + d.backend +
-                       ": conductor run migrates on backends emulated and cpu only; cuda slices are not moved yet "
-                       "(issue 15); set migration.enabled=false or use conductor simulate");
-    return;
-  }
-  if (std::find(m.units.begin(), m.units.end(), "vocab") != m.units.end()) {
-    problems.push_back(src + ": migration.units = [" + join(m.units) +
-                       "] with backend = cpu: the cpu backend moves MLP column groups and attention head groups "
-                       "only (LM-head vocabulary groups are issue 15's remaining work); leave vocab out, e.g. "
-                       "migration.units=[mlp,heads]");
-  }
+  if (d.backend == "emulated" || d.backend == "cpu") return;
+  problems.push_back(src + ": migration.enabled = true with backend = " + d.backend +
+                     ": conductor run migrates on backends emulated and cpu only; cuda slices are not moved yet "
+                     "(issue 15); set migration.enabled=false or use conductor simulate");
 }
 
 // migration.force: well-formed entries, ranks in the pipeline, a helper other than the owner, one entry per
@@ -188,6 +184,7 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
     problems.push_back(src + ": migration.units is empty; name at least one of heads, mlp, vocab");
   }
   check_heads(deck, src, problems);
+  if (options.command == Command::Run) check_vocab(deck, src, problems);
 }
 
 }  // namespace conductor::config

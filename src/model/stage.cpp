@@ -234,6 +234,11 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
     group_lse_ = DeviceBuffer(*backend_, lse * sizeof(float));
     group_delta_ = DeviceBuffer(*backend_, lse * sizeof(float));
   }
+  vocab_groups_ = std::max(1, plan.migration.vocab_groups);  // stage_vocab.cpp
+  check_vocab_backend();
+  if (vocab_groups_ > 1) {
+    vocab_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(vocab_groups_) * d.BT() * d.C * sizeof(float));
+  }
   if (const int most = std::max(mlp_groups_, head_groups_); most > 1) {
     group_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(most) * d.BT() * d.C * sizeof(float));
   }

@@ -24,6 +24,11 @@ struct StageModel::Micro {
   float* probs = nullptr;         // [B,T,V], becomes dlogits in B
   float* losses = nullptr;        // [B,T]
   float* dlnf = nullptr;          // [B,T,C]
+  // LM-head vocabulary groups (stage_vocab.cpp): the whole vocabulary's per-token max logit and sum of
+  // exponentials (F, for B and W), and per group whether this rank holds its logits (F) and logit gradients (B),
+  // group g's compact [B,T,nv] block at B*T*(its first vocabulary id) in logits / probs.
+  std::vector<float> vocab_max, vocab_sum;
+  std::vector<char> vocab_logits, vocab_dlogits;
 };
 
 struct StageModel::VStage {

@@ -160,7 +160,7 @@ GroupArgs owner_args(const GroupShape& s, const PassBuffers& b, float* part) {
 }  // namespace
 
 void StageModel::check_groups(int groups, const char* what) const {
-  const int most = std::max(mlp_groups_, head_groups_);
+  const int most = std::max({mlp_groups_, head_groups_, vocab_groups_});
   if (most < 2 || groups < 1 || groups > most) {
     throw Error(std::string("model: ") + std::to_string(groups) + " groups asked for " + what + " (the model has " +
                 std::to_string(most > 1 ? most : 0) + ")");
@@ -353,11 +353,15 @@ GroupedPass StageModel::grouped_pass(float unit, bool forward) const {
 
 std::vector<float> StageModel::forward_help(int groups, const std::vector<float>& request) const {
   if (request.empty()) throw Error("model: an empty request to a helper's F");
+  if (is_vocab_request(request)) return vocab_forward_help(groups, {request.data(), request.size() - 1});  // stage_vocab.cpp
   return help_grouped(grouped_pass(request.back(), true), groups, {request.data(), request.size() - 1});
 }
 
 std::vector<float> StageModel::backward_input_help(int groups, const std::vector<float>& request) const {
   if (request.empty()) throw Error("model: an empty request to a helper's B");
+  if (is_vocab_request(request)) {
+    return vocab_backward_input_help(groups, {request.data(), request.size() - 1});  // stage_vocab.cpp
+  }
   return help_grouped(grouped_pass(request.back(), false), groups, {request.data(), request.size() - 1});
 }
 
@@ -682,7 +686,7 @@ std::size_t StageModel::weight_out_layer(int groups) const {
 
 std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
   VStage& s = stage(vs);
-  const int most = std::max(mlp_groups_, head_groups_);
+  const int most = std::max({mlp_groups_, head_groups_, vocab_groups_});
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of virtual stage " + std::to_string(vs) +
                 " (it has " + std::to_string(most > 1 ? most : 0) + ")");
@@ -707,16 +711,18 @@ std::vector<float> StageModel::weight_inputs(int vs, int mb, int groups) {
       }
     }
   }
+  append_vocab_weight_inputs(s, m, groups, out);  // the LM head's part (stage_vocab.cpp)
   s.groups_away.resize(static_cast<std::size_t>(microbatches_), 0);
   s.groups_away[static_cast<std::size_t>(mb)] = groups;
   return out;
 }
 
 std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
-  return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups);
+  return static_cast<std::size_t>(stage(vs).n_layers) * weight_out_layer(groups) +
+         vocab_grads_floats(stage(vs), groups);
 }
 
-std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>& inputs) const {
+std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<float>& inputs) const {
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of a helper (the model has " +
@@ -786,6 +792,7 @@ void StageModel::land_weight_grads(int vs, int mb, const std::vector<float>& gra
       }
     }
   }
+  land_vocab_weight_grads(s, s.held_back[i]->buf.f(), groups, from);  // stage_vocab.cpp
   s.groups_away[i] = 0;
   s.waiting[i] = std::move(s.held_back[i]);
   add_slots_in_order(s);

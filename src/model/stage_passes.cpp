@@ -88,7 +88,11 @@ void StageModel::run_forward(VStage& s, Micro& m, int* tokens, int* targets, con
   }
   if (s.head) {
     m.targets = targets;
-    head_forward(s, m);
+    if (vocab_groups_ > 1) {
+      head_forward_vocab(s, m);  // in vocabulary groups (stage_vocab.cpp)
+    } else {
+      head_forward(s, m);
+    }
   } else {
     backend_->copy(out, m.res[s.n_layers], btc_bytes);
   }
@@ -162,7 +166,9 @@ void StageModel::backward_input(int vs, int mb, const float* grad_out, float* gr
   }
   Micro& m = micro(s, mb, Phase::after_forward, "backward_input");
   const std::size_t btc_bytes = activation_elements() * sizeof(float);
-  if (s.head) {
+  if (s.head && vocab_groups_ > 1) {
+    head_backward_input_vocab(s, m);  // in vocabulary groups (stage_vocab.cpp)
+  } else if (s.head) {
     head_backward_input(s, m);
   } else {
     backend_->copy(m.dres[s.n_layers], grad_out, btc_bytes);
@@ -240,14 +246,16 @@ void StageModel::backward_weight(int vs, int mb) {
   const int L = s.n_layers;
   std::unique_ptr<VStage::GradSlot> slot = take_grad_slot(s, *backend_);
   float* g = slot->buf.f();
-  if (s.head) {
+  const std::size_t i = static_cast<std::size_t>(mb);
+  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // groups a helper computes
+  if (s.head && vocab_groups_ > 1) {
+    head_backward_weight_vocab(s, m, g, vocab_groups_ - away);  // in vocabulary groups (stage_vocab.cpp)
+  } else if (s.head) {
     matmul_backward_weight(g + s.offset("lm_head_w"), nullptr, m.probs, m.lnf, d.B, d.T, d.C, d.V, WeightLayout::out_in,
                            *backend_);
     layernorm_backward_weight(g + s.offset("lnf_w"), g + s.offset("lnf_b"), m.dlnf, m.res[L], m.meanf, m.rstdf, d.B,
                               d.T, d.C, *backend_);
   }
-  const std::size_t i = static_cast<std::size_t>(mb);
-  const int away = i < s.groups_away.size() ? s.groups_away[i] : 0;  // groups a helper computes
   for (int l = L - 1; l >= 0; l--) {
     const LayerActs& a = m.layers[l];
     const LayerView& gl = slot->g[l];

@@ -163,9 +163,10 @@ class HostModelCompute final : public StageCompute {
     return ++tickets_;
   }
   // The MLP column groups and the attention head groups move (model/stage.hpp): of F, of B, of W and of BW's
-  // weight half.
+  // weight half; the LM head's vocabulary groups likewise.
   SliceMoves slice_moves(sched::OpKind) const override {
-    return model_->mlp_groups() > 1 || model_->head_groups() > 1 ? SliceMoves::Real : SliceMoves::None;
+    const bool any = model_->mlp_groups() > 1 || model_->head_groups() > 1 || model_->vocab_groups() > 1;
+    return any ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
@@ -189,10 +190,13 @@ class HostModelCompute final : public StageCompute {
     model_->land_weight_grads(stage, a.microbatch, answer);
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
-    // F, B: one request per layer and grouped unit.
+    // F, B: one request per layer and grouped unit, and one for the LM head's vocabulary groups on the last stage
+    // (0: the op has nothing to give). W, BW: one, when a unit of the stage is grouped.
     const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
     const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
-    return per_layer ? units * layers_[static_cast<std::size_t>(stage)] : 1;
+    const bool head = model_->vocab_groups() > 1 && stage == static_cast<int>(layers_.size()) - 1;
+    if (!per_layer) return units > 0 || head ? 1 : 0;
+    return units * layers_[static_cast<std::size_t>(stage)] + (head ? 1 : 0);
   }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;

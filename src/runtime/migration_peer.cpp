@@ -308,8 +308,14 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 }
 
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
-  const Compute::SliceMoves moves = compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind);
+  const sched::Action& op = ctx_.actions()[static_cast<std::size_t>(i)];
+  const Compute::SliceMoves moves = compute_.slice_moves(op.kind);
   if (moves == Compute::SliceMoves::None) return estimate_ns;
+  // Real slices of units this op lacks (the LM head's vocabulary groups of another stage's op): nothing to give.
+  if (moves == Compute::SliceMoves::Real &&
+      compute_.requests_per_op(op.kind, ctx_.order.stage_of(ctx_.rank, op.chunk)) == 0) {
+    return estimate_ns;
+  }
   sched::Offload o;
   {
     const Timed timed(*this);  // the decision (its polls are timed in catch_up, the request in send_control)

@@ -4,7 +4,7 @@ slow stage set by the deck's costs (20 ms ops, 40 ms on the straggler), p = 2 an
 shared with idle peers, the helpers' slice work is in the trace as HELP_* rows naming the owner, every op of every
 step completes with the watchdog quiet. Whether it is faster is a speed claim: bench/bench_runtime.py --migration
 (a timed assertion here failed when other builds loaded the cores: the ranks poll while they wait). A deck asking
-for migration on the cpu backend with units it does not move yet is refused naming what remains (issue 15); a
+for vocabulary groups on the cpu backend with more slices than vocabulary columns is refused naming both; a
 helper that stops mid-help ends the run through the owner's watchdog. Status messages go only to ranks that decide
 (none with migration.force but the Finished of each step)."""
 import os
@@ -116,13 +116,12 @@ class EmulatedMigrationTest(unittest.TestCase):
     def test_p4_straggler_second_stage(self):
         self.check(4, 1)
 
-    def test_cpu_backend_refuses_vocab_groups(self):
+    def test_cpu_backend_refuses_more_vocab_groups_than_columns(self):
         out = os.path.join(self.tmp.name, "cpu")
-        proc = self.run_deck(2, deck(out, 2, 0, backend="cpu"))
+        proc = self.run_deck(2, deck(out, 2, 0, backend="cpu"), "migration.units=[vocab]", "model.vocab=8",
+                             "migration.slices=16")
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("migration.units = [heads, mlp, vocab] with backend = cpu", proc.stderr)
-        self.assertIn("leave vocab out, e.g. migration.units=[mlp,heads]", proc.stderr)
-        self.assertIn("issue 15", proc.stderr)
+        self.assertIn("migration.slices = 16 exceeds model.vocab = 8 (unit 'vocab')", proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "trace.h5")))
 
 

@@ -1,9 +1,9 @@
 // Computation migration on the cpu backend moves real slices (the MLP column groups and the attention head groups of
-// F, B, W and BW's weight half) and never changes the math: with forced patterns (migration.force) and with decided
-// migrations under a straggler and jitter, losses equal single-rank training bit for bit, for several schedule
-// families, strict and readiness, at the pipeline size this binary runs with. The trace shows the slices did move
-// (owner rows with migrated slices, HELP_F / HELP_B / HELP_W / HELP_BW rows on the helper), so a run where nothing
-// moved cannot pass.
+// F, B, W and BW's weight half, the LM head's vocabulary groups of F and B) and never changes the math: with forced
+// patterns (migration.force) and with decided migrations under a straggler and jitter, losses equal single-rank
+// training bit for bit, for several schedule families, strict and readiness, at the pipeline size this binary runs
+// with. The trace shows the slices did move (owner rows with migrated slices, HELP_F / HELP_B / HELP_W / HELP_BW rows
+// on the helper), so a run where nothing moved cannot pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -225,6 +225,52 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
                            return name;
                          });
 
+// The LM head's vocabulary groups move (unit vocab, alone or with the MLP's): every op of every rank gives 2 of 4
+// groups to the next rank; the last stage's F and B send one LM-head request each (the hidden state out, the
+// vocabulary-parallel loss's statistics or the hidden state's gradient back), and losses and final weights equal
+// single-rank training of the same deck (migration on, the loss computed group by group) bit for bit. With vocab
+// alone only the last stage's ops have slices to give (its W and BW one request with the LM head's part).
+class ForcedVocabMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(ForcedVocabMigration, MatchesSingleRank) {
+  const auto& [units, kind, execution] = GetParam();
+  const std::string what = units + " " + kind + " " + execution;
+  const std::string ckpt =
+      (std::filesystem::temp_directory_path() / ("conductor-migvocab-ckpt-" + std::to_string(world_size()))).string();
+  const config::Deck deck = migration_deck(
+      kind, execution, {"migration.units=[" + units + "]", ring_pattern(2, "F,B,W,BW"), "checkpoint.path=" + ckpt});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, what);
+  expect_single_rank_weights(deck, ckpt, what);
+  const Moved m = moved(outcome.output_dir, 1);
+  // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; the last stage's F (and B with zb-h1: 1f1b's
+  // BW moves only its weight half) has one LM-head request more than its layers' (2p layers over p v chunks).
+  const int v = deck.parallel.virtual_chunks, p = world_size(), ops = 3 * 2 * p * v * p, layers = 2 / v;
+  const int head_ops = 3 * 2 * p;  // the last stage's F (or B)
+  const bool mlp = units != "vocab", zb = kind == "zb-h1";
+  EXPECT_EQ(m.owner_f, mlp ? ops : head_ops) << what;
+  EXPECT_EQ(m.help_f, (mlp ? ops * layers : 0) + head_ops) << what;
+  EXPECT_EQ(m.owner_b, zb ? (mlp ? ops : head_ops) : 0) << what;
+  EXPECT_EQ(m.help_b, zb ? (mlp ? ops * layers : 0) + head_ops : 0) << what;
+  EXPECT_EQ(m.helper_ops, mlp ? ops : head_ops) << what;  // HELP_W / HELP_BW
+  EXPECT_TRUE(m.helpers_right) << what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Units, ForcedVocabMigration,
+                         ::testing::Values(std::make_tuple("vocab", "zb-h1", "strict"),
+                                           std::make_tuple("vocab", "1f1b", "readiness"),
+                                           std::make_tuple("mlp,vocab", "zb-h1", "readiness"),
+                                           std::make_tuple("mlp,vocab", "1f1b-interleaved", "strict")),
+                         [](const auto& info) {
+                           std::string name =
+                               std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
 // Every slice moved (slices = migration.slices, max_fraction 1): the owner computes no group of its own, and losses
 // equal single-rank training's; every kind of help ran.
 void expect_every_slice_moved(const config::Deck& deck, const std::string& what) {
@@ -282,6 +328,21 @@ TEST(DecidedMigration, HeadsStragglerMatchesSingleRank) {
   expect_single_rank_losses(deck, outcome, "decided, heads");
   const Moved m = moved(outcome.output_dir, 0);
   EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided";
+}
+
+// The LM head's vocabulary groups alone (units [vocab]), decided: the last stage is a 3x straggler, the others
+// jitter; only its ops have slices to give, and they do.
+TEST(DecidedMigration, VocabStragglerOnTheLastStageMatchesSingleRank) {
+  const config::Deck deck = migration_deck(
+      "zb-h1", "readiness",
+      {"migration.units=[vocab]", "run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.2",
+       "noise.straggler_rank=" + std::to_string(world_size() - 1), "noise.straggler_factor=3", "cost.forward=[2]",
+       "cost.backward_input=[2]", "cost.backward_weight=[2]", "migration.max_fraction=1"});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "decided, vocab");
+  const Moved m = moved(outcome.output_dir, 0);
+  EXPECT_GT(m.help_f + m.help_b, 0) << "no LM-head migration of F or B was decided";
 }
 
 }  // namespace

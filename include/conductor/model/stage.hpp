@@ -171,6 +171,21 @@ class StageModel {
   std::vector<float> forward_help(int groups, const std::vector<float>& request) const;
   std::vector<float> backward_input_help(int groups, const std::vector<float>& request) const;
 
+  // ---- computation migration: LM-head vocabulary groups (unit vocab; stage_vocab.cpp) ----
+  // With migration on and unit `vocab`, the last virtual stage computes the LM head and the loss in G =
+  // migration.slices vocabulary groups (group g: LM-head rows [g V/G, (g+1) V/G)), the loss vocabulary-parallel:
+  // per group and token the max logit, the sum of exponentials relative to it and the target's logit; the groups are
+  // combined in index order. B adds the groups' parts of the hidden state's gradient from the last group down. cpu
+  // backend only. 1 = not grouped. give_groups gives the last k vocabulary groups too (one request after the layers'):
+  //   vocab F in:  final LayerNorm output [B,T,C], targets [B,T] (as floats), the groups' LM-head rows [V_k, C]
+  //   vocab F out: per group its max, sum of exponentials and target logit (0 where it lacks the target), [B,T] each
+  //   vocab B in:  as F's, with the whole vocabulary's per-token max and sum [B,T] each after the targets
+  //   vocab B out: the partial sum of the groups' final-LayerNorm-output gradients [B,T,C]
+  // W: weight_inputs appends the LM head's part, B's layout (ending in the unit float 2; from a stage without the LM
+  // head the one float 3), and weight_grads answers after the layers' gradients with the groups' LM-head weight
+  // gradients [V_k, C] (the helper recomputes their logits and logit gradients).
+  int vocab_groups() const { return vocab_groups_; }
+
   // ---- checkpoint files (HDF5, one per virtual stage: <step folder>/vstage_<vs>.h5; model/checkpoint.hpp) ----
   // Writes weights, AdamW moments, steps_done, the data RNG state and the resolved deck of each held stage
   // into the existing folder `dir`, durably (fsync); returns each file's name, CRC-32 and size for the
@@ -187,7 +202,8 @@ class StageModel {
   std::vector<float> read(int vs, Buffer which) const;
   void write(int vs, Buffer which, const std::vector<float>& values);
   std::vector<float> read_tensor(int vs, Buffer which, const std::string& name) const;
-  // Logits [B,T,V] of microbatch mb (last virtual stage, between its forward and its backward_input).
+  // Logits [B,T,V] of microbatch mb (last virtual stage, between its forward and its backward_input). With
+  // vocabulary groups, group by group ([B,T,nv] each), and only the groups F computed on this rank.
   std::vector<float> logits(int mb) const;
   const Dims& dims() const { return dims_; }
   Backend& backend() const { return *backend_; }
@@ -266,6 +282,23 @@ class StageModel {
   std::vector<WeightPass> weight_passes() const;  // the grouped units' W, in the order of a W request
   void weight_groups(const WeightPass& u, const LayerActs& a, const LayerView& g, int groups_here);
   void add_slots_in_order(VStage& s);
+  int vocab_groups_ = 1;      // see vocab_groups()
+  DeviceBuffer vocab_parts_;  // [G, B,T,C] the vocabulary groups' parts of the hidden state's gradient (B)
+  int vocab_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.V / vocab_groups_); }
+  void check_vocab_backend() const;
+  std::vector<float> vocab_request(const VStage& s, const Micro& m, int first, bool backward) const;
+  std::size_t vocab_request_floats(int groups, bool backward) const;
+  void head_forward_vocab(VStage& s, Micro& m);
+  void head_backward_input_vocab(VStage& s, Micro& m);
+  void vocab_group_dlogits(const VStage& s, Micro& m, int k, float dloss);
+  void head_backward_weight_vocab(const VStage& s, Micro& m, float* grads, int groups_here);
+  void append_vocab_weight_inputs(const VStage& s, const Micro& m, int groups, std::vector<float>& out) const;
+  std::size_t vocab_grads_floats(const VStage& s, int groups) const;
+  const float* land_vocab_weight_grads(const VStage& s, float* slot, int groups, const float* at);
+  std::vector<float> layer_weight_grads(int groups, const std::vector<float>& inputs) const;  // weight_grads' layers
+  bool is_vocab_request(const std::vector<float>& request) const;
+  std::vector<float> vocab_forward_help(int groups, std::span<const float> input) const;
+  std::vector<float> vocab_backward_input_help(int groups, std::span<const float> input) const;
 };
 
 }  // namespace conductor::model

@@ -195,6 +195,7 @@ struct Migration {
   // ran (model/stage.hpp).
   int mlp_groups = 1;
   int head_groups = 1;
+  int vocab_groups = 1;  // the LM head and loss in vocabulary groups (unit vocab; model/stage.hpp)
 };
 
 // The global tier's settings a run needs (scheduler.*); train-policy's ppo.* stay in the policy layer's deck.

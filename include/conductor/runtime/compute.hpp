@@ -47,7 +47,7 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
   // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
-  // cpu, the MLP column groups of F, B, W and of BW's weight half), None.
+  // cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's weight half), None.
   enum class SliceMoves { None, Modelled, Real };
   virtual SliceMoves slice_moves(sched::OpKind kind) const {
     (void)kind;
@@ -65,7 +65,8 @@ class Compute {
   virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
   // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
-  // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer; W, BW: one).
+  // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer and grouped unit,
+  // and one for the LM head's vocabulary groups; W, BW: one); 0 (owner): the op has no slices to give.
   virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);

@@ -1,0 +1,167 @@
+// StageModel's LM head and loss in vocabulary groups (unit vocab of computation migration; stage.hpp, "LM-head
+// vocabulary groups"): the vocabulary-parallel loss is the loss (close to the ungrouped model's), and an owner that
+// gives its last k vocabulary groups of F and B to a helper model computes the same bits as one that keeps them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "conductor/config/resolve.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/util/error.hpp"
+#include "model_test_util.hpp"
+
+using namespace conductor;
+using namespace conductor::model;
+using namespace model_test;
+
+namespace {
+
+plan::Plan vocab_plan(const std::vector<std::string>& units, int groups) {
+  auto deck = tiny_deck();  // vocab 13: G = 4 gives groups of 3, 3, 3 and 4 columns
+  deck.model.n_heads = 4;
+  deck.parallel.pipeline = 2;
+  deck.migration.enabled = true;
+  deck.migration.units = units;
+  deck.migration.slices = groups;
+  deck.migration.max_fraction = 1;
+  return config::resolve(deck);
+}
+
+}  // namespace
+
+// The vocabulary-parallel loss (per group max, sum of exponentials and target logit, combined over the groups) is
+// the softmax cross-entropy: losses and gradients of a step agree with the ungrouped model's to rounding.
+TEST(StageVocab, GroupedLossIsTheLoss) {
+  const plan::Plan off = [] {
+    auto deck = tiny_deck();
+    deck.model.n_heads = 4;  // as vocab_plan's
+    deck.parallel.pipeline = 2;
+    return config::resolve(deck);
+  }();
+  for (const int groups : {4, 13}) {
+    const plan::Plan on = vocab_plan({"vocab"}, groups);
+    StageModel plain(off, {0, 1}, 2), grouped(on, {0, 1}, 2);
+    ASSERT_EQ(grouped.vocab_groups(), groups);
+    ASSERT_EQ(plain.vocab_groups(), 1);
+    const double a = run_step(plain, 0), b = run_step(grouped, 0);
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(a)) << groups;
+    for (int vs : {0, 1}) {
+      EXPECT_LT(rel_err(grouped.read(vs, Buffer::Grads), plain.read(vs, Buffer::Grads)), 1e-5) << groups << " " << vs;
+    }
+  }
+}
+
+// An owner giving its last k = 1 .. G vocabulary groups of each F and B (F and B of one microbatch given different
+// k, so B recomputes logits F gave away, and W the logit gradients B gave away) to a helper that holds only the first
+// stage gives the bits of one keeping every group: losses and gradients, two steps, the units alone and with the
+// MLP's and the heads'. One LM-head request per F and B of the last stage.
+TEST(StageVocab, VocabGroupsGivenToAHelperGiveTheSameBits) {
+  for (const std::vector<std::string>& units :
+       {std::vector<std::string>{"vocab"}, {"mlp", "vocab"}, {"heads", "mlp", "vocab"}}) {
+    for (const int groups : {4, 2}) {
+      const plan::Plan plan = vocab_plan(units, groups);
+      StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {0}, 2);
+      const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
+      int vocab_requests = 0;
+      const auto exchange = [&](bool forward, int k) {
+        auto input = std::make_shared<std::vector<float>>();
+        auto floats = std::make_shared<std::size_t>(0);
+        StageModel::GroupExchange e;
+        e.send = [input, floats](std::vector<float> in, std::size_t answer) {
+          *input = std::move(in);
+          *floats = answer;
+        };
+        e.receive = [&, input, floats, forward, k] {
+          if (input->back() == 2.0f) ++vocab_requests;
+          std::vector<float> a = forward ? helper.forward_help(k, *input) : helper.backward_input_help(k, *input);
+          EXPECT_EQ(a.size(), *floats) << what;
+          return a;
+        };
+        return e;
+      };
+      for (int step = 0; step < 2; ++step) {
+        const std::size_t n = keep.activation_elements();
+        std::vector<float> act(n), grad(n);
+        give.begin_step(step);
+        for (int mb = 0; mb < give.num_microbatches(); ++mb) {
+          const int kf = 1 + (mb + step) % groups, kb = 1 + (mb + step + 1) % groups;
+          give.forward(0, mb, nullptr, act.data());
+          give.give_groups(kf, exchange(true, kf));
+          give.forward(1, mb, act.data(), nullptr);
+          give.give_groups(kb, exchange(false, kb));
+          give.backward_input(1, mb, nullptr, grad.data());
+          give.backward_weight(1, mb);
+          give.backward_full(0, mb, grad.data(), nullptr);
+        }
+        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+      }
+      EXPECT_EQ(vocab_requests, 2 * 2 * give.num_microbatches()) << what;
+    }
+  }
+}
+
+// W: the last k vocabulary groups' LM-head weight gradients computed by a helper that holds only the first stage,
+// from weight_inputs (with the MLP's groups in the same request, and alone), landing after every W of the step has
+// run (so held back out of order), give the bits of one model computing every group itself.
+TEST(StageVocab, VocabWeightGradsGivenToAHelperGiveTheSameBits) {
+  for (const std::vector<std::string>& units : {std::vector<std::string>{"vocab"}, {"mlp", "vocab"}}) {
+    for (const int groups : {4, 2}) {
+      const plan::Plan plan = vocab_plan(units, groups);
+      StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {0}, 2);
+      const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
+      for (int step = 0; step < 2; ++step) {
+        const std::size_t n = keep.activation_elements();
+        const int mbs = give.num_microbatches();
+        std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
+        give.begin_step(step);
+        std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
+        for (int mb = 0; mb < mbs; ++mb) {
+          give.forward(0, mb, nullptr, act[mb].data());
+          give.forward(1, mb, act[mb].data(), nullptr);
+          for (int vs : {1, 0}) {
+            give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
+            if (vs == 0 && units.size() == 1) {  // vocab alone: the first stage has nothing to give
+              give.backward_weight(vs, mb);
+              continue;
+            }
+            const int k = 1 + (mb + step) % groups;
+            const std::vector<float> in = give.weight_inputs(vs, mb, k);
+            std::vector<float> answer = helper.weight_grads(k, in);
+            EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
+            give.backward_weight(vs, mb);
+            answers.emplace_back(vs, mb, std::move(answer));
+          }
+        }
+        for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
+          give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
+        }
+        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+      }
+    }
+  }
+}
+
+// A helper checks what it gets: a request of the wrong size, or for more groups than there are.
+TEST(StageVocab, HelperRefusesAMalformedRequest) {
+  const plan::Plan plan = vocab_plan({"vocab"}, 4);
+  StageModel helper(plan, {0}, 2);
+  std::vector<float> request(10, 0.0f);
+  request.push_back(2.0f);  // names the vocabulary unit
+  EXPECT_THROW(helper.forward_help(1, request), Error);
+  EXPECT_THROW(helper.backward_input_help(1, request), Error);
+  EXPECT_THROW(helper.forward_help(5, request), Error);
+  EXPECT_THROW(helper.weight_grads(1, request), Error);  // the LM head's part is short
+  request.back() = 7.0f;
+  EXPECT_THROW(helper.weight_grads(1, request), Error);  // names no LM-head part
+}
