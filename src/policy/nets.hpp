@@ -1,6 +1,12 @@
 #pragma once
 // LibTorch modules of the policy (private to the policy layer: only training and the file code see LibTorch).
-#include <torch/torch.h>
+// The narrow LibTorch headers, not <torch/torch.h>: that one alone costs ~20 s of compile time per translation
+// unit (make test builds four of them).
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "conductor/policy/policy.hpp"
 

@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include <torch/serialize/archive.h>
+
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "nets.hpp"

@@ -5,6 +5,11 @@
 #include <cmath>
 #include <random>
 
+#include <torch/types.h>  // first: clip_grad.h needs it and does not include it
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+
 #include "conductor/config/resolve.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/noise.hpp"

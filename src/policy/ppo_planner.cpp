@@ -1,6 +1,6 @@
 #include "conductor/policy/ppo_planner.hpp"
 
-#include <torch/torch.h>
+#include <torch/utils.h>  // set_num_threads (not <torch/torch.h>: compile time)
 
 #include <algorithm>
 #include <array>

@@ -2,7 +2,6 @@
 // parameter gradient must agree, then 5 AdamW steps (warm-up, cosine decay, global-norm clipping) of losses.
 // LibTorch is only the oracle here; it never runs in the training path.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <cmath>
 #include <limits>

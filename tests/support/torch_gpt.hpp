@@ -2,7 +2,13 @@
 // The GPT of conductor::model built from LibTorch ops, with the weights copied from a StageModel (every
 // virtual stage it holds): the oracle of tests/model/test_oracle.cpp and the baseline of bench/bench_model.cpp.
 // LibTorch never runs in the training path.
-#include <torch/torch.h>
+// The narrow LibTorch headers (<torch/torch.h> alone costs ~20 s of compile time).
+#include <torch/types.h>  // first: clip_grad.h needs it and does not include it
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>
