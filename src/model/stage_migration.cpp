@@ -353,7 +353,9 @@ GroupedPass StageModel::grouped_pass(float unit, bool forward) const {
 
 std::vector<float> StageModel::forward_help(int groups, const std::vector<float>& request) const {
   if (request.empty()) throw Error("model: an empty request to a helper's F");
-  if (is_vocab_request(request)) return vocab_forward_help(groups, {request.data(), request.size() - 1});  // stage_vocab.cpp
+  if (is_vocab_request(request)) {
+    return vocab_forward_help(groups, {request.data(), request.size() - 1});  // stage_vocab.cpp
+  }
   return help_grouped(grouped_pass(request.back(), true), groups, {request.data(), request.size() - 1});
 }
 
