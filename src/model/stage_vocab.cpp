@@ -72,6 +72,23 @@ std::vector<int> targets_of(const float* f, long rows) {
   return t;
 }
 
+// A helper's view of a request in vocab_request's B layout: the final LayerNorm output [B,T,C], the targets, the
+// whole vocabulary's per-token max M and sum S [B,T], then the groups' LM-head rows; dloss = 1 / (microbatches BT).
+struct VocabBackward {
+  const float* lnf;
+  std::vector<int> targets;
+  const float *M, *S, *w;
+  float dloss;
+};
+
+VocabBackward read_vocab_backward(const float* at, const Dims& d, int microbatches) {
+  const long bt = d.BT();
+  const float* M = at + static_cast<std::size_t>(bt) * d.C + bt;
+  return {at,         targets_of(M - bt, bt),
+          M,          M + bt,
+          M + 2 * bt, 1.0f / (static_cast<float>(microbatches) * static_cast<float>(bt))};
+}
+
 }  // namespace
 
 void StageModel::check_vocab_backend() const {
@@ -259,20 +276,15 @@ std::vector<float> StageModel::vocab_backward_input_help(int groups, std::span<c
                 std::to_string(vocab_request_floats(groups, true)) + " for " + std::to_string(groups) + " groups)");
   }
   const int first = vocab_groups_ - groups;
-  const float* lnf = input.data();
-  const std::vector<int> targets = targets_of(lnf + btc, bt);
-  const float* M = lnf + btc + bt;
-  const float* S = M + bt;
-  const float* w = S + bt;
-  const float dloss = 1.0f / (static_cast<float>(microbatches_) * static_cast<float>(bt));
+  const VocabBackward r = read_vocab_backward(input.data(), d, microbatches_);
   const std::size_t block = static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float);
   DeviceBuffer logits(*backend_, block), dlogits(*backend_, block), part(*backend_, btc * sizeof(float)),
       acc(*backend_, btc * sizeof(float));
   for (int k = vocab_groups_ - 1; k >= first; --k) {  // the fixed order of addition, from the last group down
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
-    const float* wk = w + static_cast<long>(v0 - vocab_begin(first)) * d.C;
-    matmul_forward(logits.f(), lnf, wk, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
-    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, targets.data(), M, S, dloss);
+    const float* wk = r.w + static_cast<long>(v0 - vocab_begin(first)) * d.C;
+    matmul_forward(logits.f(), r.lnf, wk, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
+    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, r.targets.data(), r.M, r.S, r.dloss);
     float* to = k == vocab_groups_ - 1 ? acc.f() : part.f();
     matmul_backward_input(to, dlogits.f(), wk, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
     if (k < vocab_groups_ - 1) residual_forward(acc.f(), part.f(), acc.f(), btc, *backend_);
@@ -317,14 +329,8 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   check_groups(groups, "a helper's LM-head W");
   const Dims& d = dims_;
   const long bt = d.BT();
-  const std::size_t btc = static_cast<std::size_t>(bt) * d.C;
   const int first = vocab_groups_ - groups;
-  const float* lnf = request.data() + layers.size();
-  const std::vector<int> targets = targets_of(lnf + btc, bt);
-  const float* M = lnf + btc + bt;
-  const float* S = M + bt;
-  const float* w = S + bt;
-  const float dloss = 1.0f / (static_cast<float>(microbatches_) * static_cast<float>(bt));
+  const VocabBackward r = read_vocab_backward(request.data() + layers.size(), d, microbatches_);
   const std::size_t block = static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float);
   DeviceBuffer logits(*backend_, block), dlogits(*backend_, block);
   const std::size_t at = out.size();
@@ -332,10 +338,10 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   for (int k = first; k < vocab_groups_; ++k) {
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     const std::size_t row = static_cast<std::size_t>(v0 - vocab_begin(first)) * d.C;
-    matmul_forward(logits.f(), lnf, w + row, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no,
+    matmul_forward(logits.f(), r.lnf, r.w + row, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no,
                    *backend_);
-    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, targets.data(), M, S, dloss);
-    matmul_backward_weight(out.data() + at + row, nullptr, dlogits.f(), lnf, d.B, d.T, d.C, nv, WeightLayout::out_in,
+    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, r.targets.data(), r.M, r.S, r.dloss);
+    matmul_backward_weight(out.data() + at + row, nullptr, dlogits.f(), r.lnf, d.B, d.T, d.C, nv, WeightLayout::out_in,
                            *backend_);
   }
   return out;

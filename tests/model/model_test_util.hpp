@@ -1,6 +1,10 @@
 #pragma once
 // Shared helpers of the model tests.
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "conductor/config/deck.hpp"
@@ -56,6 +60,52 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
     den += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// After a step of `give` (virtual stages 0 and 1, whatever was given away): its loss and gradients are `keep`'s
+// plain step's bit for bit; then both models step their optimizers.
+inline void expect_step_matches(conductor::model::StageModel& give, conductor::model::StageModel& keep, int step,
+                                const std::string& what) {
+  using conductor::model::Buffer;
+  EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
+  for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
+  keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
+  give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+}
+
+// One step of `give` over virtual stages 0 and 1 in plain order whose W of (vs, mb) gives groups_of(vs, mb) groups
+// to `helper` (0: computes them all), the answers landing after every W of the step, last first (held back out of
+// order), checked against `keep` by expect_step_matches.
+template <class GroupsOf>
+void expect_weight_help_matches(conductor::model::StageModel& give, conductor::model::StageModel& keep,
+                                const conductor::model::StageModel& helper, int step, GroupsOf groups_of,
+                                const std::string& what) {
+  const std::size_t n = keep.activation_elements();
+  const int mbs = give.num_microbatches();
+  std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
+  give.begin_step(step);
+  std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
+  for (int mb = 0; mb < mbs; ++mb) {
+    give.forward(0, mb, nullptr, act[mb].data());
+    give.forward(1, mb, act[mb].data(), nullptr);
+    for (int vs : {1, 0}) {
+      give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
+      const int k = groups_of(vs, mb);
+      if (k == 0) {
+        give.backward_weight(vs, mb);
+        continue;
+      }
+      const std::vector<float> in = give.weight_inputs(vs, mb, k);
+      std::vector<float> answer = helper.weight_grads(k, in);
+      EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
+      give.backward_weight(vs, mb);
+      answers.emplace_back(vs, mb, std::move(answer));
+    }
+  }
+  for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
+    give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
+  }
+  expect_step_matches(give, keep, step, what);
 }
 
 }  // namespace model_test

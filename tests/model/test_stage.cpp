@@ -268,10 +268,7 @@ void expect_groups_given_give_the_same_bits(const std::vector<std::string>& unit
         give.backward_full(vs, mb, vs == 1 ? nullptr : grad.data(), vs == 0 ? nullptr : grad.data());
       }
     }
-    EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
-    for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
-    keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
-    give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+    expect_step_matches(give, keep, step, what);
   }
   // One request per layer and grouped unit of every F and B.
   EXPECT_EQ(requests, 2 * give.num_microbatches() * 2 * plan.model.n_layers * (mlp + heads)) << what;
@@ -330,32 +327,9 @@ TEST(Stage, HeadGroupWeightGradsGivenToAHelperGiveTheSameBits) {
       ASSERT_EQ(give.mlp_groups(), units.size() == 2 ? groups : 1);
       const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
       for (int step = 0; step < 2; ++step) {
-        const std::size_t n = keep.activation_elements();
-        const int mbs = give.num_microbatches();
-        std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
-        give.begin_step(step);
-        std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
-        int op = 0;
-        for (int mb = 0; mb < mbs; ++mb) {
-          give.forward(0, mb, nullptr, act[mb].data());
-          give.forward(1, mb, act[mb].data(), nullptr);
-          for (int vs : {1, 0}) {
-            give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
-            const int k = 1 + op++ % groups;
-            const std::vector<float> in = give.weight_inputs(vs, mb, k);
-            std::vector<float> answer = helper.weight_grads(k, in);
-            EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
-            give.backward_weight(vs, mb);
-            answers.emplace_back(vs, mb, std::move(answer));
-          }
-        }
-        for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
-          give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
-        }
-        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
-        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
-        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
-        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+        int op = 0;  // k = 1 .. G groups in turn
+        expect_weight_help_matches(
+            give, keep, helper, step, [&](int, int) { return 1 + op++ % groups; }, what);
       }
       EXPECT_THROW(helper.weight_grads(groups + 1, {}), Error);
     }

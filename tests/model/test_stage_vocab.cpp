@@ -98,10 +98,7 @@ TEST(StageVocab, VocabGroupsGivenToAHelperGiveTheSameBits) {
           give.backward_weight(1, mb);
           give.backward_full(0, mb, grad.data(), nullptr);
         }
-        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
-        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
-        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
-        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+        expect_step_matches(give, keep, step, what);
       }
       EXPECT_EQ(vocab_requests, 2 * 2 * give.num_microbatches()) << what;
     }
@@ -118,35 +115,11 @@ TEST(StageVocab, VocabWeightGradsGivenToAHelperGiveTheSameBits) {
       StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {0}, 2);
       const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
       for (int step = 0; step < 2; ++step) {
-        const std::size_t n = keep.activation_elements();
-        const int mbs = give.num_microbatches();
-        std::vector<std::vector<float>> act(mbs, std::vector<float>(n)), grad(mbs, std::vector<float>(n));
-        give.begin_step(step);
-        std::vector<std::tuple<int, int, std::vector<float>>> answers;  // (vs, mb, the helper's answer)
-        for (int mb = 0; mb < mbs; ++mb) {
-          give.forward(0, mb, nullptr, act[mb].data());
-          give.forward(1, mb, act[mb].data(), nullptr);
-          for (int vs : {1, 0}) {
-            give.backward_input(vs, mb, vs == 1 ? nullptr : grad[mb].data(), vs == 0 ? nullptr : grad[mb].data());
-            if (vs == 0 && units.size() == 1) {  // vocab alone: the first stage has nothing to give
-              give.backward_weight(vs, mb);
-              continue;
-            }
-            const int k = 1 + (mb + step) % groups;
-            const std::vector<float> in = give.weight_inputs(vs, mb, k);
-            std::vector<float> answer = helper.weight_grads(k, in);
-            EXPECT_EQ(answer.size(), give.weight_grads_floats(vs, k)) << what;
-            give.backward_weight(vs, mb);
-            answers.emplace_back(vs, mb, std::move(answer));
-          }
-        }
-        for (auto it = answers.rbegin(); it != answers.rend(); ++it) {
-          give.land_weight_grads(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it));
-        }
-        EXPECT_EQ(give.step_loss(), run_step(keep, step)) << what << ", step " << step;
-        for (int vs : {0, 1}) EXPECT_EQ(give.read(vs, Buffer::Grads), keep.read(vs, Buffer::Grads)) << what << vs;
-        keep.optimizer_step(std::sqrt(keep.local_grad_sq_norm()), step);
-        give.optimizer_step(std::sqrt(give.local_grad_sq_norm()), step);
+        // vocab alone: the first stage has nothing to give
+        const auto groups_of = [&](int vs, int mb) {
+          return vs == 0 && units.size() == 1 ? 0 : 1 + (mb + step) % groups;
+        };
+        expect_weight_help_matches(give, keep, helper, step, groups_of, what);
       }
     }
   }

@@ -178,6 +178,16 @@ INSTANTIATE_TEST_SUITE_P(Families, ForcedFBMigration,
                            return name;
                          });
 
+// A (units, kind, execution) case's test name: "mlp,heads", "zb-h1", "strict" -> mlp_heads_zb_h1_strict.
+std::string units_kind_execution(
+    const ::testing::TestParamInfo<std::tuple<std::string, std::string, std::string>>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+  for (auto& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
+
 // Attention head groups move (unit heads, alone or with the MLP's): every op of every rank gives 2 of 4 head groups
 // (one head each; 4 heads here) of every layer to the next rank (F and B one request per layer and unit, W and BW
 // one per op), and losses and final weights equal single-rank training of the same deck (migration on with the same
@@ -216,14 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
                                            std::make_tuple("heads", "1f1b", "readiness"),
                                            std::make_tuple("mlp,heads", "zb-h1", "readiness"),
                                            std::make_tuple("mlp,heads", "1f1b-interleaved", "strict")),
-                         [](const auto& info) {
-                           std::string name =
-                               std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
-                           for (auto& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+                         units_kind_execution);
 
 // The LM head's vocabulary groups move (unit vocab, alone or with the MLP's): every op of every rank gives 2 of 4
 // groups to the next rank; the last stage's F and B send one LM-head request each (the hidden state out, the
@@ -262,14 +265,7 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedVocabMigration,
                                            std::make_tuple("vocab", "1f1b", "readiness"),
                                            std::make_tuple("mlp,vocab", "zb-h1", "readiness"),
                                            std::make_tuple("mlp,vocab", "1f1b-interleaved", "strict")),
-                         [](const auto& info) {
-                           std::string name =
-                               std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
-                           for (auto& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+                         units_kind_execution);
 
 // Every slice moved (slices = migration.slices, max_fraction 1): the owner computes no group of its own, and losses
 // equal single-rank training's; every kind of help ran.
