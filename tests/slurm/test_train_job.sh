@@ -303,7 +303,7 @@ if [[ $mode == run ]]; then
   # no checkpoint.every here), the job requeue itself with steps remaining, resume from that checkpoint and end
   # with every step once and the losses of an uninterrupted run.
   tl_out=$work/timelimit
-  tl_steps=400
+  tl_steps=200  # the stop comes a few steps after step 3 (16 ms each): 200 leave seconds to spare
   tl_overrides="run.steps=$tl_steps schedule.execution=strict"
   tl_id=$(env DECK="$deck" OUTPUT="$tl_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
     sbatch --parsable --ntasks="$ntasks" --output="$work/timelimit-%j.log" "$src/jobs/train-cpu.sbatch")
