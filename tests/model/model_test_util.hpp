@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -60,6 +61,27 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
     den += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// An exchange that gives the request to `helper` at once (its F help if forward, else its B help) and checks the
+// answer's size; on_request(request) sees each request first.
+template <class OnRequest>
+conductor::model::StageModel::GroupExchange helper_exchange(const conductor::model::StageModel& helper, bool forward,
+                                                            int k, OnRequest on_request, const std::string& what) {
+  auto input = std::make_shared<std::vector<float>>();
+  auto floats = std::make_shared<std::size_t>(0);
+  conductor::model::StageModel::GroupExchange e;
+  e.send = [input, floats](std::vector<float> in, std::size_t answer) {
+    *input = std::move(in);
+    *floats = answer;
+  };
+  e.receive = [&helper, input, floats, forward, k, on_request, what] {
+    on_request(*input);
+    std::vector<float> a = forward ? helper.forward_help(k, *input) : helper.backward_input_help(k, *input);
+    EXPECT_EQ(a.size(), *floats) << what;
+    return a;
+  };
+  return e;
 }
 
 // After a step of `give` (virtual stages 0 and 1, whatever was given away): its loss and gradients are `keep`'s

@@ -236,20 +236,8 @@ void expect_groups_given_give_the_same_bits(const std::vector<std::string>& unit
   const std::string what = std::to_string(units.size()) + " units, " + std::to_string(groups) + " groups";
   int requests = 0;
   const auto exchange = [&](bool forward, int k) {
-    auto input = std::make_shared<std::vector<float>>();
-    auto floats = std::make_shared<std::size_t>(0);
-    StageModel::GroupExchange e;
-    e.send = [input, floats](std::vector<float> in, std::size_t answer) {
-      *input = std::move(in);
-      *floats = answer;
-    };
-    e.receive = [&, input, floats, forward, k] {
-      ++requests;
-      std::vector<float> a = forward ? helper.forward_help(k, *input) : helper.backward_input_help(k, *input);
-      EXPECT_EQ(a.size(), *floats) << what;
-      return a;
-    };
-    return e;
+    return helper_exchange(
+        helper, forward, k, [&](const std::vector<float>&) { ++requests; }, what);
   };
   for (int step = 0; step < 2; ++step) {
     const std::size_t n = keep.activation_elements();
