@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conductor/config/deck.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/model/stage.hpp"
 
 namespace model_test {
@@ -28,6 +29,18 @@ inline conductor::config::Deck tiny_deck() {
   d.parallel.microbatch_size = 2;
   d.run.steps = 5;
   return d;
+}
+
+// `deck` over two pipeline stages with migration on for `units` in `groups` groups, every group movable.
+inline conductor::plan::Plan grouped_plan(const std::vector<std::string>& units, int groups, int n_heads,
+                                          conductor::config::Deck deck = tiny_deck()) {
+  deck.model.n_heads = n_heads;
+  deck.parallel.pipeline = 2;
+  deck.migration.enabled = true;
+  deck.migration.units = units;
+  deck.migration.slices = groups;
+  deck.migration.max_fraction = 1;
+  return conductor::config::resolve(deck);
 }
 
 // Runs one step's F and full backward on every microbatch in plain order through all held virtual stages

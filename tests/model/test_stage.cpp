@@ -213,18 +213,6 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
 // helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
 namespace {
 
-// `base` over two virtual stages with migration on for `units` in `groups` groups, every group movable.
-plan::Plan grouped_plan(const std::vector<std::string>& units, int groups, int n_heads,
-                        config::Deck deck = tiny_deck()) {
-  deck.model.n_heads = n_heads;
-  deck.parallel.pipeline = 2;
-  deck.migration.enabled = true;
-  deck.migration.units = units;
-  deck.migration.slices = groups;
-  deck.migration.max_fraction = 1;
-  return config::resolve(deck);
-}
-
 void expect_groups_given_give_the_same_bits(const std::vector<std::string>& units, int groups, int n_heads,
                                             const config::Deck& base = tiny_deck()) {
   const plan::Plan plan = grouped_plan(units, groups, n_heads, base);

@@ -21,16 +21,8 @@ using namespace model_test;
 
 namespace {
 
-plan::Plan vocab_plan(const std::vector<std::string>& units, int groups) {
-  auto deck = tiny_deck();  // vocab 13: G = 4 gives groups of 3, 3, 3 and 4 columns
-  deck.model.n_heads = 4;
-  deck.parallel.pipeline = 2;
-  deck.migration.enabled = true;
-  deck.migration.units = units;
-  deck.migration.slices = groups;
-  deck.migration.max_fraction = 1;
-  return config::resolve(deck);
-}
+// vocab 13 (tiny_deck): G = 4 gives groups of 3, 3, 3 and 4 columns.
+plan::Plan vocab_plan(const std::vector<std::string>& units, int groups) { return grouped_plan(units, groups, 4); }
 
 }  // namespace
 
