@@ -264,19 +264,15 @@ class EmulatedAgreementTest(unittest.TestCase):
     least the duration the simulator gave that same op (a sleep is never shorter; a different noise draw would
     make about half the ops shorter), and that the run did every op the simulator did."""
 
-    def test_emulated_ops_take_the_simulators_durations(self):
+    def emulated_against_simulator(self, text, np_):
+        """Runs the emulated deck `text` (its run.output: %s) on np_ ranks and simulates it; returns the measured and
+        predicted duration of every op, keyed by (step, stage, microbatch, kind), once the sets of ops agree and no
+        op ran shorter than its predicted duration."""
         with tempfile.TemporaryDirectory() as tmp:
             deck = os.path.join(tmp, "emu.yaml")
             with open(deck, "w") as f:
-                f.write("""\
-backend: emulated
-run: {name: emu, steps: 3, output: %s}
-parallel: {pipeline: 4, microbatches: 8}
-schedule: {kind: 1f1b, execution: readiness}
-cost: {forward: 10.0, backward_input: 10.0, backward_weight: 10.0, comm: 1.0}
-noise: {kind: gaussian, level: 0.2, seed: 5}
-""" % os.path.join(tmp, "run"))
-            proc = subprocess.run([MPIEXEC, "-n", "4", "--oversubscribe", BIN, "run", deck],
+                f.write(text % os.path.join(tmp, "run"))
+            proc = subprocess.run([MPIEXEC, "-n", str(np_), "--oversubscribe", BIN, "run", deck],
                                   capture_output=True, text=True, timeout=240)
             self.assertEqual(proc.returncode, 0, proc.stderr)
             sim_dir = os.path.join(tmp, "sim")
@@ -296,9 +292,39 @@ noise: {kind: gaussian, level: 0.2, seed: 5}
             self.assertEqual(sorted(measured), sorted(predicted))
             short = [(k, measured[k], predicted[k]) for k in predicted if measured[k] < predicted[k] - 0.01]
             self.assertEqual(short, [], "ops shorter than the simulator's duration for the same op")
-            spread = sorted(predicted.values())
-            self.assertGreater(spread[-1] - spread[0], 2.0, "the noise must make durations differ")
+            return measured, predicted
 
+    def test_emulated_ops_take_the_simulators_durations(self):
+        _, predicted = self.emulated_against_simulator("""\
+backend: emulated
+run: {name: emu, steps: 3, output: %s}
+parallel: {pipeline: 4, microbatches: 8}
+schedule: {kind: 1f1b, execution: readiness}
+cost: {forward: 10.0, backward_input: 10.0, backward_weight: 10.0, comm: 1.0}
+noise: {kind: gaussian, level: 0.2, seed: 5}
+""", 4)
+        spread = sorted(predicted.values())
+        self.assertGreater(spread[-1] - spread[0], 2.0, "the noise must make durations differ")
+
+    def test_emulated_stage_without_layers(self):
+        # An encoder (cost.encoder_tflop, 3.3 layers' work) and `layers_per_stage: balanced` leave stage 0 no
+        # layer: [0, 3]. The emulated runtime runs that stage's ops (the encoder's time alone) as simulated.
+        text = """\
+backend: emulated
+run: {name: enc, steps: 2, output: %s}
+parallel: {pipeline: 2, microbatches: 4, microbatch_size: 2}
+model: {n_layers: 3, d_model: 64, n_heads: 2, seq_len: 16, vocab: 64, layers_per_stage: balanced}
+schedule: {kind: 1f1b, execution: strict}
+cost: {device_tflops: 0.001, encoder_tflop: [1.0e-5, 2.0e-5, 1.0e-5]}
+"""
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as deck:
+            deck.write(text % "unused")
+            deck.flush()
+            resolved = subprocess.run([BIN, "validate", deck.name], capture_output=True, text=True, timeout=60)
+        self.assertIn("layers_per_stage: [0, 3]", resolved.stdout, resolved.stderr)
+        _, predicted = self.emulated_against_simulator(text, 2)
+        stage0 = {k[3]: v for k, v in predicted.items() if k[1] == 0}
+        self.assertAlmostEqual(stage0[0], 10.0, places=1)  # F: the encoder's 1e-5 TFLOP at 1 GFLOP/s, no layer
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
