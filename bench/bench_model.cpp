@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -188,7 +189,7 @@ void bench_gemm(const Size& s, int reps) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const int threads = omp_get_max_threads();
   torch::set_num_threads(threads);
@@ -201,4 +202,15 @@ int main(int argc, char** argv) {
   for (const auto& s : sizes) bench_step(s, steps);
   for (const auto& s : sizes) bench_gemm(s, std::max(21, 3 * steps));
   return 0;
+}
+
+// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
+// exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_model: %s\n", e.what());
+    return 1;
+  }
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -59,7 +60,7 @@ void latency(const policy::Policy& pol, int verify) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   torch::set_num_threads(1);
   const std::string path = argc > 1 ? argv[1] : policy::resolve_policy_path("");
   const int steps = argc > 2 ? std::atoi(argv[2]) : 50;
@@ -101,4 +102,15 @@ int main(int argc, char** argv) {
     std::printf("\n== %s ==\n%s", c.title.c_str(), policy::format_table(rows).c_str());
   }
   return 0;
+}
+
+// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
+// exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_policy: %s\n", e.what());
+    return 1;
+  }
 }

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -850,7 +851,7 @@ void zb_table() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--zb-table") == 0) {
     zb_table();
     return 0;
@@ -911,4 +912,15 @@ int main(int argc, char** argv) {
   table(8, 24, 5, 4);
   table(8, 64, 5, 4);
   return 0;
+}
+
+// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
+// exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_sim: %s\n", e.what());
+    return 1;
+  }
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -66,7 +67,7 @@ double cpu_ms() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   int steps = argc > 1 ? std::atoi(argv[1]) : 50;
   std::filesystem::path dir = argc > 2 ? argv[2] : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   std::string path = (dir / ("bench_trace_" + std::to_string(getpid()) + ".h5")).string();
@@ -139,4 +140,15 @@ int main(int argc, char** argv) {
       "wall and this thread's CPU time); ns/event and events/s from CPU time; %% = of a step whose\n"
       "ranks each run N ops of 1 ms. Recording adds N x the record cost per rank (~0.01%% at 1 ms).\n");
   return 0;
+}
+
+// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
+// exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_trace: %s\n", e.what());
+    return 1;
+  }
 }
