@@ -164,9 +164,9 @@ class HostModelCompute final : public StageCompute {
   }
   // The MLP column groups and the attention head groups move (model/stage.hpp): of F, of B, of W and of BW's
   // weight half; the LM head's vocabulary groups likewise.
-  SliceMoves slice_moves(sched::OpKind) const override {
-    const bool any = model_->mlp_groups() > 1 || model_->head_groups() > 1 || model_->vocab_groups() > 1;
-    return any ? SliceMoves::Real : SliceMoves::None;
+  // None where the stage has none of the grouped units (the vocabulary groups alone, on another stage).
+  SliceMoves slice_moves(sched::OpKind kind, int stage) const override {
+    return requests_per_op(kind, stage) > 0 ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
@@ -176,10 +176,6 @@ class HostModelCompute final : public StageCompute {
     receive_ = std::move(receive);
   }
   std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input) override {
-    if (slice_moves(kind) != SliceMoves::Real) {
-      throw Error("cpu compute: asked to help with a " + std::string(sched::to_string(kind)) +
-                  ", which moves no slices");
-    }
     switch (kind) {
       case sched::OpKind::F: return model_->forward_help(slices, input);
       case sched::OpKind::B: return model_->backward_input_help(slices, input);
@@ -191,7 +187,7 @@ class HostModelCompute final : public StageCompute {
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
     // F, B: one request per layer and grouped unit, and one for the LM head's vocabulary groups on the last stage
-    // (0: the op has nothing to give). W, BW: one, when a unit of the stage is grouped.
+    // (0: the op has nothing to give, slice_moves says None). W, BW: one, when a unit of the stage is grouped.
     const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
     const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
     const bool head = model_->vocab_groups() > 1 && stage == static_cast<int>(layers_.size()) - 1;
@@ -359,7 +355,7 @@ class EmulatedCompute final : public Compute {
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0.0; }
   void optimizer_step(double, int) override {}
-  SliceMoves slice_moves(sched::OpKind) const override { return SliceMoves::Modelled; }
+  SliceMoves slice_moves(sched::OpKind, int) const override { return SliceMoves::Modelled; }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
 

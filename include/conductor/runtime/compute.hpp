@@ -45,12 +45,15 @@ class Compute {
   // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
   // Both buffers must stay untouched until finished() says the op is done.
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
-  // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
-  // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
-  // cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's weight half), None.
+  // Computation migration (docs/migration.md). How an op of `kind` of virtual stage `stage` can give slices to a
+  // helper: Modelled (the emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the
+  // trainer's kernels: cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's
+  // weight half), None (also a Real backend's op whose stage has none of the grouped units, e.g. `vocab` alone on a
+  // stage without the LM head).
   enum class SliceMoves { None, Modelled, Real };
-  virtual SliceMoves slice_moves(sched::OpKind kind) const {
+  virtual SliceMoves slice_moves(sched::OpKind kind, int stage) const {
     (void)kind;
+    (void)stage;
     return SliceMoves::None;
   }
   // The next launch() keeps `share` (0..1] of its op's modelled time (Modelled: its whole duration; Real: the
@@ -66,7 +69,7 @@ class Compute {
   // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
   // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer and grouped unit,
-  // and one for the LM head's vocabulary groups; W, BW: one); 0 (owner): the op has no slices to give.
+  // and one for the LM head's vocabulary groups; W, BW: one).
   virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);
