@@ -724,7 +724,7 @@ std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
          vocab_grads_floats(stage(vs), groups);
 }
 
-std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<float>& inputs) const {
+std::vector<float> StageModel::layer_weight_grads(int groups, std::span<const float> inputs) const {
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of a helper (the model has " +
