@@ -47,9 +47,9 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Computation migration (docs/migration.md). How an op of `kind` of virtual stage `stage` can give slices to a
   // helper: Modelled (the emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the
-  // trainer's kernels: cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's
-  // weight half), None (also a Real backend's op whose stage has none of the grouped units, e.g. `vocab` alone on a
-  // stage without the LM head).
+  // trainer's kernels: cpu and cuda, the MLP column and attention head groups of F, B, W and of BW's weight half,
+  // and on cpu the LM-head vocabulary groups; the helper stages its request through its backend's memory), None (also a
+  // Real backend's op whose stage has none of the grouped units, e.g. `vocab` alone on a stage without the LM head).
   enum class SliceMoves { None, Modelled, Real };
   virtual SliceMoves slice_moves(sched::OpKind kind, int stage) const {
     (void)kind;
@@ -57,12 +57,14 @@ class Compute {
     return SliceMoves::None;
   }
   // The next launch() keeps `share` (0..1] of its op's modelled time (Modelled: its whole duration; Real: the
-  // noise model's injected extra delay, which scales with the work kept).
+  // noise model's injected extra delay, which scales with the work kept: a host sleep on cpu, the GPU-side delay
+  // kernel on cuda).
   virtual void keep_share(double share);
   // Real, owner: the next launch() gives the last `slices` slices to a helper. W, BW: once the helper's input
   // exists (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the
   // rest; the op's weight gradients wait for land_slices. F, B: per layer, send(the layer's input) and, after its
-  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns.
+  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns. A
+  // device backend's launch() is then synchronous with the host: the request is downloaded and the answer uploaded.
   using HelpSender = std::function<void(std::vector<float> input, std::size_t answer_floats)>;
   using HelpReceiver = std::function<std::vector<float>()>;
   virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
