@@ -450,7 +450,7 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   p = one({"migration.units=[heads,rows]"});
   EXPECT_TRUE(contains(p, "migration.units")) << p;
   // conductor run migrates on the emulated backend, and on cpu the MLP groups, the head groups and the LM-head
-  // vocabulary groups (cuda is refused, naming issue 15: below).
+  // vocabulary groups (cuda the MLP and head groups: below).
   EXPECT_TRUE(problems_of("", {"migration.enabled=true"}, Command::Run, 4).empty());  // units: heads, mlp, vocab
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[mlp]"}, Command::Run, 4).empty());
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[heads]"}, Command::Run, 4).empty());
@@ -486,13 +486,13 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   // adds its own problem for backend=cuda: look for ours among them.
   bool vocab_refused = false;
   for (const std::string& q :
-       problems_of("", {"migration.enabled=true", "backend=cuda", "migration.units=[heads, vocab]"}, Command::Run)) {
+       problems_of("", {"migration.enabled=true", "backend=cuda", "migration.units=[heads, vocab]"}, Command::Run, 4)) {
     vocab_refused = vocab_refused || (contains(q, "migration.units = [heads, vocab] with backend = cuda") &&
                                       contains(q, "the allowed units are heads and mlp"));
   }
   EXPECT_TRUE(vocab_refused);
   for (const auto& units : {std::string("migration.enabled=true"), std::string("migration.units=[mlp, heads]")}) {
-    for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=cuda", units}, Command::Run)) {
+    for (const std::string& q : problems_of("", {"migration.enabled=true", "backend=cuda", units}, Command::Run, 4)) {
       EXPECT_FALSE(contains(q, "migration")) << q;
     }
   }
