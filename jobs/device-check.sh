@@ -5,7 +5,8 @@
 #   1. configure and build with CUDA: only the targets below, the architecture of GPU 0 only, all cores
 #   2. the CUDA tests (ctest -L cuda): every kernel vs the CPU backend, full training steps vs the CPU, a
 #      two-rank pipeline on one GPU over the host-staged MPI transport, NCCL between two GPUs (skipped, with
-#      the reason, on a one-GPU machine)
+#      the reason, on a one-GPU machine), forced computation migration at p=2 (cuda_migration_*: losses and
+#      weights equal single-process CUDA training bit for bit)
 #   3. bench_cuda --quickstart: CUDA vs CPU losses of inputs/quickstart.yaml
 #   4. `conductor run` on the GPU at p=2, both ranks sharing GPU 0 (host-staged transport), strict and readiness
 #   5. bench_cuda: tokens/s and MFU of a GPT-2-1.5B-shaped stage (d 1600, 25 heads, 4 layers, T 1024), bf16, TF32
@@ -117,7 +118,8 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 [[ -f $BUILD/CMakeCache.txt ]] && GEN=()  # keep the generator of an existing build folder
 
-TARGETS=(conductor cuda_kernel_tests cuda_stage_tests cuda_pipeline_test cuda_device_test cuda_runtime_test bench_cuda)
+TARGETS=(conductor cuda_kernel_tests cuda_stage_tests cuda_pipeline_test cuda_device_test cuda_runtime_test cuda_migration_test
+  bench_cuda)
 TORCH_ARGS=()
 [[ $POLICY == OFF ]] && TORCH_ARGS=(-DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON)
 if phase configure 90 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_CUDA=ON \

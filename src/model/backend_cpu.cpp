@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
     openblas_set_num_threads(omp_get_max_threads());
   }
   std::string name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
 
   void* alloc(std::size_t bytes) override {
     const std::size_t rounded = (bytes + 63) / 64 * 64;

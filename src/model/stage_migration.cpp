@@ -78,6 +78,52 @@ void add_down(Backend& be, float* acc, const float* parts, int last, std::size_t
   for (int k = last; k >= 0; --k) residual_forward(acc, parts + static_cast<std::size_t>(k) * n, acc, n, be);
 }
 
+// A helper's request in its backend's memory (host-staged): read in place on a backend of host memory, else
+// uploaded once into a buffer of its own. So one helper path serves the cpu and the cuda backends.
+class StagedRequest {
+ public:
+  StagedRequest(Backend& be, std::span<const float> host) {
+    if (be.host_memory()) {
+      at_ = host.data();
+      return;
+    }
+    buf_ = DeviceBuffer(be, host.size_bytes());
+    be.upload(buf_.get(), host.data(), host.size_bytes());
+    at_ = buf_.f();
+  }
+  const float* f() const { return at_; }
+
+ private:
+  DeviceBuffer buf_;
+  const float* at_ = nullptr;
+};
+
+// A helper's answer: written in place into the host vector on a backend of host memory, else into a buffer of
+// the backend's, downloaded once at the end (take). Zero-initialised (W's gradient blocks start at zero).
+class StagedAnswer {
+ public:
+  StagedAnswer(Backend& be, std::size_t floats) : be_(be), host_(floats, 0.0f) {
+    if (be.host_memory()) {
+      at_ = host_.data();
+      return;
+    }
+    buf_ = DeviceBuffer(be, floats * sizeof(float));
+    be.zero(buf_.get(), buf_.bytes());
+    at_ = buf_.f();
+  }
+  float* f() const { return at_; }
+  std::vector<float> take() {
+    if (buf_.get()) be_.download(host_.data(), buf_.get(), buf_.bytes());
+    return std::move(host_);
+  }
+
+ private:
+  Backend& be_;
+  std::vector<float> host_;
+  DeviceBuffer buf_;
+  float* at_ = nullptr;
+};
+
 // ---- F and B of a grouped unit, described group by group ----
 
 // Floats [at, at + n) of one of a layer's weight tensors (n = 0: the group has none of it, as a bias only the first
@@ -277,9 +323,9 @@ struct HelpBuffers {
   }
 };
 
-// Group k's kernel arguments on a helper, from its part of the request at `at` (weight slices read in place, in
-// blocks copied into the helper's compact buffers).
-GroupArgs helper_args(const GroupShape& s, HelpBuffers& h, const float* input, const float* at) {
+// Group k's kernel arguments on a helper, from its part of the (staged) request at `at` (weight slices read in
+// place, in blocks copied into the helper's compact buffers).
+GroupArgs helper_args(Backend& be, const GroupShape& s, HelpBuffers& h, const float* input, const float* at) {
   check_shape(s);
   GroupArgs g;
   g.width = s.width;
@@ -291,7 +337,7 @@ GroupArgs helper_args(const GroupShape& s, HelpBuffers& h, const float* input, c
   }
   for (std::size_t t = 0; t < s.in.size(); ++t) {
     g.in[t] = h.in[t].f();
-    std::copy(at, at + s.in[t].floats(), g.in[t]);
+    be.copy(g.in[t], at, s.in[t].floats() * sizeof(float));
     at += s.in[t].floats();
   }
   for (std::size_t t = 0; t < s.out.size(); ++t) g.out[t] = h.out[t].f();
@@ -326,21 +372,26 @@ std::vector<float> StageModel::help_grouped(const GroupedPass& u, int groups, st
     throw Error(std::string("model: a helper's ") + u.what + " input of " + std::to_string(request.size()) +
                 " floats (expected " + std::to_string(in_floats) + " for " + std::to_string(groups) + " groups)");
   }
-  std::vector<float> answer(out_floats);
-  HelpBuffers h(*backend_, shapes, btc);
+  Backend& be = *backend_;
+  const StagedRequest in(be, request);
+  StagedAnswer answer(be, out_floats);
+  HelpBuffers h(be, shapes, btc);
   for (std::size_t j = shapes.size(); j-- > 0;) {  // the fixed order of addition, from the last group down
-    const GroupArgs g = helper_args(shapes[j], h, request.data(), request.data() + in_at[j]);
-    u.kernel(*backend_, dims_, g);
+    const GroupArgs g = helper_args(be, shapes[j], h, in.f(), in.f() + in_at[j]);
+    u.kernel(be, dims_, g);
     if (j + 1 == shapes.size()) {
-      std::copy(g.part, g.part + btc, h.acc.f());
+      be.copy(h.acc.f(), g.part, btc * sizeof(float));
     } else {
-      residual_forward(h.acc.f(), g.part, h.acc.f(), btc, *backend_);
+      residual_forward(h.acc.f(), g.part, h.acc.f(), btc, be);
     }
-    float* to = answer.data() + out_at[j];
-    for (std::size_t t = 0; t < u.returned; ++t) to = std::copy(g.out[t], g.out[t] + shapes[j].out[t].floats(), to);
+    float* to = answer.f() + out_at[j];
+    for (std::size_t t = 0; t < u.returned; ++t) {
+      be.copy(to, g.out[t], shapes[j].out[t].floats() * sizeof(float));
+      to += shapes[j].out[t].floats();
+    }
   }
-  std::copy(h.acc.f(), h.acc.f() + btc, answer.data());
-  return answer;
+  be.copy(answer.f(), h.acc.f(), btc * sizeof(float));
+  return answer.take();
 }
 
 // The pass a request names in its last float (both units may move in one op: a request per unit and layer).
@@ -724,7 +775,7 @@ std::size_t StageModel::weight_grads_floats(int vs, int groups) const {
          vocab_grads_floats(stage(vs), groups);
 }
 
-std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<float>& inputs) const {
+std::vector<float> StageModel::layer_weight_grads(int groups, std::span<const float> inputs) const {
   const int most = std::max(mlp_groups_, head_groups_);
   if (most < 2 || groups < 1 || groups > most) {
     throw Error("model: " + std::to_string(groups) + " groups asked of a helper (the model has " +
@@ -736,11 +787,11 @@ std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<
                 " floats is not a whole number of layers of " + std::to_string(in_layer));
   }
   const std::size_t layers = inputs.size() / in_layer;
-  std::vector<float> out(layers * weight_out_layer(groups), 0.0f);  // zeroed, as W's slot is
-  const float* in = inputs.data();
-  float* at = out.data();
-  // The helper's model is on the cpu backend (host memory; migration runs on no other): the kernels read the
-  // request in place and write the answer's blocks.
+  // The kernels read the (staged) request in place and write the answer's blocks, zeroed as W's slot is.
+  const StagedRequest staged(*backend_, inputs);
+  StagedAnswer out(*backend_, layers * weight_out_layer(groups));
+  const float* in = staged.f();
+  float* at = out.f();
   const std::vector<WeightPass> passes = weight_passes();
   for (std::size_t l = 0; l < layers; ++l) {
     for (const WeightPass& u : passes) {
@@ -763,7 +814,7 @@ std::vector<float> StageModel::layer_weight_grads(int groups, const std::vector<
       }
     }
   }
-  return out;
+  return out.take();
 }
 
 void StageModel::land_weight_grads(int vs, int mb, const std::vector<float>& grads) {

@@ -323,7 +323,7 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   }
   const std::size_t tail = head ? vocab_request_floats(groups, true) + 1 : 1;
   if (request.size() < tail) throw Error("model: a helper's weight-gradient request is shorter than its LM-head part");
-  const std::vector<float> layers(request.begin(), request.end() - static_cast<std::ptrdiff_t>(tail));
+  const std::span<const float> layers(request.data(), request.size() - tail);  // read in place
   std::vector<float> out = layers.empty() ? std::vector<float>{} : layer_weight_grads(groups, layers);
   if (!head) return out;
   check_groups(groups, "a helper's LM-head W");

@@ -115,58 +115,11 @@ class StageCompute : public Compute {
   void restore_backup() override { model_->restore_backup(); }
   model::StageModel* model() override { return model_.get(); }
 
- protected:
-  StageCompute(const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
-      : schedule_(s), rank_(rank), noise_(noise) {}
-  // backend: the device backend the model runs on, or nullptr for the plan's cpu backend (owned by the model).
-  void build(const plan::Plan& plan, model::Backend* backend) {
-    std::vector<int> held;
-    for (int c = 0; c < schedule_.v; ++c) held.push_back(schedule_.stage_of(rank_, c));
-    model_ = std::make_unique<model::StageModel>(plan, held, schedule_.num_stages(), backend);
-    holds_last_ = model_->holds(schedule_.num_stages() - 1);
-    pool_ = std::make_unique<BufferPool>(backend ? *backend : model::cpu_backend(), model_->activation_elements());
-  }
-
-  const sched::Schedule& schedule_;
-  int rank_;
-  const sim::NoiseModel& noise_;
-  std::unique_ptr<model::StageModel> model_;
-  std::unique_ptr<BufferPool> pool_;
-  bool holds_last_ = false;
-};
-
-// Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds
-// its perturbation on top of the cost model's nominal time as a real delay after the op, so a straggler window
-// or jitter slows the real run as modelled.
-class HostModelCompute final : public StageCompute {
- public:
-  HostModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
-      : StageCompute(s, rank, noise), layers_(model::split_layers(plan.model, s.num_stages())) {
-    build(plan, nullptr);
-  }
-  void begin_step(int step) override { model_->begin_step(step); }
-  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
-    last_.start_ns = steady_now_ns();
-    if (give_ > 0 && (a.kind == sched::OpKind::F || a.kind == sched::OpKind::B)) {
-      model_->give_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
-      run_stage_op(*model_, a, stage, in, out);
-    } else if (give_ > 0) {
-      run_giving(a, stage, in, out);
-    } else {
-      run_stage_op(*model_, a, stage, in, out);
-    }
-    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v) * share_; extra > 0) {
-      sleep_with_progress_until_ns(steady_now_ns() + ms_to_ns(extra), progress_);  // migration's messages move
-    }
-    share_ = 1.0;
-    last_.end_ns = steady_now_ns();
-    return ++tickets_;
-  }
-  // The MLP column groups and the attention head groups move (model/stage.hpp): of F, of B, of W and of BW's
-  // weight half; the LM head's vocabulary groups likewise.
-  SliceMoves slice_moves(sched::OpKind) const override {
-    const bool any = model_->mlp_groups() > 1 || model_->head_groups() > 1 || model_->vocab_groups() > 1;
-    return any ? SliceMoves::Real : SliceMoves::None;
+  // Computation migration with the trainer's kernels, on any backend (the model stages a helper's request through
+  // its backend's memory): the MLP column groups and the attention head groups of F, B, W and of BW's weight half,
+  // and the LM head's vocabulary groups (cpu only: model/stage.hpp). None where the stage has none of them.
+  SliceMoves slice_moves(sched::OpKind kind, int stage) const override {
+    return requests_per_op(kind, stage) > 0 ? SliceMoves::Real : SliceMoves::None;
   }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
@@ -176,10 +129,6 @@ class HostModelCompute final : public StageCompute {
     receive_ = std::move(receive);
   }
   std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input) override {
-    if (slice_moves(kind) != SliceMoves::Real) {
-      throw Error("cpu compute: asked to help with a " + std::string(sched::to_string(kind)) +
-                  ", which moves no slices");
-    }
     switch (kind) {
       case sched::OpKind::F: return model_->forward_help(slices, input);
       case sched::OpKind::B: return model_->backward_input_help(slices, input);
@@ -191,12 +140,87 @@ class HostModelCompute final : public StageCompute {
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
     // F, B: one request per layer and grouped unit, and one for the LM head's vocabulary groups on the last stage
-    // (0: the op has nothing to give). W, BW: one, when a unit of the stage is grouped.
+    // (0: the op has nothing to give, slice_moves says None). W, BW: one, when a unit of the stage is grouped.
     const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
     const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
     const bool head = model_->vocab_groups() > 1 && stage == static_cast<int>(layers_.size()) - 1;
     if (!per_layer) return units > 0 || head ? 1 : 0;
     return units * layers_[static_cast<std::size_t>(stage)] + (head ? 1 : 0);
+  }
+
+ protected:
+  StageCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+      : schedule_(s), rank_(rank), noise_(noise), layers_(model::split_layers(plan.model, s.num_stages())) {}
+  // backend: the device backend the model runs on, or nullptr for the plan's cpu backend (owned by the model).
+  void build(const plan::Plan& plan, model::Backend* backend) {
+    std::vector<int> held;
+    for (int c = 0; c < schedule_.v; ++c) held.push_back(schedule_.stage_of(rank_, c));
+    model_ = std::make_unique<model::StageModel>(plan, held, schedule_.num_stages(), backend);
+    holds_last_ = model_->holds(schedule_.num_stages() - 1);
+    pool_ = std::make_unique<BufferPool>(backend ? *backend : model::cpu_backend(), model_->activation_elements());
+  }
+  // The op on the model, with its last give_ slices on a helper when give_slices asked for it. Blocks the host
+  // where migration needs the device's results: F and B wait for each layer's answer, and W's helper input is
+  // downloaded once its B is done (on cuda the backend's download waits for the stream).
+  void run_op(const sched::Action& a, int stage, const float* in, float* out) {
+    if (give_ > 0 && (a.kind == sched::OpKind::F || a.kind == sched::OpKind::B)) {
+      model_->give_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
+      run_stage_op(*model_, a, stage, in, out);
+    } else if (give_ > 0) {
+      run_giving(a, stage, in, out);
+    } else {
+      run_stage_op(*model_, a, stage, in, out);
+    }
+  }
+  // The noise model's injected extra delay of this op (ms), scaled by the share it keeps (keep_share).
+  double injected_ms(int step, const sched::Action& a) {
+    return injected_extra_ms(noise_, step, rank_, a, schedule_.v) * std::exchange(share_, 1.0);
+  }
+
+  const sched::Schedule& schedule_;
+  int rank_;
+  const sim::NoiseModel& noise_;
+  std::unique_ptr<model::StageModel> model_;
+  std::unique_ptr<BufferPool> pool_;
+  bool holds_last_ = false;
+  std::function<bool()> progress_;  // set_progress
+
+ private:
+  // W or BW with its last give_ groups on a helper: B (of a BW), the helper's input out, then W of the rest.
+  void run_giving(const sched::Action& a, int stage, const float* in, float* out) {
+    if (a.kind == sched::OpKind::BW) model_->backward_input(stage, a.microbatch, in, out);
+    const int slices = std::exchange(give_, 0);
+    std::vector<float> input = model_->weight_inputs(stage, a.microbatch, slices);
+    const HelpSender send = std::move(send_);
+    send(std::move(input), model_->weight_grads_floats(stage, slices));
+    model_->backward_weight(stage, a.microbatch);
+  }
+
+  std::vector<int> layers_;  // per virtual stage (any rank's: a helper serves them all)
+  double share_ = 1.0;       // of the next op's injected extra delay (keep_share)
+  int give_ = 0;             // slices the next op gives to a helper (give_slices)
+  HelpSender send_;
+  HelpReceiver receive_;  // F, B
+};
+
+// Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds
+// its perturbation on top of the cost model's nominal time as a real delay after the op, so a straggler window
+// or jitter slows the real run as modelled.
+class HostModelCompute final : public StageCompute {
+ public:
+  HostModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise)
+      : StageCompute(plan, s, rank, noise) {
+    build(plan, nullptr);
+  }
+  void begin_step(int step) override { model_->begin_step(step); }
+  OpTicket launch(int step, const sched::Action& a, int stage, const float* in, float* out) override {
+    last_.start_ns = steady_now_ns();
+    run_op(a, stage, in, out);
+    if (const double extra = injected_ms(step, a); extra > 0) {
+      sleep_with_progress_until_ns(steady_now_ns() + ms_to_ns(extra), progress_);  // migration's messages move
+    }
+    last_.end_ns = steady_now_ns();
+    return ++tickets_;
   }
   bool finished(OpTicket, OpSpan& span) override {
     span = last_;
@@ -204,25 +228,8 @@ class HostModelCompute final : public StageCompute {
   }
 
  private:
-  // The op with its last give_ groups on a helper: B (of a BW), the helper's input out, then W of the rest.
-  void run_giving(const sched::Action& a, int stage, const float* in, float* out) {
-    if (a.kind == sched::OpKind::BW) model_->backward_input(stage, a.microbatch, in, out);
-    const int slices = give_;
-    give_ = 0;
-    std::vector<float> input = model_->weight_inputs(stage, a.microbatch, slices);
-    const HelpSender send = std::move(send_);
-    send(std::move(input), model_->weight_grads_floats(stage, slices));
-    model_->backward_weight(stage, a.microbatch);
-  }
-
   OpSpan last_;
   OpTicket tickets_ = 0;
-  double share_ = 1.0;  // of the next op's injected extra delay (keep_share)
-  int give_ = 0;        // slices the next op gives to a helper (give_slices)
-  HelpSender send_;
-  HelpReceiver receive_;            // F, B
-  std::vector<int> layers_;         // per virtual stage (any rank's: a helper serves them all)
-  std::function<bool()> progress_;  // set_progress
 };
 
 #ifdef CONDUCTOR_HAVE_CUDA
@@ -271,7 +278,7 @@ class DeviceModelCompute final : public StageCompute {
  public:
   DeviceModelCompute(const plan::Plan& plan, const sched::Schedule& s, int rank, const sim::NoiseModel& noise,
                      std::unique_ptr<model::cuda::CudaBackend> backend)
-      : StageCompute(s, rank, noise), backend_(std::move(backend)), depth_(plan.cuda.queue_depth) {
+      : StageCompute(plan, s, rank, noise), backend_(std::move(backend)), depth_(plan.cuda.queue_depth) {
     build(plan, backend_.get());
     clock_ = std::make_unique<cuda::GpuClock>(backend_->stream());
   }
@@ -290,8 +297,8 @@ class DeviceModelCompute final : public StageCompute {
     const NvtxOpRange range(step, a, stage);
     Marks marks;
     marks.start = clock_->mark();
-    run_stage_op(*model_, a, stage, in, out);
-    if (const double extra = injected_extra_ms(noise_, step, rank_, a, schedule_.v); extra > 0) {
+    run_op(a, stage, in, out);  // host-synchronous where it gives slices (StageCompute::run_op)
+    if (const double extra = injected_ms(step, a); extra > 0) {
       backend_->delay(ms_to_ns(extra));  // on the GPU: it delays exactly the ops queued behind it
     }
     marks.end = clock_->mark();
@@ -359,7 +366,7 @@ class EmulatedCompute final : public Compute {
   bool has_loss() const override { return false; }
   double local_grad_sq_norm() const override { return 0.0; }
   void optimizer_step(double, int) override {}
-  SliceMoves slice_moves(sched::OpKind) const override { return SliceMoves::Modelled; }
+  SliceMoves slice_moves(sched::OpKind, int) const override { return SliceMoves::Modelled; }
   void keep_share(double share) override { share_ = share; }
   void set_progress(std::function<bool()> progress) override { progress_ = std::move(progress); }
 
@@ -383,18 +390,16 @@ void sleep_with_progress_until_ns(std::int64_t deadline_ns, const std::function<
   sleep_until_ns(deadline_ns);
 }
 
-void Compute::keep_share(double) {
-  throw Error("computation migration runs on the emulated and cpu backends only (issue 15: cuda slices)");
-}
+void Compute::keep_share(double) { throw Error("this backend has no computation migration (keep_share)"); }
 void Compute::give_slices(int, HelpSender, HelpReceiver) {
-  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
+  throw Error("this backend computes no real slices for a helper (give_slices)");
 }
 std::vector<float> Compute::compute_slices(sched::OpKind, int, const std::vector<float>&) {
-  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
+  throw Error("this backend computes no real slices for a helper (compute_slices)");
 }
 int Compute::requests_per_op(sched::OpKind, int) const { return 1; }
 void Compute::land_slices(const sched::Action&, int, const std::vector<float>&) {
-  throw Error("this backend computes no real slices for a helper (computation migration: cpu only; issue 15)");
+  throw Error("this backend computes no real slices for a helper (land_slices)");
 }
 
 double Compute::peak_memory_bytes() const {

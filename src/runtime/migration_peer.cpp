@@ -101,7 +101,7 @@ class MigrationPeer::Timed {
 bool MigrationPeer::decides(int q) const {
   if (!options_.forced.empty()) return false;
   for (const sched::Action& a : ctx_.order.ranks[static_cast<std::size_t>(q)]) {
-    if (compute_.slice_moves(a.kind) != Compute::SliceMoves::None) return true;
+    if (compute_.slice_moves(a.kind, ctx_.order.stage_of(q, a.chunk)) != Compute::SliceMoves::None) return true;
   }
   return false;
 }
@@ -170,7 +170,8 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices are
     // always served (after this rank's current op): the owner holds their inputs only in the payload.
     const sched::Action& owned = ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(c.index)];
-    job.declined = busy_ && compute_.slice_moves(owned.kind) == Compute::SliceMoves::Modelled;
+    job.declined =
+        busy_ && compute_.slice_moves(owned.kind, ctx_.order.stage_of(q, owned.chunk)) == Compute::SliceMoves::Modelled;
     const std::int64_t payload_begin = thread_cpu_ns();  // the payload's buffer and receive: not control
     job.payload.resize(static_cast<std::size_t>(c.bytes_out));
     plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
@@ -309,13 +310,8 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   const sched::Action& op = ctx_.actions()[static_cast<std::size_t>(i)];
-  const Compute::SliceMoves moves = compute_.slice_moves(op.kind);
+  const Compute::SliceMoves moves = compute_.slice_moves(op.kind, ctx_.order.stage_of(ctx_.rank, op.chunk));
   if (moves == Compute::SliceMoves::None) return estimate_ns;
-  // Real slices of units this op lacks (the LM head's vocabulary groups of another stage's op): nothing to give.
-  if (moves == Compute::SliceMoves::Real &&
-      compute_.requests_per_op(op.kind, ctx_.order.stage_of(ctx_.rank, op.chunk)) == 0) {
-    return estimate_ns;
-  }
   sched::Offload o;
   {
     const Timed timed(*this);  // the decision (its polls are timed in catch_up, the request in send_control)
@@ -386,9 +382,10 @@ std::vector<float> MigrationPeer::await_answer(int i) {
 bool MigrationPeer::catch_up(int i, std::size_t first) {
   const bool news = handled_ != handled_seen_;
   const bool moving = sends_ > 0 || answers_due_ > 0 || (!jobs_.empty() && !jobs_.back().payload_in);
-  const bool deciding =
-      i >= 0 && options_.forced.empty() &&
-      compute_.slice_moves(ctx_.actions()[static_cast<std::size_t>(i)].kind) != Compute::SliceMoves::None;
+  const auto gives = [&](const sched::Action& a) {
+    return compute_.slice_moves(a.kind, ctx_.order.stage_of(ctx_.rank, a.chunk)) != Compute::SliceMoves::None;
+  };
+  const bool deciding = i >= 0 && options_.forced.empty() && gives(ctx_.actions()[static_cast<std::size_t>(i)]);
   std::size_t completed = 0;
   const auto poll = [&](bool data) {
     for (int empty = first > 0 ? 0 : 1, polls = 0; empty < 2 && polls < 64; ++polls) {
@@ -454,7 +451,7 @@ bool MigrationPeer::serve() {
   }
   say_busy();
   const std::int64_t start = clock_.now_ns();
-  if (compute_.slice_moves(a.kind) == Compute::SliceMoves::Real) {
+  if (compute_.slice_moves(a.kind, ctx_.order.stage_of(job.owner, a.chunk)) == Compute::SliceMoves::Real) {
     compute_real(job, a, answer);
   } else {
     sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, [this] { return keep_moving(); });
@@ -468,10 +465,11 @@ bool MigrationPeer::serve() {
 
 // Real F and B ask once per layer: this rank keeps its own next op back until the owner's last layer is served.
 void MigrationPeer::count_layer(const Job& job, const sched::Action& a) {
-  if (compute_.slice_moves(a.kind) != Compute::SliceMoves::Real) return;
+  const int stage = ctx_.order.stage_of(job.owner, a.chunk);
+  if (compute_.slice_moves(a.kind, stage) != Compute::SliceMoves::Real) return;
   const auto key = std::make_pair(job.owner, job.request.index);
   const auto [at, first] = layers_due_.try_emplace(key, 0);
-  if (first) at->second = compute_.requests_per_op(a.kind, ctx_.order.stage_of(job.owner, a.chunk));
+  if (first) at->second = compute_.requests_per_op(a.kind, stage);
   if (--at->second <= 0) layers_due_.erase(at);
 }
 

@@ -23,6 +23,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
+#include "staging_backend.hpp"
 
 using namespace conductor;
 using namespace conductor::model;
@@ -213,10 +214,11 @@ TEST(Stage, MicrobatchOrderDoesNotMatter) {
 // helper's groups reach W (gradients equal), and a helper holding another stage serves as well as any.
 namespace {
 
+// helper_backend: the helper model's backend (null: the cpu backend).
 void expect_groups_given_give_the_same_bits(const std::vector<std::string>& units, int groups, int n_heads,
-                                            const config::Deck& base = tiny_deck()) {
+                                            const config::Deck& base = tiny_deck(), Backend* helper_backend = nullptr) {
   const plan::Plan plan = grouped_plan(units, groups, n_heads, base);
-  StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2);
+  StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2, helper_backend);
   const bool mlp = std::find(units.begin(), units.end(), "mlp") != units.end();
   const bool heads = std::find(units.begin(), units.end(), "heads") != units.end();
   ASSERT_EQ(give.mlp_groups(), mlp ? groups : 1);
@@ -309,6 +311,32 @@ TEST(Stage, HeadGroupWeightGradsGivenToAHelperGiveTheSameBits) {
       }
       EXPECT_THROW(helper.weight_grads(groups + 1, {}), Error);
     }
+  }
+}
+
+// A helper whose backend's memory is not the host's (a GPU's; here StagingBackend: host memory that says it is
+// not, and checks every transfer's direction) stages each request into its memory and the answer out of it
+// (stage_migration.cpp: StagedRequest, StagedAnswer): the same bits as a cpu helper's, for F, B and W of both
+// units. The path the cuda backend's helper takes, run where no GPU is.
+TEST(Stage, HelperOnADeviceBackendStagesItsRequests) {
+  StagingBackend staging;
+  std::size_t built = 0;  // what building the helper model uploads (its weights)
+  {
+    const StageModel helper(grouped_plan({"mlp", "heads"}, 4, 4), {1}, 2, &staging);
+    built = staging.uploaded();
+  }
+  expect_groups_given_give_the_same_bits({"mlp", "heads"}, 4, 4, tiny_deck(), &staging);
+  EXPECT_GT(staging.uploaded(), 2 * built);  // the F and B requests were uploaded
+  for (const std::vector<std::string>& units : {std::vector<std::string>{"mlp"}, {"mlp", "heads"}}) {
+    const plan::Plan plan = grouped_plan(units, 2, 4);
+    StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2), helper(plan, {1}, 2, &staging);
+    const std::size_t before = staging.uploaded();
+    for (int step = 0; step < 2; ++step) {
+      int op = 0;
+      expect_weight_help_matches(
+          give, keep, helper, step, [&](int, int) { return 1 + op++ % 2; }, "staged W");
+    }
+    EXPECT_GT(staging.uploaded(), before);  // W's requests were uploaded
   }
 }
 

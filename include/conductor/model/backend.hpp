@@ -27,6 +27,9 @@ class Backend {
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;           // backend -> backend
   virtual void zero(void* dst, std::size_t bytes) = 0;
   virtual void synchronize() {}
+  // True where the backend's memory is the host's (cpu): a kernel may then read and write host buffers in place,
+  // and code that hands host data to a kernel can skip staging it through upload and download.
+  virtual bool host_memory() const { return false; }
 
   // The implementations the kernel functions run on this backend.
   const KernelTable& kernels() const { return *kernels_; }

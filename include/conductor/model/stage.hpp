@@ -295,7 +295,7 @@ class StageModel {
   void append_vocab_weight_inputs(const VStage& s, const Micro& m, int groups, std::vector<float>& out) const;
   std::size_t vocab_grads_floats(const VStage& s, int groups) const;
   const float* land_vocab_weight_grads(const VStage& s, float* slot, int groups, const float* at);
-  std::vector<float> layer_weight_grads(int groups, const std::vector<float>& inputs) const;  // weight_grads' layers
+  std::vector<float> layer_weight_grads(int groups, std::span<const float> inputs) const;  // weight_grads' layers
   bool is_vocab_request(const std::vector<float>& request) const;
   std::vector<float> vocab_forward_help(int groups, std::span<const float> input) const;
   std::vector<float> vocab_backward_input_help(int groups, std::span<const float> input) const;

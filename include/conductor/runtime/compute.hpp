@@ -45,28 +45,33 @@ class Compute {
   // Host backends run the op before returning; device backends enqueue it on their stream and return at once.
   // Both buffers must stay untouched until finished() says the op is done.
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
-  // Computation migration (docs/migration.md). How an op of `kind` can give slices to a helper: Modelled (the
-  // emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the trainer's kernels:
-  // cpu, the MLP column, attention head and LM-head vocabulary groups of F, B, W and of BW's weight half), None.
+  // Computation migration (docs/migration.md). How an op of `kind` of virtual stage `stage` can give slices to a
+  // helper: Modelled (the emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the
+  // trainer's kernels: cpu and cuda, the MLP column and attention head groups of F, B, W and of BW's weight half,
+  // and on cpu the LM-head vocabulary groups; the helper stages its request through its backend's memory), None (also a
+  // Real backend's op whose stage has none of the grouped units, e.g. `vocab` alone on a stage without the LM head).
   enum class SliceMoves { None, Modelled, Real };
-  virtual SliceMoves slice_moves(sched::OpKind kind) const {
+  virtual SliceMoves slice_moves(sched::OpKind kind, int stage) const {
     (void)kind;
+    (void)stage;
     return SliceMoves::None;
   }
   // The next launch() keeps `share` (0..1] of its op's modelled time (Modelled: its whole duration; Real: the
-  // noise model's injected extra delay, which scales with the work kept).
+  // noise model's injected extra delay, which scales with the work kept: a host sleep on cpu, the GPU-side delay
+  // kernel on cuda).
   virtual void keep_share(double share);
   // Real, owner: the next launch() gives the last `slices` slices to a helper. W, BW: once the helper's input
   // exists (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the
   // rest; the op's weight gradients wait for land_slices. F, B: per layer, send(the layer's input) and, after its
-  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns.
+  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns. A
+  // device backend's launch() is then synchronous with the host: the request is downloaded and the answer uploaded.
   using HelpSender = std::function<void(std::vector<float> input, std::size_t answer_floats)>;
   using HelpReceiver = std::function<std::vector<float>()>;
   virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
   // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
   // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer and grouped unit,
-  // and one for the LM head's vocabulary groups; W, BW: one); 0 (owner): the op has no slices to give.
+  // and one for the LM head's vocabulary groups; W, BW: one).
   virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);
