@@ -3,7 +3,9 @@
 (1 - busy / (ranks x makespan)) and the Zero Bubble paper's per-stage one (1 - busy / the rank's own span,
 averaged over ranks); idle time split into
 warm-up / steady state / cool-down and into waiting-for-data / ready-but-not-picked; the critical path of
-a step. Figures are recomputed from /events and checked against the per-step figures stored in /steps.
+a step; with migration, per rank the time it spent on slices of other ranks' ops (helped) and the time other
+ranks spent on slices of its own ops (recovered: the work migration took off it, measured on the helpers).
+Figures are recomputed from /events and checked against the per-step figures stored in /steps.
 Definitions: docs/trace.md. Output: a text table (default), --csv or --json."""
 import argparse
 import csv
@@ -21,13 +23,14 @@ def analyze(trace, step_for_path=None):
     ct.require_steps(trace)
     world = trace.world_size
     per_step, rank_tot = [], [dict(rank=r, busy_ns=0, idle_ns=0, span_ns=0, warmup_ns=0, steady_ns=0, cooldown_ns=0,
-                                   waiting_ns=0, not_picked_ns=0) for r in range(world)]
+                                   waiting_ns=0, not_picked_ns=0, helped_ns=0, recovered_ns=0) for r in range(world)]
     total_span = 0
     mismatches = []
     for row in trace.steps:
         step = int(row["step"])
         fig = ct.step_figures(trace, step)
         split = ct.idle_split(trace, step, fig)
+        helped, recovered = ct.migration_split(trace, trace.step_events(step))
         stored = float(row["bubble_ratio"])
         stored_stage = ct.stored_stage_bubble(trace, row)  # None: a trace older than the column
         agrees = bool(abs(stored - fig["bubble_ratio"]) <= TOLERANCE and int(row["makespan_ns"]) == fig["makespan_ns"]
@@ -41,15 +44,18 @@ def analyze(trace, step_for_path=None):
              "loss": float(row["loss"]), "ranks": []}
         for d in split:
             d = dict(d)
+            d["helped_ns"], d["recovered_ns"] = int(helped[d["rank"]]), int(recovered[d["rank"]])
             d["bubble_ratio"] = d["idle_ns"] / fig["makespan_ns"] if fig["makespan_ns"] > 0 else 0.0
             span = int(fig["span_ns"][d["rank"]])
             d["stage_bubble_ratio"] = ct.stage_bubble_ratio([d["busy_ns"]], [span]) if span >= 0 else None
             s["ranks"].append(d)
             t = rank_tot[d["rank"]]
             t["span_ns"] += max(span, 0)
-            for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns"):
+            for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns",
+                      "helped_ns", "recovered_ns"):
                 t[k] += d[k]
-        for k in ("idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns"):
+        for k in ("idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns", "helped_ns",
+                  "recovered_ns"):
             s[k] = sum(d[k] for d in s["ranks"])
         per_step.append(s)
         total_span += fig["makespan_ns"]
@@ -58,7 +64,8 @@ def analyze(trace, step_for_path=None):
         # Over all steps: idle within the rank's own spans over the sum of those spans.
         t["stage_bubble_ratio"] = 1.0 - t["busy_ns"] / t["span_ns"] if t["span_ns"] > 0 else 0.0
     overall = {k: sum(t[k] for t in rank_tot) for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns",
-                                                         "cooldown_ns", "waiting_ns", "not_picked_ns")}
+                                                         "cooldown_ns", "waiting_ns", "not_picked_ns", "helped_ns",
+                                                         "recovered_ns")}
     overall["bubble_ratio"] = overall["idle_ns"] / float(world * total_span) if total_span > 0 else 0.0
     # The mean over steps of the per-step value (as summary.json reports it).
     overall["stage_bubble_ratio"] = sum(s["stage_bubble_ratio"] for s in per_step) / max(1, len(per_step))
@@ -104,13 +111,18 @@ def print_table(res, out):
             pct(s["stage_bubble_ratio"]),
             ms(s["lower_bound_ns"]), ms(s["warmup_ns"]), ms(s["steady_ns"]), ms(s["cooldown_ns"]),
             ms(s["waiting_ns"]), ms(s["not_picked_ns"]), "" if s["agrees"] else "  MISMATCH with /steps"))
-    out.write("\nper rank, all steps (times in %s):\n%6s %10s %10s %8s %8s %10s %10s %10s %10s %10s\n" % (
-        u, "rank", "busy", "idle", "bubble", "stage", "warm-up", "steady", "cool-down", "waiting", "not-picked"))
+    migration = o["helped_ns"] > 0
+    out.write("\nper rank, all steps (times in %s):\n%6s %10s %10s %8s %8s %10s %10s %10s %10s %10s%s\n" % (
+        u, "rank", "busy", "idle", "bubble", "stage", "warm-up", "steady", "cool-down", "waiting", "not-picked",
+        " %10s %10s" % ("helped", "recovered") if migration else ""))
     for t in res["per_rank"]:
-        out.write("%6d %10s %10s %8s %8s %10s %10s %10s %10s %10s\n" % (
+        out.write("%6d %10s %10s %8s %8s %10s %10s %10s %10s %10s%s\n" % (
             t["rank"], ms(t["busy_ns"]), ms(t["idle_ns"]), pct(t["bubble_ratio"]), pct(t["stage_bubble_ratio"]),
-            ms(t["warmup_ns"]),
-            ms(t["steady_ns"]), ms(t["cooldown_ns"]), ms(t["waiting_ns"]), ms(t["not_picked_ns"])))
+            ms(t["warmup_ns"]), ms(t["steady_ns"]), ms(t["cooldown_ns"]), ms(t["waiting_ns"]), ms(t["not_picked_ns"]),
+            " %10s %10s" % (ms(t["helped_ns"]), ms(t["recovered_ns"])) if migration else ""))
+    if migration:
+        out.write("helped: time on slices of other ranks' ops (HELP_* rows); recovered: time other ranks spent on "
+                  "slices of this rank's ops (migration)\n")
     cp = res["critical_path"]
     length = cp["length_ns"] or 1
     out.write("\ncritical path of step %d: %s %s = compute %s + transfer %s + slack %s\n  " % (
@@ -120,8 +132,10 @@ def print_table(res, out):
 
 
 IDLE_FIELDS = ("warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns")
+MIGRATION_FIELDS = ("helped_ns", "recovered_ns")
+ROW_FIELDS = IDLE_FIELDS + MIGRATION_FIELDS
 CSV_FIELDS = ("trace", "step", "rank", "makespan_ns", "busy_ns", "idle_ns", "bubble_ratio",
-              "stored_bubble_ratio") + IDLE_FIELDS + ("stage_bubble_ratio", "stored_stage_bubble_ratio")
+              "stored_bubble_ratio") + IDLE_FIELDS + ("stage_bubble_ratio", "stored_stage_bubble_ratio") + MIGRATION_FIELDS
 
 
 def _blank(x):
@@ -132,20 +146,20 @@ def csv_rows(res):
     o = res["overall"]
     yield dict(trace=res["trace"], step="all", rank="all", makespan_ns=o["total_makespan_ns"], busy_ns=o["busy_ns"],
                idle_ns=o["idle_ns"], bubble_ratio=o["bubble_ratio"], stored_bubble_ratio="",
-               stage_bubble_ratio=o["stage_bubble_ratio"], stored_stage_bubble_ratio="", **{k: o[k] for k in IDLE_FIELDS})
+               stage_bubble_ratio=o["stage_bubble_ratio"], stored_stage_bubble_ratio="", **{k: o[k] for k in ROW_FIELDS})
     for t in res["per_rank"]:
         yield dict(trace=res["trace"], step="all", rank=t["rank"], makespan_ns=o["total_makespan_ns"],
                    stored_bubble_ratio="", stage_bubble_ratio=t["stage_bubble_ratio"], stored_stage_bubble_ratio="",
-                   **{k: t[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + IDLE_FIELDS})
+                   **{k: t[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + ROW_FIELDS})
     for s in res["per_step"]:
         yield dict(trace=res["trace"], step=s["step"], rank="all", makespan_ns=s["makespan_ns"],
                    busy_ns=sum(d["busy_ns"] for d in s["ranks"]), idle_ns=s["idle_ns"], bubble_ratio=s["bubble_ratio"],
                    stored_bubble_ratio=s["stored_bubble_ratio"], stage_bubble_ratio=s["stage_bubble_ratio"],
-                   stored_stage_bubble_ratio=_blank(s["stored_stage_bubble_ratio"]), **{k: s[k] for k in IDLE_FIELDS})
+                   stored_stage_bubble_ratio=_blank(s["stored_stage_bubble_ratio"]), **{k: s[k] for k in ROW_FIELDS})
         for d in s["ranks"]:
             yield dict(trace=res["trace"], step=s["step"], rank=d["rank"], makespan_ns=s["makespan_ns"],
                        stored_bubble_ratio="", stage_bubble_ratio=_blank(d["stage_bubble_ratio"]),
-                       stored_stage_bubble_ratio="", **{k: d[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + IDLE_FIELDS})
+                       stored_stage_bubble_ratio="", **{k: d[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + ROW_FIELDS})
 
 
 def _json_default(x):

@@ -310,6 +310,46 @@ def idle_split(trace, step, figures=None):
     return out
 
 
+# A HELP_* row computed slices of its owner's op of this kind (docs/trace.md).
+HELP_OF = {"HELP_F": "F", "HELP_B": "B", "HELP_W": "W", "HELP_BW": "BW"}
+
+
+def help_links(trace, events):
+    """[(help_row, owner_row)] for every HELP_* row of `events` (one step's rows, or all): the owner's op is the
+    row of rank = the help's peer with the same step, stage, microbatch and the kind it helped with; owner_row is
+    None where that op is not in `events`."""
+    owners = {}
+    for i in range(len(events)):
+        kind = trace.kind_name(events["kind"][i])
+        if kind in ("F", "B", "W", "BW"):
+            owners[(int(events["step"][i]), int(events["rank"][i]), int(events["stage"][i]),
+                    int(events["microbatch"][i]), kind)] = i
+    out = []
+    for i in range(len(events)):
+        base = HELP_OF.get(trace.kind_name(events["kind"][i]))
+        if base is not None:
+            key = (int(events["step"][i]), int(events["peer"][i]), int(events["stage"][i]),
+                   int(events["microbatch"][i]), base)
+            out.append((i, owners.get(key)))
+    return out
+
+
+def migration_split(trace, events):
+    """Per rank of `events`: helped_ns, the time it computed slices of other ranks' ops (its HELP_* rows), and
+    recovered_ns, the time other ranks computed slices of its own ops (HELP_* rows naming it as owner): the work
+    migration took off it, measured on the helpers."""
+    helped = np.zeros(trace.world_size, dtype=np.int64)
+    recovered = np.zeros(trace.world_size, dtype=np.int64)
+    for i in range(len(events)):
+        if trace.kind_name(events["kind"][i]) in HELP_OF:
+            d = max(0, int(events["end_ns"][i]) - int(events["start_ns"][i]))
+            helped[int(events["rank"][i])] += d
+            owner = int(events["peer"][i])
+            if 0 <= owner < trace.world_size:
+                recovered[owner] += d
+    return helped, recovered
+
+
 def _producer_key(kind, stage, mb, num_stages):
     """(kind, stage, microbatch) of the op whose output this op consumes, or None (docs/trace.md)."""
     if kind == "F":

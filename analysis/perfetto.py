@@ -10,7 +10,8 @@ HolisticTraceAnalysis (HTA). One process per rank (pid = rank, "rank R (host)") 
             "ncclKernel_SendRecv", the substring by which HTA classifies a kernel as communication,
             although the transport is MPI point to point)
 
-plus flow events (ph s/f, cat transfer) from every SEND to its RECV, counter tracks per rank (ph C:
+plus flow events (ph s/f, cat transfer) from every SEND to its RECV and (cat migration) from an op that gave
+slices away to each helper's slices (HELP_* rows, args.owner) and back to the op's end, counter tracks per rank (ph C:
 "in-flight activations", microbatches whose forward ended and whose W or BW has not; "ready ops", compute
 ops ready but not started), and a "steps" process with one span per step over all ranks. The file carries
 distributedInfo {rank, world_size, backend} and, when the trace records its clock's UNIX epoch,
@@ -63,6 +64,9 @@ def op_events(trace, origin):
         if compute[i]:
             args["migrated"] = int(ev["migrated"][i])
             name = "%s%d" % (kind, args["microbatch"])
+            if kind in ct.HELP_OF:
+                args["owner"] = int(ev["peer"][i])
+                name += " for r%d" % args["owner"]
         else:
             args["peer"] = int(ev["peer"][i])
             name = "%s %s %s r%d mb%d" % (COMM_PREFIX, kind, "to" if kind == "SEND" else "from", args["peer"],
@@ -132,6 +136,28 @@ def flow_events(trace, origin):
                     "tid": STREAM_COMM, "ts": _us(ev["start_ns"][s], origin), "args": args})
         out.append({"ph": "f", "bp": "e", "id": n, "name": "transfer", "cat": "transfer", "pid": int(ev["rank"][r]),
                     "tid": STREAM_COMM, "ts": _us(max(r_start, r_end - 1), origin), "args": args})
+    return out + migration_flows(trace, origin, len(out) // 2 + 1)
+
+
+def migration_flows(trace, origin, first_id):
+    """Two flows per help (HELP_* row) whose owner's op is in the trace: owner's op start -> the help's start
+    (the request), the help's last nanosecond -> the owner's op's last nanosecond (the answer)."""
+    ev = trace.events
+    out = []
+    n = first_id
+    for h, o in ct.help_links(trace, ev):
+        if o is None:
+            continue
+        args = {"step": int(ev["step"][h]), "microbatch": int(ev["microbatch"][h]), "slices": int(ev["migrated"][h]),
+                "bytes": int(ev["bytes"][h])}
+        for (a, ta), (b, tb) in (((o, int(ev["start_ns"][o])), (h, int(ev["start_ns"][h]))),
+                                 ((h, max(int(ev["start_ns"][h]), int(ev["end_ns"][h]) - 1)),
+                                  (o, max(int(ev["start_ns"][o]), int(ev["end_ns"][o]) - 1)))):
+            out.append({"ph": "s", "id": n, "name": "migration", "cat": "migration", "pid": int(ev["rank"][a]),
+                        "tid": STREAM_COMPUTE, "ts": _us(ta, origin), "args": args})
+            out.append({"ph": "f", "bp": "e", "id": n, "name": "migration", "cat": "migration",
+                        "pid": int(ev["rank"][b]), "tid": STREAM_COMPUTE, "ts": _us(tb, origin), "args": args})
+            n += 1
     return out
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Gantt chart of one step of a conductor trace: one row per rank, F/B/W/BW in distinct colours with the
-microbatch number on each bar, idle gaps left blank, migrated work hatched and outlined, transfers (with
+microbatch number on each bar, idle gaps left blank, an op that gave slices away hatched and outlined, the
+slices a helper computed for it (migration's HELP_* rows) on the helper's row in the colour of the owner's op,
+cross-hatched, labelled with the owner's rank and linked to the owner's op by a dotted line, transfers (with
 --comm) as thin bars under each row. Reads simulator and runtime traces (docs/trace.md)."""
 import argparse
 import os
@@ -28,23 +30,33 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
     fig, ax = plt.subplots(figsize=(w, 1.0 + 0.6 * world))
     compute = trace.compute_mask(ev)
     migrated_any = False
+
+    def middle(i):
+        return ((int(ev["start_ns"][i]) + int(ev["end_ns"][i])) / 2 - t0) / scale, int(ev["rank"][i])
+
     for i in range(len(ev)):
         kind = trace.kind_name(ev["kind"][i])
         r = int(ev["rank"][i])
         x0 = (int(ev["start_ns"][i]) - t0) / scale
         dx = max((int(ev["end_ns"][i]) - int(ev["start_ns"][i])) / scale, 0.0)
         if compute[i]:
+            helped = ct.HELP_OF.get(kind)  # slices of another rank's op of this kind
             mig = bool(ev["migrated"][i])
             migrated_any |= mig
-            ax.broken_barh([(x0, dx)], (r - 0.4, 0.8), facecolors=COLOURS.get(kind, "#999999"),
+            ax.broken_barh([(x0, dx)], (r - 0.4, 0.8), facecolors=COLOURS.get(helped or kind, "#999999"),
                            edgecolors="black" if mig else "white", linewidth=1.5 if mig else 0.5,
-                           hatch="///" if mig else None)
-            # microbatch number, if the bar is wide enough for it
+                           hatch=("xx" if helped else "///") if mig else None)
+            # microbatch number (and a help's owner), if the bar is wide enough for it
             if dx / (span / scale) > 0.012:
-                ax.text(x0 + dx / 2, r, str(int(ev["microbatch"][i])), ha="center", va="center", fontsize=7,
-                        color="white")
+                label = ("r%d:%d" % (int(ev["peer"][i]), int(ev["microbatch"][i])) if helped
+                         else str(int(ev["microbatch"][i])))
+                ax.text(x0 + dx / 2, r, label, ha="center", va="center", fontsize=7, color="white")
         elif comm:
             ax.broken_barh([(x0, dx)], (r + 0.42, 0.08), facecolors=COLOURS.get(kind, "#999999"))
+    for h, o in ct.help_links(trace, ev):  # a help and the op it computed slices of
+        if o is not None:
+            ax.annotate("", xy=middle(o), xytext=middle(h),
+                        arrowprops=dict(arrowstyle="-", linestyle=":", color="black", linewidth=0.8))
     ax.set_ylim(world - 0.5, -0.5)
     ax.set_yticks(range(world))
     ax.set_yticklabels(["rank %d" % r for r in range(world)])
@@ -57,7 +69,9 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
     handles = [Patch(facecolor=COLOURS[k], label=k) for k in ct.COMPUTE_KINDS
                if trace.kind_codes.get(k) is not None and (ev["kind"] == trace.kind_codes[k]).any()]
     if migrated_any:
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="migrated"))
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="gave slices"))
+    if any(ct.HELP_OF.get(trace.kind_name(k)) for k in ev["kind"]):
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="xx", label="slices for rN (owner)"))
     if comm:
         handles += [Patch(facecolor=COLOURS[k], label=k) for k in ("SEND", "RECV")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)

@@ -424,6 +424,53 @@ class ProfilerExport(TempDirCase):
         self.assertIsNone(trace.epoch_unix_ns)
 
 
+class MigrationRows(TempDirCase):
+    """The hand-computed example plus one help: rank 0's B1 [500,600) gave 1 slice to rank 1, which computed it
+    in its cool-down as HELP_B [510,560) (stage 0, microbatch 1, peer 0). Busy 400 + 380 + 50 = 830 of 2 x 600:
+    bubble 1 - 830/1200; rank 1's span grows to [120,560): per-stage (1 - 400/600 + 1 - 430/440) / 2."""
+
+    def setUp(self):
+        super().setUp()
+        self.p = self.path("migration.h5")
+        rows = tracegen.example_events() + [tracegen.ev(0, 1, "HELP_B", 1, 505, 510, 560, stage=0, peer=0,
+                                                        migrated=1, bytes_=2048)]
+        step = tracegen.step_row(0, 600, 1 - 830 / 1200, 430.0) + ((1 - 400 / 600 + 1 - 430 / 440) / 2,)
+        tracegen.write_trace(self.p, rows, [step])
+        self.trace = ct.load(self.p)
+        self.help = len(rows) - 1
+        self.owner = [i for i, r in enumerate(rows) if r[1] == 0 and r[5] == tracegen.KINDS["B"] and r[4] == 1][0]
+
+    def test_links_and_figures(self):
+        self.assertEqual(ct.help_links(self.trace, self.trace.events), [(self.help, self.owner)])
+        res = bubbles.analyze(self.trace)
+        self.assertEqual(res["stored_mismatch_steps"], [])  # a help is busy time of its rank, as /steps counts it
+        helped = [(t["helped_ns"], t["recovered_ns"]) for t in res["per_rank"]]
+        self.assertEqual(helped, [(0, 50), (50, 0)])
+        out = self.path("b.csv")
+        self.assertEqual(bubbles.main(["--csv", "-o", out, self.p]), 0)
+        with open(out) as f:
+            by_rank = {(r["step"], r["rank"]): r for r in csv.DictReader(f)}
+        self.assertEqual((by_rank[("0", "0")]["recovered_ns"], by_rank[("0", "1")]["helped_ns"]), ("50", "50"))
+        self.assertEqual(bubbles.main(["-o", out, self.p]), 0)
+        with open(out) as f:
+            self.assertRegex(f.read(), r"\n +1 .* 0\.050 +0\.000\n")  # rank 1: helped 50 ns, recovered 0 (us)
+
+    def test_perfetto_flows_out_and_back(self):
+        events, origin = perfetto.convert(self.trace)
+        flows = [(e["ph"], e["pid"], e["ts"]) for e in events if e.get("cat") == "migration"]
+        # request: rank 0's B1 start -> the help's start; answer: the help's last ns -> B1's last ns (us)
+        self.assertEqual(flows, [("s", 0, 0.5), ("f", 1, 0.51), ("s", 1, 0.559), ("f", 0, 0.599)])
+        ids = [e["id"] for e in events if e["ph"] in "sf" and e.get("cat") in ("migration", "transfer")]
+        self.assertEqual(len(set(ids)), len(ids) // 2)  # each id names one flow's two ends
+        help_op = [e for e in events if e["ph"] == "X" and e["name"] == "HELP_B1 for r0"]
+        self.assertEqual([(e["pid"], e["args"]["owner"]) for e in help_op], [(1, 0)])
+
+    def test_timeline_draws_the_help(self):
+        out = self.path("tl.png")
+        self.assertEqual(timeline.main([self.p, "-o", out]), 0)
+        self.assertGreater(os.path.getsize(out), 1000)
+
+
 def sweep_trace(path, name, schedule, noise, makespans, seed=0):
     """A trace whose deck names its source fragments as conductor's resolved deck does."""
     deck = ("# conductor resolved deck (every key, defaults included), composed in this order:\n"

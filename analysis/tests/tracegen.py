@@ -2,7 +2,8 @@
 import h5py
 import numpy as np
 
-KINDS = {"F": 0, "B": 1, "W": 2, "BW": 3, "SEND": 4, "RECV": 5}
+KINDS = {"F": 0, "B": 1, "W": 2, "BW": 3, "SEND": 4, "RECV": 5, "ANNOUNCE": 6, "HELP_F": 7, "HELP_B": 8, "HELP_W": 9,
+         "HELP_BW": 10}
 KIND_T = h5py.enum_dtype(KINDS, basetype="i1")
 EVENT_T = np.dtype([("step", "<i4"), ("rank", "<i4"), ("stage", "<i4"), ("chunk", "<i4"), ("microbatch", "<i4"),
                     ("kind", KIND_T), ("ready_ns", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
