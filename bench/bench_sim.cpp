@@ -20,10 +20,13 @@
 // (7) --heavy [INPUTS_DIR]: only the heavy-variability rows of (4), with a weaker baseline next to strict:
 // `blocking`, the same fixed order with blocking neighbour exchanges (Megatron-style p2p, the kind of baseline
 // RRFP measured against; docs/design.md), and readiness's speedup over it. strict stays the goals' baseline.
+// (5b) --migration-run DECK NOISE [KEY=VALUE...]: one simulation row of (5) (NOISE: jitter or straggler, the
+// keys added; no global tier), for a profiler.
 // (8) --zb-table: ZB-1p / ZB-2p against the Zero Bubble paper's Table 5 on its twelve configurations (Table 9's
 // costs), and ZB-V against its Table 8 (docs/schedules.md).
 // Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
-//                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table]   (--quick skips
+//                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |
+//                   --migration-run DECK jitter|straggler [KEY=VALUE...]]   (--quick skips
 //        p=1024; --speed runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
@@ -863,6 +866,20 @@ static int run(int argc, char** argv) {
       decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml", "inputs/multimodal.yaml"};
     }
     migration_table(decks, extra);
+    return 0;
+  }
+  if (argc > 3 && std::strcmp(argv[1], "--migration-run") == 0) {
+    // One row of the ablation's simulation alone (no global tier), for a profiler or an instruction counter:
+    // valgrind --tool=callgrind --toggle-collect='conductor::sim::simulate_run(*' (docs/migration.md).
+    const std::string path = argv[2], preset = argv[3];
+    const auto noise = std::find_if(mig_noises().begin(), mig_noises().end(),
+                                    [&](const MigNoise& n) { return std::string(n.name).rfind(preset, 0) == 0; });
+    if (noise == mig_noises().end()) {
+      std::fprintf(stderr, "bench_sim --migration-run: noise '%s' is not one of: jitter, straggler\n", preset.c_str());
+      return 2;
+    }
+    const MigRow row = mig_run(path, read_text(path), std::vector<std::string>(argv + 4, argv + argc), *noise, false);
+    std::printf("makespan %.3f ms, %.1f MB/step, CPU %.4f s\n", row.makespan, row.bytes / 1e6, row.cpu_s);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--split") == 0) {

@@ -51,21 +51,13 @@ class Helpers {
     expected_.resize(p);
     for (std::size_t r = 0; r < p; ++r) expected_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
     chains_ = InputChains(s);
-    known_.expected = [this](int r, int i) {
-      return expected_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
-    };
-    known_.waiting = [this](int r, int i) {
-      const Arbiter& a = drivers_[static_cast<std::size_t>(r)].arbiter();
-      return !a.is_ready(i) && !a.is_started(i);
-    };
     if (opt.estimate) {
-      known_.estimate = [this](int r, int i) {
-        return opt_.estimate(r, drivers_[static_cast<std::size_t>(r)].arbiter().actions()[static_cast<std::size_t>(i)]);
-      };
+      estimates_.resize(p);
+      for (std::size_t r = 0; r < p; ++r) estimates_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
     }
-    known_.comm = opt.comm_estimate;
+    comm = opt.comm_estimate;
   }
-  Helpers(const Helpers&) = delete;  // known_ refers to this object
+  Helpers(const Helpers&) = delete;
   Helpers& operator=(const Helpers&) = delete;
   bool on() const { return on_; }
   bool helping(int r, double now) const { return on_ && busy_until_[static_cast<std::size_t>(r)] > now; }
@@ -87,7 +79,7 @@ class Helpers {
       if (!a.finished()) {
         const int next = a.next_in_list();
         if (a.is_ready(next)) continue;  // about to run
-        const double at = chains_.earliest_input(q, next, owner, now, known_);
+        const double at = chains_.earliest_input_from(q, next, owner, now, *this);
         if (std::isnan(at)) continue;  // nothing known
         o.until = at;
       }
@@ -98,6 +90,22 @@ class Helpers {
     }
     return offers_;
   }
+
+  // What the engine knows, for InputChains's bound (PeerKnowledge's members): the announced arrival of rank r's
+  // list op i's input, whether that op waits for it, and its estimate (kept: the same every time it is asked).
+  double expected(int r, int i) const { return expected_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]; }
+  bool waiting(int r, int i) const {
+    const Arbiter& a = drivers_[static_cast<std::size_t>(r)].arbiter();
+    return !a.is_ready(i) && !a.is_started(i);
+  }
+  bool has_estimates() const { return !estimates_.empty(); }
+  double estimate(int r, int i) const {
+    double& e = estimates_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    if (std::isnan(e))
+      e = opt_.estimate(r, drivers_[static_cast<std::size_t>(r)].arbiter().actions()[static_cast<std::size_t>(i)]);
+    return e;
+  }
+  double comm = 0;  // a transfer's estimate
 
   // The helper of `o` starts helping at `now`.
   void engage(const HelpPart& o, double now) {
@@ -115,7 +123,7 @@ class Helpers {
   std::vector<double> busy_until_, peak_;
   std::vector<std::vector<double>> expected_;
   InputChains chains_;
-  PeerKnowledge known_;
+  mutable std::vector<std::vector<double>> estimates_;  // per rank and list op (NaN: not asked yet)
   std::vector<HelpOffer> offers_;
 };
 
@@ -189,8 +197,9 @@ std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>&
 ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
   const int p = s.p;
   // Replicas (migration.weights: replicas) take their room first: what a rank holds shrinks its own budget.
-  const ReplicaPlan replicas =
-      opt.migration.empty() ? ReplicaPlan{} : place_replicas(opt.migration, replica_room(s, opt));
+  const ReplicaPlan replicas = opt.migration.empty() || !opt.migration[0].replicas()
+                                   ? ReplicaPlan{}
+                                   : place_replicas(opt.migration, replica_room(s, opt));
   std::vector<RankDriver> drivers;
   drivers.reserve(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -295,7 +304,8 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       // Alone the op takes `dur` (its estimate `predicted`); with a helper, the longer of the owner's part (its
       // share of `dur`) and the helper's (transfers and slices at the helper's speed).
       const bool predict = helpers.on() || (announcing && dest[r][i] >= 0);
-      double busy = dur, took = dur, predicted = predict && opt.estimate ? opt.estimate(r, act) : dur;
+      double busy = dur, took = dur, predicted = dur;
+      if (predict && opt.estimate) predicted = helpers.has_estimates() ? helpers.estimate(r, i) : opt.estimate(r, act);
       if (helpers.on()) {
         const Offload o = drv.offload(i, now, predicted, helpers.offers(r, act, now));
         if (o.helper >= 0) {

@@ -111,7 +111,8 @@ double Migration::step_of(const Reach& r, int k, double lo, double hi) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const {
+Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
+                          Search search) const {
   Offload alone;
   alone.op_time = alone.owner_time = estimate;
   const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
@@ -167,31 +168,85 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   // rest of the bisection then needs no evaluation: the same midpoints, and the same end, in arithmetic alone.
   double lo = 0, hi = estimate;
   int at_lo = total(&Candidate::k_lo), at_hi = total(&Candidate::k_hi);
-  double step_at = std::numeric_limits<double>::quiet_NaN();
-  for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
-    const double tau = 0.5 * (lo + hi);
-    int t = at_lo;
-    const bool constant = at_lo == at_hi, stepped = !constant && !std::isnan(step_at);
-    if (stepped) {
-      t = tau >= step_at ? at_hi : at_lo;
-    } else if (!constant) {
-      for (Candidate& x : live) x.k_mid = x.k_lo == x.k_hi ? x.k_lo : slices_at(x.reach, tau);
-      t = total(&Candidate::k_mid);
+  // Feasibility is monotone in tau (t is), so the bisection's every step is a comparison of its midpoint with
+  // the least feasible tau, its threshold: where that is located exactly, the bisection is that comparison alone.
+  const auto feasible_at = [&](double tau) {
+    for (Candidate& x : live) x.k_mid = slices_at(x.reach, tau);
+    return estimate - slice * total(&Candidate::k_mid) <= tau;
+  };
+  // With one candidate (most decisions: few peers are idle at once) the guess is in closed form: its k steps
+  // near fixed + k per_slice, and the owner's part estimate - slice k falls as k grows; the first level j whose
+  // step lies at or past the owner's part with j slices is near (estimate - fixed) / (per_slice + slice), and the
+  // threshold is the earlier of that step and the owner's part with j - 1 slices. Then checked: the least tau is
+  // the one feasible where the double below it is not, found within a few ulps of the guess (NaN: not found, or
+  // several candidates: the bisection decides).
+  const auto locate = [&]() {
+    constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+    if (search != Search::Located || live.size() != 1) return kNone;
+    const Candidate& x = live.front();
+    const double level = std::ceil((estimate - x.reach.fixed) / (x.reach.per_slice + slice));
+    const int j = static_cast<int>(std::clamp(level, x.k_lo + 1.0, x.k_hi + 1.0));
+    const double step =
+        j > x.k_hi ? std::numeric_limits<double>::infinity() : x.reach.fixed + (j - 1e-12) * x.reach.per_slice;
+    const double guess = std::min(estimate - slice * (j - 1), step);
+    if (!(guess > 0 && guess <= estimate)) return kNone;
+    double tau = guess;
+    const bool up = !feasible_at(tau);
+    for (int tries = 0; tries < 16; ++tries) {
+      const double other = std::nextafter(tau, up ? estimate : 0.0);
+      if (other <= 0 || other == tau) return kNone;
+      if (up ? feasible_at(other) : !feasible_at(other)) return up ? other : tau;
+      tau = other;
     }
-    const bool feasible = estimate - slice * t <= tau;
-    if (feasible) {
-      hi = tau, at_hi = t;
-    } else {
-      lo = tau, at_lo = t;
+    return kNone;
+  };
+  if (const double least = locate(); !std::isnan(least)) {
+    for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
+      const double tau = 0.5 * (lo + hi);
+      const bool feasible = tau >= least;
+      hi = feasible ? tau : hi;
+      lo = feasible ? lo : tau;
     }
-    if (constant || stepped) continue;  // stepped: when the end that moved took the other's ks, now constant
-    const Candidate* mover = nullptr;
-    int movers = 0;
-    for (Candidate& x : live) {
-      (feasible ? x.k_hi : x.k_lo) = x.k_mid;
-      if (x.k_lo != x.k_hi) ++movers, mover = &x;
+  } else {
+    // Not located (a guess too far, or a threshold at 0): the bisection itself.
+    double step_at = std::numeric_limits<double>::quiet_NaN();
+    for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
+      if (at_lo == at_hi) {
+        // Constant from here on (both ends keep the same total): feasibility is one comparison with the same
+        // threshold at every midpoint, so the rest of the bisection is this loop, without the bookkeeping.
+        const double need = estimate - slice * at_lo;
+        for (; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
+          const double tau = 0.5 * (lo + hi);
+          const bool feasible = need <= tau;
+          hi = feasible ? tau : hi;
+          lo = feasible ? lo : tau;
+        }
+        break;
+      }
+      const double tau = 0.5 * (lo + hi);
+      int t = at_lo;
+      const bool stepped = !std::isnan(step_at);
+      if (stepped) {
+        t = tau >= step_at ? at_hi : at_lo;
+      } else {
+        for (Candidate& x : live) x.k_mid = x.k_lo == x.k_hi ? x.k_lo : slices_at(x.reach, tau);
+        t = total(&Candidate::k_mid);
+      }
+      const bool feasible = estimate - slice * t <= tau;
+      if (feasible) {
+        hi = tau, at_hi = t;
+      } else {
+        lo = tau, at_lo = t;
+      }
+      if (stepped) continue;  // each end keeps its ks; the step alone decides between them
+      const Candidate* mover = nullptr;
+      int movers = 0;
+      for (Candidate& x : live) {
+        (feasible ? x.k_hi : x.k_lo) = x.k_mid;
+        if (x.k_lo != x.k_hi) ++movers, mover = &x;
+      }
+      if (movers == 1 && mover->k_hi == mover->k_lo + 1) step_at = step_of(mover->reach, mover->k_hi, lo, hi);
     }
-    if (movers == 1 && mover->k_hi == mover->k_lo + 1) step_at = step_of(mover->reach, mover->k_hi, lo, hi);
   }
   // At the feasible end: the best n candidates (the most slices; ties: the first offered), each capped by what
   // is left of the slices.
@@ -241,7 +296,8 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     }
   }
   const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
-  return best.helper >= 0 && best.op_time < estimate - gain_needed ? best : alone;
+  if (best.helper >= 0 && best.op_time < estimate - gain_needed) return best;
+  return alone;
 }
 
 std::vector<HelpPart> Offload::parts() const {
@@ -280,32 +336,22 @@ InputChains::InputChains(const Schedule& s) {
   }
 }
 
-int InputChains::producer(int q, int index) const {
-  return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
-}
+namespace {
 
-int InputChains::producer_op(int q, int index) const {
-  return position_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
-}
+// PeerKnowledge's function objects under the member names InputChains::bound calls.
+struct Calls {
+  const PeerKnowledge& k;
+  double expected(int r, int i) const { return k.expected(r, i); }
+  bool waiting(int r, int i) const { return k.waiting(r, i); }
+  bool has_estimates() const { return static_cast<bool>(k.estimate); }
+  double estimate(int r, int i) const { return k.estimate(r, i); }
+  double comm;
+};
+
+}  // namespace
 
 double InputChains::earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const {
-  return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
-}
-
-double InputChains::bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const {
-  constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
-  const double announced = known.expected(q, index);
-  if (!std::isnan(announced)) return announced;
-  const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
-  const int from = producer_[r][i], y = position_[r][i];
-  if (from == owner) return std::numeric_limits<double>::infinity();
-  if (from < 0 || y < 0 || depth <= 0 || !known.estimate) return kUnknown;
-  double start = now;
-  if (known.waiting(from, y) && producer(from, y) >= 0) {
-    const double in = bound(from, y, owner, now, known, depth - 1);
-    if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
-  }
-  return start + known.estimate(from, y) + known.comm;
+  return earliest_input_from(q, index, owner, now, Calls{known, known.comm});
 }
 
 bool ReplicaPlan::holds(int owner, int rank) const { return std::isfinite(ready_at(owner, rank)); }

@@ -282,6 +282,57 @@ TEST(Migration, DecisionMatchesBruteForceOverRandomOffers) {
   }
 }
 
+// The located threshold (Migration::Search::Located: the bisection's outcome from the least feasible tau, found
+// in closed form and checked to the ulp) against the bisection at every midpoint, over random offers, estimates
+// and costs, one to three offers: the same decision to the bit.
+TEST(Migration, LocatedThresholdEqualsTheBisection) {
+  plan::Migration m = unit_migration();
+  m.memory_unit_bytes.assign(8, 1e6);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int migrated = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    m.slices = 1 + static_cast<int>(40 * u(rng));
+    m.max_fraction = 0.1 + 0.9 * u(rng);
+    m.helpers = 1 + static_cast<int>(3 * u(rng));
+    plan::SliceCosts c;
+    c.sliced_fraction = 0.2 + 0.8 * u(rng);
+    c.bytes_fixed = 2e6 * u(rng);
+    c.bytes_per_slice = 1e6 * u(rng);
+    c.weight_bytes_per_slice = c.bytes_per_slice * u(rng);
+    c.messages = static_cast<int>(3 * u(rng));
+    c.helper_factor = 0.8 + 0.4 * u(rng);
+    m.ops.assign(8, {c, c, c});
+    const Migration mig(m, straggling_costs(), 1, 1);
+    const double now = 5 * u(rng), estimate = 0.2 + 20 * u(rng);
+    std::vector<HelpOffer> offers;
+    const int count = 1 + static_cast<int>(3 * u(rng));
+    for (int q = 0; q < count; ++q) {
+      HelpOffer o;
+      o.rank = q == 1 ? 7 : q;
+      if (u(rng) < 0.6) o.until = now + 25 * u(rng);
+      if (u(rng) < 0.3) o.memory_free = 10 * u(rng);
+      o.speed = 0.5 + 2 * u(rng);
+      o.replica = u(rng) < 0.3;
+      offers.push_back(o);
+    }
+    const Offload a = mig.decide(OpKind::F, now, estimate, offers);
+    const Offload b = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Bisection);
+    const std::string at = "trial " + std::to_string(trial);
+    ASSERT_EQ(a.parts().size(), b.parts().size()) << at;
+    EXPECT_EQ(a.op_time, b.op_time) << at;
+    EXPECT_EQ(a.owner_time, b.owner_time) << at;
+    for (std::size_t j = 0; j < a.parts().size(); ++j) {
+      EXPECT_EQ(a.parts()[j].helper, b.parts()[j].helper) << at;
+      EXPECT_EQ(a.parts()[j].slices, b.parts()[j].slices) << at;
+      EXPECT_EQ(a.parts()[j].help_time, b.parts()[j].help_time) << at;
+      EXPECT_EQ(a.parts()[j].bytes, b.parts()[j].bytes) << at;
+    }
+    migrated += a.helper >= 0 ? 1 : 0;
+  }
+  EXPECT_GT(migrated, 300);  // the grid exercises the decisions that move slices, not only "alone"
+}
+
 // The bound on a peer's awaited input (InputChains, shared by the engine and the runtime) on a hand-set state:
 // p = 4, one microbatch, rank 3 deciding. Rank 2's F0 waits for rank 1's F0, which waits for rank 0's.
 TEST(Migration, InputBoundFollowsTheProducerChain) {

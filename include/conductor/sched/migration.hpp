@@ -72,7 +72,11 @@ class Migration {
   int max_helpers() const { return max_helpers_; }
   // The op of `kind`, estimated to take `estimate` alone, starting at `now`: the offload among `offers` (up to
   // migration.helpers of them, each within its window, memory and max_fraction) that ends the op earliest.
-  Offload decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers) const;
+  // How decide() finds the op's earliest end: the threshold located where it can be (the bisection's outcome
+  // from it, the same to the bit), or the bisection at every midpoint (the reference the tests hold it to).
+  enum class Search { Located, Bisection };
+  Offload decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
+                 Search search = Search::Located) const;
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
 
@@ -150,13 +154,38 @@ class InputChains {
   // earlier than the producer's op could end if it started now, or once its own input came (followed up the
   // pipeline, p links at most), plus the transfer. With exact knowledge a lower bound.
   double earliest_input(int q, int index, int owner, double now, const PeerKnowledge& known) const;
+  // The same bound on any `known` with PeerKnowledge's members as plain member functions (expected(r, i),
+  // waiting(r, i), has_estimates(), estimate(r, i)) and `comm`: the engine's, whose calls are then inlined at
+  // every op start instead of going through std::function.
+  template <class Known>
+  double earliest_input_from(int q, int index, int owner, double now, const Known& known) const {
+    return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
+  }
   // The rank producing rank q's list op `index`'s cross-rank input, or -1.
-  int producer(int q, int index) const;
+  int producer(int q, int index) const {
+    return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
+  }
   // And the producing op's position in that rank's list, or -1.
-  int producer_op(int q, int index) const;
+  int producer_op(int q, int index) const {
+    return position_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
+  }
 
  private:
-  double bound(int q, int index, int owner, double now, const PeerKnowledge& known, int depth) const;
+  template <class Known>
+  double bound(int q, int index, int owner, double now, const Known& known, int depth) const {
+    const double announced = known.expected(q, index);
+    if (!std::isnan(announced)) return announced;
+    const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
+    const int from = producer_[r][i], y = position_[r][i];
+    if (from == owner) return std::numeric_limits<double>::infinity();
+    if (from < 0 || y < 0 || depth <= 0 || !known.has_estimates()) return std::numeric_limits<double>::quiet_NaN();
+    double start = now;
+    if (known.waiting(from, y) && producer(from, y) >= 0) {
+      const double in = bound(from, y, owner, now, known, depth - 1);
+      if (!std::isnan(in)) start = std::max(start, in);  // unknown: it may come at once
+    }
+    return start + known.estimate(from, y) + known.comm;
+  }
   std::vector<std::vector<int>> producer_;  // per rank and list op: the producer's rank, or -1
   std::vector<std::vector<int>> position_;  // and the producing op's list position there, or -1
 };
