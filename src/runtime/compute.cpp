@@ -116,8 +116,8 @@ class StageCompute : public Compute {
   model::StageModel* model() override { return model_.get(); }
 
   // Computation migration with the trainer's kernels, on any backend (the model stages a helper's request through
-  // its backend's memory): the MLP column groups and the attention head groups of F, B, W and of BW's weight half,
-  // and the LM head's vocabulary groups (cpu only: model/stage.hpp). None where the stage has none of them.
+  // its backend's memory): the MLP column groups and the attention head groups of F, B, W and BW (both halves), and
+  // the LM head's vocabulary groups (cpu only: model/stage.hpp). None where the stage has none of them.
   SliceMoves slice_moves(sched::OpKind kind, int stage) const override {
     return requests_per_op(kind, stage) > 0 ? SliceMoves::Real : SliceMoves::None;
   }
@@ -132,20 +132,29 @@ class StageCompute : public Compute {
     switch (kind) {
       case sched::OpKind::F: return model_->forward_help(slices, input);
       case sched::OpKind::B: return model_->backward_input_help(slices, input);
-      default: return model_->weight_grads(slices, input);  // W, BW's weight half
+      case sched::OpKind::W: return model_->weight_grads(slices, input);
+      case sched::OpKind::BW: break;
     }
+    throw Error("compute: a helper's request names BW: its requests are its B half's and W half's (compute.hpp)");
   }
   void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer) override {
     model_->land_weight_grads(stage, a.microbatch, answer);
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
     // F, B: one request per layer and grouped unit, and one for the LM head's vocabulary groups on the last stage
-    // (0: the op has nothing to give, slice_moves says None). W, BW: one, when a unit of the stage is grouped.
-    const bool per_layer = kind == sched::OpKind::F || kind == sched::OpKind::B;
+    // (0: the op has nothing to give, slice_moves says None). W: one, when a unit of the stage is grouped. BW: its
+    // B half's, then its W half's.
     const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
     const bool head = model_->vocab_groups() > 1 && stage == static_cast<int>(layers_.size()) - 1;
-    if (!per_layer) return units > 0 || head ? 1 : 0;
-    return units * layers_[static_cast<std::size_t>(stage)] + (head ? 1 : 0);
+    const int per_layer = units * layers_[static_cast<std::size_t>(stage)] + (head ? 1 : 0);
+    const int weight = units > 0 || head ? 1 : 0;
+    switch (kind) {
+      case sched::OpKind::F:
+      case sched::OpKind::B: return per_layer;
+      case sched::OpKind::W: return weight;
+      case sched::OpKind::BW: break;
+    }
+    return per_layer + weight;
   }
 
  protected:
@@ -160,8 +169,8 @@ class StageCompute : public Compute {
     pool_ = std::make_unique<BufferPool>(backend ? *backend : model::cpu_backend(), model_->activation_elements());
   }
   // The op on the model, with its last give_ slices on a helper when give_slices asked for it. Blocks the host
-  // where migration needs the device's results: F and B wait for each layer's answer, and W's helper input is
-  // downloaded once its B is done (on cuda the backend's download waits for the stream).
+  // where migration needs the device's results: F and B (and BW's B half) wait for each layer's answer, and W's
+  // helper input is downloaded once its B is done (on cuda the backend's download waits for the stream).
   void run_op(const sched::Action& a, int stage, const float* in, float* out) {
     if (give_ > 0 && (a.kind == sched::OpKind::F || a.kind == sched::OpKind::B)) {
       model_->give_groups(std::exchange(give_, 0), {std::move(send_), std::move(receive_)});  // per layer
@@ -186,12 +195,16 @@ class StageCompute : public Compute {
   std::function<bool()> progress_;  // set_progress
 
  private:
-  // W or BW with its last give_ groups on a helper: B (of a BW), the helper's input out, then W of the rest.
+  // W or BW with its last give_ groups on a helper. BW: its B half gives the same groups as a B op does (per layer,
+  // each answer awaited), then, as W: the helper's input out, then W of the rest (the answer lands after the op).
   void run_giving(const sched::Action& a, int stage, const float* in, float* out) {
-    if (a.kind == sched::OpKind::BW) model_->backward_input(stage, a.microbatch, in, out);
     const int slices = std::exchange(give_, 0);
-    std::vector<float> input = model_->weight_inputs(stage, a.microbatch, slices);
     const HelpSender send = std::move(send_);
+    if (a.kind == sched::OpKind::BW) {
+      model_->give_groups(slices, {send, std::move(receive_)});
+      model_->backward_input(stage, a.microbatch, in, out);
+    }
+    std::vector<float> input = model_->weight_inputs(stage, a.microbatch, slices);
     send(std::move(input), model_->weight_grads_floats(stage, slices));
     model_->backward_weight(stage, a.microbatch);
   }
@@ -200,7 +213,7 @@ class StageCompute : public Compute {
   double share_ = 1.0;       // of the next op's injected extra delay (keep_share)
   int give_ = 0;             // slices the next op gives to a helper (give_slices)
   HelpSender send_;
-  HelpReceiver receive_;  // F, B
+  HelpReceiver receive_;  // F, B, BW's B half
 };
 
 // Real math on this rank's virtual stages on the host (cpu backend): launch() runs the op. The noise model adds

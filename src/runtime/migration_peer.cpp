@@ -328,10 +328,10 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   c.help_ns = ms_to_ns(o.helper_compute);
   if (moves == Compute::SliceMoves::Real) {
     const sched::OpKind kind = ctx_.actions()[static_cast<std::size_t>(i)].kind;
-    // W, BW: one request, the answer lands after the op. F, B: one request per layer, each answer awaited inside
-    // the op (nothing is due until the first layer's request).
+    // W: one request, the answer lands after the op. F, B: one request per layer, each answer awaited inside the op
+    // (nothing is due until the first layer's request). BW: its B half's as B's, then its W half's as W's.
     own.real = kind == sched::OpKind::W || kind == sched::OpKind::BW;
-    if (!own.real) own.back = now;
+    if (kind != sched::OpKind::W) own.back = now;
     compute_.give_slices(
         o.slices,
         [this, i, c, helper = o.helper](std::vector<float> input, std::size_t answer) {
@@ -419,11 +419,24 @@ void MigrationPeer::reply(const Job& job, std::vector<char> answer) {
   ++sends_;
 }
 
+// The kind of request `job` is for the owner's op a: its own, but a BW's requests come as its B half's (per layer)
+// and then one W half's; requests_left counts this one and those to come.
+sched::OpKind MigrationPeer::request_kind(const Job& job, const sched::Action& a) const {
+  if (a.kind != sched::OpKind::BW) return a.kind;
+  return requests_left(job, a) > 1 ? sched::OpKind::B : sched::OpKind::W;
+}
+
+int MigrationPeer::requests_left(const Job& job, const sched::Action& a) const {
+  const auto at = layers_due_.find(std::make_pair(job.owner, job.request.index));
+  return at != layers_due_.end() ? at->second
+                                 : compute_.requests_per_op(a.kind, ctx_.order.stage_of(job.owner, a.chunk));
+}
+
 // Real slices: computed with the trainer's kernels from the payload.
 void MigrationPeer::compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const {
   if (hang_helping_) std::raise(SIGSTOP);  // CONDUCTOR_INJECT_FAILURE=RANK:STEP:hang-help (fault tests)
   const std::vector<float> result =
-      compute_.compute_slices(a.kind, static_cast<int>(job.request.slices), as_floats(job.payload));
+      compute_.compute_slices(request_kind(job, a), static_cast<int>(job.request.slices), as_floats(job.payload));
   if (result.size() * sizeof(float) != answer.size()) {
     throw Error("migration: rank " + std::to_string(ctx_.rank) + " computed " + std::to_string(result.size()) +
                 " floats for rank " + std::to_string(job.owner) + "'s " + sched::to_string(a) + " of step " +
@@ -463,14 +476,17 @@ bool MigrationPeer::serve() {
   return true;
 }
 
-// Real F and B ask once per layer: this rank keeps its own next op back until the owner's last layer is served.
+// Real F and B ask once per layer, BW per layer and then for its W half: this rank keeps its own next op back until
+// the owner's last request is served.
 void MigrationPeer::count_layer(const Job& job, const sched::Action& a) {
-  const int stage = ctx_.order.stage_of(job.owner, a.chunk);
-  if (compute_.slice_moves(a.kind, stage) != Compute::SliceMoves::Real) return;
+  if (compute_.slice_moves(a.kind, ctx_.order.stage_of(job.owner, a.chunk)) != Compute::SliceMoves::Real) return;
   const auto key = std::make_pair(job.owner, job.request.index);
-  const auto [at, first] = layers_due_.try_emplace(key, 0);
-  if (first) at->second = compute_.requests_per_op(a.kind, stage);
-  if (--at->second <= 0) layers_due_.erase(at);
+  const int left = requests_left(job, a) - 1;
+  if (left > 0) {
+    layers_due_[key] = left;
+  } else {
+    layers_due_.erase(key);
+  }
 }
 
 void MigrationPeer::record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end) {

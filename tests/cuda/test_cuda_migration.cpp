@@ -1,5 +1,5 @@
 // Computation migration on GPUs (docs/migration.md): `runtime::train` with backend cuda at pipeline 2, every op of
-// each rank giving 2 of its 4 head and MLP groups (F, B, W and BW's weight half) to the other rank, host-staged
+// each rank giving 2 of its 4 head and MLP groups (F, B, W and BW, both halves) to the other rank, host-staged
 // (the helper uploads the request, runs the kernels on its GPU, downloads the answer). Losses and final weights
 // equal single-process training of the same deck on the same GPU (migration on, the same units and groups) bit
 // for bit, and the trace shows the slices moved: the cuda twin of runtime_migration_equality's

@@ -1,14 +1,17 @@
 // Computation migration on the cpu backend moves real slices (the MLP column groups and the attention head groups of
-// F, B, W and BW's weight half, the LM head's vocabulary groups of F and B) and never changes the math: with forced
+// F, B, W and BW, both halves; the LM head's vocabulary groups of F, B and BW) and never changes the math: with forced
 // patterns (migration.force) and with decided migrations under a straggler and jitter, losses equal single-rank
 // training bit for bit, for several schedule families, strict and readiness, at the pipeline size this binary runs
 // with. The trace shows the slices did move (owner rows with migrated slices, HELP_F / HELP_B / HELP_W / HELP_BW rows
-// on the helper), so a run where nothing moved cannot pass.
+// on the helper, one per request: a BW's B half asks per layer as a B does, then its W half once), so a run where
+// nothing moved, or where a BW moved only its W half, cannot pass.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
@@ -58,10 +61,12 @@ std::string ring_pattern(int slices, const std::string& kinds = "W,BW") {
 }
 
 struct Moved {
-  int owner_ops = 0;             // owner rows with slices sent away
-  int helper_ops = 0;            // HELP_W / HELP_BW rows
-  int owner_f = 0, owner_b = 0;  // owner F / B rows with slices sent away
-  int help_f = 0, help_b = 0;    // HELP_F / HELP_B rows (one per layer)
+  int owner_ops = 0;                           // owner rows with slices sent away
+  int helper_ops = 0;                          // HELP_W / HELP_BW rows
+  int owner_f = 0, owner_b = 0, owner_bw = 0;  // owner F / B / BW rows with slices sent away
+  int help_f = 0, help_b = 0;                  // HELP_F / HELP_B rows (one per layer)
+  int help_w = 0, help_bw = 0;                 // HELP_W rows (one per op), HELP_BW rows (per layer, then one)
+  std::map<std::tuple<int, int, int, int>, int> bw_requests;  // HELP_BW rows per (step, owner, chunk, microbatch)
   bool helpers_right = true;
 };
 
@@ -75,12 +80,15 @@ Moved moved(const std::string& dir, int forced_shift) {
         ++(e.kind == trace::EventKind::HELP_F ? m.help_f : m.help_b);
       } else {
         ++m.helper_ops;
+        ++(e.kind == trace::EventKind::HELP_W ? m.help_w : m.help_bw);
       }
+      if (e.kind == trace::EventKind::HELP_BW) ++m.bw_requests[{e.step, e.peer, e.chunk, e.microbatch}];
       if (forced_shift > 0 && e.rank != (e.peer + forced_shift) % world_size()) m.helpers_right = false;
     } else if (e.migrated > 0) {
       ++m.owner_ops;
       if (e.kind == trace::EventKind::F) ++m.owner_f;
       if (e.kind == trace::EventKind::B) ++m.owner_b;
+      if (e.kind == trace::EventKind::BW) ++m.owner_bw;
     }
   }
   return m;
@@ -122,10 +130,14 @@ TEST_P(ForcedMigration, MatchesSingleRank) {
   if (world_rank() != 0) return;
   expect_single_rank_losses(deck, outcome, kind + " " + execution);
   const Moved m = moved(outcome.output_dir, 1);
-  // Every W and BW of every rank moved (3 steps, 2p microbatches, v chunks per rank).
-  const int v = deck.parallel.virtual_chunks;
-  EXPECT_EQ(m.owner_ops, 3 * 2 * world_size() * world_size() * v) << kind;
-  EXPECT_EQ(m.helper_ops, m.owner_ops) << kind;
+  // Every W and BW of every rank moved (3 steps, 2p microbatches, v chunks per rank): a W in one request, a BW's B
+  // half in one per layer (2p layers over p v chunks) and then its W half in one.
+  const int v = deck.parallel.virtual_chunks, ops = 3 * 2 * world_size() * world_size() * v, layers = 2 / v;
+  const int bw = kind == "zb-h1" ? 0 : ops;
+  EXPECT_EQ(m.owner_ops, ops) << kind;
+  EXPECT_EQ(m.owner_bw, bw) << kind;
+  EXPECT_EQ(m.help_w, ops - bw) << kind;
+  EXPECT_EQ(m.help_bw, bw * (layers + 1)) << kind;
   EXPECT_TRUE(m.helpers_right) << kind;
 }
 
@@ -141,8 +153,9 @@ INSTANTIATE_TEST_SUITE_P(Families, ForcedMigration,
                          });
 
 // F and B move too: every op of every rank gives 2 of 4 MLP groups of every layer to the next rank (F and B one
-// request per layer, W and BW one per op), and losses and final weights equal single-rank training of the same deck
-// (migration on with the same 4 groups: the MLP summed group by group) bit for bit.
+// request per layer, W one per op, BW one per layer for its B half and one for its W half), and losses and final
+// weights equal single-rank training of the same deck (migration on with the same 4 groups: the MLP summed group by
+// group) bit for bit.
 class ForcedFBMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ForcedFBMigration, MatchesSingleRank) {
@@ -162,6 +175,8 @@ TEST_P(ForcedFBMigration, MatchesSingleRank) {
   EXPECT_EQ(m.help_f, ops * layers) << kind;
   EXPECT_EQ(m.owner_b, kind == "zb-h1" ? ops : 0) << kind;
   EXPECT_EQ(m.help_b, m.owner_b * layers) << kind;
+  EXPECT_EQ(m.owner_bw, kind == "zb-h1" ? 0 : ops) << kind;
+  EXPECT_EQ(m.help_bw, m.owner_bw * (layers + 1)) << kind;  // its B half per layer, then its W half
   EXPECT_EQ(m.owner_ops, (kind == "zb-h1" ? 3 : 2) * ops) << kind;
   EXPECT_TRUE(m.helpers_right) << kind;
 }
@@ -189,9 +204,9 @@ std::string units_kind_execution(
 }
 
 // Attention head groups move (unit heads, alone or with the MLP's): every op of every rank gives 2 of 4 head groups
-// (one head each; 4 heads here) of every layer to the next rank (F and B one request per layer and unit, W and BW
-// one per op), and losses and final weights equal single-rank training of the same deck (migration on with the same
-// units: the attention summed head group by head group) bit for bit.
+// (one head each; 4 heads here) of every layer to the next rank (F and B one request per layer and unit, W one per
+// op, BW its B half's and one for its W half), and losses and final weights equal single-rank training of the same deck
+// (migration on with the same units: the attention summed head group by head group) bit for bit.
 class ForcedHeadsMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
 TEST_P(ForcedHeadsMigration, MatchesSingleRank) {
@@ -208,7 +223,7 @@ TEST_P(ForcedHeadsMigration, MatchesSingleRank) {
   expect_single_rank_weights(deck, ckpt, what);
   const Moved m = moved(outcome.output_dir, 1);
   // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; every op moved, on the helper one F / B row per
-  // layer and unit (2p layers over p v chunks) and one W / BW row per op.
+  // layer and unit (2p layers over p v chunks), one W row per op, and per BW its B half's rows and one.
   const int v = deck.parallel.virtual_chunks, p = world_size(), ops = 3 * 2 * p * v * p, layers = 2 / v;
   const int per_layer = units == "heads" ? 1 : 2;
   const int owner_b = kind == "zb-h1" ? ops : 0;
@@ -217,7 +232,9 @@ TEST_P(ForcedHeadsMigration, MatchesSingleRank) {
   EXPECT_EQ(m.owner_b, owner_b) << what;
   EXPECT_EQ(m.help_b, owner_b * layers * per_layer) << what;
   EXPECT_EQ(m.owner_ops, (kind == "zb-h1" ? 3 : 2) * ops) << what;
-  EXPECT_EQ(m.helper_ops, ops) << what;  // HELP_W / HELP_BW
+  EXPECT_EQ(m.owner_bw, ops - owner_b) << what;
+  EXPECT_EQ(m.help_w, owner_b) << what;
+  EXPECT_EQ(m.help_bw, m.owner_bw * (layers * per_layer + 1)) << what;
   EXPECT_TRUE(m.helpers_right) << what;
 }
 
@@ -232,7 +249,8 @@ INSTANTIATE_TEST_SUITE_P(Units, ForcedHeadsMigration,
 // groups to the next rank; the last stage's F and B send one LM-head request each (the hidden state out, the
 // vocabulary-parallel loss's statistics or the hidden state's gradient back), and losses and final weights equal
 // single-rank training of the same deck (migration on, the loss computed group by group) bit for bit. With vocab
-// alone only the last stage's ops have slices to give (its W and BW one request with the LM head's part).
+// alone only the last stage's ops have slices to give (its W one request with the LM head's part; its BW the B half's
+// LM-head request and then that one).
 class ForcedVocabMigration : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
 TEST_P(ForcedVocabMigration, MatchesSingleRank) {
@@ -247,8 +265,8 @@ TEST_P(ForcedVocabMigration, MatchesSingleRank) {
   expect_single_rank_losses(deck, outcome, what);
   expect_single_rank_weights(deck, ckpt, what);
   const Moved m = moved(outcome.output_dir, 1);
-  // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; the last stage's F (and B with zb-h1: 1f1b's
-  // BW moves only its weight half) has one LM-head request more than its layers' (2p layers over p v chunks).
+  // 3 steps, 2p microbatches per chunk, v chunks per rank, p ranks; the last stage's F and B (1f1b's: its BW's B
+  // half) have one LM-head request more than their layers' (2p layers over p v chunks).
   const int v = deck.parallel.virtual_chunks, p = world_size(), ops = 3 * 2 * p * v * p, layers = 2 / v;
   const int head_ops = 3 * 2 * p;  // the last stage's F (or B)
   const bool mlp = units != "vocab", zb = kind == "zb-h1";
@@ -256,7 +274,10 @@ TEST_P(ForcedVocabMigration, MatchesSingleRank) {
   EXPECT_EQ(m.help_f, (mlp ? ops * layers : 0) + head_ops) << what;
   EXPECT_EQ(m.owner_b, zb ? (mlp ? ops : head_ops) : 0) << what;
   EXPECT_EQ(m.help_b, zb ? (mlp ? ops * layers : 0) + head_ops : 0) << what;
-  EXPECT_EQ(m.helper_ops, mlp ? ops : head_ops) << what;  // HELP_W / HELP_BW
+  EXPECT_EQ(m.owner_bw, zb ? 0 : (mlp ? ops : head_ops)) << what;
+  EXPECT_EQ(m.help_w, zb ? (mlp ? ops : head_ops) : 0) << what;
+  // A BW: its layers' B requests, the LM head's (last stage), its W half's.
+  EXPECT_EQ(m.help_bw, zb ? 0 : m.owner_bw * ((mlp ? layers : 0) + 1) + head_ops) << what;
   EXPECT_TRUE(m.helpers_right) << what;
 }
 
@@ -309,6 +330,27 @@ TEST(DecidedMigration, StragglerMatchesSingleRank) {
     const Moved m = moved(outcome.output_dir, 0);
     EXPECT_GT(m.helper_ops + m.help_f + m.help_b, 0) << "no migration was decided (" << execution << ")";
     EXPECT_GT(m.help_f + m.help_b, 0) << "no F or B migration was decided (" << execution << ")";
+  }
+}
+
+// A schedule of fused BW ops (1f1b), decided: rank 0 is a 3x straggler, the others jitter. Every BW that gives
+// slices gives them in both halves: on its helper one HELP_BW row per layer (2 here) for its B half, then one for its
+// W half.
+TEST(DecidedMigration, FusedBackwardStragglerMatchesSingleRank) {
+  const config::Deck deck =
+      migration_deck("1f1b", "readiness",
+                     {"run.steps=4", "noise.kind=[gaussian,straggler]", "noise.level=0.2", "noise.straggler_rank=0",
+                      "noise.straggler_factor=3", "cost.forward=[2]", "cost.backward_input=[2]",
+                      "cost.backward_weight=[2]", "migration.max_fraction=1"});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "decided, 1f1b");
+  const Moved m = moved(outcome.output_dir, 0);
+  EXPECT_GT(m.owner_bw, 0) << "no BW migration was decided";
+  EXPECT_EQ(static_cast<int>(m.bw_requests.size()), m.owner_bw);
+  for (const auto& [op, requests] : m.bw_requests) {
+    EXPECT_EQ(requests, 3) << "step " << std::get<0>(op) << " owner " << std::get<1>(op) << " microbatch "
+                           << std::get<3>(op);
   }
 }
 

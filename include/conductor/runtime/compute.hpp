@@ -47,8 +47,8 @@ class Compute {
   virtual OpTicket launch(int step, const sched::Action& action, int stage, const float* in, float* out) = 0;
   // Computation migration (docs/migration.md). How an op of `kind` of virtual stage `stage` can give slices to a
   // helper: Modelled (the emulated backend sleeps the modelled share; the helper sleeps the slices' time), Real (the
-  // trainer's kernels: cpu and cuda, the MLP column and attention head groups of F, B, W and of BW's weight half,
-  // and on cpu the LM-head vocabulary groups; the helper stages its request through its backend's memory), None (also a
+  // trainer's kernels: cpu and cuda, the MLP column and attention head groups of F, B, W and BW (both halves), and on
+  // cpu the LM-head vocabulary groups; the helper stages its request through its backend's memory), None (also a
   // Real backend's op whose stage has none of the grouped units, e.g. `vocab` alone on a stage without the LM head).
   enum class SliceMoves { None, Modelled, Real };
   virtual SliceMoves slice_moves(sched::OpKind kind, int stage) const {
@@ -60,18 +60,20 @@ class Compute {
   // noise model's injected extra delay, which scales with the work kept: a host sleep on cpu, the GPU-side delay
   // kernel on cuda).
   virtual void keep_share(double share);
-  // Real, owner: the next launch() gives the last `slices` slices to a helper. W, BW: once the helper's input
-  // exists (W: at once; BW: after its B) it calls send(input, floats of the answer expected), then computes the
-  // rest; the op's weight gradients wait for land_slices. F, B: per layer, send(the layer's input) and, after its
-  // own groups, receive() (blocking: the next layer needs the sum), so the answers are in when launch() returns. A
-  // device backend's launch() is then synchronous with the host: the request is downloaded and the answer uploaded.
+  // Real, owner: the next launch() gives the last `slices` slices to a helper. F, B: per layer, send(the layer's
+  // input, floats of the answer expected) and, after its own groups, receive() (blocking: the next layer needs the
+  // sum), so the answers are in when launch() returns. W: send(the helper's input), then it computes the rest; the
+  // op's weight gradients wait for land_slices. BW: its B half as B (the same groups, per layer, each answer
+  // received), then its W half as W. A device backend's launch() is then synchronous with the host: the request is
+  // downloaded and the answer uploaded.
   using HelpSender = std::function<void(std::vector<float> input, std::size_t answer_floats)>;
   using HelpReceiver = std::function<std::vector<float>()>;
   virtual void give_slices(int slices, HelpSender send, HelpReceiver receive);
-  // Real, helper: the answer to another rank's op of `kind` for its last `slices` slices, from its input.
+  // Real, helper: the answer to one request of another rank's op for its last `slices` slices, from its input. kind:
+  // F, B or W; a BW's requests are B's (its first requests_per_op(B) ones) and then W's (its last), in that order.
   virtual std::vector<float> compute_slices(sched::OpKind kind, int slices, const std::vector<float>& input);
   // Real, helper: the requests one op of `kind` of virtual stage `stage` makes (F, B: one per layer and grouped unit,
-  // and one for the LM head's vocabulary groups; W, BW: one).
+  // and one for the LM head's vocabulary groups; W: one; BW: B's and W's).
   virtual int requests_per_op(sched::OpKind kind, int stage) const;
   // Real, owner: the helper's answer for action a of virtual stage `stage` is in.
   virtual void land_slices(const sched::Action& a, int stage, const std::vector<float>& answer);

@@ -66,8 +66,8 @@ class MigrationPeer {
   void push_sends();
   // Helper: runs the oldest request whose payload is in, answers and records a HELP_* event; false if none.
   bool serve();
-  // A help was accepted while idle: it runs before this rank's next op (its payload is on its way); or an F or B
-  // served here has layers still to come (the owner waits for each: its next request comes within a layer).
+  // A help was accepted while idle: it runs before this rank's next op (its payload is on its way); or an F, B or
+  // BW served here has requests still to come (the owner waits for each: its next request comes within a layer).
   bool help_first() const { return (!jobs_.empty() && !jobs_.front().declined) || !layers_due_.empty(); }
   // Every peer said Finished, this rank did, and every help it was asked for is served.
   bool over() const;
@@ -133,6 +133,8 @@ class MigrationPeer {
   void reply(const Job& job, std::vector<char> answer);
   std::vector<float> await_answer(int i);
   void count_layer(const Job& job, const sched::Action& a);
+  int requests_left(const Job& job, const sched::Action& a) const;
+  sched::OpKind request_kind(const Job& job, const sched::Action& a) const;
   void compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const;
   void record_help(const Job& job, const sched::Action& a, std::int64_t start, std::int64_t end);
 
@@ -156,7 +158,7 @@ class MigrationPeer {
   std::vector<Owned> owned_;
   std::vector<sched::HelpOffer> offers_;
   int peers_finished_ = 0;
-  // The owners' F and B this rank helps with ((owner, list position)) and their layers still to come.
+  // The owners' F, B and BW this rank helps with ((owner, list position)) and their requests still to come.
   std::map<std::pair<int, std::int64_t>, int> layers_due_;
   int sends_ = 0;        // payloads (out or back) posted and not yet complete
   int answers_due_ = 0;  // helpers' answers this rank waits for
