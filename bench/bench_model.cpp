@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/model/matmul.hpp"
 #include "conductor/model/stage.hpp"
@@ -204,13 +205,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
-// exception's abort.
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_model: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_model", run, argc, argv); }

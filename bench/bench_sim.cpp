@@ -43,6 +43,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
@@ -931,13 +932,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-// One line naming the problem (a missing policy file, a global-tier module from another build), not an uncaught
-// exception's abort.
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_sim: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_sim", run, argc, argv); }

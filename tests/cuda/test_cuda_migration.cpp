@@ -133,24 +133,4 @@ int run_checks(const std::string& transport, int rank) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string mode;
-  if (const int code = conductor::test::cuda_probe(argc, argv, "migration", mode); code >= 0) return code;
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int failures = 0;
-  try {
-    failures = run_checks(mode, rank);
-  } catch (const CollectiveExit& e) {
-    MPI_Finalize();
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  if (rank == 0) std::printf("%s\n", failures == 0 ? "PASSED" : "FAILED");
-  return failures == 0 ? 0 : 1;
-}
+int main(int argc, char** argv) { return conductor::test::mpi_checks_main(argc, argv, "migration", run_checks); }
