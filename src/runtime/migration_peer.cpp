@@ -101,7 +101,7 @@ class MigrationPeer::Timed {
 bool MigrationPeer::decides(int q) const {
   if (!options_.forced.empty()) return false;
   for (const sched::Action& a : ctx_.order.ranks[static_cast<std::size_t>(q)]) {
-    if (compute_.slice_moves(a.kind, ctx_.order.stage_of(q, a.chunk)) != Compute::SliceMoves::None) return true;
+    if (moves_of(q, a) != Compute::SliceMoves::None) return true;
   }
   return false;
 }
@@ -170,8 +170,7 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     // The owner saw an old Idle: this rank has started an op since, so the help could delay it. Real slices are
     // always served (after this rank's current op): the owner holds their inputs only in the payload.
     const sched::Action& owned = ctx_.order.ranks[static_cast<std::size_t>(q)][static_cast<std::size_t>(c.index)];
-    job.declined =
-        busy_ && compute_.slice_moves(owned.kind, ctx_.order.stage_of(q, owned.chunk)) == Compute::SliceMoves::Modelled;
+    job.declined = busy_ && moves_of(q, owned) == Compute::SliceMoves::Modelled;
     const std::int64_t payload_begin = thread_cpu_ns();  // the payload's buffer and receive: not control
     job.payload.resize(static_cast<std::size_t>(c.bytes_out));
     plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
@@ -310,7 +309,7 @@ void MigrationPeer::post_help(int i, int helper, const Control& c, std::vector<c
 
 double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   const sched::Action& op = ctx_.actions()[static_cast<std::size_t>(i)];
-  const Compute::SliceMoves moves = compute_.slice_moves(op.kind, ctx_.order.stage_of(ctx_.rank, op.chunk));
+  const Compute::SliceMoves moves = moves_of(ctx_.rank, op);
   if (moves == Compute::SliceMoves::None) return estimate_ns;
   sched::Offload o;
   {
@@ -382,9 +381,7 @@ std::vector<float> MigrationPeer::await_answer(int i) {
 bool MigrationPeer::catch_up(int i, std::size_t first) {
   const bool news = handled_ != handled_seen_;
   const bool moving = sends_ > 0 || answers_due_ > 0 || (!jobs_.empty() && !jobs_.back().payload_in);
-  const auto gives = [&](const sched::Action& a) {
-    return compute_.slice_moves(a.kind, ctx_.order.stage_of(ctx_.rank, a.chunk)) != Compute::SliceMoves::None;
-  };
+  const auto gives = [&](const sched::Action& a) { return moves_of(ctx_.rank, a) != Compute::SliceMoves::None; };
   const bool deciding = i >= 0 && options_.forced.empty() && gives(ctx_.actions()[static_cast<std::size_t>(i)]);
   std::size_t completed = 0;
   const auto poll = [&](bool data) {
@@ -417,6 +414,11 @@ void MigrationPeer::reply(const Job& job, std::vector<char> answer) {
   plane_.post_send(Plane::Data, job.owner, help_tag(job.request.index, true), buffers_.back().data(),
                    buffers_.back().size(), Role::HelpSend, job.owner);
   ++sends_;
+}
+
+// How rank r's op a can give slices (its stage decides: e.g. only the last stage has vocabulary groups).
+Compute::SliceMoves MigrationPeer::moves_of(int r, const sched::Action& a) const {
+  return compute_.slice_moves(a.kind, ctx_.order.stage_of(r, a.chunk));
 }
 
 // The kind of request `job` is for the owner's op a: its own, but a BW's requests come as its B half's (per layer)
@@ -464,7 +466,7 @@ bool MigrationPeer::serve() {
   }
   say_busy();
   const std::int64_t start = clock_.now_ns();
-  if (compute_.slice_moves(a.kind, ctx_.order.stage_of(job.owner, a.chunk)) == Compute::SliceMoves::Real) {
+  if (moves_of(job.owner, a) == Compute::SliceMoves::Real) {
     compute_real(job, a, answer);
   } else {
     sleep_with_progress_until_ns(steady_now_ns() + job.request.help_ns, [this] { return keep_moving(); });
@@ -479,7 +481,7 @@ bool MigrationPeer::serve() {
 // Real F and B ask once per layer, BW per layer and then for its W half: this rank keeps its own next op back until
 // the owner's last request is served.
 void MigrationPeer::count_layer(const Job& job, const sched::Action& a) {
-  if (compute_.slice_moves(a.kind, ctx_.order.stage_of(job.owner, a.chunk)) != Compute::SliceMoves::Real) return;
+  if (moves_of(job.owner, a) != Compute::SliceMoves::Real) return;
   const auto key = std::make_pair(job.owner, job.request.index);
   const int left = requests_left(job, a) - 1;
   if (left > 0) {

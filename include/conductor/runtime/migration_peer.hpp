@@ -133,6 +133,7 @@ class MigrationPeer {
   void reply(const Job& job, std::vector<char> answer);
   std::vector<float> await_answer(int i);
   void count_layer(const Job& job, const sched::Action& a);
+  Compute::SliceMoves moves_of(int r, const sched::Action& a) const;
   int requests_left(const Job& job, const sched::Action& a) const;
   sched::OpKind request_kind(const Job& job, const sched::Action& a) const;
   void compute_real(const Job& job, const sched::Action& a, std::vector<char>& answer) const;
