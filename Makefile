@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_btl_vader_single_copy_mechanism = none
 MPIRUN    ?= mpirun --oversubscribe
 
-.PHONY: all deps configure build build-tests install run test test-faults test-fast test-no-policy test-gpu-kit test-asan test-tsan test-asan-policy test-tsan-policy bench policy format format-check clean
+.PHONY: all deps configure build build-tests install run test test-faults test-fast test-no-policy test-gpu-kit test-asan test-tsan test-asan-policy test-tsan-policy bench bench-smoke policy format format-check clean
 
 all: build
 
@@ -101,6 +101,13 @@ policy: build
 
 bench: deps build
 	bench/run.sh $(BUILD)
+
+# The simulator benchmarks that walk every shipped deck (the heavy-variability table, the layer splits), run to
+# their end in seconds; their tables go to $(BUILD)/bench-smoke.txt. CI runs it: a deck change that breaks a
+# benchmark's overrides fails here, not in the next session's closing note.
+bench-smoke: build
+	$(BUILD)/bench/bench_sim --heavy inputs > $(BUILD)/bench-smoke.txt
+	$(BUILD)/bench/bench_sim --split >> $(BUILD)/bench-smoke.txt
 
 # clang-format over the tree (.clang-format); format-check lists files that differ and fails.
 format:
