@@ -21,7 +21,9 @@ void add_sched_fields(std::vector<Field>& f) {
       field<std::string>(
           "schedule.hint", [](Deck & d) -> auto& { return d.schedule.hint; },
           "Readiness ranking (which to pick: docs/design.md, 'Readiness hints'): `backfill` (the list's next op "
-          "as soon as it can run; while it waits for an input, only ops expected to end before that input arrives, "
+          "as soon as it can run, or, when its output stays on the rank, the list's next op that feeds another rank "
+          "if that is ready with only ready ops between; while it waits for an input, only ops expected to end "
+          "before that input arrives, "
           "those that unblock another rank first; memory budget: the list's own peak per rank; never slower than "
           "strict without noise; `conductor run` estimates ops by the previous step's measured durations, so its "
           "first step runs each list in order). Greedy rankings (any ready op may start; RRFP's; no guarantee "

@@ -89,6 +89,11 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
   if (backfilling()) {
     expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
     build_buckets();
+    next_remote_.assign(static_cast<std::size_t>(arbiter_.size()), arbiter_.size());
+    for (int i = arbiter_.size() - 2; i >= 0; --i) {
+      const std::size_t u = static_cast<std::size_t>(i);
+      next_remote_[u] = arbiter_.feeds_another_rank(i + 1) ? i + 1 : next_remote_[u + 1];
+    }
   }
   begin(0.0);
 }
@@ -153,8 +158,26 @@ int RankDriver::next(double now) const {
   if (!backfilling()) return arbiter_.pick(options_.execution, options_.hint);
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
-  if (arbiter_.is_ready(i) && arbiter_.fits(i)) return i;  // the reservation holder runs as soon as it can
+  if (arbiter_.is_ready(i) && arbiter_.fits(i)) return ahead_of(i);  // the reservation holder, or its segment's
   return backfill_first(now);
+}
+
+// The list's next op `next` is ready. When its output stays on this rank and the list's next op that feeds
+// another rank is ready too, with only ready (or started) ops between them, that op goes first: the segment of
+// ready ops ends at the same time in either order (one rank, no waits), so nothing after it starts later, and
+// the other rank gets its input the segment's local work earlier. Under variability this is the case a late list
+// leaves: a B arrived while the rank still had the W the list placed before it.
+int RankDriver::ahead_of(int next) const {
+  if (arbiter_.feeds_another_rank(next)) return next;
+  for (int from = next, j = next_remote_[static_cast<std::size_t>(next)]; j < arbiter_.size();
+       from = j, j = next_remote_[static_cast<std::size_t>(j)]) {
+    for (int k = from + 1; k < j; ++k) {
+      if (!arbiter_.is_started(k) && !arbiter_.is_ready(k)) return next;  // a local op between waits
+    }
+    if (arbiter_.is_started(j)) continue;  // backfilled already: look past it
+    return arbiter_.is_ready(j) && arbiter_.fits(j) ? j : next;
+  }
+  return next;
 }
 
 const std::vector<int>& RankDriver::candidates(double now) {
@@ -171,7 +194,7 @@ void RankDriver::backfill_candidates(double now, std::vector<int>& out) const {
   const int next = arbiter_.next_in_list();
   if (next >= arbiter_.size()) return;
   if (arbiter_.is_ready(next) && arbiter_.fits(next)) {
-    out.push_back(next);
+    out.push_back(ahead_of(next));
     return;
   }
   const double until = backfill_until(now);

@@ -249,3 +249,45 @@ TEST(MeasuredDurations, SpreadIsThePooledLogDeviationInAnyOrder) {
   EXPECT_EQ(forward.spread(), backward.spread());
   EXPECT_GT(forward.spread(), 0.05);
 }
+
+// Backfilling with the list's next op ready but local (a W): the list's next op that feeds another rank goes first
+// when it is ready with only ready ops between (the ready segment's end does not move; driver.cpp, ahead_of), and
+// not when an op between still waits. Rank 0 of two: its F feeds rank 1, its B and W stay on it.
+TEST(RankDriver, BackfillRunsTheNextRemoteOpOfAReadySegmentFirst) {
+  const Schedule s = parse_text(
+      "pipeline 2\nmicrobatches 2\nvirtual 1\nplacement loop\n"
+      "rank 0: 0F0 0B0 0W0 0F1 0B1 0W1\nrank 1: 0F0 0B0 0W0 0F1 0B1 0W1\n");
+  RankDriver d0(s, 0, options(Execution::Readiness, Hint::Backfill, 2));
+  const Arbiter& a0 = d0.arbiter();
+  const int f0 = a0.index_of(OpKind::F, 0, 0), b0 = a0.backward_index(0, 0);
+  const int w0 = a0.index_of(OpKind::W, 0, 0), f1 = a0.index_of(OpKind::F, 0, 1);
+  d0.start(f0, 0.0);
+  d0.complete(f0, 1.0);
+  d0.input_arrived(b0, 2.0);
+  ASSERT_EQ(d0.next(2.0), b0);
+  d0.start(b0, 2.0);
+  d0.complete(b0, 3.0);
+  ASSERT_EQ(a0.next_in_list(), w0);
+  EXPECT_EQ(d0.next(3.0), f1);  // W0 and F1 ready: F1 (to rank 1) first, W0 after it, the pair ends as late
+  EXPECT_EQ(d0.candidates(3.0), std::vector<int>{f1});
+  // Rank 1 of two: after B0, W0 is next; F1 between it and B1 (the next op to feed rank 0) has no input yet.
+  RankDriver d1(s, 1, options(Execution::Readiness, Hint::Backfill, 2));
+  const Arbiter& a1 = d1.arbiter();
+  const int g0 = a1.index_of(OpKind::F, 0, 0), c0 = a1.backward_index(0, 0), v0 = a1.index_of(OpKind::W, 0, 0);
+  d1.input_arrived(g0, 1.0);
+  d1.start(g0, 1.0);
+  d1.complete(g0, 2.0);
+  d1.start(c0, 2.0);
+  d1.complete(c0, 3.0);
+  EXPECT_EQ(d1.next(3.0), v0);  // F1 waits for rank 0: the list's order
+  d1.input_arrived(a1.index_of(OpKind::F, 0, 1), 3.5);
+  EXPECT_EQ(d1.next(3.5), v0);  // F1 ready but B1 (after it) is not: still the list's order
+  // Any other hint keeps its own ranking (the rule is backfilling's).
+  RankDriver s0(s, 0, options(Execution::Strict, Hint::Schedule, 2));
+  s0.start(f0, 0.0);
+  s0.complete(f0, 1.0);
+  s0.input_arrived(b0, 2.0);
+  s0.start(b0, 2.0);
+  s0.complete(b0, 3.0);
+  EXPECT_EQ(s0.next(3.0), w0);
+}

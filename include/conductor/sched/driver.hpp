@@ -21,7 +21,9 @@
 // environment).
 //
 // Backfilling (readiness with Hint::Backfill; the idea of EASY backfilling in batch schedulers): the hint list is
-// a reservation. The list's next op runs as soon as it can. While it waits for an input, another ready op may
+// a reservation. The list's next op runs as soon as it can (when its output stays on this rank and the list's next
+// op that feeds another rank is ready with only ready ops between them, that op first: the ready segment ends at
+// the same time in either order). While it waits for an input, another ready op may
 // start only if its estimated end is no later than the time that input is expected (announce(): the producer
 // announces when it starts the op; until then nothing is expected and nothing is backfilled; a late input, one
 // expected by now, stops backfilling). Among those, ops whose output another rank waits for go first. The
@@ -142,6 +144,9 @@ class RankDriver {
   // Backfill, when the list's next op cannot run: until when other ops may run (+infinity: any op; not after
   // `now`: none).
   double backfill_until(double now) const;
+  // Backfill: the list's next op `next` (ready) or, when its output stays here, the list's next op that feeds
+  // another rank if it is ready with only ready ops between (the ready segment's end does not move).
+  int ahead_of(int next) const;
   // Backfill: backfill_candidates' first element without listing them (next()'s hot path).
   int backfill_first(double now) const;
   void build_buckets();
@@ -167,7 +172,8 @@ class RankDriver {
     std::vector<int> heap;
   };
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;  // list position -> bucket
+  std::vector<int> bucket_of_;    // list position -> bucket
+  std::vector<int> next_remote_;  // list position -> the next position that feeds another rank (size(): none)
   double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0, latest_ = 0;
   int started_ = 0;
 };
