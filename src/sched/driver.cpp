@@ -264,14 +264,11 @@ double RankDriver::backfill_until(double now) const {
   const int next = arbiter_.next_in_list();
   if (arbiter_.is_ready(next)) return std::numeric_limits<double>::infinity();
   const double expected = expected_[static_cast<std::size_t>(next)];
-  // Its producer has not started (its announcement would be in): under wide variability (or known congestion)
-  // the input comes no earlier than the producing op's estimate from now; otherwise, or unknown, nothing is
-  // backfilled. Under small jitter such a gap is one op long and a fit in it a coin flip: the runtime's sampled
-  // means lost 2.7% with it (bench_runtime --backfill, p=4 zb-h1, 10% jitter), the simulator gained under 0.6%.
+  // Its producer has not started (its announcement would be in): the input comes no earlier than the producing
+  // op's estimate from now; unknown, nothing is backfilled.
   if (std::isnan(expected)) {
     const double producer = producer_estimate_[static_cast<std::size_t>(next)];
-    const bool wide = options_.spread >= kWideSpread || options_.late_delay > 0;
-    return std::isnan(producer) || !wide ? -std::numeric_limits<double>::infinity() : now + producer;
+    return std::isnan(producer) ? -std::numeric_limits<double>::infinity() : now + producer;
   }
   return now > expected + kSlack ? late_until(next, now) : expected;
 }
