@@ -104,10 +104,9 @@ void ControlPlane::announce(int i, const sched::Transfer& out, std::int64_t expe
             i);
 }
 
-void ControlPlane::send_header(int i, const sched::Transfer& out, std::int64_t ready_at_ns, double duration_ns) {
+void ControlPlane::send_header(int i, const sched::Transfer& out, std::int64_t ready_at_ns) {
   Header& h = out_header_[static_cast<std::size_t>(i)];
   h.ready_at_ns = ready_at_ns;
-  h.duration_ns = duration_ns;
   post_send(Plane::Control, out.to_rank, tag_of(ctx_.order, out), &h, sizeof(Header), Role::Header, i);
 }
 

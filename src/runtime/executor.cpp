@@ -112,7 +112,6 @@ class Executor::Step {
   std::vector<float*> in_buf_, out_buf_;
   std::vector<OpTicket> ticket_;
   std::vector<OpSpan> own_span_;
-  std::vector<double> duration_;  // per op, what it took alone (measured_'s unit): its header carries it
   std::vector<char> own_done_;
   std::vector<std::int64_t> early_send_done_;            // a queued-early send seen complete before its producer
   std::vector<int> in_flight_;                           // launched, unfinished, in launch order
@@ -130,16 +129,7 @@ sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool mig
   dopt.memory_after_b = ex.options_.memory_after_b;
   if (dopt.execution == sched::Execution::Readiness && dopt.hint == sched::Hint::Backfill) {
     dopt.estimate = ex.measured_.estimate();
-    dopt.spread = ex.measured_.spread();  // as the simulator passes its noise's spread (driver.cpp, fit_scale)
-    // The producers' durations as their headers carried them: each producer's own estimate (the simulator
-    // passes its cost model); a rank not measured answers +infinity, which the driver takes as unknown.
-    std::vector<sched::OpEstimate> peers;
-    for (const auto& m : ex.peer_measured_) peers.push_back(m.estimate());
-    if (!peers.empty()) {
-      dopt.peer_estimate = [peers = std::move(peers)](int rank, const sched::Action& a) {
-        return peers[static_cast<std::size_t>(rank)](a);
-      };
-    }
+    dopt.spread = ex.measured_.spread();  // as the simulator passes its noise's spread: backfill with probability
   }
   if (migrating) dopt.migration = ex.options_.migration;
   return dopt;
@@ -167,7 +157,6 @@ Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
       out_buf_(actions_.size(), nullptr),
       ticket_(actions_.size(), -1),
       own_span_(actions_.size()),
-      duration_(actions_.size(), 0.0),
       own_done_(actions_.size(), 0),
       early_send_done_(actions_.size(), -1),
       quiet_(ex.watchdog_, 0) {
@@ -305,8 +294,7 @@ std::int64_t Executor::Step::record_op(int i, const OpSpan& span) {
   driver_.complete(i, ctx_.since_begin(end));
   const auto& a = actions_[at(i)];
   // The op's time alone (its share scaled back): what the next step's estimates expect.
-  duration_[at(i)] = static_cast<double>(span.end_ns - span.start_ns) / own.own_share;
-  measuring_.add(a, duration_[at(i)]);
+  measuring_.add(a, static_cast<double>(span.end_ns - span.start_ns) / own.own_share);
   trace::OpEvent e;
   e.step = ctx_.step;
   e.rank = ex_.rank_;
@@ -330,7 +318,7 @@ void Executor::Step::post_output(int i, std::int64_t end) {
   if (!out || out->local()) return;
   send_events_[i] = transfer_event(ctx_.step, ex_.rank_, trace::EventKind::SEND, *out, end, end, bytes_);
   if (early_send_done_[at(i)] >= 0) send_finished(i, std::max(end, early_send_done_[at(i)]));
-  plane_.send_header(i, *out, end + ms_to_ns(ex_.injected_comm_ms(ctx_.step, *out)), duration_[at(i)]);
+  plane_.send_header(i, *out, end + ms_to_ns(ex_.injected_comm_ms(ctx_.step, *out)));
   if (has_payload_ && !early_sends_) {
     plane_.post_send(Plane::Data, out->to_rank, ControlPlane::tag_of(order_, *out), out_buf_[at(i)], payload_bytes_,
                      Role::Tensor, i);
@@ -439,16 +427,6 @@ StepOutcome Executor::Step::run() {
   migration_.reset();  // its progress function refers to this step's state
   ctx_.outcome.peak_memory = ctx_.state().peak_memory();
   ex_.measured_ = std::move(measuring_);
-  if (announcing_) {
-    // Every input's header is in: the producers' durations, the next step's estimate of their unannounced ops.
-    std::vector<sched::MeasuredDurations> peers(static_cast<std::size_t>(order_.p));
-    const auto producers = sched::input_producers(order_, ex_.rank_);
-    for (std::size_t j = 0; j < producers.size(); ++j) {
-      const auto& [from, action] = producers[j];
-      if (from >= 0) peers[static_cast<std::size_t>(from)].add(action, plane_.producer_duration(static_cast<int>(j)));
-    }
-    ex_.peer_measured_ = std::move(peers);
-  }
   return std::move(ctx_.outcome);
 }
 

@@ -48,6 +48,9 @@ double budget(const Schedule& s, int rank, const DriverOptions& o) {
 }  // namespace
 
 void MeasuredDurations::add(const Action& action, double duration) {
+  auto& [sum, count] = sums_[{static_cast<int>(action.kind), action.chunk}];
+  sum += duration;
+  ++count;
   durations_[{static_cast<int>(action.kind), action.chunk}].push_back(duration);
 }
 
@@ -70,17 +73,8 @@ double MeasuredDurations::spread() const {
 }
 
 OpEstimate MeasuredDurations::estimate() const {
-  // Summed in sorted order: the same mean whatever order the durations came in (a peer that learns a rank's
-  // durations from its messages gets that rank's own estimate, bit for bit; a replay adds them in trace order).
   std::map<std::pair<int, int>, double> mean;
-  std::vector<double> sorted;
-  for (const auto& [key, d] : durations_) {
-    sorted.assign(d.begin(), d.end());
-    std::sort(sorted.begin(), sorted.end());
-    double sum = 0.0;
-    for (double x : sorted) sum += x;
-    mean[key] = sum / static_cast<double>(sorted.size());
-  }
+  for (const auto& [key, sc] : sums_) mean[key] = sc.first / sc.second;
   return [mean = std::move(mean)](const Action& a) {
     const auto it = mean.find({static_cast<int>(a.kind), a.chunk});
     return it == mean.end() ? std::numeric_limits<double>::infinity() : it->second;
@@ -95,7 +89,6 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
   if (backfilling()) {
     expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
     build_buckets();
-    build_producer_estimates(schedule);
     next_remote_.assign(static_cast<std::size_t>(arbiter_.size()), arbiter_.size());
     for (int i = arbiter_.size() - 2; i >= 0; --i) {
       const std::size_t u = static_cast<std::size_t>(i);
@@ -120,47 +113,6 @@ void RankDriver::build_buckets() {
     if (added) buckets_.push_back(Bucket{estimate, local, forward, {}});
     bucket_of_[i] = it->second;
   }
-}
-
-// Per list op with a cross-rank input, the producing op's estimate (options_.peer_estimate of the producer's F,
-// or of its B or BW, whichever its list holds).
-void RankDriver::build_producer_estimates(const Schedule& schedule) {
-  producer_estimate_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
-  if (!options_.peer_estimate) return;
-  const auto producers = input_producers(schedule, rank());
-  for (std::size_t i = 0; i < producers.size(); ++i) {
-    const auto& [from, action] = producers[i];
-    if (from < 0) continue;
-    const double e = options_.peer_estimate(from, action);
-    if (std::isfinite(e)) producer_estimate_[i] = e;  // infinite: not measured, unknown
-  }
-}
-
-std::vector<std::pair<int, Action>> input_producers(const Schedule& schedule, int rank) {
-  const auto& actions = schedule.ranks[static_cast<std::size_t>(rank)];
-  std::vector<std::pair<int, Action>> out(actions.size(), {-1, Action{}});
-  // Per producing rank (one scan of its list each): whether (chunk, microbatch) runs as a fused BW there.
-  std::map<int, std::vector<char>> fused;
-  const auto slot = [&](int chunk, int microbatch) {
-    return static_cast<std::size_t>(chunk) * schedule.m + microbatch;
-  };
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    const auto in = input_of(schedule, rank, actions[i]);
-    if (!in || in->local()) continue;
-    Action producer{OpKind::F, in->microbatch, in->from_chunk};
-    if (in->payload == Payload::Gradient) {
-      auto [it, added] = fused.try_emplace(in->from_rank);
-      if (added) {
-        it->second.assign(static_cast<std::size_t>(schedule.v) * schedule.m, 0);
-        for (const Action& a : schedule.ranks[static_cast<std::size_t>(in->from_rank)]) {
-          if (a.kind == OpKind::BW) it->second[slot(a.chunk, a.microbatch)] = 1;
-        }
-      }
-      producer.kind = it->second[slot(in->from_chunk, in->microbatch)] ? OpKind::BW : OpKind::B;
-    }
-    out[i] = {in->from_rank, producer};
-  }
-  return out;
 }
 
 void RankDriver::clean_bucket(int index) {
@@ -264,12 +216,8 @@ double RankDriver::backfill_until(double now) const {
   const int next = arbiter_.next_in_list();
   if (arbiter_.is_ready(next)) return std::numeric_limits<double>::infinity();
   const double expected = expected_[static_cast<std::size_t>(next)];
-  // Its producer has not started (its announcement would be in): the input comes no earlier than the producing
-  // op's estimate from now; unknown, nothing is backfilled.
-  if (std::isnan(expected)) {
-    const double producer = producer_estimate_[static_cast<std::size_t>(next)];
-    return std::isnan(producer) ? -std::numeric_limits<double>::infinity() : now + producer;
-  }
+  // Its producer has not started: nothing is known, nothing is backfilled.
+  if (std::isnan(expected)) return -std::numeric_limits<double>::infinity();
   return now > expected + kSlack ? late_until(next, now) : expected;
 }
 

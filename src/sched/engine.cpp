@@ -215,7 +215,6 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     if (!opt.migration.empty()) d.migration = opt.migration.at(static_cast<std::size_t>(r));
     if (opt.estimate) {
       d.estimate = [&opt, r](const Action& a) { return opt.estimate(r, a); };
-      d.peer_estimate = opt.estimate;
     } else {
       d.estimate = [&compute, r](const Action& a) { return compute(r, a); };
     }

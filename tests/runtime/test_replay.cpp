@@ -67,17 +67,9 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
     const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
     measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
   }
-  std::vector<sched::OpEstimate> estimates;
-  for (const auto& m : measured) estimates.push_back(m.estimate());
   for (int r = 0; r < order.p; ++r) {
-    out[static_cast<std::size_t>(r)].estimate = estimates[static_cast<std::size_t>(r)];
+    out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
     out[static_cast<std::size_t>(r)].spread = measured[static_cast<std::size_t>(r)].spread();
-    // A producer's ops as its headers told the consumer: the producer's own estimate (from step 1 on).
-    if (step > 0) {
-      out[static_cast<std::size_t>(r)].peer_estimate = [estimates](int q, const sched::Action& a) {
-        return estimates[static_cast<std::size_t>(q)](a);
-      };
-    }
   }
   return out;
 }
@@ -137,13 +129,9 @@ Replayed run_and_replay(const Case& c) {
       EXPECT_EQ(r.picks, static_cast<int>(order.num_actions()));
       replayed.reordered += r.reordered;
       if (backfill) {
-        // Without the announcements and the producers' durations the headers carried (what a consumer knows of
-        // its producers from messages other than the inputs themselves).
         std::vector<trace::OpEvent> unannounced = t.events;
         std::erase_if(unannounced, [](const trace::OpEvent& e) { return e.kind == trace::EventKind::ANNOUNCE; });
-        auto uninformed = options;
-        for (auto& o : uninformed) o.peer_estimate = nullptr;
-        replayed.unannounced_diverged += sim::replay_step(order, uninformed, unannounced, step).same ? 0 : 1;
+        replayed.unannounced_diverged += sim::replay_step(order, options, unannounced, step).same ? 0 : 1;
       }
     }
     std::filesystem::remove_all(out);
@@ -179,9 +167,8 @@ TEST(Replay, RuntimePicksAreTheDriversPicks) {
 // Backfilling in the runtime: producers announce every cross-rank input when they start its op, consumers
 // receive every announcement within the step, and use them: with a straggler, ranks start ops out of list
 // order, fresh drivers fed the trace's arrivals, announcements and the previous step's measured durations
-// choose exactly the same ops (the producers' durations from the previous step's headers included), and, on each
-// backend, drivers fed the same trace without its announcements and those durations choose otherwise in some step
-// (an op started before an input it could only have known of from them).
+// choose exactly the same ops, and, on each backend, drivers fed the same trace without its announcements choose
+// otherwise in some step (an op started before an input it could only have known of from an announcement).
 TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
   for (const std::string backend : {"cpu", "emulated"}) {
     Replayed total;

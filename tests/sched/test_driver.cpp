@@ -291,36 +291,3 @@ TEST(RankDriver, BackfillRunsTheNextRemoteOpOfAReadySegmentFirst) {
   s0.complete(b0, 3.0);
   EXPECT_EQ(s0.next(3.0), w0);
 }
-
-// Backfilling before an announcement: the list's next op waits for an input whose producer has not announced its
-// start, so the input comes no earlier than the producer's op estimate from now (DriverOptions::peer_estimate);
-// an op that ends by then may start, a longer one may not, and without the producer's estimate nothing starts.
-// Once the producer announces an earlier start, its announced arrival bounds the gap instead.
-TEST(RankDriver, BackfillBoundsAnUnannouncedInputByItsProducersEstimate) {
-  const Schedule s = parse_text(
-      "pipeline 2\nmicrobatches 2\nvirtual 1\nplacement loop\n"
-      "rank 0: 0F0 0F1 0B0 0W0 0B1 0W1\nrank 1: 0F0 0B0 0F1 0B1 0W0 0W1\n");
-  const auto own = [](const Action& a) { return a.kind == OpKind::W ? 3.0 : 1.0; };
-  const auto make = [&](bool peers) {
-    DriverOptions o = options(Execution::Readiness, Hint::Backfill, 2);
-    o.estimate = own;
-    if (peers) o.peer_estimate = [](int, const Action& a) { return a.kind == OpKind::F ? 4.0 : 2.0; };
-    return o;
-  };
-  // Rank 1 after F0 and B0: F1 (from rank 0's F1, estimate 4) is next and unannounced; W0 (3) is ready.
-  for (const bool peers : {true, false}) {
-    RankDriver d(s, 1, make(peers));
-    const Arbiter& a = d.arbiter();
-    const int f0 = a.index_of(OpKind::F, 0, 0), b0 = a.backward_index(0, 0), w0 = a.index_of(OpKind::W, 0, 0);
-    d.input_arrived(f0, 0.0);
-    d.start(f0, 0.0);
-    d.complete(f0, 1.0);
-    d.start(b0, 1.0);
-    d.complete(b0, 2.0);
-    ASSERT_EQ(a.next_in_list(), a.index_of(OpKind::F, 0, 1));
-    EXPECT_EQ(d.next(2.0), peers ? w0 : -1) << (peers ? "W0 (3) ends before F1's input (4)" : "nothing known");
-    // The producer announces it started 2 ms ago: the input is expected at 2 + 4 - 2 = 4, W0 would end at 5.
-    d.announce(a.index_of(OpKind::F, 0, 1), 4.0, 2.0);
-    EXPECT_EQ(d.next(2.0), -1);
-  }
-}

@@ -64,10 +64,10 @@ struct Completion {
 
 class ControlPlane {
  public:
-  // The per-transfer control message (executor.hpp): [ready_at on the common clock][the producing op's duration].
+  // The per-transfer control message (executor.hpp): [ready_at on the common clock][reserved].
   struct Header {
     std::int64_t ready_at_ns = 0;
-    double duration_ns = 0;  // what the producer measured of the op (its next step's estimate averages these)
+    std::int64_t reserved = 0;
   };
   // The announcement, sent when the producing op starts.
   struct Announcement {
@@ -94,10 +94,8 @@ class ControlPlane {
   void expect_input(int i, float* tensor, std::size_t tensor_bytes);
   // Producer: action i (output `out`) started at `now` and is expected to be usable there at expected_ns.
   void announce(int i, const sched::Transfer& out, std::int64_t expected_ns, std::int64_t now);
-  // Producer: action i's output is usable from ready_at_ns on; the op took duration_ns (as it measured it).
-  void send_header(int i, const sched::Transfer& out, std::int64_t ready_at_ns, double duration_ns);
-  // Consumer: the duration the producer of action i's input measured of its op (its header is in).
-  double producer_duration(int i) const { return in_header_[static_cast<std::size_t>(i)].duration_ns; }
+  // Producer: action i's output is usable from ready_at_ns on.
+  void send_header(int i, const sched::Transfer& out, std::int64_t ready_at_ns);
   // Consumer: an announcement reaches the driver latency_ns after its producing op began (not before), the
   // latency the simulator gives it (the cost model's comm time where transfers take the modelled time, emulated;
   // 0 where they take their real time). Migration learns of it on receipt, as in the simulator. Default 0.

@@ -7,9 +7,7 @@
 //
 // Two planes. The data transport carries the tensors (MPI on host memory; NCCL or host-staged copies on GPU
 // memory). The control transport (MPI, host) carries one 16-byte header per transfer:
-// [int64 ready_at_ns on the common clock][double duration: the op's measured time in ns, its share scaled back,
-// which backfilling consumers average into their estimate of the producer's next step], sent when the producing
-// op has finished. The
+// [int64 ready_at_ns on the common clock][int64 reserved], sent when the producing op has finished. The
 // sender stamps ready_at = the op's end + the noise model's injected transfer delay; a receiver treats the
 // input as arrived once both header and tensor are in, at max(arrival, ready_at), which is how delayed sends
 // (congestion; emulated comm time) are injected without blocking the sender. Device transports let the
@@ -121,9 +119,6 @@ class Executor {
   ExecutorOptions options_;
   Watchdog watchdog_;
   sched::MeasuredDurations measured_;  // this rank's op durations in the previous step (backfill's estimates)
-  // Per rank, the durations of the ops that produced this rank's inputs in the previous step, as their headers
-  // carried them: backfill's estimate of a producer that has not announced its start (DriverOptions::peer_estimate).
-  std::vector<sched::MeasuredDurations> peer_measured_;
   std::function<void()> between_ops_;
 };
 

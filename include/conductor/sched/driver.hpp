@@ -25,9 +25,8 @@
 // op that feeds another rank is ready with only ready ops between them, that op first: the ready segment ends at
 // the same time in either order). While it waits for an input, another ready op may
 // start only if its estimated end is no later than the time that input is expected (announce(): the producer
-// announces when it starts the op; until then the input is expected no earlier than the producer's op estimate
-// from now, DriverOptions::peer_estimate, and without one nothing is backfilled; a late input, one expected by
-// now, stops backfilling). Among those, ops whose output another rank waits for go first. The
+// announces when it starts the op; until then nothing is expected and nothing is backfilled; a late input, one
+// expected by now, stops backfilling). Among those, ops whose output another rank waits for go first. The
 // rank's memory budget is the list's own peak on that rank (capped by the configured limit). With
 // exact estimates this never delays the list's order, so backfilling is never slower than strict when nothing
 // varies; under noise it fills the gaps late inputs open.
@@ -50,11 +49,11 @@ using OpEstimate = std::function<double(const Action& action)>;
 // Measured durations of one rank's ops by (kind, chunk): the MPI runtime's estimates for backfilling. The
 // executor measures a step and estimates the next one with it (the mean of the same kind and chunk); the first
 // step has no measurement, so nothing is backfilled in it. A replay rebuilds the same table from the trace's
-// previous step (the means are summed in sorted order, so the order durations are added in does not matter).
+// previous step: durations are integer ns, so their sums (below 2^53) are exact in any order.
 class MeasuredDurations {
  public:
   void add(const Action& action, double duration);
-  bool empty() const { return durations_.empty(); }
+  bool empty() const { return sums_.empty(); }
   // The mean of the recorded durations of the action's kind and chunk; +infinity where none was recorded (such
   // an op is never backfilled, and its start announces no arrival time).
   OpEstimate estimate() const;
@@ -65,13 +64,9 @@ class MeasuredDurations {
   double spread() const;
 
  private:
+  std::map<std::pair<int, int>, std::pair<double, int>> sums_;  // (kind, chunk) -> (sum, count)
   std::map<std::pair<int, int>, std::vector<double>> durations_;
 };
-
-// The op producing each of `rank`'s cross-rank inputs, per list position: (its rank, its action: the F of an
-// activation, the B or BW of a gradient, as the producer's list holds it); rank -1 where the op has no cross-rank
-// input. One scan of each producing rank's list.
-std::vector<std::pair<int, Action>> input_producers(const Schedule& schedule, int rank);
 
 struct DriverOptions {
   Execution execution = Execution::Strict;
@@ -88,11 +83,6 @@ struct DriverOptions {
   // a late input stops backfilling until it arrives.
   double spread = 0.0;
   double late_delay = 0.0;
-  // Backfill only: the estimated duration of another rank's op (the producers of this rank's cross-rank inputs).
-  // An input whose producer has not announced its start cannot arrive before the producer's op estimate from
-  // now (its announcement travels no slower than the data, so the producer started no earlier than a transfer
-  // ago), so ops that end by then may start. Empty: unknown, nothing is backfilled before an announcement.
-  std::function<double(int rank, const Action& action)> peer_estimate;
   Migration migration;  // computation migration (migration.hpp); default: disabled
 };
 
@@ -160,7 +150,6 @@ class RankDriver {
   // Backfill: backfill_candidates' first element without listing them (next()'s hot path).
   int backfill_first(double now) const;
   void build_buckets();
-  void build_producer_estimates(const Schedule& schedule);
   void clean_bucket(int index);
   // Backfill: until when the next op's late input (expected before `now`) is still expected, or -infinity.
   double late_until(int index, double now) const;
@@ -185,8 +174,6 @@ class RankDriver {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;    // list position -> bucket
   std::vector<int> next_remote_;  // list position -> the next position that feeds another rank (size(): none)
-  // list position -> the estimate of the op producing its cross-rank input (NaN: none, or not known)
-  std::vector<double> producer_estimate_;
   double begin_ = 0, free_since_ = 0, first_start_ = 0, last_end_ = 0, latest_ = 0;
   int started_ = 0;
 };
