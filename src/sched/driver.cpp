@@ -158,7 +158,7 @@ int RankDriver::next(double now) const {
   if (!backfilling()) return arbiter_.pick(options_.execution, options_.hint);
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
-  if (arbiter_.is_ready(i) && arbiter_.fits(i)) return ahead_of(i);  // the reservation holder, or its segment's
+  if (arbiter_.is_ready(i) && arbiter_.fits(i)) return ahead_of(i);  // it, or its ready segment's remote op
   return backfill_first(now);
 }
 

@@ -261,12 +261,16 @@ TEST(RankDriver, BackfillRunsTheNextRemoteOpOfAReadySegmentFirst) {
   const Arbiter& a0 = d0.arbiter();
   const int f0 = a0.index_of(OpKind::F, 0, 0), b0 = a0.backward_index(0, 0);
   const int w0 = a0.index_of(OpKind::W, 0, 0), f1 = a0.index_of(OpKind::F, 0, 1);
-  d0.start(f0, 0.0);
-  d0.complete(f0, 1.0);
-  d0.input_arrived(b0, 2.0);
-  ASSERT_EQ(d0.next(2.0), b0);
-  d0.start(b0, 2.0);
-  d0.complete(b0, 3.0);
+  // Rank 0 runs F0, gets B0's gradient, runs B0: W0 is the list's next op and F1 (no input needed) is ready.
+  const auto f0_then_b0 = [&](RankDriver& d) {
+    d.start(f0, 0.0);
+    d.complete(f0, 1.0);
+    d.input_arrived(b0, 2.0);
+    ASSERT_EQ(d.next(2.0), b0);
+    d.start(b0, 2.0);
+    d.complete(b0, 3.0);
+  };
+  f0_then_b0(d0);
   ASSERT_EQ(a0.next_in_list(), w0);
   EXPECT_EQ(d0.next(3.0), f1);  // W0 and F1 ready: F1 (to rank 1) first, W0 after it, the pair ends as late
   EXPECT_EQ(d0.candidates(3.0), std::vector<int>{f1});
@@ -284,10 +288,6 @@ TEST(RankDriver, BackfillRunsTheNextRemoteOpOfAReadySegmentFirst) {
   EXPECT_EQ(d1.next(3.5), v0);  // F1 ready but B1 (after it) is not: still the list's order
   // Any other hint keeps its own ranking (the rule is backfilling's).
   RankDriver s0(s, 0, options(Execution::Strict, Hint::Schedule, 2));
-  s0.start(f0, 0.0);
-  s0.complete(f0, 1.0);
-  s0.input_arrived(b0, 2.0);
-  s0.start(b0, 2.0);
-  s0.complete(b0, 3.0);
+  f0_then_b0(s0);
   EXPECT_EQ(s0.next(3.0), w0);
 }
