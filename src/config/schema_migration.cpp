@@ -9,24 +9,17 @@ namespace conductor::config {
 void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "migration.enabled", [](Deck & d) -> auto& { return d.migration.enabled; },
-      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, on cpu the MLP column "
-      "groups, attention head groups and LM-head vocabulary groups of migration.units, on cuda the MLP and head "
-      "groups): when an op starts, its owner may give up "
+      "Computation migration (`conductor simulate`; `conductor run` on backend emulated, and on cpu and cuda the MLP "
+      "column groups, attention head groups and LM-head vocabulary groups of migration.units): when an op starts, its "
+      "owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
-  Field units = field<std::vector<std::string>>(
-                    "migration.units", [](Deck & d) -> auto& { return d.migration.units; },
-                    "What may move: `heads` (attention head groups of every layer), `mlp` (MLP column groups), "
-                    "`vocab` (LM-head vocabulary column groups, vocabulary-parallel loss: only the hidden state "
-                    "goes out, never logits). The rest of an op (norms, residuals, loss) stays with its owner. "
-                    "`conductor run` with backend cuda moves heads and mlp only: there the default means "
-                    "[heads, mlp] and a named vocab is refused.")
-                    .one_of({"heads", "mlp", "vocab"});
-  units.set = [parse = units.set](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
-    d.migration.units_given = true;
-    return parse(d, n, self);
-  };
-  f.push_back(std::move(units));
+  f.push_back(field<std::vector<std::string>>(
+                  "migration.units", [](Deck & d) -> auto& { return d.migration.units; },
+                  "What may move: `heads` (attention head groups of every layer), `mlp` (MLP column groups), "
+                  "`vocab` (LM-head vocabulary column groups, vocabulary-parallel loss: only the hidden state "
+                  "goes out, never logits). The rest of an op (norms, residuals, loss) stays with its owner.")
+                  .one_of({"heads", "mlp", "vocab"}));
   f.push_back(field<int>(
                   "migration.slices", [](Deck & d) -> auto& { return d.migration.slices; },
                   "Equal slices per op: slice i holds n_heads/slices heads and mlp_ratio*d_model/slices MLP "
@@ -118,26 +111,6 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
-// conductor run: emulated moves every unit (sleeps); cpu moves the MLP column groups, the attention head groups and
-// the LM-head vocabulary groups with the trainer's kernels; cuda the head and MLP groups (the vocabulary groups'
-// loss runs host loops). On cuda the default units are those it moves; a named vocab is refused.
-void check_run_backend(Deck& d, const std::string& src, std::vector<std::string>& problems) {
-  if (d.backend != "cuda") return;
-  std::vector<std::string>& units = d.migration.units;
-  const auto vocab = std::find(units.begin(), units.end(), "vocab");
-  if (vocab == units.end()) return;
-  if (!d.migration.units_given) {
-    units.erase(vocab);
-    return;
-  }
-  std::string named;
-  for (const std::string& u : units) named += (named.empty() ? "" : ", ") + u;
-  problems.push_back(src + ": migration.units = [" + named +
-                     "] with backend = cuda: conductor run moves the LM head's vocabulary groups (vocab) on "
-                     "backend cpu only; on cuda the allowed units are heads and mlp (the default there): drop vocab "
-                     "from migration.units, or use backend cpu");
-}
-
 // migration.force: well-formed entries, ranks in the pipeline, a helper other than the owner, one entry per
 // owner, slices within migration.slices.
 void check_force(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
@@ -181,7 +154,6 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
   }
   if (!m.enabled) return;
-  if (options.command == Command::Run) check_run_backend(deck, src, problems);
   if (options.command == Command::Run && m.helpers > 1) {
     problems.push_back(src + ": migration.helpers = " + std::to_string(m.helpers) +
                        ": conductor run sends an op's slices to one helper only; set migration.helpers=1 (several "

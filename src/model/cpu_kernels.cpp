@@ -405,6 +405,54 @@ CONDUCTOR_SIMD_CLONES void crossentropy_backward(float* dlogits, const float* pr
   }
 }
 
+// Vocabulary-parallel loss (crossentropy.hpp). Scalar loops in column and group order, no SIMD clones: a clone
+// with FMA could contract S's multiply-add, and the bits must not depend on which machine ran a group.
+void vocab_stats_forward(float* mx, float* sum, float* target_logit, const float* logits, const int* targets, int v0,
+                         int B, int T, int nv, Backend&) {
+  const long rows = static_cast<long>(B) * T;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < rows; ++i) {
+    const float* l = logits + i * nv;
+    float m = -FLT_MAX;
+    for (int v = 0; v < nv; ++v) m = std::max(m, l[v]);
+    float s = 0.0f;
+    for (int v = 0; v < nv; ++v) s += std::exp(l[v] - m);
+    mx[i] = m;
+    sum[i] = s;
+    const int t = targets[i] - v0;
+    target_logit[i] = t >= 0 && t < nv ? l[t] : 0.0f;
+  }
+}
+
+void vocab_loss_forward(float* losses, float* M, float* S, const float* stats, const int* targets, int G, int V, int B,
+                        int T, Backend&) {
+  const long bt = static_cast<long>(B) * T;
+  for (long i = 0; i < bt; ++i) {
+    float m = -FLT_MAX, s = 0.0f;
+    for (int k = 0; k < G; ++k) m = std::max(m, stats[3 * bt * k + i]);
+    for (int k = 0; k < G; ++k) s += stats[3 * bt * k + bt + i] * std::exp(stats[3 * bt * k + i] - m);
+    int holder = 0;  // the group holding the target: ids [k V/G, (k+1) V/G)
+    while (holder + 1 < G && static_cast<long>(holder + 1) * V / G <= targets[i]) ++holder;
+    M[i] = m;
+    S[i] = s;
+    losses[i] = -(stats[3 * bt * holder + 2 * bt + i] - m - std::log(s));
+  }
+}
+
+void vocab_dlogits_backward(float* dlogits, const float* logits, const int* targets, const float* M, const float* S,
+                            float dloss, int v0, int B, int T, int nv, Backend&) {
+  const long rows = static_cast<long>(B) * T;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < rows; ++i) {
+    const float* l = logits + i * nv;
+    float* d = dlogits + i * nv;
+    const float inv = 1.0f / S[i];
+    for (int v = 0; v < nv; ++v) d[v] = dloss * (std::exp(l[v] - M[i]) * inv);
+    const int t = targets[i] - v0;
+    if (t >= 0 && t < nv) d[t] -= dloss;
+  }
+}
+
 // ---------------------------------------------------------------- optimizer
 CONDUCTOR_SIMD_CLONES void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N,
                                         const AdamWStep& step, Backend&) {
@@ -468,6 +516,9 @@ const KernelTable& cpu_kernel_table() {
     k.residual_forward = cpu::residual_forward;
     k.crossentropy_forward = cpu::crossentropy_forward;
     k.crossentropy_backward = cpu::crossentropy_backward;
+    k.vocab_stats_forward = cpu::vocab_stats_forward;
+    k.vocab_loss_forward = cpu::vocab_loss_forward;
+    k.vocab_dlogits_backward = cpu::vocab_dlogits_backward;
     k.adamw_update = cpu::adamw_update;
     k.sum_squares = cpu::sum_squares;
     k.sum_squares_each = cpu::sum_squares_each;

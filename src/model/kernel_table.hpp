@@ -30,6 +30,9 @@ struct KernelTable {
   decltype(&kernel::residual_forward) residual_forward = nullptr;
   decltype(&kernel::crossentropy_forward) crossentropy_forward = nullptr;
   decltype(&kernel::crossentropy_backward) crossentropy_backward = nullptr;
+  decltype(&kernel::vocab_stats_forward) vocab_stats_forward = nullptr;
+  decltype(&kernel::vocab_loss_forward) vocab_loss_forward = nullptr;
+  decltype(&kernel::vocab_dlogits_backward) vocab_dlogits_backward = nullptr;
   decltype(&kernel::adamw_update) adamw_update = nullptr;
   decltype(&kernel::sum_squares) sum_squares = nullptr;
   decltype(&kernel::sum_squares_each) sum_squares_each = nullptr;

@@ -65,6 +65,19 @@ void crossentropy_backward(float* dlogits, const float* probs, const int* target
   be.kernels().crossentropy_backward(dlogits, probs, targets, dloss, B, T, V, be);
 }
 
+void vocab_stats_forward(float* mx, float* sum, float* target_logit, const float* logits, const int* targets, int v0,
+                         int B, int T, int nv, Backend& be) {
+  be.kernels().vocab_stats_forward(mx, sum, target_logit, logits, targets, v0, B, T, nv, be);
+}
+void vocab_loss_forward(float* losses, float* M, float* S, const float* stats, const int* targets, int G, int V, int B,
+                        int T, Backend& be) {
+  be.kernels().vocab_loss_forward(losses, M, S, stats, targets, G, V, B, T, be);
+}
+void vocab_dlogits_backward(float* dlogits, const float* logits, const int* targets, const float* M, const float* S,
+                            float dloss, int v0, int B, int T, int nv, Backend& be) {
+  be.kernels().vocab_dlogits_backward(dlogits, logits, targets, M, S, dloss, v0, B, T, nv, be);
+}
+
 void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, const AdamWStep& step,
                   Backend& be) {
   be.kernels().adamw_update(params, m, v, grads, N, step, be);

@@ -205,6 +205,8 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
   losses_.assign(microbatches_, std::numeric_limits<double>::quiet_NaN());
   loss_pending_.assign(microbatches_, 0);
   allocate_step_buffers();
+  vocab_groups_ = std::max(1, plan.migration.vocab_groups);  // stage_vocab.cpp; before the stages' layouts
+  check_vocab_groups();
   for (int vs : held_) {
     if (vs < 0 || vs >= num_vs_) {
       throw InputError("model: virtual stage " + std::to_string(vs) + " is outside 0.." + std::to_string(num_vs_ - 1));
@@ -234,10 +236,9 @@ StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_h
     group_lse_ = DeviceBuffer(*backend_, lse * sizeof(float));
     group_delta_ = DeviceBuffer(*backend_, lse * sizeof(float));
   }
-  vocab_groups_ = std::max(1, plan.migration.vocab_groups);  // stage_vocab.cpp
-  check_vocab_backend();
   if (vocab_groups_ > 1) {
     vocab_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(vocab_groups_) * d.BT() * d.C * sizeof(float));
+    vocab_stats_ = DeviceBuffer(*backend_, 3 * static_cast<std::size_t>(vocab_groups_) * d.BT() * sizeof(float));
   }
   if (const int most = std::max(mlp_groups_, head_groups_); most > 1) {
     group_parts_ = DeviceBuffer(*backend_, static_cast<std::size_t>(most) * d.BT() * d.C * sizeof(float));
@@ -318,6 +319,10 @@ void StageModel::layout_micro(const VStage& s, Micro* m, float* base, int* ibase
     out.probs = f.take(BT * d.V);
     out.losses = f.take(BT);
     out.dlnf = f.take(btc);
+    if (vocab_groups_ > 1) {
+      out.vocab_max = f.take(BT);
+      out.vocab_sum = f.take(BT);
+    }
   }
   nfloats = f.used();
   nints = i.used();

@@ -25,9 +25,10 @@ struct StageModel::Micro {
   float* losses = nullptr;        // [B,T]
   float* dlnf = nullptr;          // [B,T,C]
   // LM-head vocabulary groups (stage_vocab.cpp): the whole vocabulary's per-token max logit and sum of
-  // exponentials (F, for B and W), and per group whether this rank holds its logits (F) and logit gradients (B),
-  // group g's compact [B,T,nv] block at B*T*(its first vocabulary id) in logits / probs.
-  std::vector<float> vocab_max, vocab_sum;
+  // exponentials (F, for B and W; [B,T] each, backend memory), and per group whether this rank holds its logits (F)
+  // and logit gradients (B), group g's compact [B,T,nv] block at B*T*(its first vocabulary id) in logits / probs.
+  float* vocab_max = nullptr;
+  float* vocab_sum = nullptr;
   std::vector<char> vocab_logits, vocab_dlogits;
 };
 

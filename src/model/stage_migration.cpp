@@ -29,6 +29,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "stage_internal.hpp"
+#include "staged.hpp"
 
 namespace conductor::model {
 
@@ -77,52 +78,6 @@ std::array<ColumnBlock, 3> head_stash(const Dims& d, int h0, int ng) {
 void add_down(Backend& be, float* acc, const float* parts, int last, std::size_t n) {
   for (int k = last; k >= 0; --k) residual_forward(acc, parts + static_cast<std::size_t>(k) * n, acc, n, be);
 }
-
-// A helper's request in its backend's memory (host-staged): read in place on a backend of host memory, else
-// uploaded once into a buffer of its own. So one helper path serves the cpu and the cuda backends.
-class StagedRequest {
- public:
-  StagedRequest(Backend& be, std::span<const float> host) {
-    if (be.host_memory()) {
-      at_ = host.data();
-      return;
-    }
-    buf_ = DeviceBuffer(be, host.size_bytes());
-    be.upload(buf_.get(), host.data(), host.size_bytes());
-    at_ = buf_.f();
-  }
-  const float* f() const { return at_; }
-
- private:
-  DeviceBuffer buf_;
-  const float* at_ = nullptr;
-};
-
-// A helper's answer: written in place into the host vector on a backend of host memory, else into a buffer of
-// the backend's, downloaded once at the end (take). Zero-initialised (W's gradient blocks start at zero).
-class StagedAnswer {
- public:
-  StagedAnswer(Backend& be, std::size_t floats) : be_(be), host_(floats, 0.0f) {
-    if (be.host_memory()) {
-      at_ = host_.data();
-      return;
-    }
-    buf_ = DeviceBuffer(be, floats * sizeof(float));
-    be.zero(buf_.get(), buf_.bytes());
-    at_ = buf_.f();
-  }
-  float* f() const { return at_; }
-  std::vector<float> take() {
-    if (buf_.get()) be_.download(host_.data(), buf_.get(), buf_.bytes());
-    return std::move(host_);
-  }
-
- private:
-  Backend& be_;
-  std::vector<float> host_;
-  DeviceBuffer buf_;
-  float* at_ = nullptr;
-};
 
 // ---- F and B of a grouped unit, described group by group ----
 

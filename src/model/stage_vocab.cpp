@@ -11,19 +11,21 @@
 // Same bits wherever a group ran: each group's logits are one product of the group's rows (owner and helper run the
 // same call), the per-token loops below are scalar and run in this file only, and B's partial gradients are added
 // from the last group down (acc = q[G-1], then acc = q[g] + acc), so a helper holding the last groups answers with
-// a prefix of that sum. The loops read and write host memory: the cpu backend (checked when the model is built).
+// a prefix of that sum. The per-token loops are kernels (crossentropy.hpp: vocab_*), so any backend runs them; what
+// crosses to or from the host (a request, an answer) goes through the backend's upload and download, and a helper
+// stages its request into its backend's memory (staged.hpp), as the layers' groups do.
 #include <algorithm>
-#include <cfloat>
-#include <cmath>
 #include <span>
 #include <vector>
 
-#include "conductor/model/gelu.hpp"
+#include "conductor/model/crossentropy.hpp"
+#include "conductor/model/gelu.hpp"  // residual_forward
 #include "conductor/model/layernorm.hpp"
 #include "conductor/model/matmul.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "stage_internal.hpp"
+#include "staged.hpp"
 
 namespace conductor::model {
 
@@ -32,70 +34,39 @@ namespace {
 constexpr float kVocabRequest = 2.0f;  // the unit a request names in its last float (stage_migration.cpp: 0, 1)
 constexpr float kNoVocab = 3.0f;       // W's request from a stage without the LM head, with vocabulary groups on
 
-// Per token (row) of one group's logits [rows, nv]: the max, the sum of exponentials relative to it, and the
-// target's logit when the group holds the target (columns start at vocabulary id v0), else 0.
-void group_stats(const float* logits, long rows, int nv, int v0, const int* targets, float* mx, float* sum,
-                 float* target_logit) {
-#pragma omp parallel for schedule(static)
-  for (long i = 0; i < rows; ++i) {
-    const float* l = logits + i * nv;
-    float m = -FLT_MAX;
-    for (int v = 0; v < nv; ++v) m = std::max(m, l[v]);
-    float s = 0.0f;
-    for (int v = 0; v < nv; ++v) s += std::exp(l[v] - m);  // in column order (scalar: no reassociation)
-    mx[i] = m;
-    sum[i] = s;
-    const int t = targets[i] - v0;
-    target_logit[i] = t >= 0 && t < nv ? l[t] : 0.0f;
-  }
-}
-
-// One group's logit gradients [rows, nv]: dloss (softmax - onehot(target)) with the whole vocabulary's per-token max
-// M and sum of exponentials S.
-void group_dlogits(float* dl, const float* logits, long rows, int nv, int v0, const int* targets, const float* M,
-                   const float* S, float dloss) {
-#pragma omp parallel for schedule(static)
-  for (long i = 0; i < rows; ++i) {
-    const float* l = logits + i * nv;
-    float* d = dl + i * nv;
-    const float inv = 1.0f / S[i];
-    for (int v = 0; v < nv; ++v) d[v] = dloss * (std::exp(l[v] - M[i]) * inv);
-    const int t = targets[i] - v0;
-    if (t >= 0 && t < nv) d[t] -= dloss;
-  }
-}
-
-// The helper's targets, sent as floats (token ids are exact in a float below 2^24).
-std::vector<int> targets_of(const float* f, long rows) {
+// The helper's targets, sent as floats (token ids are exact in a float below 2^24), as ints in its backend's memory.
+DeviceBuffer targets_of(Backend& be, const float* f, long rows) {
   std::vector<int> t(static_cast<std::size_t>(rows));
   for (long i = 0; i < rows; ++i) t[static_cast<std::size_t>(i)] = static_cast<int>(f[i]);
-  return t;
+  DeviceBuffer out(be, t.size() * sizeof(int));
+  be.upload(out.get(), t.data(), t.size() * sizeof(int));
+  return out;
 }
 
-// A helper's view of a request in vocab_request's B layout: the final LayerNorm output [B,T,C], the targets, the
-// whole vocabulary's per-token max M and sum S [B,T], then the groups' LM-head rows; dloss = 1 / (microbatches BT).
+// A helper's view of a request in vocab_request's B layout (host floats `at`, staged into backend memory at `dev`):
+// the final LayerNorm output [B,T,C], the targets, the whole vocabulary's per-token max M and sum S [B,T], then the
+// groups' LM-head rows; dloss = 1 / (microbatches BT).
 struct VocabBackward {
   const float* lnf;
-  std::vector<int> targets;
+  DeviceBuffer targets;
   const float *M, *S, *w;
   float dloss;
 };
 
-VocabBackward read_vocab_backward(const float* at, const Dims& d, int microbatches) {
+VocabBackward read_vocab_backward(Backend& be, const float* at, const float* dev, const Dims& d, int microbatches) {
   const long bt = d.BT();
-  const float* M = at + static_cast<std::size_t>(bt) * d.C + bt;
-  return {at,         targets_of(M - bt, bt),
-          M,          M + bt,
-          M + 2 * bt, 1.0f / (static_cast<float>(microbatches) * static_cast<float>(bt))};
+  const std::size_t m = static_cast<std::size_t>(bt) * d.C + bt;  // M's offset
+  return {dev,
+          targets_of(be, at + m - bt, bt),
+          dev + m,
+          dev + m + bt,
+          dev + m + 2 * bt,
+          1.0f / (static_cast<float>(microbatches) * static_cast<float>(bt))};
 }
 
 }  // namespace
 
-void StageModel::check_vocab_backend() const {
-  if (vocab_groups_ > 1 && backend_->name() != "cpu") {
-    throw Error("model: LM-head vocabulary groups (migration unit vocab) run on the cpu backend only, not " +
-                backend_->name());
-  }
+void StageModel::check_vocab_groups() const {
   if (vocab_groups_ > dims_.V) {
     throw Error("model: " + std::to_string(vocab_groups_) + " vocabulary groups for a vocabulary of " +
                 std::to_string(dims_.V));
@@ -103,21 +74,25 @@ void StageModel::check_vocab_backend() const {
 }
 
 // Floats of a request's part that the owner sends for groups [first, G): the hidden state, the targets (and in
-// B the per-token max and sum), then each group's LM-head rows.
+// B the per-token max and sum), then each group's LM-head rows; downloaded from the backend's memory.
 std::vector<float> StageModel::vocab_request(const VStage& s, const Micro& m, int first, bool backward) const {
   const Dims& d = dims_;
   const long bt = d.BT();
   const std::size_t btc = static_cast<std::size_t>(bt) * d.C;
-  std::vector<float> in(btc + static_cast<std::size_t>(bt) * (backward ? 3 : 1));
-  std::copy(m.lnf, m.lnf + btc, in.begin());
-  std::copy(m.targets, m.targets + bt, in.begin() + static_cast<std::ptrdiff_t>(btc));
+  const std::size_t rows = static_cast<std::size_t>(d.V - vocab_begin(first)) * d.C;
+  const std::size_t w_at = btc + static_cast<std::size_t>(bt) * (backward ? 3 : 1);
+  std::vector<float> in(w_at + rows + 1);
+  backend_->download(in.data(), m.lnf, btc * sizeof(float));
+  std::vector<int> targets(static_cast<std::size_t>(bt));
+  backend_->download(targets.data(), m.targets, targets.size() * sizeof(int));
+  std::copy(targets.begin(), targets.end(), in.begin() + static_cast<std::ptrdiff_t>(btc));
   if (backward) {
-    std::copy(m.vocab_max.begin(), m.vocab_max.end(), in.begin() + static_cast<std::ptrdiff_t>(btc + bt));
-    std::copy(m.vocab_sum.begin(), m.vocab_sum.end(), in.begin() + static_cast<std::ptrdiff_t>(btc + 2 * bt));
+    backend_->download(in.data() + btc + bt, m.vocab_max, static_cast<std::size_t>(bt) * sizeof(float));
+    backend_->download(in.data() + btc + 2 * bt, m.vocab_sum, static_cast<std::size_t>(bt) * sizeof(float));
   }
   const float* w = s.params.f() + s.offset("lm_head_w");
-  in.insert(in.end(), w + static_cast<std::size_t>(vocab_begin(first)) * d.C, w + static_cast<std::size_t>(d.V) * d.C);
-  in.push_back(kVocabRequest);
+  backend_->download(in.data() + w_at, w + static_cast<std::size_t>(vocab_begin(first)) * d.C, rows * sizeof(float));
+  in.back() = kVocabRequest;
   return in;
 }
 
@@ -132,15 +107,15 @@ void StageModel::head_forward_vocab(VStage& s, Micro& m) {
                     d.C, *backend_);
   if (give_groups_ > 0)
     exchange_.send(vocab_request(s, m, first, false), 3 * static_cast<std::size_t>(bt) * give_groups_);
-  std::vector<float> stats(3 * static_cast<std::size_t>(bt) * G);  // per group: max, sum, target logit [BT] each
+  float* stats = vocab_stats_.f();  // per group: max, sum, target logit [BT] each
   m.vocab_logits.assign(static_cast<std::size_t>(G), 0);
   for (int k = 0; k < first; ++k) {
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     float* lg = m.logits + bt * v0;  // group k's compact [BT, nv] block, kept for B
     matmul_forward(lg, m.lnf, w + static_cast<long>(v0) * d.C, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in,
                    Accumulate::no, *backend_);
-    float* st = stats.data() + 3 * bt * k;
-    group_stats(lg, bt, nv, v0, m.targets, st, st + bt, st + 2 * bt);
+    float* st = stats + 3 * bt * k;
+    vocab_stats_forward(st, st + bt, st + 2 * bt, lg, m.targets, v0, d.B, d.T, nv, *backend_);
     m.vocab_logits[static_cast<std::size_t>(k)] = 1;
   }
   if (give_groups_ > 0) {
@@ -149,22 +124,9 @@ void StageModel::head_forward_vocab(VStage& s, Micro& m) {
       throw Error("model: a helper's LM-head answer of " + std::to_string(answer.size()) + " floats (expected " +
                   std::to_string(3 * bt * give_groups_) + ")");
     }
-    std::copy(answer.begin(), answer.end(), stats.begin() + 3 * bt * first);
+    backend_->upload(stats + 3 * bt * first, answer.data(), answer.size() * sizeof(float));
   }
-  // The groups combined in index order: M = max, S = sum of s_g exp(m_g - M), loss = M + log S - target logit.
-  m.vocab_max.assign(static_cast<std::size_t>(bt), 0.0f);
-  m.vocab_sum.assign(static_cast<std::size_t>(bt), 0.0f);
-  for (long i = 0; i < bt; ++i) {
-    float M = -FLT_MAX, S = 0.0f;
-    for (int k = 0; k < G; ++k) M = std::max(M, stats[3 * bt * k + i]);
-    for (int k = 0; k < G; ++k) S += stats[3 * bt * k + bt + i] * std::exp(stats[3 * bt * k + i] - M);
-    int holder = 0;
-    while (holder + 1 < G && vocab_begin(holder + 1) <= m.targets[i]) ++holder;
-    const float target = stats[3 * bt * holder + 2 * bt + i];
-    m.vocab_max[static_cast<std::size_t>(i)] = M;
-    m.vocab_sum[static_cast<std::size_t>(i)] = S;
-    m.losses[i] = -(target - M - std::log(S));
-  }
+  vocab_loss_forward(m.losses, m.vocab_max, m.vocab_sum, stats, m.targets, G, d.V, d.B, d.T, *backend_);
 }
 
 // B: the groups' logit gradients and their parts of the hidden state's gradient, added from the last group down
@@ -193,9 +155,9 @@ void StageModel::head_backward_input_vocab(VStage& s, Micro& m) {
       throw Error("model: a helper's LM-head gradient of " + std::to_string(answer.size()) + " floats (expected " +
                   std::to_string(btc) + ")");
     }
-    std::copy(answer.begin(), answer.end(), m.dlnf);
+    backend_->upload(m.dlnf, answer.data(), btc * sizeof(float));
   } else {
-    std::copy(parts + btc * last, parts + btc * (last + 1), m.dlnf);
+    backend_->copy(m.dlnf, parts + btc * last, btc * sizeof(float));
     --last;
   }
   for (int k = last; k >= 0; --k) residual_forward(m.dlnf, parts + btc * k, m.dlnf, btc, *backend_);
@@ -215,7 +177,8 @@ void StageModel::vocab_group_dlogits(const VStage& s, Micro& m, int k, float dlo
                    d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
     m.vocab_logits[static_cast<std::size_t>(k)] = 1;
   }
-  group_dlogits(m.probs + bt * v0, lg, bt, nv, v0, m.targets, m.vocab_max.data(), m.vocab_sum.data(), dloss);
+  vocab_dlogits_backward(m.probs + bt * v0, lg, m.targets, m.vocab_max, m.vocab_sum, dloss, v0, d.B, d.T, nv,
+                         *backend_);
   m.vocab_dlogits[static_cast<std::size_t>(k)] = 1;
 }
 
@@ -251,19 +214,20 @@ std::vector<float> StageModel::vocab_forward_help(int groups, std::span<const fl
                 std::to_string(vocab_request_floats(groups, false)) + " for " + std::to_string(groups) + " groups)");
   }
   const int first = vocab_groups_ - groups;
-  const float* lnf = input.data();
-  const std::vector<int> targets = targets_of(lnf + bt * d.C, bt);
+  const StagedRequest in(*backend_, input);
+  const float* lnf = in.f();
+  const DeviceBuffer targets = targets_of(*backend_, input.data() + bt * d.C, bt);
   const float* w = lnf + bt * (d.C + 1);  // the rows of groups first.. (vocabulary ids from vocab_begin(first))
   DeviceBuffer logits(*backend_, static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float));
-  std::vector<float> out(3 * static_cast<std::size_t>(bt) * groups);
+  StagedAnswer out(*backend_, 3 * static_cast<std::size_t>(bt) * groups);
   for (int k = first; k < vocab_groups_; ++k) {
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     matmul_forward(logits.f(), lnf, w + static_cast<long>(v0 - vocab_begin(first)) * d.C, nullptr, d.B, d.T, d.C, nv,
                    WeightLayout::out_in, Accumulate::no, *backend_);
-    float* st = out.data() + 3 * bt * (k - first);
-    group_stats(logits.f(), bt, nv, v0, targets.data(), st, st + bt, st + 2 * bt);
+    float* st = out.f() + 3 * bt * (k - first);
+    vocab_stats_forward(st, st + bt, st + 2 * bt, logits.f(), targets.i(), v0, d.B, d.T, nv, *backend_);
   }
-  return out;
+  return out.take();
 }
 
 std::vector<float> StageModel::vocab_backward_input_help(int groups, std::span<const float> input) const {
@@ -276,20 +240,21 @@ std::vector<float> StageModel::vocab_backward_input_help(int groups, std::span<c
                 std::to_string(vocab_request_floats(groups, true)) + " for " + std::to_string(groups) + " groups)");
   }
   const int first = vocab_groups_ - groups;
-  const VocabBackward r = read_vocab_backward(input.data(), d, microbatches_);
+  const StagedRequest in(*backend_, input);
+  const VocabBackward r = read_vocab_backward(*backend_, input.data(), in.f(), d, microbatches_);
   const std::size_t block = static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float);
-  DeviceBuffer logits(*backend_, block), dlogits(*backend_, block), part(*backend_, btc * sizeof(float)),
-      acc(*backend_, btc * sizeof(float));
+  DeviceBuffer logits(*backend_, block), dlogits(*backend_, block), part(*backend_, btc * sizeof(float));
+  StagedAnswer acc(*backend_, btc);
   for (int k = vocab_groups_ - 1; k >= first; --k) {  // the fixed order of addition, from the last group down
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     const float* wk = r.w + static_cast<long>(v0 - vocab_begin(first)) * d.C;
     matmul_forward(logits.f(), r.lnf, wk, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
-    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, r.targets.data(), r.M, r.S, r.dloss);
+    vocab_dlogits_backward(dlogits.f(), logits.f(), r.targets.i(), r.M, r.S, r.dloss, v0, d.B, d.T, nv, *backend_);
     float* to = k == vocab_groups_ - 1 ? acc.f() : part.f();
     matmul_backward_input(to, dlogits.f(), wk, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no, *backend_);
     if (k < vocab_groups_ - 1) residual_forward(acc.f(), part.f(), acc.f(), btc, *backend_);
   }
-  return std::vector<float>(acc.f(), acc.f() + btc);
+  return acc.take();
 }
 
 // W's request with vocabulary groups (weight_inputs): the layers' part, then on the last stage vocab_request's B
@@ -330,20 +295,23 @@ std::vector<float> StageModel::weight_grads(int groups, const std::vector<float>
   const Dims& d = dims_;
   const long bt = d.BT();
   const int first = vocab_groups_ - groups;
-  const VocabBackward r = read_vocab_backward(request.data() + layers.size(), d, microbatches_);
+  const float* at = request.data() + layers.size();
+  const StagedRequest in(*backend_, std::span<const float>(at, tail - 1));
+  const VocabBackward r = read_vocab_backward(*backend_, at, in.f(), d, microbatches_);
   const std::size_t block = static_cast<std::size_t>(bt) * (d.V / vocab_groups_ + 1) * sizeof(float);
   DeviceBuffer logits(*backend_, block), dlogits(*backend_, block);
-  const std::size_t at = out.size();
-  out.resize(at + static_cast<std::size_t>(d.V - vocab_begin(first)) * d.C, 0.0f);
+  StagedAnswer grads(*backend_, static_cast<std::size_t>(d.V - vocab_begin(first)) * d.C);  // zeroed, as a slot is
   for (int k = first; k < vocab_groups_; ++k) {
     const int v0 = vocab_begin(k), nv = vocab_begin(k + 1) - v0;
     const std::size_t row = static_cast<std::size_t>(v0 - vocab_begin(first)) * d.C;
     matmul_forward(logits.f(), r.lnf, r.w + row, nullptr, d.B, d.T, d.C, nv, WeightLayout::out_in, Accumulate::no,
                    *backend_);
-    group_dlogits(dlogits.f(), logits.f(), bt, nv, v0, r.targets.data(), r.M, r.S, r.dloss);
-    matmul_backward_weight(out.data() + at + row, nullptr, dlogits.f(), r.lnf, d.B, d.T, d.C, nv, WeightLayout::out_in,
+    vocab_dlogits_backward(dlogits.f(), logits.f(), r.targets.i(), r.M, r.S, r.dloss, v0, d.B, d.T, nv, *backend_);
+    matmul_backward_weight(grads.f() + row, nullptr, dlogits.f(), r.lnf, d.B, d.T, d.C, nv, WeightLayout::out_in,
                            *backend_);
   }
+  const std::vector<float> vocab = grads.take();
+  out.insert(out.end(), vocab.begin(), vocab.end());
   return out;
 }
 

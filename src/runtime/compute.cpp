@@ -117,7 +117,7 @@ class StageCompute : public Compute {
 
   // Computation migration with the trainer's kernels, on any backend (the model stages a helper's request through
   // its backend's memory): the MLP column groups and the attention head groups of F, B, W and BW (both halves), and
-  // the LM head's vocabulary groups (cpu only: model/stage.hpp). None where the stage has none of them.
+  // the LM head's vocabulary groups. None where the stage has none of them.
   SliceMoves slice_moves(sched::OpKind kind, int stage) const override {
     return requests_per_op(kind, stage) > 0 ? SliceMoves::Real : SliceMoves::None;
   }

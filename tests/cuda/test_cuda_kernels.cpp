@@ -288,6 +288,49 @@ TEST_F(CudaKernels, CrossEntropyForwardAndBackward) {
   EXPECT_LE(rel_err(down(dp, n), probs), kFp32Tol);
 }
 
+// The vocabulary-parallel loss's kernels (LM-head vocabulary groups): per group statistics, their combination in
+// group order, and the groups' logit gradients, against the cpu's; and a group's statistics are the same bits in two
+// launches (the owner's and a helper's).
+TEST_F(CudaKernels, VocabParallelLoss) {
+  const int B = 2, T = 5, V = 1000, G = 3, N = B * T;
+  const auto targets = randint(N, V, 82);
+  int* dt = up(targets);
+  std::vector<float> stats(3 * static_cast<std::size_t>(G) * N);
+  float* dstats = up(stats);
+  std::vector<std::vector<float>> group_logits;
+  for (int k = 0; k < G; ++k) {
+    const int v0 = k * V / G, nv = (k + 1) * V / G - v0;
+    group_logits.push_back(randn(static_cast<std::size_t>(N) * nv, 83 + k, 3.0f));
+    float* st = stats.data() + 3 * N * k;
+    vocab_stats_forward(st, st + N, st + 2 * N, group_logits[k].data(), targets.data(), v0, B, T, nv, cpu);
+    float* dst = dstats + 3 * N * k;
+    float* dl = up(group_logits[k]);
+    vocab_stats_forward(dst, dst + N, dst + 2 * N, dl, dt, v0, B, T, nv, gpu);
+    const std::vector<float> once = down(dst, 3 * static_cast<std::size_t>(N));
+    vocab_stats_forward(dst, dst + N, dst + 2 * N, dl, dt, v0, B, T, nv, gpu);
+    EXPECT_EQ(down(dst, 3 * static_cast<std::size_t>(N)), once) << k;
+    EXPECT_LE(rel_err(once, std::vector<float>(st, st + 3 * N)), kFp32Tol) << k;
+  }
+  std::vector<float> losses(N), M(N), S(N);
+  vocab_loss_forward(losses.data(), M.data(), S.data(), stats.data(), targets.data(), G, V, B, T, cpu);
+  float *dlosses = up(std::vector<float>(N)), *dM = up(std::vector<float>(N)), *dS = up(std::vector<float>(N));
+  vocab_loss_forward(dlosses, dM, dS, up(stats), dt, G, V, B, T, gpu);
+  EXPECT_LE(rel_err(down(dlosses, N), losses), kFp32Tol);
+  EXPECT_LE(rel_err(down(dM, N), M), kFp32Tol);
+  EXPECT_LE(rel_err(down(dS, N), S), kFp32Tol);
+  const float dloss = 0.5f / N;
+  for (int k = 0; k < G; ++k) {
+    const int v0 = k * V / G, nv = (k + 1) * V / G - v0;
+    const std::size_t n = static_cast<std::size_t>(N) * nv;
+    std::vector<float> d(n);
+    vocab_dlogits_backward(d.data(), group_logits[k].data(), targets.data(), M.data(), S.data(), dloss, v0, B, T, nv,
+                           cpu);
+    float* dd = up(std::vector<float>(n));
+    vocab_dlogits_backward(dd, up(group_logits[k]), dt, up(M), up(S), dloss, v0, B, T, nv, gpu);
+    EXPECT_LE(rel_err(down(dd, n), d), kFp32Tol) << k;
+  }
+}
+
 TEST_F(CudaKernels, AdamW) {
   const std::size_t n = 10000;
   const auto p0 = randn(n, 71), m0 = randn(n, 72, 0.01f), g = randn(n, 73, 0.1f);

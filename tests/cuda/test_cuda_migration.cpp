@@ -1,5 +1,6 @@
 // Computation migration on GPUs (docs/migration.md): `runtime::train` with backend cuda at pipeline 2, every op of
-// each rank giving 2 of its 4 head and MLP groups (F, B, W and BW, both halves) to the other rank, host-staged
+// each rank giving 2 of its 4 head and MLP groups and, on the last stage, LM-head vocabulary groups (F, B, W and BW,
+// both halves) to the other rank, host-staged
 // (the helper uploads the request, runs the kernels on its GPU, downloads the answer). Losses and final weights
 // equal single-process training of the same deck on the same GPU (migration on, the same units and groups) bit
 // for bit, and the trace shows the slices moved: the cuda twin of runtime_migration_equality's
@@ -55,7 +56,7 @@ config::Deck migration_deck(const std::string& transport, const std::string& sch
                  "noise.kind=gaussian",
                  "noise.level=0.2",
                  "migration.enabled=true",
-                 "migration.units=[mlp, heads]",
+                 "migration.units=[mlp, heads, vocab]",
                  "migration.slices=4",
                  "migration.link=nvlink",
                  R"(migration.force=["0->1:F,B,W,BW:2","1->0:F,B,W,BW:2"])",

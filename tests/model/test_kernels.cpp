@@ -12,6 +12,7 @@
 #include "conductor/model/adamw.hpp"
 #include "conductor/model/attention.hpp"
 #include "conductor/model/backend.hpp"
+#include "conductor/model/crossentropy.hpp"
 #include "conductor/model/gelu.hpp"
 #include "conductor/model/matmul.hpp"
 
@@ -106,6 +107,51 @@ TEST(Kernels, ResidualForwardAddsInPlace) {
   std::vector<float> out = a;
   residual_forward(out.data(), out.data(), b.data(), out.size(), be);
   for (std::size_t i = 0; i < out.size(); i++) EXPECT_EQ(out[i], a[i] + b[i]);
+}
+
+// The vocabulary-parallel loss (G groups of columns, each a compact block): the loss and logit gradients of the
+// whole-vocabulary softmax cross-entropy, within rounding, and M, S the whole row's max and sum of exponentials.
+TEST(Kernels, VocabParallelLossIsTheCrossEntropy) {
+  Backend& be = cpu_backend();
+  constexpr int V = 11, G = 3;  // groups of 3, 4 and 4 columns
+  const std::vector<float> logits = randn(static_cast<std::size_t>(N) * V, 30);
+  std::vector<int> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = (5 * i + 2) % V;  // in every group
+  std::vector<float> losses(N), probs(logits.size());
+  crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), B, T, V, be);
+  const float dloss = 0.25f;
+  crossentropy_backward(probs.data(), probs.data(), targets.data(), dloss, B, T, V, be);
+  std::vector<std::vector<float>> blocks(G);
+  std::vector<float> stats(3 * static_cast<std::size_t>(G) * N);
+  for (int k = 0; k < G; ++k) {
+    const int v0 = k * V / G, nv = (k + 1) * V / G - v0;
+    for (int i = 0; i < N; ++i) {
+      for (int v = 0; v < nv; ++v) blocks[k].push_back(logits[static_cast<std::size_t>(i) * V + v0 + v]);
+    }
+    float* st = stats.data() + 3 * N * k;
+    vocab_stats_forward(st, st + N, st + 2 * N, blocks[k].data(), targets.data(), v0, B, T, nv, be);
+  }
+  std::vector<float> vlosses(N), M(N), S(N);
+  vocab_loss_forward(vlosses.data(), M.data(), S.data(), stats.data(), targets.data(), G, V, B, T, be);
+  for (int i = 0; i < N; ++i) {
+    double mx = -1e30, sum = 0;
+    for (int v = 0; v < V; ++v) mx = std::max<double>(mx, logits[static_cast<std::size_t>(i) * V + v]);
+    for (int v = 0; v < V; ++v) sum += std::exp(logits[static_cast<std::size_t>(i) * V + v] - mx);
+    EXPECT_EQ(M[i], static_cast<float>(mx)) << i;
+    EXPECT_NEAR(S[i], sum, kTol * sum) << i;
+    EXPECT_NEAR(vlosses[i], losses[i], kTol * std::max(1.0f, std::abs(losses[i]))) << i;
+  }
+  for (int k = 0; k < G; ++k) {
+    const int v0 = k * V / G, nv = (k + 1) * V / G - v0;
+    std::vector<float> d(blocks[k].size());
+    vocab_dlogits_backward(d.data(), blocks[k].data(), targets.data(), M.data(), S.data(), dloss, v0, B, T, nv, be);
+    for (int i = 0; i < N; ++i) {
+      for (int v = 0; v < nv; ++v) {
+        EXPECT_NEAR(d[static_cast<std::size_t>(i) * nv + v], probs[static_cast<std::size_t>(i) * V + v0 + v], kTol)
+            << k << " " << i << " " << v;
+      }
+    }
+  }
 }
 
 TEST(Kernels, SumSquaresEachEqualsOneByOne) {

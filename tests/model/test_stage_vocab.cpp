@@ -14,6 +14,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
+#include "staging_backend.hpp"
 
 using namespace conductor;
 using namespace conductor::model;
@@ -103,6 +104,45 @@ TEST(StageVocab, VocabWeightGradsGivenToAHelperGiveTheSameBits) {
       }
     }
   }
+}
+
+// On a backend whose memory is not the host's (a GPU's; here StagingBackend: host memory that says it is not, and
+// checks every transfer's direction), the owner builds its LM-head requests with downloads and lands the answers
+// with uploads, and the helper stages each request into its memory and its answer out: F, B and W (with the MLP's
+// groups in the same ops) give the cpu model's bits. The path the cuda backend takes, run where no GPU is.
+TEST(StageVocab, OnADeviceBackendTheGroupsStageTheirTransfers) {
+  StagingBackend staging;
+  const plan::Plan plan = vocab_plan({"mlp", "vocab"}, 4);
+  StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2, &staging), helper(plan, {0}, 2, &staging);
+  const std::size_t n = keep.activation_elements(), built = staging.uploaded();
+  const DeviceBuffer act(staging, n * sizeof(float)), grad(staging, n * sizeof(float));
+  int vocab_requests = 0;
+  const auto exchange = [&](bool forward, int k) {
+    return helper_exchange(
+        helper, forward, k, [&](const std::vector<float>& in) { vocab_requests += in.back() == 2.0f; }, "staged");
+  };
+  for (int step = 0; step < 2; ++step) {
+    give.begin_step(step);
+    std::vector<std::pair<int, std::vector<float>>> answers;  // (mb, W's answer), landed last first
+    for (int mb = 0; mb < give.num_microbatches(); ++mb) {
+      const int kf = 1 + (mb + step) % 4, kb = 1 + (mb + step + 1) % 4, kw = 1 + (mb + step + 2) % 4;
+      give.forward(0, mb, nullptr, act.f());
+      give.give_groups(kf, exchange(true, kf));
+      give.forward(1, mb, act.f(), nullptr);
+      give.give_groups(kb, exchange(false, kb));
+      give.backward_input(1, mb, nullptr, grad.f());
+      const std::vector<float> in = give.weight_inputs(1, mb, kw);
+      EXPECT_EQ(in.back(), 2.0f);  // the LM head's part is in W's request
+      answers.emplace_back(mb, helper.weight_grads(kw, in));
+      EXPECT_EQ(answers.back().second.size(), give.weight_grads_floats(1, kw));
+      give.backward_weight(1, mb);
+      give.backward_full(0, mb, grad.f(), nullptr);
+    }
+    for (auto it = answers.rbegin(); it != answers.rend(); ++it) give.land_weight_grads(1, it->first, it->second);
+    expect_step_matches(give, keep, step, "staged, step " + std::to_string(step));
+  }
+  EXPECT_EQ(vocab_requests, 2 * 2 * give.num_microbatches());
+  EXPECT_GT(staging.uploaded(), built);
 }
 
 // A helper checks what it gets: a request of the wrong size, or for more groups than there are.

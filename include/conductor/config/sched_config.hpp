@@ -61,9 +61,6 @@ struct MigrationConfig {
   std::vector<std::string> force;     // "OWNER->HELPER:KINDS:SLICES" patterns that replace the decision
   std::string weights = "on_demand";  // on_demand | replicas (kept on replica_peers peers, refreshed per step)
   int replica_peers = 1;              // peers holding each rank's replicas
-  // Not a key: whether the deck named migration.units (conductor run on cuda reads the default as the units that
-  // backend moves, and refuses a named `vocab`: schema_migration.cpp).
-  bool units_given = false;
 };
 
 struct SchedulerConfig {

@@ -175,8 +175,9 @@ class StageModel {
   // With migration on and unit `vocab`, the last virtual stage computes the LM head and the loss in G =
   // migration.slices vocabulary groups (group g: LM-head rows [g V/G, (g+1) V/G)), the loss vocabulary-parallel:
   // per group and token the max logit, the sum of exponentials relative to it and the target's logit; the groups are
-  // combined in index order. B adds the groups' parts of the hidden state's gradient from the last group down. cpu
-  // backend only. 1 = not grouped. give_groups gives the last k vocabulary groups too (one request after the layers'):
+  // combined in index order. B adds the groups' parts of the hidden state's gradient from the last group down. Any
+  // backend (the loss's kernels are crossentropy.hpp's vocab_*). 1 = not grouped. give_groups gives the last k
+  // vocabulary groups too (one request after the layers'):
   //   vocab F in:  final LayerNorm output [B,T,C], targets [B,T] (as floats), the groups' LM-head rows [V_k, C]
   //   vocab F out: per group its max, sum of exponentials and target logit (0 where it lacks the target), [B,T] each
   //   vocab B in:  as F's, with the whole vocabulary's per-token max and sum [B,T] each after the targets
@@ -284,8 +285,9 @@ class StageModel {
   void add_slots_in_order(VStage& s);
   int vocab_groups_ = 1;      // see vocab_groups()
   DeviceBuffer vocab_parts_;  // [G, B,T,C] the vocabulary groups' parts of the hidden state's gradient (B)
+  DeviceBuffer vocab_stats_;  // [G, 3, B,T] the groups' max, sum of exponentials and target logit (F)
   int vocab_begin(int g) const { return static_cast<int>(static_cast<long>(g) * dims_.V / vocab_groups_); }
-  void check_vocab_backend() const;
+  void check_vocab_groups() const;
   std::vector<float> vocab_request(const VStage& s, const Micro& m, int first, bool backward) const;
   std::size_t vocab_request_floats(int groups, bool backward) const;
   void head_forward_vocab(VStage& s, Micro& m);

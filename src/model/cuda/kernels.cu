@@ -491,6 +491,51 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* probs,
   }
 }
 
+// Vocabulary-parallel loss (crossentropy.hpp): one block per token row of a group's nv logits. The block's
+// reductions run in a fixed order, so a group's statistics are the same bits on the owner and on a helper.
+__global__ void vocab_stats_kernel(float* mx, float* sum, float* target_logit, const float* logits, const int* targets,
+                                   int v0, int nv) {
+  const std::size_t row = blockIdx.x;
+  const float* l = logits + row * nv;
+  float m = -FLT_MAX;
+  for (int v = threadIdx.x; v < nv; v += blockDim.x) m = fmaxf(m, l[v]);
+  m = block_max(m);
+  float s = 0.0f;
+  for (int v = threadIdx.x; v < nv; v += blockDim.x) s += expf(l[v] - m);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    mx[row] = m;
+    sum[row] = s;
+    const int t = targets[row] - v0;
+    target_logit[row] = t >= 0 && t < nv ? l[t] : 0.0f;
+  }
+}
+
+// One thread per token: the groups in index order.
+__global__ void vocab_loss_kernel(float* losses, float* M, float* S, const float* stats, const int* targets, int G,
+                                  int V, std::size_t bt) {
+  GRID_STRIDE(i, bt) {
+    float m = -FLT_MAX, s = 0.0f;
+    for (int k = 0; k < G; ++k) m = fmaxf(m, stats[3 * bt * k + i]);
+    for (int k = 0; k < G; ++k) s += stats[3 * bt * k + bt + i] * expf(stats[3 * bt * k + i] - m);
+    int holder = 0;
+    while (holder + 1 < G && static_cast<long long>(holder + 1) * V / G <= targets[i]) ++holder;
+    M[i] = m;
+    S[i] = s;
+    losses[i] = -(stats[3 * bt * holder + 2 * bt + i] - m - logf(s));
+  }
+}
+
+__global__ void vocab_dlogits_kernel(float* dlogits, const float* logits, const int* targets, const float* M,
+                                     const float* S, float dloss, int v0, int nv, std::size_t n) {
+  GRID_STRIDE(i, n) {
+    const std::size_t row = i / nv;
+    const int v = static_cast<int>(i % nv);
+    const float d = dloss * (expf(logits[i] - M[row]) * (1.0f / S[row]));
+    dlogits[i] = v == targets[row] - v0 ? d - dloss : d;
+  }
+}
+
 // ------------------------------------------------------------------------------------------------ optimizer
 __global__ void adamw_kernel(float* params, float* m, float* v, const float* grads, std::size_t n, float beta1,
                              float beta2, float eps, float grad_scale, float step_size, float bc2_sqrt, float decay) {
@@ -817,6 +862,31 @@ void crossentropy_backward(float* dlogits, const float* probs, const int* target
   cudaCheckLaunch();
 }
 
+void vocab_stats_forward(float* mx, float* sum, float* target_logit, const float* logits, const int* targets, int v0,
+                         int B, int T, int nv, Backend& be) {
+  const int N = B * T;
+  if (N <= 0 || nv <= 0) return;
+  vocab_stats_kernel<<<N, kThreads, 0, context(be).stream>>>(mx, sum, target_logit, logits, targets, v0, nv);
+  cudaCheckLaunch();
+}
+
+void vocab_loss_forward(float* losses, float* M, float* S, const float* stats, const int* targets, int G, int V, int B,
+                        int T, Backend& be) {
+  const std::size_t bt = static_cast<std::size_t>(B) * T;
+  if (bt == 0) return;
+  vocab_loss_kernel<<<grid_for(bt), kThreads, 0, context(be).stream>>>(losses, M, S, stats, targets, G, V, bt);
+  cudaCheckLaunch();
+}
+
+void vocab_dlogits_backward(float* dlogits, const float* logits, const int* targets, const float* M, const float* S,
+                            float dloss, int v0, int B, int T, int nv, Backend& be) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * nv;
+  if (n == 0) return;
+  vocab_dlogits_kernel<<<grid_for(n), kThreads, 0, context(be).stream>>>(dlogits, logits, targets, M, S, dloss, v0, nv,
+                                                                         n);
+  cudaCheckLaunch();
+}
+
 // ================================================================================================ optimizer
 void adamw_update(float* params, float* m, float* v, const float* grads, std::size_t N, const AdamWStep& step,
                   Backend& be) {
@@ -889,6 +959,9 @@ const KernelTable& kernel_table() {
     k.residual_forward = cuda::residual_forward;
     k.crossentropy_forward = cuda::crossentropy_forward;
     k.crossentropy_backward = cuda::crossentropy_backward;
+    k.vocab_stats_forward = cuda::vocab_stats_forward;
+    k.vocab_loss_forward = cuda::vocab_loss_forward;
+    k.vocab_dlogits_backward = cuda::vocab_dlogits_backward;
     k.adamw_update = cuda::adamw_update;
     k.sum_squares = cuda::sum_squares;
     k.sum_squares_each = cuda::sum_squares_each;
