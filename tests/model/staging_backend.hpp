@@ -4,9 +4,10 @@
 //     download;
 //   - each transfer's direction is checked against its own allocations (upload: host to one of them; download: one
 //     of them to host; copy: between them), so a host buffer passed where backend memory belongs throws;
-//   - its memory cannot be touched from the host outside its own calls: each allocation is whole pages, mapped
-//     PROT_NONE except while one of its kernels or transfers runs, so host code that reads or writes backend memory
-//     directly (a std::copy from a device pointer, which a GPU would not allow) crashes the test at that access.
+//   - its memory cannot be touched from the host outside its own calls: each allocation is whole pages of one
+//     reserved range, mapped PROT_NONE except while one of its kernels or transfers runs, so host code that reads or
+//     writes backend memory directly (a std::copy from a device pointer, which a GPU would not allow) crashes the test
+//     at that access.
 // The kernels are the cpu backend's (each slot of its table wrapped to open the memory around the call), so its
 // results are the cpu bits. Counts the bytes it uploads. For the model tests only: it reads the model layer's
 // private kernel table (src/model/kernel_table.hpp).
@@ -28,27 +29,32 @@ namespace model_test {
 
 class StagingBackend final : public conductor::model::Backend {
  public:
-  StagingBackend() : Backend(guarded_table()) {}
-  ~StagingBackend() override {
-    for (const auto& [at, bytes] : blocks_) munmap(reinterpret_cast<void*>(at), mapped(bytes));
+  StagingBackend() : Backend(guarded_table()) {
+    // One reserved range, allocations taken from it in page multiples and never reused, so opening and closing
+    // the memory is one mprotect of the used part however many allocations there are.
+    void* p = mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(p);
   }
+  ~StagingBackend() override { munmap(base_, kReserve); }
   StagingBackend(const StagingBackend&) = delete;
   StagingBackend& operator=(const StagingBackend&) = delete;
 
   std::string name() const override { return "staging"; }
   bool host_memory() const override { return false; }
   void* alloc(std::size_t bytes) override {
-    const std::size_t n = bytes == 0 ? 1 : bytes;
-    void* p =
-        mmap(nullptr, mapped(n), open_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    const std::size_t n = bytes == 0 ? 1 : bytes, pages = mapped(n);
+    if (top_ + pages > kReserve) throw std::bad_alloc();
+    char* p = base_ + top_;
+    top_ += pages;
+    if (open_ > 0) mprotect(p, pages, PROT_READ | PROT_WRITE);  // allocated inside a kernel: open like the rest
     blocks_[reinterpret_cast<std::uintptr_t>(p)] = n;
     return p;
   }
   void release(void* p) override {
     const auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(p));
     if (it == blocks_.end()) return;
-    munmap(p, mapped(it->second));
+    madvise(p, mapped(it->second), MADV_DONTNEED);  // its pages go back; the range is not reused
     blocks_.erase(it);
   }
   void upload(void* dst, const void* src, std::size_t bytes) override {
@@ -148,7 +154,7 @@ class StagingBackend final : public conductor::model::Backend {
     return (bytes + page - 1) / page * page;
   }
   void protect(int prot) const {
-    for (const auto& [at, bytes] : blocks_) mprotect(reinterpret_cast<void*>(at), mapped(bytes), prot);
+    if (top_ > 0) mprotect(base_, top_, prot);
   }
   // [p, p + bytes) lies inside one of this backend's allocations.
   bool owns(const void* p, std::size_t bytes) const {
@@ -161,6 +167,9 @@ class StagingBackend final : public conductor::model::Backend {
   static void expect(bool ok, const char* what) {
     if (!ok) throw std::logic_error(std::string("staging backend: a ") + what + " between the wrong memories");
   }
+  static constexpr std::size_t kReserve = std::size_t{1} << 34;  // 16 GiB of address space, committed as touched
+  char* base_ = nullptr;
+  std::size_t top_ = 0;                           // bytes of the range taken
   std::map<std::uintptr_t, std::size_t> blocks_;  // allocation -> bytes
   int open_ = 0;                                  // nesting depth of calls with the memory open
   std::size_t uploaded_ = 0;

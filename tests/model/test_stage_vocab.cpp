@@ -108,11 +108,12 @@ TEST(StageVocab, VocabWeightGradsGivenToAHelperGiveTheSameBits) {
 
 // On a backend whose memory is not the host's (a GPU's; here StagingBackend: host memory that says it is not, and
 // checks every transfer's direction), the owner builds its LM-head requests with downloads and lands the answers
-// with uploads, and the helper stages each request into its memory and its answer out: F, B and W (with the MLP's
-// groups in the same ops) give the cpu model's bits. The path the cuda backend takes, run where no GPU is.
+// with uploads, and the helper stages each request into its memory and its answer out: F, B and W (with the layers'
+// head and MLP groups in the same ops, given by a staged owner too) give the cpu model's bits. The path the cuda
+// backend takes, run where no GPU is.
 TEST(StageVocab, OnADeviceBackendTheGroupsStageTheirTransfers) {
   StagingBackend staging;
-  const plan::Plan plan = vocab_plan({"mlp", "vocab"}, 4);
+  const plan::Plan plan = vocab_plan({"heads", "mlp", "vocab"}, 4);
   StageModel keep(plan, {0, 1}, 2), give(plan, {0, 1}, 2, &staging), helper(plan, {0}, 2, &staging);
   const std::size_t n = keep.activation_elements(), built = staging.uploaded();
   const DeviceBuffer act(staging, n * sizeof(float)), grad(staging, n * sizeof(float));
