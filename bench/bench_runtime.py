@@ -12,8 +12,12 @@ the backfills each made (from the traces) and how many delayed the list; then ba
 transfer (announcements, dispatch) with zero-cost ops.
 With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict, 20 ms ops,
 40 ms on a straggling stage, NVLink link, 4 slices), measured and as the simulator predicts for the same deck.
-Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S]|--migration] [BUILD_DIR]   (make bench runs it
-without either)"""
+With --cpu-migration: issue 15's cpu rows: migration on over off with the trainer's real kernels (quickstart model,
+zb-h1 readiness, a 3x straggler, MLP groups, NVLink), p=2 (ranks <= cores) and p=4 (4 ranks on this machine's
+cores: oversubscribed where it has fewer), --repeat alternating off/on pairs of --steps steps each (step 0 not
+counted), with the simulator's prediction for the same deck.
+Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S]|--migration|--cpu-migration [--repeat N]
+[--steps S]] [BUILD_DIR]   (make bench runs it without any)"""
 import argparse
 import json
 import os
@@ -25,8 +29,10 @@ PARSER = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 PARSER.add_argument("build", nargs="?", default="build")
 PARSER.add_argument("--backfill", action="store_true")
 PARSER.add_argument("--migration", action="store_true")
+PARSER.add_argument("--cpu-migration", action="store_true")
 PARSER.add_argument("--repeat", type=int, default=3, help="--backfill: runtime runs per case")
-PARSER.add_argument("--steps", type=int, default=6, help="--backfill: steps per run (the first is not counted)")
+PARSER.add_argument("--steps", type=int, default=None,
+                    help="--backfill (default 6), --cpu-migration (default 30): steps per run (the first is not counted)")
 PARSER.add_argument("--ranks", type=lambda x: [int(p) for p in x.split(",")], default=[2, 4],
                     help="--backfill: pipeline sizes, comma-separated (default 2,4)")
 OPTS = PARSER.parse_args()
@@ -100,7 +106,7 @@ def backfills(strict_trace, backfill_trace):
 
 
 def backfill_rows():
-    repeat, steps = OPTS.repeat, OPTS.steps
+    repeat, steps = OPTS.repeat, OPTS.steps or 6
     print("== backfill over strict, emulated runtime vs simulator (F=B=W=20 ms, comm 1 ms, m=2p, %d steps: the "
           "mean makespan of steps 1..%d, the first has no measured estimates). runtime: %d runs of each, speedup = "
           "mean strict / mean backfill, [min, max] over runs, and the median of the paired per-step ratios; "
@@ -217,7 +223,52 @@ def migration_rows():
                    gain[False][2] / gain[True][2], gain[False][3]))
 
 
+QUICKSTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inputs", "quickstart.yaml")
+
+
+def cpu_migration_run(tmp, p, straggler, enabled, steps, simulate, k):
+    name = "cpu%d%s-%d" % (p, "on" if enabled else "off", k)
+    out = os.path.join(tmp, name + ("-sim" if simulate else ""))
+    args = [QUICKSTART, "parallel.pipeline=%d" % p, "run.steps=%d" % steps, "noise.kind=straggler",
+            "noise.straggler_rank=%d" % straggler, "noise.straggler_factor=3", "cost.forward=[3.6]",
+            "cost.backward_input=[3.5]", "cost.backward_weight=[2]", "migration.units=[mlp]", "migration.link=nvlink",
+            "migration.max_fraction=1", "migration.enabled=%s" % ("true" if enabled else "false"),
+            "run.output=" + out, "trace.enabled=false"]
+    cmd = [BIN, "simulate"] + args if simulate else ["mpiexec", "-x", "OMP_NUM_THREADS", "-n", str(p),
+                                                       "--oversubscribe", BIN, "run"] + args
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    if proc.returncode != 0:
+        sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
+    with open(os.path.join(out, "summary.json")) as f:
+        ms = [st["makespan_ms"] for st in json.load(f)["steps"][1:]]
+    return sum(ms) / len(ms)
+
+
+def cpu_migration_rows():
+    steps = OPTS.steps or 30
+    print("== migration on over off, cpu backend (quickstart model, zb-h1 readiness, 3x straggler, units [mlp], "
+          "NVLink; %d alternating off/on pairs of %d steps, mean makespan of steps 1-%d; %d cores)" %
+          (OPTS.repeat, steps, steps - 1, os.cpu_count()))
+    print("   %-3s %-9s %10s %10s %9s %7s %9s %9s" % ("p", "straggler", "off ms", "on ms", "speedup", "wins",
+                                                    "sim", "range"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for p, straggler in ((2, 0), (4, 1)):
+            off, on = [], []
+            for k in range(OPTS.repeat):
+                off.append(cpu_migration_run(tmp, p, straggler, False, steps, False, k))
+                on.append(cpu_migration_run(tmp, p, straggler, True, steps, False, k))
+            sim = (cpu_migration_run(tmp, p, straggler, False, steps, True, 0) /
+                   cpu_migration_run(tmp, p, straggler, True, steps, True, 0))
+            ratios = [a / b for a, b in zip(off, on)]
+            print("   %-3d %-9d %10.2f %10.2f %8.3fx %4d/%-2d %8.3fx %.3f-%.3f" %
+                  (p, straggler, sum(off) / len(off), sum(on) / len(on), sum(off) / sum(on),
+                   sum(r > 1.0 for r in ratios), len(ratios), sim, min(ratios), max(ratios)))
+
+
 def main():
+    if OPTS.cpu_migration:
+        cpu_migration_rows()
+        return
     if OPTS.backfill:
         backfill_rows()
         return
