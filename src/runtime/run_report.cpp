@@ -84,6 +84,16 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   // The schedule's ops, as the simulator counts them: a helper's slice work (HELP_*) is busy time, not an op.
   r.num_ops = static_cast<std::size_t>(std::count_if(
       events.begin(), events.end(), [](const trace::OpEvent& e) { return e.kind <= trace::EventKind::BW; }));
+  // Computation migration, as the simulator reports it: ops that gave slices away (the owner's row), and the
+  // payload of every help both ways (its HELP_* row), per link (owner, helper).
+  for (const auto& e : events) {
+    if (e.kind <= trace::EventKind::BW) {
+      r.migrated_ops += e.migrated > 0 ? 1 : 0;
+    } else if (e.kind >= trace::EventKind::HELP_F && e.kind <= trace::EventKind::HELP_BW) {
+      r.migration_bytes += static_cast<double>(e.bytes);
+      r.link_bytes[{e.peer, e.rank}] += static_cast<double>(e.bytes);
+    }
+  }
   return r;
 }
 

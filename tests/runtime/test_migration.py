@@ -7,6 +7,7 @@ step completes with the watchdog quiet. Whether it is faster is a speed claim: b
 for vocabulary groups on the cpu backend with more slices than vocabulary columns is refused naming both; a
 helper that stops mid-help ends the run through the owner's watchdog. Status messages go only to ranks that decide
 (none with migration.force but the Finished of each step)."""
+import json
 import os
 import subprocess
 import sys
@@ -74,10 +75,12 @@ class EmulatedMigrationTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("watchdog", proc.stderr.lower())
         with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
-            return t["events"][:], proc.stdout
+            events = t["events"][:]
+        with open(os.path.join(out, "summary.json")) as f:
+            return events, proc.stdout, json.load(f)
 
     def check(self, p, straggler):
-        events, stdout = self.run_emulated(p, straggler, True)
+        events, stdout, summary = self.run_emulated(p, straggler, True)
         ops = events[events["kind"] <= 3]
         helps = events[(events["kind"] >= HELP_F) & (events["kind"] <= HELP_F + 3)]
         # Every op of every step ran, exactly once (1F1B: F and BW per stage and microbatch).
@@ -103,6 +106,21 @@ class EmulatedMigrationTest(unittest.TestCase):
             # alignment of two ranks' clocks.
             self.assertGreaterEqual(int(h["start_ns"]), int(owner["start_ns"]) - CLOCK_ALIGNMENT_NS)
             self.assertLessEqual(int(h["end_ns"]), int(owner["end_ns"]) + CLOCK_ALIGNMENT_NS)
+        # summary.json's migration block is the trace's: per step the ops that gave slices and the bytes of the
+        # helps, and per link (owner, helper) the bytes, means over the steps.
+        m = summary["migration"]
+        for s, row in enumerate(m["steps"]):
+            self.assertEqual(row["migrated_ops"], int(np.sum(migrated["step"] == s)))
+            self.assertEqual(row["bytes"], int(np.sum(helps[helps["step"] == s]["bytes"])))
+        self.assertEqual(len(m["steps"]), STEPS)
+        self.assertAlmostEqual(m["bytes_per_step"], float(np.sum(helps["bytes"])) / STEPS, delta=1e-6 * m["bytes_per_step"])
+        self.assertAlmostEqual(m["migrated_ops_per_step"], len(migrated) / STEPS)
+        links = {(l["owner"], l["helper"]): l["bytes_per_step"] for l in m["links"]}
+        pairs = {(int(h["peer"]), int(h["rank"])) for h in helps}
+        self.assertEqual(set(links), pairs)
+        for (owner, helper), b in links.items():
+            mine = helps[(helps["peer"] == owner) & (helps["rank"] == helper)]
+            self.assertAlmostEqual(b, float(np.sum(mine["bytes"])) / STEPS, delta=1e-6 * b)
         # The run's control-overhead line counts the slices the owner rows say moved (its time is bench material).
         line = [l for l in stdout.splitlines() if l.startswith("migration: ")]
         self.assertEqual(len(line), 1, stdout)
