@@ -10,8 +10,9 @@ straggler), measured (--repeat runs of each, side by side, with the machine's lo
 for the same deck and seed (steps after the first: the runtime has no measured estimates in its first step), with
 the backfills each made (from the traces) and how many delayed the list; then backfill's own cost per cross-rank
 transfer (announcements, dispatch) with zero-cost ops.
-With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict, 20 ms ops,
-40 ms on a straggling stage, NVLink link, 4 slices), measured and as the simulator predicts for the same deck.
+With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict and readiness,
+without and with 10% jitter, 20 ms ops, 40 ms on a straggling stage, NVLink link, 4 slices), measured and as the
+simulator predicts for the same deck, with the bytes moved per step (summary.json) and the control cost per slice.
 With --cpu-migration: issue 15's cpu rows: migration on over off with the trainer's real kernels (quickstart model,
 zb-h1 readiness, a 3x straggler, MLP groups, NVLink), p=2 (ranks <= cores) and p=4 (4 ranks on this machine's
 cores: oversubscribed where it has fewer), --repeat alternating off/on pairs of --steps steps each (step 0 not
@@ -175,27 +176,31 @@ backend: emulated
 run: {name: mig, steps: 6, output: %(out)s}
 parallel: {pipeline: %(p)d, microbatches: 8}
 model: {n_layers: 4, d_model: 64, n_heads: 4, seq_len: 32}
-schedule: {kind: 1f1b, execution: strict}
+schedule: {kind: 1f1b, execution: %(execution)s}
 cost: {forward: [%(costs)s], backward_input: [%(costs)s], backward_weight: [%(costs)s], comm: 0.5}
+noise: {kind: %(noise)s, level: %(level)g, seed: 11}
 migration: {enabled: %(enabled)s, slices: 4, link: nvlink}
 trace: {enabled: false}
 """
 
 
-def migration_run(tmp, p, straggler, enabled, simulate):
-    name = "mig%d%s%s" % (p, "on" if enabled else "off", "-sim" if simulate else "")
+def migration_run(tmp, p, straggler, enabled, simulate, execution="strict", jitter=0.0):
+    name = "mig%d%s%s%g%s" % (p, "on" if enabled else "off", execution, jitter, "-sim" if simulate else "")
     out = os.path.join(tmp, name)
     costs = ", ".join("40.0" if r == straggler else "20.0" for r in range(p))
     deck = os.path.join(tmp, name + ".yaml")
     with open(deck, "w") as f:
-        f.write(MIGRATION_DECK % dict(out=out, p=p, costs=costs, enabled="true" if enabled else "false"))
+        f.write(MIGRATION_DECK % dict(out=out, p=p, costs=costs, enabled="true" if enabled else "false",
+                                      execution=execution, noise="gaussian" if jitter > 0 else "none", level=jitter))
     cmd = [BIN, "simulate", deck] if simulate else ["mpiexec", "-n", str(p), "--oversubscribe", BIN, "run", deck]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     if proc.returncode != 0:
         sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
     with open(os.path.join(out, "summary.json")) as f:
-        steps = [st["makespan_ms"] for st in json.load(f)["steps"][1:]]  # step 0 (start-up) not counted
-    return sum(steps) / len(steps), control_us_per_slice(proc.stdout)
+        summary = json.load(f)
+    steps = [st["makespan_ms"] for st in summary["steps"][1:]]  # step 0 (start-up) not counted
+    moved = [st["bytes"] for st in summary["migration"]["steps"][1:]] if enabled else [0.0]
+    return sum(steps) / len(steps), control_us_per_slice(proc.stdout), sum(moved) / len(moved)
 
 
 def control_us_per_slice(stdout):
@@ -207,20 +212,24 @@ def control_us_per_slice(stdout):
 
 
 def migration_rows():
-    print("== migration on over off, emulated runtime vs simulator (1F1B strict, m=8, 20 ms ops, 40 ms on the "
-          "straggler, NVLink, 4 slices, 6 steps; mean makespan of steps 1-5)")
-    print("   %-3s %-9s %10s %10s %9s %9s %9s %14s" % ("p", "straggler", "off ms", "on ms", "runtime", "sim", "run/sim",
-                                                      "ctl us/slice"))
+    print("== migration on over off, emulated runtime vs simulator (1F1B, m=8, 20 ms ops, 40 ms on the straggler, "
+          "NVLink, 4 slices, 6 steps; mean makespan of steps 1-5; readiness: the default hint)")
+    print("   %-3s %-9s %-10s %-7s %10s %10s %9s %9s %9s %9s %9s %12s" %
+          ("p", "straggler", "execution", "jitter", "off ms", "on ms", "runtime", "sim", "run/sim", "MB/step",
+           "sim MB", "ctl us/slice"))
     with tempfile.TemporaryDirectory() as tmp:
         for p, straggler in ((2, 0), (4, 1)):
-            gain = {}
-            for sim in (False, True):
-                off, _ = migration_run(tmp, p, straggler, False, sim)
-                on, control = migration_run(tmp, p, straggler, True, sim)
-                gain[sim] = (off, on, off / on, control)
-            print("   %-3d %-9d %10.2f %10.2f %8.3fx %8.3fx %9.3f %14.2f" %
-                  (p, straggler, gain[False][0], gain[False][1], gain[False][2], gain[True][2],
-                   gain[False][2] / gain[True][2], gain[False][3]))
+            for execution in ("strict", "readiness"):
+                for jitter in (0.0, 0.1):
+                    gain = {}
+                    for sim in (False, True):
+                        off, _, _ = migration_run(tmp, p, straggler, False, sim, execution, jitter)
+                        on, control, moved = migration_run(tmp, p, straggler, True, sim, execution, jitter)
+                        gain[sim] = (off, on, off / on, control, moved)
+                    print("   %-3d %-9d %-10s %-7s %10.2f %10.2f %8.3fx %8.3fx %9.3f %9.2f %9.2f %12.2f" %
+                          (p, straggler, execution, "%d%%" % round(100 * jitter), gain[False][0], gain[False][1],
+                           gain[False][2], gain[True][2], gain[False][2] / gain[True][2], gain[False][4] / 1e6,
+                           gain[True][4] / 1e6, gain[False][3]))
 
 
 QUICKSTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inputs", "quickstart.yaml")
