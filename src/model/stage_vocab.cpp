@@ -9,7 +9,8 @@
 // elsewhere where it needs them.
 //
 // Same bits wherever a group ran: each group's logits are one product of the group's rows (owner and helper run the
-// same call), the per-token loops below are scalar and run in this file only, and B's partial gradients are added
+// same call), the per-token loops are one kernel call per group on either side (cpu: scalar loops in column order;
+// cuda: fixed-order reductions, one block per token), and B's partial gradients are added
 // from the last group down (acc = q[G-1], then acc = q[g] + acc), so a helper holding the last groups answers with
 // a prefix of that sum. The per-token loops are kernels (crossentropy.hpp: vocab_*), so any backend runs them; what
 // crosses to or from the host (a request, an answer) goes through the backend's upload and download, and a helper
