@@ -66,14 +66,20 @@ def run(tmp, name, simulate=False, **kw):
         cmd = [BIN, "simulate", deck, "--json"]
     else:
         cmd = ["mpiexec", "-n", str(params["p"]), "--oversubscribe", BIN, "run", deck]
+    return summary_of(cmd, out)[0]
+
+
+def summary_of(cmd, out):
+    """Runs `cmd` (a conductor run or simulate writing to `out`); its summary.json and stdout. Exits on failure."""
     proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     if proc.returncode != 0:
         sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
     with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)
+        return json.load(f), proc.stdout
 
 
 def after_first(summary):
+    """The mean makespan of the steps after the first (step 0, the start-up, is not counted)."""
     ms = [s["makespan_ms"] for s in summary["steps"][1:]]
     return sum(ms) / len(ms)
 
@@ -193,14 +199,9 @@ def migration_run(tmp, p, straggler, enabled, simulate, execution="strict", jitt
         f.write(MIGRATION_DECK % dict(out=out, p=p, costs=costs, enabled="true" if enabled else "false",
                                       execution=execution, noise="gaussian" if jitter > 0 else "none", level=jitter))
     cmd = [BIN, "simulate", deck] if simulate else ["mpiexec", "-n", str(p), "--oversubscribe", BIN, "run", deck]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-    if proc.returncode != 0:
-        sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
-    with open(os.path.join(out, "summary.json")) as f:
-        summary = json.load(f)
-    steps = [st["makespan_ms"] for st in summary["steps"][1:]]  # step 0 (start-up) not counted
+    summary, stdout = summary_of(cmd, out)
     moved = [st["bytes"] for st in summary["migration"]["steps"][1:]] if enabled else [0.0]
-    return sum(steps) / len(steps), control_us_per_slice(proc.stdout), sum(moved) / len(moved)
+    return after_first(summary), control_us_per_slice(stdout), sum(moved) / len(moved)
 
 
 def control_us_per_slice(stdout):
@@ -245,12 +246,7 @@ def cpu_migration_run(tmp, p, straggler, enabled, steps, simulate, k):
             "run.output=" + out, "trace.enabled=false"]
     cmd = [BIN, "simulate"] + args if simulate else ["mpiexec", "-x", "OMP_NUM_THREADS", "-n", str(p),
                                                        "--oversubscribe", BIN, "run"] + args
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-    if proc.returncode != 0:
-        sys.exit("bench_runtime: %s failed:\n%s" % (" ".join(cmd), proc.stderr))
-    with open(os.path.join(out, "summary.json")) as f:
-        ms = [st["makespan_ms"] for st in json.load(f)["steps"][1:]]
-    return sum(ms) / len(ms)
+    return after_first(summary_of(cmd, out)[0])
 
 
 def cpu_migration_rows():

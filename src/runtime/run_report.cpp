@@ -66,11 +66,21 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   r.throughput = rec.samples_per_s;
   r.busy_ms.assign(static_cast<std::size_t>(p), 0.0);
   std::vector<std::int64_t> first(static_cast<std::size_t>(p), INT64_MAX), last(static_cast<std::size_t>(p), INT64_MIN);
+  // In one pass: each rank's busy time and span; the schedule's ops, as the simulator counts them (a helper's slice
+  // work, HELP_*, is busy time, not an op); and computation migration as the simulator reports it: ops that gave
+  // slices away (the owner's row) and the payload of every help both ways (its HELP_* row), per link (owner, helper).
   for (const auto& e : events) {
     const std::size_t k = static_cast<std::size_t>(e.rank);
     r.busy_ms[k] += (e.end_ns - e.start_ns) * 1e-6;
     first[k] = std::min(first[k], e.start_ns);
     last[k] = std::max(last[k], e.end_ns);
+    if (e.kind <= trace::EventKind::BW) {
+      ++r.num_ops;
+      r.migrated_ops += e.migrated > 0 ? 1 : 0;
+    } else if (e.kind >= trace::EventKind::HELP_F && e.kind <= trace::EventKind::HELP_BW) {
+      r.migration_bytes += static_cast<double>(e.bytes);
+      r.link_bytes[{e.peer, e.rank}] += static_cast<double>(e.bytes);
+    }
   }
   // The Zero Bubble paper's bubble rate: the largest rank's 1 - busy / its own span (as the simulator's).
   for (std::size_t k = 0; k < static_cast<std::size_t>(p); ++k) {
@@ -81,19 +91,6 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   for (int k = 0; k < p; ++k)
     r.idle_ms[static_cast<std::size_t>(k)] = r.makespan_ms - r.busy_ms[static_cast<std::size_t>(k)];
   r.peak_memory = peaks;
-  // The schedule's ops, as the simulator counts them: a helper's slice work (HELP_*) is busy time, not an op.
-  r.num_ops = static_cast<std::size_t>(std::count_if(
-      events.begin(), events.end(), [](const trace::OpEvent& e) { return e.kind <= trace::EventKind::BW; }));
-  // Computation migration, as the simulator reports it: ops that gave slices away (the owner's row), and the
-  // payload of every help both ways (its HELP_* row), per link (owner, helper).
-  for (const auto& e : events) {
-    if (e.kind <= trace::EventKind::BW) {
-      r.migrated_ops += e.migrated > 0 ? 1 : 0;
-    } else if (e.kind >= trace::EventKind::HELP_F && e.kind <= trace::EventKind::HELP_BW) {
-      r.migration_bytes += static_cast<double>(e.bytes);
-      r.link_bytes[{e.peer, e.rank}] += static_cast<double>(e.bytes);
-    }
-  }
   return r;
 }
 
