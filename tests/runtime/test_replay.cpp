@@ -176,7 +176,12 @@ TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
       Case c{backend, kind, "readiness", "backfill"};
       c.noise = {"noise.kind=[gaussian,straggler]", "noise.level=0.3", "noise.straggler_rank=0",
                  "noise.straggler_factor=2"};
-      if (backend == "emulated") c.noise.push_back("cost.comm=0.5");  // announcements wait half an op
+      if (backend == "emulated") {
+        // Ops of 5 ms, announcements waiting half an op: 1 ms sleeps round up to several ms on a loaded machine
+        // (ctest -j2 on 2 cores), which evened out the straggler and left backfilling nothing to reorder.
+        c.noise.insert(c.noise.end(),
+                       {"cost.forward=5", "cost.backward_input=5", "cost.backward_weight=5", "cost.comm=2.5"});
+      }
       c.steps = 4;
       const Replayed r = run_and_replay(c);
       total.reordered += r.reordered;
