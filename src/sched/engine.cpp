@@ -1,6 +1,7 @@
 #include "conductor/sched/engine.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -41,16 +42,21 @@ struct Event {
 // shared one (InputChains), on what the engine knows: every rank's state.
 class Helpers {
  public:
-  Helpers(const Schedule& s, const ExecOptions& opt, const std::vector<RankDriver>& drivers,
-          const ReplicaPlan& replicas)
+  // consumer, consumer_rank: per rank and list op, the list position and rank of its output's cross-rank
+  // consumer (-1: none), the chains' links seen from the producers.
+  Helpers(const ExecOptions& opt, const std::vector<RankDriver>& drivers, const ReplicaPlan& replicas,
+          const std::vector<std::vector<std::int32_t>>& consumer,
+          const std::vector<std::vector<std::int32_t>>& consumer_rank)
       : opt_(opt), drivers_(drivers), replicas_(replicas), on_(!opt.migration.empty()) {
     if (!on_) return;
     const std::size_t p = drivers.size();
     busy_until_.assign(p, -std::numeric_limits<double>::infinity());
+    free_.assign((p + 63) / 64, 0);
+    for (std::size_t r = 0; r < p; ++r) free_[r / 64] |= std::uint64_t{1} << (r % 64);
     peak_.assign(p, 0.0);
     expected_.resize(p);
     for (std::size_t r = 0; r < p; ++r) expected_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
-    chains_ = InputChains(s);
+    chains_ = InputChains(consumer, consumer_rank);
     if (opt.estimate) {
       estimates_.resize(p);
       for (std::size_t r = 0; r < p; ++r) estimates_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
@@ -66,29 +72,45 @@ class Helpers {
   }
   double peak(int r) const { return on_ ? peak_[static_cast<std::size_t>(r)] : 0.0; }
 
+  // Rank r neither runs an op nor helps (free) or it does: kept as bits, so that offers() visits only the free
+  // ranks, in rank order, instead of every rank at every op start.
+  void set_free(int r, bool free) {
+    if (!on_) return;
+    const std::uint64_t bit = std::uint64_t{1} << (r % 64);
+    std::uint64_t& word = free_[static_cast<std::size_t>(r / 64)];
+    word = free ? word | bit : word & ~bit;
+  }
+
   // Every peer of `owner` that can help with `action` now: idle, not helping, and either done with its step or
   // waiting for an input whose earliest arrival is known (the help must end by then); its free memory.
   const std::vector<HelpOffer>& offers(int owner, const Action& action, double now) {
     offers_.clear();
-    for (int q = 0; q < static_cast<int>(drivers_.size()); ++q) {
-      const RankDriver& d = drivers_[static_cast<std::size_t>(q)];
-      if (q == owner || d.running() || helping(q, now)) continue;
-      HelpOffer o;
-      o.rank = q;
-      const Arbiter& a = d.arbiter();
-      if (!a.finished()) {
-        const int next = a.next_in_list();
-        if (a.is_ready(next)) continue;  // about to run
-        const double at = chains_.earliest_input_from(q, next, owner, now, *this);
-        if (std::isnan(at)) continue;  // nothing known
-        o.until = at;
+    for (std::size_t w = 0; w < free_.size(); ++w) {
+      for (std::uint64_t bits = free_[w]; bits != 0; bits &= bits - 1) {
+        const int q = static_cast<int>(64 * w) + std::countr_zero(bits);
+        offer(q, owner, action, now);
       }
-      if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
-      o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
-      o.replica = now >= replicas_.ready_at(owner, q);
-      offers_.push_back(o);
     }
     return offers_;
+  }
+  // offers(): peer q's offer, if it can make one.
+  void offer(int q, int owner, const Action& action, double now) {
+    const RankDriver& d = drivers_[static_cast<std::size_t>(q)];
+    if (q == owner || d.running() || helping(q, now)) return;
+    HelpOffer o;
+    o.rank = q;
+    const Arbiter& a = d.arbiter();
+    if (!a.finished()) {
+      const int next = a.next_in_list();
+      if (a.is_ready(next)) return;  // about to run
+      const double at = chains_.earliest_input_from(q, next, owner, now, *this);
+      if (std::isnan(at)) return;  // nothing known
+      o.until = at;
+    }
+    if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
+    o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
+    o.replica = now >= replicas_.ready_at(owner, q);
+    offers_.push_back(o);
   }
 
   // What the engine knows, for InputChains's bound (PeerKnowledge's members): the announced arrival of rank r's
@@ -111,6 +133,7 @@ class Helpers {
   void engage(const HelpPart& o, double now) {
     const std::size_t q = static_cast<std::size_t>(o.helper);
     busy_until_[q] = now + o.help_time;
+    set_free(o.helper, false);
     peak_[q] = std::max(peak_[q], drivers_[q].arbiter().memory_in_use() + o.memory);
   }
 
@@ -121,6 +144,7 @@ class Helpers {
   const ReplicaPlan& replicas_;
   bool on_;
   std::vector<double> busy_until_, peak_;
+  std::vector<std::uint64_t> free_;  // set_free()'s bits, rank r at bit r % 64 of word r / 64
   std::vector<std::vector<double>> expected_;
   InputChains chains_;
   mutable std::vector<std::vector<double>> estimates_;  // per rank and list op (NaN: not asked yet)
@@ -244,7 +268,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     res.order[r].reserve(a.size());
   }
   const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
-  Helpers helpers(s, opt, drivers, replicas);
+  Helpers helpers(opt, drivers, replicas, dest, dest_rank);
   for (std::size_t r = 0; r < replicas.holders.size(); ++r) {
     for (std::size_t j = 0; j < replicas.holders[r].size(); ++j) {
       res.refreshes.push_back(ReplicaRefresh{static_cast<int>(r), replicas.holders[r][j],
@@ -299,6 +323,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       }
       if (i < 0) continue;
       const OpStart op = drv.start(i, now);
+      helpers.set_free(r, false);
       const Action& act = drv.arbiter().actions()[i];
       const double dur = compute(r, act);
       // Alone the op takes `dur` (its estimate `predicted`); with a helper, the longer of the owner's part (its
@@ -370,6 +395,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       queue.pop();
       if (e.type == EventType::Done) {
         drivers[e.rank].complete(e.index, now);
+        helpers.set_free(e.rank, !drivers[e.rank].running() && !helpers.helping(e.rank, now));
         ++view.done;
         res.end = std::max(res.end, now);
         if (const int consumer = dest[e.rank][e.index]; consumer >= 0) {
@@ -385,6 +411,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       } else if (e.type == EventType::Arrive) {
         drivers[e.rank].input_arrived(e.index, now);
       } else if (e.type == EventType::HelpDone || e.type == EventType::Release) {
+        if (e.type == EventType::HelpDone) helpers.set_free(e.rank, !drivers[e.rank].running());
         // The helper is free again, or the rank's step may start: touched below, so it picks.
       } else {
         drivers[e.rank].announce(e.index, e.expected, now);

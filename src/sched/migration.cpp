@@ -153,6 +153,16 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
       for (const Candidate& x : live) sum += x.*field;
     } else if (n == 1) {
       for (const Candidate& x : live) sum = std::max(sum, x.*field);
+    } else if (n <= 8) {
+      // The n largest kept in order in a small array: no allocation, no sort.
+      std::array<int, 8> top{};
+      for (const Candidate& x : live) {
+        int k = x.*field;
+        for (std::size_t j = 0; j < n && k > 0; ++j) {
+          if (k > top[j]) std::swap(k, top[j]);
+        }
+      }
+      for (std::size_t j = 0; j < n; ++j) sum += top[j];
     } else {
       ks.clear();
       for (const Candidate& x : live) ks.push_back(x.*field);
@@ -201,12 +211,18 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     return kNone;
   };
   if (const double least = locate(); !std::isnan(least)) {
-    for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
-      const double tau = 0.5 * (lo + hi);
-      const bool feasible = tau >= least;
-      hi = feasible ? tau : hi;
-      lo = feasible ? lo : tau;
+    // On locals: lo and hi are captured by the lambdas above, which would keep them in memory.
+    double a = lo, b = hi;
+    const double width = 1e-7 * estimate;
+    for (int it = 0; it < 60 && b - a > width; ++it) {
+      const double tau = 0.5 * (a + b);
+      if (tau >= least) {
+        b = tau;
+      } else {
+        a = tau;
+      }
     }
+    lo = a, hi = b;
   } else {
     // Not located (a guess too far, or a threshold at 0): the bisection itself.
     double step_at = std::numeric_limits<double>::quiet_NaN();
@@ -332,6 +348,25 @@ InputChains::InputChains(const Schedule& s) {
       const std::size_t from = static_cast<std::size_t>(in->from_rank);
       producer_[r][i] = in->from_rank;
       position_[r][i] = (in->payload == Payload::Activation ? f : b)[from][slot(in->from_chunk, in->microbatch)];
+    }
+  }
+}
+
+InputChains::InputChains(const std::vector<std::vector<std::int32_t>>& consumer,
+                         const std::vector<std::vector<std::int32_t>>& consumer_rank) {
+  const std::size_t p = consumer.size();
+  producer_.resize(p);
+  position_.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    producer_[r].assign(consumer[r].size(), -1);
+    position_[r].assign(consumer[r].size(), -1);
+  }
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < consumer[r].size(); ++i) {
+      const std::int32_t to = consumer_rank[r][i], at = consumer[r][i];
+      if (to < 0 || at < 0) continue;
+      producer_[static_cast<std::size_t>(to)][static_cast<std::size_t>(at)] = static_cast<int>(r);
+      position_[static_cast<std::size_t>(to)][static_cast<std::size_t>(at)] = static_cast<int>(i);
     }
   }
 }

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "conductor/sched/arbiter.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/engine.hpp"
+#include "conductor/sched/generators.hpp"
 #include "conductor/sched/migration.hpp"
 
 using namespace conductor;
@@ -331,6 +334,45 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
     migrated += a.helper >= 0 ? 1 : 0;
   }
   EXPECT_GT(migrated, 300);  // the grid exercises the decisions that move slices, not only "alone"
+}
+
+// The engine builds the input chains from its producers' links (each op's cross-rank consumer): the same chains
+// as from the schedule's inputs, on every generator, with one and two chunks per rank.
+TEST(Migration, InputChainsFromTheProducersLinksEqualTheSchedules) {
+  const CostModel cost(straggling_costs());
+  for (const std::string& kind : generator_kinds()) {
+    for (const int v : {1, 2}) {
+      Schedule s;
+      try {
+        s = generate(kind, 4, 8, v, cost);
+      } catch (const InputError&) {
+        continue;  // not built with this v
+      }
+      std::vector<std::vector<std::int32_t>> consumer(4), consumer_rank(4);
+      std::vector<Arbiter> arbiters;
+      for (int r = 0; r < 4; ++r) arbiters.emplace_back(s, r, 0.0, 0.0);
+      int links = 0;
+      for (int r = 0; r < 4; ++r) {
+        for (const Action& a : s.ranks[r]) {
+          const auto out = output_of(s, r, a);
+          const bool remote = out && !out->local();
+          consumer[r].push_back(remote ? arbiters[out->to_rank].consumer_of(*out) : -1);
+          consumer_rank[r].push_back(remote ? out->to_rank : -1);
+          links += remote ? 1 : 0;
+        }
+      }
+      const InputChains from_schedule(s), from_links(consumer, consumer_rank);
+      const std::string at = kind + " v=" + std::to_string(v);
+      EXPECT_GT(links, 0) << at;
+      for (int r = 0; r < 4; ++r) {
+        for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+          EXPECT_EQ(from_links.producer(r, i), from_schedule.producer(r, i)) << at << " rank " << r << " op " << i;
+          EXPECT_EQ(from_links.producer_op(r, i), from_schedule.producer_op(r, i))
+              << at << " rank " << r << " op " << i;
+        }
+      }
+    }
+  }
 }
 
 // The bound on a peer's awaited input (InputChains, shared by the engine and the runtime) on a hand-set state:

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -148,6 +149,10 @@ class InputChains {
  public:
   InputChains() = default;
   explicit InputChains(const Schedule& s);
+  // The same chains from their links seen from the producers (what the engine builds anyway): per rank and list
+  // op, the list position and rank of its output's cross-rank consumer (-1: none).
+  InputChains(const std::vector<std::vector<std::int32_t>>& consumer,
+              const std::vector<std::vector<std::int32_t>>& consumer_rank);
   // The earliest arrival of the input rank q's list op `index` waits for, for a help of `owner`'s op decided at
   // `now` (NaN: nothing known): its announced time when known; infinity when its producer is `owner` (its
   // producing op comes after the op being decided, and so after any help of it); else, with estimates, no
