@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
@@ -105,17 +107,29 @@ double heaviest(const std::vector<int>& split, const std::vector<double>& work, 
   return worst;
 }
 
+// How many stages of `split` weigh `worst` (within a relative 1e-9, as balanced_split counts them).
+int stages_at(const std::vector<int>& split, const std::vector<double>& work, double first, double last, double worst) {
+  int at = 0, n = 0;
+  for (std::size_t s = 0; s < split.size(); ++s) {
+    double w = (s == 0 ? first : 0) + (s + 1 == split.size() ? last : 0);
+    for (int k = 0; k < split[s]; ++k) w += work[at++];
+    n += std::abs(w - worst) <= 1e-9 * worst ? 1 : 0;
+  }
+  return n;
+}
+
 // Every split with at least one layer per stage (none allowed on the first stage when it carries work of its own,
-// first > 0: an encoder), by recursion: the least heaviest stage.
-double brute_force(const std::vector<double>& work, int stages, double first, double last) {
+// first > 0: an encoder), by recursion: the least heaviest stage, and the fewest stages of that work among the
+// splits that reach it.
+std::pair<double, int> brute_force(const std::vector<double>& work, int stages, double first, double last) {
   const int L = static_cast<int>(work.size());
-  double best = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<int>> splits;
   std::vector<int> split(stages, 1);
   std::function<void(int, int)> place = [&](int s, int left) {
     if (s == stages - 1) {
       if (left < 1) return;
       split[s] = left;
-      best = std::min(best, heaviest(split, work, first, last));
+      splits.push_back(split);
       return;
     }
     for (int k = s == 0 && first > 0 ? 0 : 1; k <= left - (stages - 1 - s); ++k) {
@@ -124,7 +138,14 @@ double brute_force(const std::vector<double>& work, int stages, double first, do
     }
   };
   place(0, L);
-  return best;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& x : splits) best = std::min(best, heaviest(x, work, first, last));
+  int fewest = stages + 1;
+  for (const auto& x : splits) {
+    const double h = heaviest(x, work, first, last);
+    if (std::abs(h - best) <= 1e-9 * best) fewest = std::min(fewest, stages_at(x, work, first, last, best));
+  }
+  return {best, fewest};
 }
 
 }  // namespace
@@ -142,14 +163,21 @@ TEST(BalancedSplit, EqualsBruteForceOnSmallCases) {
         ASSERT_EQ(split.size(), static_cast<std::size_t>(S));
         EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), L);
         for (std::size_t s = 0; s < split.size(); ++s) EXPECT_GE(split[s], s == 0 && first > 0 ? 0 : 1);
-        EXPECT_DOUBLE_EQ(heaviest(split, work, first, last), brute_force(work, S, first, last))
-            << "L=" << L << " S=" << S << " trial " << trial;
+        const auto [least, fewest] = brute_force(work, S, first, last);
+        const double worst = heaviest(split, work, first, last);
+        EXPECT_NEAR(worst, least, 1e-9 * least) << "L=" << L << " S=" << S << " trial " << trial;
+        EXPECT_EQ(stages_at(split, work, first, last, least), fewest) << "L=" << L << " S=" << S << " trial " << trial;
       }
     }
   }
   // Hand-checkable: 4 unit layers, a head of 2 on the last of 2 stages: [3, 1] (3 vs 3), not [2, 2] (2 vs 4).
   EXPECT_EQ(config::balanced_split({1, 1, 1, 1}, 2, 0, 2), (std::vector<int>{3, 1}));
-  // Ties go to earlier stages: 5 unit layers over 2 stages is [3, 2].
+  // Among the splits with the least heaviest stage, the fewest stages carry it: 7 unit layers over 3 stages is
+  // [3, 2, 2] (one stage of 3), not [3, 3, 1] (two); 8 unit layers and a head of 1.5 over 4 stages is
+  // [3, 2, 2, 1] (one stage of 3; the head stage 2.5), not [3, 3, 1, 1].
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1, 1, 1}, 3, 0, 0), (std::vector<int>{3, 2, 2}));
+  EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1, 1, 1, 1}, 4, 0, 1.5), (std::vector<int>{3, 2, 2, 1}));
+  // Remaining ties go to earlier stages: 5 unit layers over 2 stages is [3, 2].
   EXPECT_EQ(config::balanced_split({1, 1, 1, 1, 1}, 2, 0, 0), (std::vector<int>{3, 2}));
   // Work of its own on the first stage (an encoder) moves layers off it: 5 unit layers and an encoder of 3 on the
   // first of 2 stages is [1, 4] (4 vs 4), not [2, 3] (5 vs 3) nor [3, 2]; an encoder of 5 leaves it no layer:
@@ -221,9 +249,9 @@ TEST(BalancedSplit, EncoderWorkOnTheFirstStageMovesLayersOffIt) {
   EXPECT_NEAR(listed.costs.backward_weight[0], 28.0, 0.05);
   EXPECT_NEAR(listed.costs.forward[1], 16.8, 0.05);  // the encoder is stage 0's alone
   // The encoder (8.46 TFLOP, 56.4 ms: 3.36 layers' work) alone on stage 0; 22 layers and the head on 7 stages,
-  // at most 4 layers (67.2 ms) each, the earlier stages taking more.
+  // at most 4 layers (67.2 ms) each and as few of those as can be: two, not [0, 4, 4, 4, 4, 4, 1, 1]'s five.
   const config::Deck balanced = with("balanced", encoder);
-  EXPECT_EQ(balanced.model.layers_per_stage, (std::vector<int>{0, 4, 4, 4, 4, 4, 1, 1}));
+  EXPECT_EQ(balanced.model.layers_per_stage, (std::vector<int>{0, 4, 4, 3, 3, 3, 3, 2}));
   const plan::Plan b = config::resolve(balanced);
   EXPECT_NEAR(total(b, 0), 56.4, 0.05);
   EXPECT_NEAR(heaviest_rank(b), total(b, 1), 1e-9);

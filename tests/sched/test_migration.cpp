@@ -287,17 +287,18 @@ TEST(Migration, DecisionMatchesBruteForceOverRandomOffers) {
 
 // The located threshold (Migration::Search::Located: the bisection's outcome from the least feasible tau, found
 // in closed form and checked to the ulp) against the bisection at every midpoint, over random offers, estimates
-// and costs, one to three offers: the same decision to the bit.
+// and costs, one to six offers (several: the threshold from the offers' merged steps): the same decision to the
+// bit.
 TEST(Migration, LocatedThresholdEqualsTheBisection) {
   plan::Migration m = unit_migration();
   m.memory_unit_bytes.assign(8, 1e6);
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   int migrated = 0;
-  for (int trial = 0; trial < 3000; ++trial) {
+  for (int trial = 0; trial < 6000; ++trial) {
     m.slices = 1 + static_cast<int>(40 * u(rng));
     m.max_fraction = 0.1 + 0.9 * u(rng);
-    m.helpers = 1 + static_cast<int>(3 * u(rng));
+    m.helpers = 1 + static_cast<int>(4 * u(rng));
     plan::SliceCosts c;
     c.sliced_fraction = 0.2 + 0.8 * u(rng);
     c.bytes_fixed = 2e6 * u(rng);
@@ -309,7 +310,7 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
     const Migration mig(m, straggling_costs(), 1, 1);
     const double now = 5 * u(rng), estimate = 0.2 + 20 * u(rng);
     std::vector<HelpOffer> offers;
-    const int count = 1 + static_cast<int>(3 * u(rng));
+    const int count = 1 + static_cast<int>(6 * u(rng));
     for (int q = 0; q < count; ++q) {
       HelpOffer o;
       o.rank = q == 1 ? 7 : q;
