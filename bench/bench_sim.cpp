@@ -477,6 +477,9 @@ void heavy(const std::string& inputs) {
       seeds, steps);
   const std::vector<GridNoise> noises = {
       {"lognormal 1.0", {"noise.kind=[lognormal]", "noise.level=1.0"}},
+      // Per-sample: one factor per microbatch on every stage (RRFP's multimodal variability, correlated along the
+      // pipeline), against lognormal's independent draws per op.
+      {"sample 1.0", {"noise.kind=[sample]", "noise.level=1.0"}},
       {"congestion p0.5 2F",
        {"noise.kind=[congestion]", "noise.level=2", "noise.congestion_prob=0.5", "noise.congestion_delay=-1"}},
   };

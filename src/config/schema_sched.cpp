@@ -98,8 +98,9 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<std::vector<std::string>>(
                   "noise.kind", [](Deck & d) -> auto& { return d.noise.kind; },
                   "Noise models, one or a list: none, gaussian, lognormal, straggler, "
-                  "congestion, heterogeneous (a fixed per-stage speed factor).")
-                  .one_of({"none", "gaussian", "lognormal", "straggler", "congestion", "heterogeneous"}));
+                  "congestion, heterogeneous (a fixed per-stage speed factor), sample (a log-normal factor per "
+                  "microbatch and step, the same on every stage and op: a heavier sample is heavier everywhere).")
+                  .one_of({"none", "gaussian", "lognormal", "straggler", "congestion", "heterogeneous", "sample"}));
   f.push_back(field<double>(
                   "noise.level", [](Deck & d) -> auto& { return d.noise.level; },
                   "Relative noise level (0.10 = 10% per-op jitter).")

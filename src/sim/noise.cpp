@@ -16,7 +16,8 @@ std::uint64_t mix(std::uint64_t z) {
 }
 // Salts keep the models' streams apart.
 constexpr std::uint64_t kJitter = 0x6a09e667f3bcc908ULL, kHetero = 0xbb67ae8584caa73bULL,
-                        kStraggler = 0x3c6ef372fe94f82bULL, kCongestion = 0xa54ff53a5f1d36f1ULL;
+                        kStraggler = 0x3c6ef372fe94f82bULL, kCongestion = 0xa54ff53a5f1d36f1ULL,
+                        kSample = 0x9b05688c2b3e6c1fULL;
 }  // namespace
 
 std::uint64_t hash_words(std::initializer_list<std::uint64_t> words) {
@@ -40,6 +41,8 @@ NoiseModel::NoiseModel(const sched::Schedule& s, sched::CostModel cost, const pl
       gaussian_ = true;
     else if (k == "lognormal")
       lognormal_ = true;
+    else if (k == "sample")
+      sample_ = true;
     else if (k == "heterogeneous")
       heterogeneous_ = true;
     else if (k == "straggler")
@@ -89,6 +92,11 @@ double NoiseModel::compute_factor(int step, int rank, int chunk, int microbatch,
     if (gaussian_) f *= std::max(0.05, 1.0 + cfg_.level * z);
     if (lognormal_) f *= std::exp(cfg_.level * z - 0.5 * cfg_.level * cfg_.level);
   }
+  if (sample_) {
+    // Keyed by the step and the microbatch alone: every stage and kind of one microbatch draws the same z.
+    const double z = hash_normal(hash_words({cfg_.seed, kSample, std::uint64_t(step), std::uint64_t(microbatch)}));
+    f *= std::exp(cfg_.level * z - 0.5 * cfg_.level * cfg_.level);
+  }
   if (heterogeneous_) f *= rank_factor_[rank];
   if (straggler_ && rank == straggler_rank_ && step >= cfg_.straggler_start &&
       (cfg_.straggler_steps == 0 || step < cfg_.straggler_start + cfg_.straggler_steps)) {
@@ -98,8 +106,8 @@ double NoiseModel::compute_factor(int step, int rank, int chunk, int microbatch,
 }
 
 double NoiseModel::duration_spread() const {
-  const double g = gaussian_ ? cfg_.level : 0.0, l = lognormal_ ? cfg_.level : 0.0;
-  return std::sqrt(g * g + l * l);
+  const double g = gaussian_ ? cfg_.level : 0.0, l = lognormal_ ? cfg_.level : 0.0, m = sample_ ? cfg_.level : 0.0;
+  return std::sqrt(g * g + l * l + m * m);
 }
 
 double NoiseModel::compute_time_ms(int step, int rank, int chunk, int microbatch, sched::OpKind kind) const {

@@ -306,6 +306,29 @@ noise: {kind: gaussian, level: 0.2, seed: 5}
         spread = sorted(predicted.values())
         self.assertGreater(spread[-1] - spread[0], 2.0, "the noise must make durations differ")
 
+    def test_emulated_sample_noise_is_one_factor_per_microbatch(self):
+        # noise.kind: sample scales every op of a microbatch by one factor: the runtime sleeps what the simulator
+        # draws (no op shorter, as above: an emulated backend without the model would run half of them shorter),
+        # and with equal stage costs each microbatch's F lasts the same on both stages, not across microbatches.
+        _, predicted = self.emulated_against_simulator("""\
+backend: emulated
+run: {name: sample, steps: 2, output: %s}
+parallel: {pipeline: 2, microbatches: 6}
+schedule: {kind: zb-h1, execution: readiness}
+cost: {forward: 8.0, backward_input: 8.0, backward_weight: 8.0, comm: 0.5}
+noise: {kind: sample, level: 0.5, seed: 5}
+""", 2)
+        forward = {}
+        for (step, stage, mb, kind), ms in predicted.items():
+            if kind == 0:
+                forward.setdefault((step, mb), []).append(ms)
+        self.assertEqual(len(forward), 12)
+        for key, both in forward.items():
+            self.assertEqual(len(both), 2, key)
+            self.assertAlmostEqual(both[0], both[1], places=3, msg=key)
+        per_microbatch = sorted(v[0] for v in forward.values())
+        self.assertGreater(per_microbatch[-1] / per_microbatch[0], 1.5, "the microbatches must differ")
+
     def test_emulated_stage_without_layers(self):
         # An encoder (cost.encoder_tflop, 3.3 layers' work) and `layers_per_stage: balanced` leave stage 0 no
         # layer: [0, 3]. The emulated runtime runs that stage's ops (the encoder's time alone) as simulated.

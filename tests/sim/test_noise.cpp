@@ -123,3 +123,47 @@ TEST(Noise, HeterogeneityIsFixedPerRank) {
   }
   EXPECT_TRUE(differs);
 }
+
+// Per-sample noise: one factor per (step, microbatch), the same on every rank, chunk and op kind, log-normal with
+// mean 1 and spread `level` across microbatches; composes with per-op jitter by multiplication.
+TEST(Noise, SampleNoiseIsOneFactorPerMicrobatchOnEveryStage) {
+  const sched::Schedule interleaved = sched::interleaved_1f1b(4, 8, 2);
+  const NoiseModel n(interleaved, sched::uniform_cost(1, 1, 1), noise_of({"sample"}, 0.3));
+  EXPECT_TRUE(n.any());
+  EXPECT_DOUBLE_EQ(n.duration_spread(), 0.3);
+  double sum = 0, sq = 0;
+  int count = 0;
+  bool microbatches_differ = false, steps_differ = false;
+  for (int step = 0; step < 400; ++step) {
+    for (int mb = 0; mb < 8; ++mb) {
+      const double f = n.compute_factor(step, 0, 0, mb, sched::OpKind::F);
+      for (int rank = 0; rank < 4; ++rank) {
+        for (int chunk = 0; chunk < 2; ++chunk) {
+          for (const sched::OpKind k : {sched::OpKind::F, sched::OpKind::B, sched::OpKind::W, sched::OpKind::BW}) {
+            ASSERT_EQ(n.compute_factor(step, rank, chunk, mb, k), f) << step << " " << mb << " " << rank;
+          }
+        }
+      }
+      microbatches_differ = microbatches_differ || f != n.compute_factor(step, 0, 0, (mb + 1) % 8, sched::OpKind::F);
+      steps_differ = steps_differ || f != n.compute_factor(step + 1, 0, 0, mb, sched::OpKind::F);
+      sum += std::log(f);
+      sq += std::log(f) * std::log(f);
+      ++count;
+    }
+  }
+  EXPECT_TRUE(microbatches_differ);
+  EXPECT_TRUE(steps_differ);
+  const double mean = sum / count, sd = std::sqrt(sq / count - mean * mean);
+  EXPECT_NEAR(mean, -0.5 * 0.3 * 0.3, 0.02);  // log of a mean-1 log-normal
+  EXPECT_NEAR(sd, 0.3, 0.02);
+  // With per-op jitter on top, the factor is the product of the two models' factors.
+  const NoiseModel jitter(interleaved, sched::uniform_cost(1, 1, 1), noise_of({"gaussian"}, 0.1));
+  const NoiseModel both(interleaved, sched::uniform_cost(1, 1, 1), noise_of({"gaussian", "sample"}, 0.1));
+  const NoiseModel sample(interleaved, sched::uniform_cost(1, 1, 1), noise_of({"sample"}, 0.1));
+  EXPECT_DOUBLE_EQ(
+      both.compute_factor(2, 3, 1, 5, sched::OpKind::B),
+      jitter.compute_factor(2, 3, 1, 5, sched::OpKind::B) * sample.compute_factor(2, 3, 1, 5, sched::OpKind::B));
+  // Transfers are not touched.
+  const NoiseModel comm(interleaved, sched::uniform_cost(1, 1, 1, 0.5), noise_of({"sample"}, 0.3));
+  EXPECT_DOUBLE_EQ(comm.comm_time_ms(0, 0, 1, 3, sched::Payload::Activation), 0.5);
+}

@@ -9,6 +9,9 @@
 //   gaussian       compute x max(0.05, 1 + level * z)                     z ~ N(0, 1) per op
 //   lognormal      compute x exp(level * z - level^2 / 2)                 (mean 1)
 //   heterogeneous  compute x exp(level * z_rank)                          z_rank fixed per rank for the run
+//   sample         compute x exp(level * z_mb - level^2 / 2)              z_mb ~ N(0, 1) per (step, microbatch),
+//                  the same on every stage and op kind: a heavier sample (longer sequences, more images) is
+//                  heavier everywhere it goes, as in RRFP's multimodal workloads; the others draw per op
 //   straggler      compute x straggler_factor on straggler_rank during steps [start, start + steps)
 //   congestion     + congestion_delay ms on a transfer whose (link, direction, burst of congestion_burst
 //                  microbatches) is on, which happens with probability congestion_prob per step
@@ -47,11 +50,11 @@ class NoiseModel {
   }
 
   const sched::CostModel& cost() const { return cost_; }
-  bool any() const { return gaussian_ || lognormal_ || heterogeneous_ || straggler_ || congestion_; }
+  bool any() const { return gaussian_ || lognormal_ || sample_ || heterogeneous_ || straggler_ || congestion_; }
   int straggler_rank() const { return straggler_rank_; }
   double congestion_delay_ms() const { return congestion_delay_; }
-  // The log-normal sigma of an op's duration around its cost-model time (jitter: gaussian and lognormal levels
-  // combined; a straggler or a heterogeneous rank is not variance), what backfilling knows of the noise.
+  // The log-normal sigma of an op's duration around its cost-model time (jitter: gaussian, lognormal and sample
+  // levels combined; a straggler or a heterogeneous rank is not variance), what backfilling knows of the noise.
   double duration_spread() const;
 
  private:
@@ -59,7 +62,8 @@ class NoiseModel {
   sched::Placement placement_;
   sched::CostModel cost_;
   plan::Noise cfg_;
-  bool gaussian_ = false, lognormal_ = false, heterogeneous_ = false, straggler_ = false, congestion_ = false;
+  bool gaussian_ = false, lognormal_ = false, sample_ = false, heterogeneous_ = false, straggler_ = false,
+       congestion_ = false;
   int straggler_rank_ = -1;
   double congestion_delay_ = 0.0;
   std::vector<double> rank_factor_;  // heterogeneous
