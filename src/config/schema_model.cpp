@@ -51,7 +51,7 @@ void add_model_fields(std::vector<Field>& f) {
         "parallel.virtual entries summing to model.n_layers (0 is allowed). `even`: as even as possible, "
         "earlier stages taking the remainder. `balanced`: the contiguous split (at least one layer per stage; "
         "the first may hold none when it carries cost.encoder_tflop's encoder) that minimises the heaviest "
-        "stage's F+B+W work, and then the number of stages that carry it, in the cost model derived from the model "
+        "stage's F+B+W work, and then the number of stages within 5% of it, in the cost model derived from the model "
         "(per layer, the LM head and loss on the "
         "last stage, the embedding and the encoder on the first); needs cost.device_tflops > 0, and "
         "resolved.yaml lists the split chosen.";

@@ -60,7 +60,8 @@ std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std:
 
 // The contiguous split of the layers (layer_work[i]: work of layer i) over `stages` stages, each holding at
 // least one layer (stage 0 may hold none when first > 0: an encoder stage), that minimises the heaviest stage's
-// work, and among those has the fewest stages of that work; stage 0 adds `first`, stage stages-1 adds `last`.
+// work, and among those has the fewest stages within 5% of that work; stage 0 adds `first`, stage stages-1 adds
+// `last`.
 // Exact (dynamic programming over split points); among optimal splits, earlier stages hold more layers.
 // Throws InputError naming model.layers_per_stage when there are fewer layers than stages.
 std::vector<int> balanced_split(const std::vector<double>& layer_work, int stages, double first, double last);
