@@ -736,7 +736,8 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
           // The both rows' CPU time is mostly the policy's inference, which varies with its replanning: their
           // difference from the global tier's row is not the migration's cost (it came out negative), so only the
           // "+ migration" rows, over the same simulation without migration, report it.
-          const bool timed = base_row && method.rfind("both", 0) != 0;
+          const bool both = method.rfind("both", 0) == 0;
+          const bool timed = base_row && !both;
           if (timed) {
             std::printf(" %.2f | %.2f |\n", (row.cpu_s - base_row->cpu_s) / row.ops * 1e6, row.cpu_s / base_row->cpu_s);
           } else {
@@ -745,7 +746,6 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
           std::fflush(stdout);
           if (!base_row) return;
           const std::string at = std::string(noise.name) + ", " + split + ", " + method;
-          const bool both = method.rfind("both", 0) == 0;
           if (noise.jitter && deck_split) goals.bound.offer(row.makespan / row.bound, at, false);
           if (deck_split || balanced_split) {
             MigBest& gain = noise.jitter ? (deck_split ? goals.jitter_deck : goals.jitter_balanced)

@@ -3,7 +3,6 @@
 #include <glob.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <set>

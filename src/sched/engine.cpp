@@ -395,7 +395,7 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
       queue.pop();
       if (e.type == EventType::Done) {
         drivers[e.rank].complete(e.index, now);
-        helpers.set_free(e.rank, !drivers[e.rank].running() && !helpers.helping(e.rank, now));
+        helpers.set_free(e.rank, !drivers[e.rank].running());  // a rank that runs an op never helps
         ++view.done;
         res.end = std::max(res.end, now);
         if (const int consumer = dest[e.rank][e.index]; consumer >= 0) {

@@ -95,27 +95,29 @@ TEST(Resolve, FileScheduleLimitComesFromTheSchedule) {
 
 namespace {
 
-// The heaviest stage of `split` (stage 0 adds first, the last stage adds last).
-double heaviest(const std::vector<int>& split, const std::vector<double>& work, double first, double last) {
-  double worst = 0;
+// The work of each stage of `split` (stage 0 adds first, the last stage adds last).
+std::vector<double> stage_works(const std::vector<int>& split, const std::vector<double>& work, double first,
+                                double last) {
+  std::vector<double> out;
   std::size_t at = 0;
   for (std::size_t s = 0; s < split.size(); ++s) {
     double w = (s == 0 ? first : 0) + (s + 1 == split.size() ? last : 0);
     for (int k = 0; k < split[s]; ++k) w += work[at++];
-    worst = std::max(worst, w);
+    out.push_back(w);
   }
-  return worst;
+  return out;
+}
+
+// The heaviest stage of `split`.
+double heaviest(const std::vector<int>& split, const std::vector<double>& work, double first, double last) {
+  const std::vector<double> w = stage_works(split, work, first, last);
+  return *std::max_element(w.begin(), w.end());
 }
 
 // How many stages of `split` weigh at least 95% of `worst` (balanced_split's second criterion).
 int stages_at(const std::vector<int>& split, const std::vector<double>& work, double first, double last, double worst) {
-  int at = 0, n = 0;
-  for (std::size_t s = 0; s < split.size(); ++s) {
-    double w = (s == 0 ? first : 0) + (s + 1 == split.size() ? last : 0);
-    for (int k = 0; k < split[s]; ++k) w += work[at++];
-    n += w >= 0.95 * worst ? 1 : 0;
-  }
-  return n;
+  const std::vector<double> w = stage_works(split, work, first, last);
+  return static_cast<int>(std::count_if(w.begin(), w.end(), [&](double x) { return x >= 0.95 * worst; }));
 }
 
 // Every split with at least one layer per stage (none allowed on the first stage when it carries work of its own,
