@@ -180,20 +180,16 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   int at_lo = total(&Candidate::k_lo), at_hi = total(&Candidate::k_hi);
   // Feasibility is monotone in tau (t is), so the bisection's every step is a comparison of its midpoint with
   // the least feasible tau, its threshold: where that is located exactly, the bisection is that comparison alone.
-  const auto feasible_at = [&](double tau) {
-    for (Candidate& x : live) x.k_mid = slices_at(x.reach, tau);
-    return estimate - slice * total(&Candidate::k_mid) <= tau;
-  };
-  // With one candidate (most decisions: few peers are idle at once) the guess is in closed form: its k steps
-  // near fixed + k per_slice, and the owner's part estimate - slice k falls as k grows; the first level j whose
-  // step lies at or past the owner's part with j slices is near (estimate - fixed) / (per_slice + slice), and the
-  // threshold is the earlier of that step and the owner's part with j - 1 slices. Then checked: the least tau is
-  // the one feasible where the double below it is not, found within a few ulps of the guess (NaN: not found, or
-  // several candidates: the bisection decides).
-  const auto locate = [&]() {
+  // With one candidate the guess is in closed form: its k steps near fixed + k per_slice, and the owner's part
+  // estimate - slice k falls as k grows; the first level j whose step lies at or past the owner's part with j
+  // slices is near (estimate - fixed) / (per_slice + slice), and the threshold is the earlier of that step and the
+  // owner's part with j - 1 slices. Then checked: the least tau is the one feasible where the double below it is
+  // not, found within a few ulps of the guess (NaN: not found; the bisection decides).
+  const auto locate_one = [&](const Candidate& x) {
     constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
-    if (search != Search::Located || live.size() != 1) return kNone;
-    const Candidate& x = live.front();
+    const auto feasible = [&](double tau) {
+      return estimate - slice * std::min(slices_, slices_at(x.reach, tau)) <= tau;
+    };
     const double level = std::ceil((estimate - x.reach.fixed) / (x.reach.per_slice + slice));
     const int j = static_cast<int>(std::clamp(level, x.k_lo + 1.0, x.k_hi + 1.0));
     const double step =
@@ -201,14 +197,27 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     const double guess = std::min(estimate - slice * (j - 1), step);
     if (!(guess > 0 && guess <= estimate)) return kNone;
     double tau = guess;
-    const bool up = !feasible_at(tau);
+    const bool up = !feasible(tau);
     for (int tries = 0; tries < 16; ++tries) {
       const double other = std::nextafter(tau, up ? estimate : 0.0);
       if (other <= 0 || other == tau) return kNone;
-      if (up ? feasible_at(other) : !feasible_at(other)) return up ? other : tau;
+      if (up ? feasible(other) : !feasible(other)) return up ? other : tau;
       tau = other;
     }
     return kNone;
+  };
+  // One candidate, or one helper per op (the default): the op is feasible at tau when one candidate alone makes
+  // it so (the total is the largest k), so the least feasible tau is the least of the candidates' own thresholds.
+  // Several helpers share the slices, and the bisection decides.
+  const auto locate = [&]() {
+    double least = std::numeric_limits<double>::quiet_NaN();
+    if (search != Search::Located || (live.size() != 1 && n != 1)) return least;
+    for (const Candidate& x : live) {
+      const double own = locate_one(x);
+      if (std::isnan(own)) return own;
+      least = std::isnan(least) ? own : std::min(least, own);
+    }
+    return least;
   };
   if (const double least = locate(); !std::isnan(least)) {
     // On locals: lo and hi are captured by the lambdas above, which would keep them in memory.

@@ -287,8 +287,8 @@ TEST(Migration, DecisionMatchesBruteForceOverRandomOffers) {
 
 // The located threshold (Migration::Search::Located: the bisection's outcome from the least feasible tau, found
 // in closed form and checked to the ulp) against the bisection at every midpoint, over random offers, estimates
-// and costs, one to six offers (several: the threshold from the offers' merged steps): the same decision to the
-// bit.
+// and costs, one to six offers and one to four helpers per op (one helper: the least of the candidates' own
+// thresholds; several: the bisection itself): the same decision to the bit.
 TEST(Migration, LocatedThresholdEqualsTheBisection) {
   plan::Migration m = unit_migration();
   m.memory_unit_bytes.assign(8, 1e6);
