@@ -423,6 +423,7 @@ StepOutcome Executor::Step::run() {
     ctx_.outcome.slices_given = migration_->slices_given();
     ctx_.outcome.migration_decisions = migration_->decisions();
     ctx_.outcome.migration_statuses = migration_->statuses_sent();
+    ctx_.outcome.migration_declined = migration_->declined();
   }
   migration_.reset();  // its progress function refers to this step's state
   ctx_.outcome.peak_memory = ctx_.state().peak_memory();

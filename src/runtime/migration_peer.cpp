@@ -1,5 +1,6 @@
 #include "conductor/runtime/migration_peer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -147,11 +148,20 @@ void MigrationPeer::handle(const Completion& c, std::int64_t now) {
       if (!c.send) on_control(c.action, now);
       break;
     case Role::HelpPayload: payload_in(c.action); break;
-    case Role::HelpReply:
-      owned_[static_cast<std::size_t>(c.action)].back = now;
+    case Role::HelpReply: {
+      // A modelled reply is a stand-in of the modelled size whose first byte is the helper's verdict (declined or
+      // served): one message, so the owner cannot end its op on the reply before it learns that it was declined.
+      Owned& own = owned_[static_cast<std::size_t>(c.action)];
+      const sched::Action& a = ctx_.actions()[static_cast<std::size_t>(c.action)];
+      if (moves_of(ctx_.rank, a) == Compute::SliceMoves::Modelled && !own.reply.empty() &&
+          own.reply.front() == kDeclined) {
+        own.declined = true;
+      }
+      own.back = now;
       --answers_due_;
       ++ctx_.progress;
       break;
+    }
     case Role::HelpSend: --sends_; break;  // its buffer is freed with the step's
     default: break;
   }
@@ -176,8 +186,6 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     plane_.post_recv(Plane::Data, q, help_tag(c.index, false), job.payload.data(), job.payload.size(),
                      Role::HelpPayload, q);
     control_ns_ -= thread_cpu_ns() - payload_begin;
-  } else if (c.kind == Kind::Declined) {
-    owned_[static_cast<std::size_t>(c.index)].declined = true;
   } else {
     PeerView& v = peers_[static_cast<std::size_t>(q)];
     v.status = c.kind;
@@ -344,7 +352,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   } else {
     const std::int64_t bytes = std::llround(o.bytes);
     c.bytes_out = (bytes + 1) / 2;  // SliceCosts gives both directions together: half out, half back
-    c.bytes_back = bytes - c.bytes_out;
+    c.bytes_back = std::max<std::int64_t>(1, bytes - c.bytes_out);  // at least the verdict's byte
     post_help(i, o.helper, c, std::vector<char>(static_cast<std::size_t>(c.bytes_out)));
   }
   peers_[static_cast<std::size_t>(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
@@ -447,23 +455,31 @@ void MigrationPeer::compute_real(const Job& job, const sched::Action& a, std::ve
   answer = as_bytes(result);
 }
 
-// Runs the oldest request whose payload is in (real slices: computes them; modelled: sleeps their time).
+// Answers the declined requests at once (the owner computes their slices after its share: it must not wait for
+// this rank's next help to end too), then runs the oldest request that is not declined, once its payload is in (real
+// slices: computes them; modelled: sleeps their time). A job leaves the queue once its payload is in: the
+// payload's receive writes into it until then.
 bool MigrationPeer::serve() {
-  if (jobs_.empty() || !jobs_.front().payload_in) return false;
-  Job job = std::move(jobs_.front());
-  jobs_.pop_front();
+  bool declined = false;
+  for (Job& job : jobs_) {
+    if (!job.declined || job.answered) continue;
+    std::vector<char> answer(static_cast<std::size_t>(job.request.bytes_back));  // modelled: a stand-in
+    if (!answer.empty()) answer.front() = kDeclined;
+    reply(job, std::move(answer));
+    job.answered = true;
+    declined = true;
+    ++ctx_.progress;
+  }
+  std::erase_if(jobs_, [](const Job& j) { return j.answered && j.payload_in; });
+  if (declined) return true;
+  const auto next = std::find_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return !j.declined; });
+  if (next == jobs_.end() || !next->payload_in) return false;
+  Job job = std::move(*next);
+  jobs_.erase(next);
   const sched::Action& a =
       ctx_.order.ranks[static_cast<std::size_t>(job.owner)][static_cast<std::size_t>(job.request.index)];
   std::vector<char> answer(static_cast<std::size_t>(job.request.bytes_back));  // modelled: a stand-in
   ++ctx_.progress;
-  if (job.declined) {
-    Control c;
-    c.kind = Kind::Declined;
-    c.index = job.request.index;
-    send_control(job.owner, c);
-    reply(job, std::move(answer));
-    return true;
-  }
   say_busy();
   const std::int64_t start = clock_.now_ns();
   if (moves_of(job.owner, a) == Compute::SliceMoves::Real) {
@@ -523,6 +539,7 @@ void MigrationPeer::finish(int i, OpSpan& span) {
     span.end_ns = steady_now_ns();
     own.back = clock_.to_common(span.end_ns);
     slices_given_ -= own.slices;  // they stayed here after all
+    ++declined_;
     own.slices = 0;
     own.own_share = 1.0;
     own.declined = false;

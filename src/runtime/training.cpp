@@ -304,6 +304,7 @@ void Training::count_migration(const StepOutcome& so) {
   outcome_.slices_given += so.slices_given;
   outcome_.migration_decisions += so.migration_decisions;
   outcome_.migration_statuses += so.migration_statuses;
+  outcome_.migration_declined += so.migration_declined;
 }
 
 Training::After Training::step_synchronously(int step) {

@@ -5,7 +5,8 @@ shared with idle peers, the helpers' slice work is in the trace as HELP_* rows n
 step completes with the watchdog quiet. Whether it is faster is a speed claim: bench/bench_runtime.py --migration
 (a timed assertion here failed when other builds loaded the cores: the ranks poll while they wait). A deck asking
 for vocabulary groups on the cpu backend with more slices than vocabulary columns is refused naming both; a
-helper that stops mid-help ends the run through the owner's watchdog. Status messages go only to ranks that decide
+helper that stops mid-help ends the run through the owner's watchdog; a busy helper declines a forced request at
+once and the owner computes those slices itself. Status messages go only to ranks that decide
 (none with migration.force but the Finished of each step)."""
 import json
 import os
@@ -133,6 +134,30 @@ class EmulatedMigrationTest(unittest.TestCase):
 
     def test_p4_straggler_second_stage(self):
         self.check(4, 1)
+
+    def test_busy_helper_declines_and_the_owner_computes_the_slices(self):
+        """Rank 0's F ops are forced to give 2 of 4 slices to rank 1, which is often running its own op when a
+        request comes: it declines at once, and its reply says so (the verdict travels in the reply itself, so the
+        owner cannot end its op before it learns). A declined op keeps its slices: migrated 0, no HELP row, and it
+        lasts its whole modelled time; a served one has exactly one HELP row. The run's line counts the declines."""
+        out = os.path.join(self.tmp.name, "declined")
+        proc = self.run_deck(2, deck(out, 2, -1), "migration.force=[0->1:F:2]", "run.steps=2")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
+            events = t["events"][:]
+        forwards = events[(events["rank"] == 0) & (events["kind"] == 0)]
+        helps = events[events["kind"] == HELP_F]
+        served, declined = forwards[forwards["migrated"] == 2], forwards[forwards["migrated"] == 0]
+        self.assertEqual(len(served) + len(declined), 2 * MICROBATCHES)
+        self.assertEqual(len(helps), len(served))
+        self.assertTrue(np.all(helps["rank"] == 1) and np.all(helps["peer"] == 0))
+        self.assertEqual({(int(h["step"]), int(h["microbatch"])) for h in helps},
+                         {(int(f["step"]), int(f["microbatch"])) for f in served})
+        self.assertGreater(len(declined), 0, "rank 1 runs its own ops most of the step: some requests find it busy")
+        self.assertTrue(np.all(declined["end_ns"] - declined["start_ns"] >= 19_000_000))  # 20 ms alone
+        line = [l for l in proc.stdout.splitlines() if l.startswith("migration: ")]
+        self.assertEqual(len(line), 1, proc.stdout)
+        self.assertIn("decisions (%d declined by a busy helper)" % len(declined), line[0])
 
     def test_cpu_backend_refuses_more_vocab_groups_than_columns(self):
         out = os.path.join(self.tmp.name, "cpu")

@@ -71,6 +71,7 @@ struct StepOutcome {
   int slices_given = 0;
   int migration_decisions = 0;  // ops whose slices could move (decided or forced), moved or not
   int migration_statuses = 0;   // status messages sent (Idle, Busy, Finished; one per peer told)
+  int migration_declined = 0;   // this rank's ops whose helper turned out busy (their slices stayed here)
 };
 
 struct ExecutorOptions {

@@ -4,6 +4,7 @@
 // the owner's side (the decision, the request and payload, the helper's answer and its watchdog) and the
 // helper's side (requests queued, served between its own ops). Its messages go through the step's ControlPlane:
 // control messages on one tag above the announcements, payloads above every tensor tag.
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -68,7 +69,9 @@ class MigrationPeer {
   bool serve();
   // A help was accepted while idle: it runs before this rank's next op (its payload is on its way); or an F, B or
   // BW served here has requests still to come (the owner waits for each: its next request comes within a layer).
-  bool help_first() const { return (!jobs_.empty() && !jobs_.front().declined) || !layers_due_.empty(); }
+  bool help_first() const {
+    return std::any_of(jobs_.begin(), jobs_.end(), [](const Job& j) { return !j.declined; }) || !layers_due_.empty();
+  }
   // Every peer said Finished, this rank did, and every help it was asked for is served.
   bool over() const;
 
@@ -82,15 +85,17 @@ class MigrationPeer {
   // StepOutcome::migration_control_ns and slices_given of this step so far.
   std::int64_t control_ns() const { return control_ns_; }
   int slices_given() const { return slices_given_; }
+  int declined() const { return declined_; }  // this rank's ops whose helper declined (their slices stayed here)
   int decisions() const { return decisions_; }
   int statuses_sent() const { return statuses_sent_; }  // Idle, Busy, Finished: one per peer told
 
  private:
-  enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4, Declined = 5 };
+  enum class Kind : std::int64_t { Idle = 1, Busy = 2, Finished = 3, Help = 4 };
+  static constexpr char kDeclined = 1;  // a modelled reply's first byte: the helper declined (0: it served)
   // The 56-byte control message (executor.hpp), in order per pair of ranks.
   struct Control {
     Kind kind = Kind::Busy;
-    std::int64_t index = -1;           // Help, Declined: the op's position in the owner's list; Idle: the next op's
+    std::int64_t index = -1;           // Help: the op's position in the owner's list; Idle: the next op's
     std::int64_t slices = 0;           // Help
     std::int64_t help_ns = 0;          // Help: the slices' modelled time on the helper
     std::int64_t bytes_out = 0;        // Help: payload owner -> helper
@@ -111,6 +116,7 @@ class MigrationPeer {
     std::vector<char> payload;
     bool payload_in = false;
     bool declined = false;  // it came while this rank ran its own ops: the payload goes straight back
+    bool answered = false;  // declined and answered: it waits only for its payload's receive
     std::int64_t arrived = 0;
   };
 
@@ -172,6 +178,7 @@ class MigrationPeer {
   bool timing_ = false;                  // a Timed scope is open
   std::int64_t control_ns_ = 0;          // see control_ns()
   int slices_given_ = 0;
+  int declined_ = 0;
   int decisions_ = 0;
 };
 

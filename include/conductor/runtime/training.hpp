@@ -28,6 +28,7 @@ struct RunOutcome {
   long slices_given = 0;
   long migration_decisions = 0;
   long migration_statuses = 0;
+  long migration_declined = 0;
   std::string output_dir;
 };
 
