@@ -5,20 +5,22 @@ cost-model time), all figures as ratios measured side by side in this one run:
   - readiness over strict speedup at p=4 and p=8 under 0, 10, 20% jitter and one straggler;
   - runtime makespan over the simulator's prediction for the same deck and seed;
   - trace overhead (trace on vs off).
-With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (20 ms ops, 10% jitter and a
-straggler), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
+With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (--ranks; 20 ms ops (--op-ms),
+10% jitter and a straggler), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
 for the same deck and seed (steps after the first: the runtime has no measured estimates in its first step), with
 the backfills each made (from the traces) and how many delayed the list; then backfill's own cost per cross-rank
 transfer (announcements, dispatch) with zero-cost ops.
-With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (1F1B strict and readiness,
-without and with 10% jitter, 20 ms ops, 40 ms on a straggling stage, NVLink link, 4 slices), measured and as the
-simulator predicts for the same deck, with the bytes moved per step (summary.json) and the control cost per slice.
+With --migration: only issue 15's emulated rows: migration on over off at p=2 and p=4 (--ranks; 1F1B strict and
+readiness, without and with 10% jitter, 20 ms ops (--op-ms), twice that on a straggling stage, NVLink link, 4
+slices), measured and as the simulator predicts for the same deck, with the bytes moved per step (summary.json) and
+the control cost per slice.
 With --cpu-migration: issue 15's cpu rows: migration on over off with the trainer's real kernels (quickstart model,
 zb-h1 readiness, a 3x straggler, MLP groups, NVLink), p=2 (ranks <= cores) and p=4 (4 ranks on this machine's
 cores: oversubscribed where it has fewer), --repeat alternating off/on pairs of --steps steps each (step 0 not
 counted), with the simulator's prediction for the same deck.
-Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S]|--migration|--cpu-migration [--repeat N]
-[--steps S]] [BUILD_DIR]   (make bench runs it without any)"""
+Usage: bench/bench_runtime.py [--backfill [--repeat N] [--steps S] [--ranks P,..] [--op-ms MS]|
+--migration [--ranks P,..] [--op-ms MS]|--cpu-migration [--repeat N] [--steps S]] [BUILD_DIR]
+(make bench runs it without any)"""
 import argparse
 import json
 import os
@@ -35,7 +37,11 @@ PARSER.add_argument("--repeat", type=int, default=3, help="--backfill: runtime r
 PARSER.add_argument("--steps", type=int, default=None,
                     help="--backfill (default 6), --cpu-migration (default 30): steps per run (the first is not counted)")
 PARSER.add_argument("--ranks", type=lambda x: [int(p) for p in x.split(",")], default=[2, 4],
-                    help="--backfill: pipeline sizes, comma-separated (default 2,4)")
+                    help="--backfill, --migration: pipeline sizes, comma-separated (default 2,4)")
+PARSER.add_argument("--op-ms", type=float, default=20.0,
+                    help="--backfill, --migration: the ops' time in ms (default 20; --migration: twice that on the "
+                         "straggler; --backfill: comm is 1/20 of it). With more ranks than cores, long ops keep the "
+                         "ranks' turns on the cores small against the ops")
 OPTS = PARSER.parse_args()
 BUILD = OPTS.build
 BIN = os.path.join(BUILD, "conductor")
@@ -114,12 +120,12 @@ def backfills(strict_trace, backfill_trace):
 
 def backfill_rows():
     repeat, steps = OPTS.repeat, OPTS.steps or 6
-    print("== backfill over strict, emulated runtime vs simulator (F=B=W=20 ms, comm 1 ms, m=2p, %d steps: the "
+    print("== backfill over strict, emulated runtime vs simulator (F=B=W=%g ms, comm %g ms, m=2p, %d steps: the "
           "mean makespan of steps 1..%d, the first has no measured estimates). runtime: %d runs of each, speedup = "
           "mean strict / mean backfill, [min, max] over runs, and the median of the paired per-step ratios; "
           "load: the 1-minute load average over the runs (%d cores); backfills per step (ops started before an "
           "op listed earlier) and how many of them ended after that op's inputs were in" %
-          (steps, steps - 1, repeat, os.cpu_count()))
+          (OPTS.op_ms, OPTS.op_ms / 20, steps, steps - 1, repeat, os.cpu_count()))
     print("   %-3s %-6s %-16s %5s %8s %8s %24s %7s %8s %8s %9s %7s %14s %11s" %
           ("p", "kind", "noise", "load", "strict", "backfill", "speedup [min, max]", "median", "sim str", "sim bf",
            "predicted", "diff", "bf/step (late)", "sim (late)"))
@@ -127,7 +133,7 @@ def backfill_rows():
         for p in OPTS.ranks:
             for kind in ("1f1b", "zb-h1"):
                 for noise, label in (("gaussian", "jitter 10%"), ("[gaussian, straggler]", "jitter+straggler")):
-                    kw = dict(p=p, m=2 * p, kind=kind, f=20.0, comm=1.0, noise=noise, level=0.1, srank=p - 1,
+                    kw = dict(p=p, m=2 * p, kind=kind, f=OPTS.op_ms, comm=OPTS.op_ms / 20, noise=noise, level=0.1, srank=p - 1,
                               trace="true", steps=steps)
                     name = "bf%d%s%d" % (p, kind, len(noise))
                     bf = dict(execution="readiness", hint="backfill")
@@ -193,7 +199,7 @@ trace: {enabled: false}
 def migration_run(tmp, p, straggler, enabled, simulate, execution="strict", jitter=0.0):
     name = "mig%d%s%s%g%s" % (p, "on" if enabled else "off", execution, jitter, "-sim" if simulate else "")
     out = os.path.join(tmp, name)
-    costs = ", ".join("40.0" if r == straggler else "20.0" for r in range(p))
+    costs = ", ".join("%g" % (OPTS.op_ms * (2 if r == straggler else 1)) for r in range(p))
     deck = os.path.join(tmp, name + ".yaml")
     with open(deck, "w") as f:
         f.write(MIGRATION_DECK % dict(out=out, p=p, costs=costs, enabled="true" if enabled else "false",
@@ -213,13 +219,14 @@ def control_us_per_slice(stdout):
 
 
 def migration_rows():
-    print("== migration on over off, emulated runtime vs simulator (1F1B, m=8, 20 ms ops, 40 ms on the straggler, "
-          "NVLink, 4 slices, 6 steps; mean makespan of steps 1-5; readiness: the default hint)")
+    print("== migration on over off, emulated runtime vs simulator (1F1B, m=8, %g ms ops, %g ms on the straggler, "
+          "NVLink, 4 slices, 6 steps; mean makespan of steps 1-5; readiness: the default hint; %d cores)" %
+          (OPTS.op_ms, 2 * OPTS.op_ms, os.cpu_count()))
     print("   %-3s %-9s %-10s %-7s %10s %10s %9s %9s %9s %9s %9s %12s" %
           ("p", "straggler", "execution", "jitter", "off ms", "on ms", "runtime", "sim", "run/sim", "MB/step",
            "sim MB", "ctl us/slice"))
     with tempfile.TemporaryDirectory() as tmp:
-        for p, straggler in ((2, 0), (4, 1)):
+        for p, straggler in ((p, 0 if p == 2 else 1) for p in OPTS.ranks):
             for execution in ("strict", "readiness"):
                 for jitter in (0.0, 0.1):
                     gain = {}
