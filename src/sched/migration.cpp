@@ -220,10 +220,22 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     return least;
   };
   if (const double least = locate(); !std::isnan(least)) {
+    // The bisection ends at an hi in [least, least + width): its a stays below least, its b at or above, and it
+    // stops once b - a <= width. What follows reads hi only through each candidate's k and the slices the owner
+    // needs, both monotone step functions of hi; where each is the same at both ends of that interval, it is
+    // the same at hi, so the midpoints need not be replayed (most decisions: least is a step of one of them, and
+    // the next step is a slice away). Otherwise the replay below gives the bisection's hi to the bit.
+    const double width = 1e-7 * estimate;
+    const double beyond = std::nextafter(least + width, estimate + width);
+    const auto needs = [&](double tau) { return static_cast<int>(std::ceil((estimate - tau) / slice - 1e-9)); };
+    bool same = needs(least) == needs(beyond);
+    for (std::size_t i = 0; same && i < live.size(); ++i) {
+      same = slices_at(live[i].reach, least) == slices_at(live[i].reach, beyond);
+    }
+    if (same) hi = least;
     // On locals: lo and hi are captured by the lambdas above, which would keep them in memory.
     double a = lo, b = hi;
-    const double width = 1e-7 * estimate;
-    for (int it = 0; it < 60 && b - a > width; ++it) {
+    for (int it = 0; !same && it < 60 && b - a > width; ++it) {
       const double tau = 0.5 * (a + b);
       if (tau >= least) {
         b = tau;
