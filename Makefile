@@ -108,6 +108,7 @@ bench: deps build
 bench-smoke: build
 	$(BUILD)/bench/bench_sim --heavy inputs > $(BUILD)/bench-smoke.txt
 	$(BUILD)/bench/bench_sim --split >> $(BUILD)/bench-smoke.txt
+	$(BUILD)/bench/bench_sim --schedules >> $(BUILD)/bench-smoke.txt
 
 # clang-format over the tree (.clang-format); format-check lists files that differ and fails.
 format:

@@ -24,9 +24,11 @@
 // keys added; no global tier), for a profiler.
 // (8) --zb-table: ZB-1p / ZB-2p against the Zero Bubble paper's Table 5 on its twelve configurations (Table 9's
 // costs), and ZB-V against its Table 8 (docs/schedules.md).
+// (9) --schedules [DECK...]: migration's gain under ZB-2p, ZB-1p, 1F1B-interleaved and 1F1B (10% jitter, deck and
+// balanced splits), beside the Conductor paper's Megatron-LM throughput table (docs/migration.md).
 // Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
 //                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |
-//                   --migration-run DECK jitter|straggler [KEY=VALUE...]]   (--quick skips
+//                   --migration-run DECK jitter|straggler [KEY=VALUE...] | --schedules [DECK...]]   (--quick skips
 //        p=1024; --speed runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -579,11 +582,12 @@ double balanced_work_bound(const plan::Plan& plan) {
   return work / p + fill;
 }
 
-// The deck under ZB-2p strict with `overrides`, mean over the noise's seeds x steps; with `global` the global
-// tier (scheduler.kind=ppo, the shipped policy) replans after every step, as `conductor simulate` runs it. CPU
-// time of the simulation alone (deck loading excluded; without the global tier the least of three runs).
+// The deck under `kind` (ZB-2p unless said) strict with `overrides`, mean over the noise's seeds x steps; with
+// `global` the global tier (scheduler.kind=ppo, the shipped policy) replans after every step, as `conductor
+// simulate` runs it. CPU time of the simulation alone (deck loading excluded; without the global tier the least
+// of three runs).
 MigRow mig_run(const std::string& path, const std::string& text, const std::vector<std::string>& overrides,
-               const MigNoise& noise_preset, bool global) {
+               const MigNoise& noise_preset, bool global, const std::string& kind = "zb-2p") {
   MigRow row;
   const int seeds = noise_preset.seeds, steps = noise_preset.steps;
   for (int seed = 1; seed <= seeds; ++seed) {
@@ -591,9 +595,9 @@ MigRow mig_run(const std::string& path, const std::string& text, const std::vect
     o.source_name = path;
     o.command = config::Command::Simulate;
     o.overrides = overrides;
-    for (const std::string& k : {std::string("schedule.kind=zb-2p"), std::string("schedule.execution=strict"),
-                                 std::string("trace.enabled=false"), "run.steps=" + std::to_string(steps),
-                                 "noise.seed=" + std::to_string(seed)})
+    for (const std::string& k :
+         {"schedule.kind=" + kind, std::string("schedule.execution=strict"), std::string("trace.enabled=false"),
+          "run.steps=" + std::to_string(steps), "noise.seed=" + std::to_string(seed)})
       o.overrides.push_back(k);
     o.overrides.insert(o.overrides.end(), noise_preset.keys.begin(), noise_preset.keys.end());
     if (global) o.overrides.push_back("scheduler.kind=ppo");
@@ -786,6 +790,83 @@ void migration_table(const std::vector<std::string>& decks, const std::vector<st
   }
 }
 
+// ---- (9) --schedules: migration's gain per schedule, beside the Conductor paper's Megatron-LM table ----
+
+// The Conductor paper's "Megatron-LM throughput for computation balancing" (samples/GPU/s, schedule without /
+// with its migration), for GPT-3 1.5B, 6.2B and 14.6B.
+struct PaperThroughput {
+  const char* deck;
+  const char* kind;
+  double off, on;
+};
+const std::vector<PaperThroughput>& paper_throughput() {
+  static const std::vector<PaperThroughput> t = {{"gpt3-1.5b", "zb-2p", 14.5, 15.1},
+                                                 {"gpt3-1.5b", "zb-1p", 12.9, 13.4},
+                                                 {"gpt3-1.5b", "1f1b-interleaved", 13.1, 13.6},
+                                                 {"gpt3-1.5b", "1f1b", 11.8, 13.0},
+                                                 {"gpt3-6.2b", "zb-2p", 4.32, 4.51},
+                                                 {"gpt3-6.2b", "zb-1p", 3.88, 4.02},
+                                                 {"gpt3-6.2b", "1f1b-interleaved", 4.01, 4.16},
+                                                 {"gpt3-6.2b", "1f1b", 3.50, 3.78},
+                                                 {"gpt3-14.6b", "zb-2p", 1.81, 1.90},
+                                                 {"gpt3-14.6b", "zb-1p", 1.61, 1.66},
+                                                 {"gpt3-14.6b", "1f1b-interleaved", 1.54, 1.62},
+                                                 {"gpt3-14.6b", "1f1b", 1.40, 1.57}};
+  return t;
+}
+
+// Each language deck under the paper's four schedules, strict, 10% jitter (5 seeds x 20 steps), migration off and
+// on (one helper per op, NVLink, bf16 tensors), on the deck's split and on the balanced one (derived costs: the
+// interleaved schedule's 16 virtual stages take the layers evenly on both). Throughput = microbatches x
+// microbatch size / (makespan x p). The paper's numbers are Megatron-LM runs on GPUs, ours the simulator's cost
+// model: compare the gains, not the throughputs.
+void schedules_table(const std::vector<std::string>& decks) {
+  std::printf(
+      "## migration's gain per schedule (10%% jitter, strict, derived costs cost.device_tflops=150; migration: "
+      "NVLink, bf16 tensors, migration.helpers=1), beside the Conductor paper's Megatron-LM table (samples/GPU/s)"
+      "\n\n| deck | schedule | split | off ms | on ms | samples/GPU/s off / on | gain | paper off / on | paper gain | "
+      "migrated ops/step | GB/step |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& path : decks) {
+    const std::string text = read_text(path);
+    config::LoadOptions o;
+    o.command = config::Command::Simulate;
+    const config::Deck deck = config::parse_deck(text, o);
+    const double samples = static_cast<double>(deck.parallel.microbatches) * deck.parallel.microbatch_size;
+    const double p = deck.parallel.pipeline;
+    const std::string name = std::filesystem::path(path).stem().string();
+    for (const char* kind : {"zb-2p", "zb-1p", "1f1b-interleaved", "1f1b"}) {
+      const bool interleaved = std::string(kind) == "1f1b-interleaved";
+      for (const char* split : {"deck", "balanced"}) {
+        std::vector<std::string> base = {"cost.device_tflops=150"};
+        if (interleaved) {
+          if (std::string(split) == "balanced") continue;  // the same even split
+          base.insert(base.end(), {"parallel.virtual=2", "model.layers_per_stage=even"});
+        } else if (std::string(split) == "balanced") {
+          base.push_back("model.layers_per_stage=balanced");
+        }
+        std::vector<std::string> with = base;
+        for (const std::string& k : mig_keys(1)) with.push_back(k);
+        const MigRow off = mig_run(path, text, base, mig_noises().front(), false, kind);
+        const MigRow on = mig_run(path, text, with, mig_noises().front(), false, kind);
+        const auto throughput = [&](const MigRow& r) { return samples / (r.makespan * 1e-3 * p); };
+        const auto paper =
+            std::find_if(paper_throughput().begin(), paper_throughput().end(),
+                         [&](const PaperThroughput& t) { return name == t.deck && kind == std::string(t.kind); });
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.2f / %.2f | %.3fx |", name.c_str(), kind,
+                    interleaved ? "even (v=2)" : split, off.makespan, on.makespan, throughput(off), throughput(on),
+                    off.makespan / on.makespan);
+        if (paper != paper_throughput().end()) {
+          std::printf(" %.2f / %.2f | %.3fx |", paper->off, paper->on, paper->on / paper->off);
+        } else {
+          std::printf(" | |");
+        }
+        std::printf(" %.1f | %.1f |\n", on.migrated, on.bytes / 1e9);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 // ---- (8) --zb-table: our ZB-1p / ZB-2p against the Zero Bubble paper's Table 5 ----
 // Each configuration's Table 9 costs on every stage, M_W = M_B / 2 (memory_after_b 0.5, the authors' runtime
 // setting), limits p and 2p M_B; the paper's measure: 1 - m (F + B + W) / the longest stage span. The 1F1B,
@@ -868,6 +949,12 @@ void zb_table() {
 static int run(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--zb-table") == 0) {
     zb_table();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--schedules") == 0) {
+    std::vector<std::string> decks(argv + 2, argv + argc);
+    if (decks.empty()) decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml"};
+    schedules_table(decks);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--migration") == 0) {
