@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "conductor/cli/cli.hpp"
+#include "conductor/cli/run_folder.hpp"
 #include "conductor/plugin/global_tier.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
@@ -105,6 +106,9 @@ sched::PlannerFactory planner_factory(const plan::Plan& plan) {
 int cmd_train_policy(const Invocation& inv) {
 #if CONDUCTOR_HAVE_POLICY
   const config::Deck deck = load_deck(inv, config::Command::TrainPolicy);
+  // Before LibTorch is loaded or anything written: another run's results in run.output are never replaced.
+  check_output_folder(deck, config::Command::TrainPolicy);
+  probe_writable("run.output", deck.run.output);
   return global_tier("conductor train-policy").train_policy(deck);
 #else
   // The command stays listed and says why it fails.

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "conductor/config/deck_compare.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::cli {
@@ -40,7 +42,8 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
   std::vector<std::string> found;
   std::error_code ec;
   if (fs::is_directory(dir, ec)) {
-    for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml"}) {
+    for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml", "policy.pt", "curve.csv",
+                             "summary.csv", "summary.txt"}) {
       if (fs::exists(dir / name, ec)) found.emplace_back(name);
     }
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -56,20 +59,84 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
   return found;
 }
 
+namespace {
+
+// The files each command writes in run.output; the same deck again may rewrite them (simulate and train-policy
+// are deterministic), but not a folder that also holds another command's results (a measured run's trace).
+std::vector<std::string> files_written(config::Command command) {
+  if (command == config::Command::Simulate) return {"trace.h5", "summary.json", "resolved.yaml"};
+  if (command == config::Command::TrainPolicy)
+    return {"resolved.yaml", "policy.pt", "curve.csv", "summary.csv", "summary.txt"};
+  return {};
+}
+
+// Keys a resumed run may change and still continue the run in its folder: how many steps, where the folder and
+// the checkpoints are (a requeued job adds checkpoint.resume; a copied folder has another path).
+const std::vector<std::string> kResumeMayChange = {"run.steps", "run.output", "run.overwrite", "checkpoint"};
+
+// The root a resume reads from: checkpoint.resume names the root or one of its step folders.
+fs::path resume_root(const fs::path& resume) {
+  std::error_code ec;
+  return fs::exists(resume / "latest", ec) || !fs::exists(resume / "manifest.txt", ec) ? resume : resume.parent_path();
+}
+
+bool same_folder(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  const bool same = fs::equivalent(a, b, ec);
+  return !ec && same;
+}
+
+std::string listed(const std::vector<std::string>& items, std::size_t most) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < most; ++i) s += (i ? "; " : "") + items[i];
+  if (items.size() > most) s += "; and " + std::to_string(items.size() - most) + " more";
+  return s;
+}
+
+// checkpoint.path may hold only the checkpoints a resumed run continues (its checkpoint.resume's root).
+void check_checkpoint_folder(const config::Deck& deck) {
+  const fs::path path(deck.checkpoint.path);
+  if (path.empty() || !holds_anything(path)) return;
+  if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(deck.checkpoint.resume))) return;
+  throw InputError("checkpoint.path = '" + path.string() + "' already holds checkpoints of another run; nothing was " +
+                   "written. Choose another checkpoint.path, resume from it (checkpoint.resume=" + path.string() +
+                   " continues that run), move them away, or set run.overwrite=true to write among them");
+}
+
+}  // namespace
+
 void check_output_folder(const config::Deck& deck, config::Command command) {
   if (deck.run.overwrite) return;
-  if (command == config::Command::Run && !deck.checkpoint.resume.empty()) return;  // continuing that run
+  const bool run = command == config::Command::Run, resume = run && !deck.checkpoint.resume.empty();
+  if (run) check_checkpoint_folder(deck);
   const fs::path dir(deck.run.output);
-  const bool writes_checkpoints = command == config::Command::Run && !deck.checkpoint.path.empty();
-  const std::vector<std::string> found = previous_results(dir, writes_checkpoints ? deck.checkpoint.path : "");
+  const std::vector<std::string> found = previous_results(dir);
   if (found.empty()) return;
-  if (command == config::Command::Simulate && fs::exists(dir / "resolved.yaml") &&
-      config::without_header(read_text(dir / "resolved.yaml")) == config::to_yaml(deck))
-    return;
+  std::error_code ec;
+  const bool has_deck = fs::exists(dir / "resolved.yaml", ec);
+  const std::string there = has_deck ? config::without_header(read_text(dir / "resolved.yaml")) : "";
+  if (resume) {
+    // Continuing a stopped run in its own folder (a requeued job): the folder's deck must be this run's.
+    const std::vector<std::string> differ =
+        has_deck ? config::deck_differences(config::to_yaml(deck), there, kResumeMayChange)
+                 : std::vector<std::string>{};
+    if (has_deck && differ.empty()) return;
+    throw InputError(
+        "run.output = '" + dir.string() + "' holds the results of " +
+        (has_deck ? "another run (its resolved.yaml differs: " + listed(differ, 3) + ")"
+                  : "a run without resolved.yaml, so not the one checkpoint.resume continues") +
+        "; nothing was written. checkpoint.resume continues a run in its own folder; to resume into a new " +
+        "trace, choose another run.output (or run.name), or set run.overwrite=true to replace those files");
+  }
+  const std::vector<std::string> mine = files_written(command);
+  const bool only_mine = std::all_of(found.begin(), found.end(), [&](const std::string& f) {
+    return std::find(mine.begin(), mine.end(), f) != mine.end();
+  });
+  if (only_mine && has_deck && config::deck_differences(config::to_yaml(deck), there, {}).empty()) return;
   throw InputError("run.output = '" + dir.string() + "' already holds the results of another run (" + joined(found) +
                    "); nothing was written. Choose another run.output (or run.name), move those files away, or " +
                    "set run.overwrite=true to replace them" +
-                   (command == config::Command::Run ? " (checkpoint.resume continues a stopped run in place)" : ""));
+                   (run ? " (checkpoint.resume continues a stopped run in place)" : ""));
 }
 
 void probe_writable(const std::string& key, const fs::path& dir) {

@@ -28,8 +28,10 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<bool>(
       "run.overwrite", [](Deck & d) -> auto& { return d.run.overwrite; },
       "Allow writing into a run.output (or checkpoint.path) that already holds another run's results "
-      "(trace.h5, summary.json, resolved.yaml, checkpoints); false: such a run is refused before it "
-      "writes anything. Resuming (checkpoint.resume set) may always continue its own folder."));
+      "(trace.h5, summary.json, metrics.jsonl, resolved.yaml, a trained policy, checkpoints); false: such a "
+      "command is refused before it writes anything. Resuming (checkpoint.resume set) continues its own run's "
+      "folder (its resolved.yaml this deck but for run.steps, run.output and checkpoint.*) and checkpoint root; "
+      "simulate and train-policy may rewrite a folder holding only their own results of this very deck."));
   f.push_back(field<double>(
                   "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },
                   "Size guard: a deck whose estimated memory (simulator: schedule, engine state and "

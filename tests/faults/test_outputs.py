@@ -66,6 +66,71 @@ class Outputs(FaultCase):
         self.assertFault(r, 2, r"run\.output = 'runs/tiny-sim' already holds the results of another run")
         self.assertEqual(digests(sim), before)
 
+    # ---- resuming, and the other commands' folders: nothing of another run is replaced ----
+
+    def checkpointed(self, folder, **kw):
+        """A 1-step cpu run of the tiny deck (with kw) checkpointing into `folder` (its own run folder next to it);
+        returns the checkpoint root."""
+        root = os.path.join(self.tmp.name, folder)
+        deck = self.deck(steps=1, extra="backend: cpu\n", name=folder + ".yaml", **kw)
+        r = mpirun(2, "run", deck, "run.output=" + root + "-run", "checkpoint.path=" + root)
+        self.assertEqual(r.code, 0, r.text)
+        return root
+
+    def test_resume_into_another_runs_folder_refused(self):
+        # A checkpoint of another deck (8 microbatches) resumed into the first run's folder: the folder's
+        # resolved.yaml is not this run's, so its trace is not continued with another run's steps.
+        deck, before = self.first_run(extra="backend: cpu\n")
+        ck = self.checkpointed("other", m=8)
+        r = mpirun(2, "run", self.deck(steps=3, m=8, extra="backend: cpu\n", name="other.yaml"),
+                   "run.output=" + self.out, "checkpoint.resume=" + ck)
+        self.assertFault(r, 2, r"run\.output = '%s' holds the results of another run \(its resolved\.yaml differs: "
+                         r"parallel\.microbatches = 8 here, 4 there\).*checkpoint\.resume continues a run in its own "
+                         r"folder" % self.out)
+        self.assertEqual(digests(self.out), before, "a refused resume changed the other run's results")
+
+    def test_resume_with_another_runs_checkpoint_path_refused(self):
+        ours, theirs = self.checkpointed("ours"), self.checkpointed("theirs", m=8)
+        before = {d: digests(os.path.join(theirs, d)) for d in os.listdir(theirs) if d.startswith("step-")}
+        r = mpirun(2, "run", self.deck(steps=3, extra="backend: cpu\n", name="ours.yaml"),
+                   "run.output=" + os.path.join(self.tmp.name, "resumed"), "checkpoint.resume=" + ours,
+                   "checkpoint.path=" + theirs, "checkpoint.every=1")
+        self.assertFault(r, 2, r"checkpoint\.path = '%s' already holds checkpoints of another run" % theirs)
+        self.assertEqual(sorted(os.listdir(theirs)), ["latest"] + sorted(before))
+        self.assertEqual({d: digests(os.path.join(theirs, d)) for d in before}, before)
+        # Continuing the resumed checkpoints in their own root is what a requeued job does: allowed.
+        r = mpirun(2, "run", self.deck(steps=2, extra="backend: cpu\n", name="ours.yaml"),
+                   "run.output=" + ours + "-run", "checkpoint.resume=" + ours, "checkpoint.path=" + ours)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"continuing the trace .*trace\.h5 at step 2")
+
+    def test_simulate_never_replaces_a_measured_run(self):
+        # The very deck a measured run used: the simulator's trace would replace the measured one.
+        deck, before = self.first_run()
+        r = run1("simulate", deck, "run.steps=1")
+        self.assertFault(r, 2, r"run\.output = '%s' already holds the results of another run \(trace\.h5, "
+                         r"summary\.json, metrics\.jsonl, resolved\.yaml\)" % self.out)
+        self.assertEqual(digests(self.out), before)
+
+    def test_train_policy_keeps_another_policy(self):
+        deck = self.deck(steps=1)
+        args = ("train-policy", deck, "scheduler.kind=ppo", "ppo.iterations=1", "ppo.episodes=1", "ppo.minibatch=1")
+        r = run1(*args)
+        if "needs the global tier" in r.text:
+            self.skipTest("this build has no global tier")
+        self.assertEqual(r.code, 0, r.text)
+        before = digests(self.out)
+        self.assertIn("policy.pt", before)
+        # The same deck again: the same policy (training is deterministic; curve.csv's seconds column is not).
+        self.assertEqual(run1(*args).code, 0)
+        again = digests(self.out)
+        self.assertEqual(again["policy.pt"], before["policy.pt"])
+        before = again
+        r = run1(*args, "ppo.seed=99")
+        self.assertFault(r, 2, r"run\.output = '%s' already holds the results of another run \(resolved\.yaml, "
+                         r"policy\.pt, curve\.csv" % self.out)
+        self.assertEqual(digests(self.out), before)
+
     def test_unwritable_output_found_at_start(self):
         blocker = os.path.join(self.tmp.name, "a-file")
         open(blocker, "w").close()

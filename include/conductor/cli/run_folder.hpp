@@ -9,15 +9,18 @@
 
 namespace conductor::cli {
 
-// The results of a previous run found in `dir`: trace.h5, summary.json, resolved.yaml, checkpoint files
-// (vstage_*.h5) and, when `checkpoint_dir` is not empty, that checkpoint folder if it holds anything.
+// The results of a previous run found in `dir`: trace.h5, summary.json, metrics.jsonl, resolved.yaml, a trained
+// policy's files (policy.pt, curve.csv, summary.csv, summary.txt), checkpoint files (vstage_*.h5) and, when
+// `checkpoint_dir` is not empty, that checkpoint folder if it holds anything.
 std::vector<std::string> previous_results(const std::filesystem::path& dir,
                                           const std::filesystem::path& checkpoint_dir = {});
 
 // Throws InputError (exit 2) naming the folder, what it holds and how to proceed when the command would write
-// over another run's results. Allowed: run.overwrite; `run` with checkpoint.resume set (continuing that run);
-// `simulate` into a folder whose resolved.yaml is this very deck (the simulator is deterministic, so writing
-// it again loses nothing).
+// over another run's results. Allowed: run.overwrite; `run` with checkpoint.resume set into the folder of the run
+// it continues (its resolved.yaml is this deck but for run.steps, run.output, run.overwrite and checkpoint.*),
+// and with a checkpoint.path that holds nothing or is the resumed checkpoints' root; `simulate` and
+// `train-policy` into a folder that holds only their own files, written from this very deck (both are
+// deterministic, so writing them again loses nothing; a measured run's folder is never theirs).
 void check_output_folder(const config::Deck& deck, config::Command command);
 
 // Creates and removes a probe file in `dir`, or in its nearest existing ancestor when `dir` does not exist yet,
