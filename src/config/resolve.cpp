@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include "conductor/plan/flops.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -236,6 +238,46 @@ std::vector<std::string> expand_data_path(const std::string& source, const std::
   return {prefixes.begin(), prefixes.end()};
 }
 
+namespace {
+
+// Values inside every key's range can still combine into op times no clock holds: a tiny cost.device_tflops or
+// cost.bandwidth_gbps gives infinite times, huge costs times many microbatches a step past what the trace's
+// nanosecond clock (int64) holds. Refused here, naming the keys, rather than found as an empty step later.
+void check_op_times(const Deck& d, const plan::Costs& c) {
+  const std::string costs = d.cost.device_tflops > 0 ? "cost.device_tflops = " + format_double(d.cost.device_tflops) +
+                                                           " (op times derived from the model)"
+                                                     : "cost.forward, cost.backward_input and cost.backward_weight";
+  double work = 0;
+  for (const std::vector<double>* list : {&c.forward, &c.backward_input, &c.backward_weight}) {
+    for (std::size_t r = 0; r < list->size(); ++r) {
+      const double t = (*list)[r];
+      if (!std::isfinite(t)) {
+        throw InputError(costs + " give an op time of " + format_double(t) + " ms on stage " + std::to_string(r) +
+                         "; every op time must be finite");
+      }
+      work += t;
+    }
+  }
+  const std::string comm =
+      "cost.comm = " + format_double(d.cost.comm) +
+      (d.cost.bandwidth_gbps > 0 ? " with cost.bandwidth_gbps = " + format_double(d.cost.bandwidth_gbps) +
+                                       " (activations of " + format_double(activation_bytes(d)) + " bytes per transfer)"
+                                 : std::string());
+  if (!std::isfinite(c.comm)) {
+    throw InputError(comm + " gives a transfer time of " + format_double(c.comm) + " ms; it must be finite");
+  }
+  constexpr double kMaxStepMs = 1e12;  // 31 years; the trace's clock holds 9.2e15 ms, and noise multiplies
+  const double m = d.parallel.microbatches, compute = m * work, transfers = m * 2.0 * d.parallel.pipeline * c.comm;
+  if (compute + transfers > kMaxStepMs) {
+    throw InputError("one step would take " + format_double(compute) + " ms of compute (" + costs + ", " +
+                     "parallel.microbatches = " + std::to_string(d.parallel.microbatches) + ") and " +
+                     format_double(transfers) + " ms of transfers (" + comm + "), above the " +
+                     format_double(kMaxStepMs) + " ms a step may take (traces count nanoseconds in 64 bits)");
+  }
+}
+
+}  // namespace
+
 plan::Plan resolve(const Deck& d) {
   plan::Plan out;
   out.backend = d.backend;
@@ -245,6 +287,7 @@ plan::Plan resolve(const Deck& d) {
   out.schedule = plan::ScheduleOptions{d.schedule.kind, d.schedule.execution, d.schedule.hint, d.schedule.placement,
                                        d.schedule.post_validation};
   out.costs = resolved_costs(d);
+  check_op_times(d, out.costs);
   const double limit = resolved_memory_limit(d);
   if (limit > 0) out.memory.rank_limit.assign(static_cast<std::size_t>(d.parallel.pipeline), limit);
   out.noise = resolved_noise(d.noise);

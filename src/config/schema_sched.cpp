@@ -1,8 +1,13 @@
 // Deck keys of the scheduling layers: schedule, cost, noise, scheduler.
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
+
+namespace {
+constexpr double kMaxLogSigma = 3.0;  // noise.level's bound for the log-normal kinds (finalize_sched)
+}  // namespace
 
 void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
@@ -103,7 +108,8 @@ void add_sched_fields(std::vector<Field>& f) {
                   .one_of({"none", "gaussian", "lognormal", "straggler", "congestion", "heterogeneous", "sample"}));
   f.push_back(field<double>(
                   "noise.level", [](Deck & d) -> auto& { return d.noise.level; },
-                  "Relative noise level (0.10 = 10% per-op jitter).")
+                  "Relative noise level (0.10 = 10% per-op jitter); for lognormal, sample and heterogeneous the "
+                  "log-normal sigma, at most 3.")
                   .range(0, 100));
   f.push_back(field<unsigned long long>(
       "noise.seed", [](Deck & d) -> auto& { return d.noise.seed; }, "Seed of the noise streams."));
@@ -204,6 +210,17 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   if (deck.noise.straggler_rank >= p) {
     problems.push_back(src + ": noise.straggler_rank = " + std::to_string(deck.noise.straggler_rank) +
                        " is not a rank (0 .. " + std::to_string(p - 1) + ", or -1 for a drawn one)");
+  }
+  // The log-normal kinds take noise.level as sigma: above 3 a mean-1 factor's median is below e^-4.5 = 0.011 (and
+  // at 10 below e^-50, so every op takes no time and a step's figures are all zero), a per-stage factor reaches
+  // e^(+-3 sigma): no longer noise on a pipeline but a different one.
+  for (const std::string& k : deck.noise.kind) {
+    if ((k == "lognormal" || k == "sample" || k == "heterogeneous") && deck.noise.level > kMaxLogSigma) {
+      problems.push_back(src + ": noise.level = " + format_double(deck.noise.level) + " with noise.kind " + k +
+                         " is a log-normal sigma; allowed 0 .. 3 for lognormal, sample and heterogeneous (1.0 is "
+                         "already heavy variability; gaussian, straggler and congestion take up to 100)");
+      break;
+    }
   }
 
   // Derived defaults (config::resolve computes them), written back so resolved.yaml shows the values used.

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """Fault suite: decks a user gets wrong that already fail cleanly (kept green as the suite grows)."""
+import os
 import unittest
 
 from faultlib import FaultCase, mpirun, run1
@@ -11,6 +12,26 @@ class DeckInputs(FaultCase):
 
     def test_wrong_rank_count(self):
         self.assertFault(mpirun(3, "run", self.deck(p=2)), 2, r"parallel\.pipeline")
+
+    def test_log_normal_sigma_bounded(self):
+        # Inside noise.level's range (0..100) but not a usable sigma: at 10 every op took e^-50 of its time and
+        # the step's figures were all zero, with exit 0.
+        for kind in ("lognormal", "sample", "heterogeneous"):
+            r = run1("simulate", self.deck(steps=1), "noise.kind=" + kind, "noise.level=10")
+            self.assertFault(r, 2, r"noise\.level = 10 with noise\.kind %s is a log-normal sigma; allowed 0 \.\. 3" % kind)
+            self.assertFalse(os.path.exists(self.out))
+        self.assertEqual(run1("simulate", self.deck(steps=1), "noise.kind=lognormal", "noise.level=3").code, 0)
+
+    def test_op_times_a_clock_cannot_hold(self):
+        # Each value inside its key's range, together past any clock: named, not an internal error after writing.
+        cases = [(["cost.device_tflops=1e-300"], r"cost\.device_tflops = 1e-300"),
+                 (["cost.bandwidth_gbps=1e-300"], r"cost\.bandwidth_gbps = 1e-300"),
+                 (["cost.forward=[1e9, 1e9]", "parallel.microbatches=100000"], r"parallel\.microbatches = 100000")]
+        for keys, named in cases:
+            r = run1("simulate", self.deck(steps=1), *keys)
+            self.assertFault(r, 2, r"one step would take .* ms a step may take")
+            self.assertRegex(r.text, named)
+            self.assertFalse(os.path.exists(self.out))
 
 
 if __name__ == "__main__":
