@@ -102,6 +102,10 @@ std::string input_file_problem(const std::string& path, const char* what) {
            "key.path=value overrides)";
   }
   if (std::filesystem::is_directory(status)) return path + ": is a folder; the " + what + " is a YAML file";
+  // Reading a device such as /dev/zero never ends (its size reads as 0); a pipe (process substitution) is read.
+  if (std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status) ||
+      std::filesystem::is_socket(status))
+    return path + ": is a device or socket, not a file; the " + what + " is a YAML file";
   const auto bytes = std::filesystem::file_size(path, ec);
   if (!ec && bytes > kMaxDeckBytes) {
     return path + ": " + std::to_string(bytes) + " bytes; a " + what + " is at most " + std::to_string(kMaxDeckBytes) +

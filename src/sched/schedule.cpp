@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/text_file.hpp"
 
 namespace conductor::sched {
 
@@ -234,11 +235,7 @@ Schedule parse_text(const std::string& text, const std::string& source) {
 }
 
 Schedule load_schedule(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot read schedule file '" + path + "'");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  Schedule s = parse_text(buf.str(), path);
+  Schedule s = parse_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes), path);
   s.name = "file:" + path;
   return s;
 }

@@ -9,6 +9,7 @@
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/text_file.hpp"
 
 namespace conductor::sched {
 
@@ -228,11 +229,7 @@ bool is_torch_csv(const std::string& path, const std::string& text) {
 }
 
 Schedule import_schedule(const std::string& path, const ScheduleShape& shape, double memory_limit, double a) {
-  std::ifstream file(path);
-  if (!file) throw InputError("cannot read schedule file '" + path + "'");
-  std::stringstream buf;
-  buf << file.rdbuf();
-  const std::string text = buf.str();
+  const std::string text = read_text_input(path, "schedule file", kMaxScheduleFileBytes);
   Schedule s;
   Naming naming;
   std::vector<std::vector<int>> field_of;

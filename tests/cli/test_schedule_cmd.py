@@ -101,7 +101,18 @@ class ScheduleCommandTest(unittest.TestCase):
         self.assertIn(missing + ": invalid schedule: rank 0, end of list: missing the backward of stage 0, microbatch 1",
                       self.refused(self.deck, "schedule.kind=file:" + missing))
         nofile = os.path.join(self.tmp.name, "nope.csv")
-        self.assertIn("cannot read schedule file '" + nofile + "'", self.refused(self.deck, "schedule.kind=file:" + nofile))
+        self.assertIn("cannot read schedule file '" + nofile + "': no such file",
+                      self.refused(self.deck, "schedule.kind=file:" + nofile))
+        # Read whole, so a folder, a device (reading /dev/zero never ends) and a file past 1 GiB are refused first.
+        self.assertIn("schedule file '" + self.tmp.name + "' is a folder",
+                      self.refused(self.deck, "schedule.kind=file:" + self.tmp.name))
+        self.assertIn("schedule file '/dev/zero' is a device or socket, not a file",
+                      self.refused(self.deck, "schedule.kind=file:/dev/zero"))
+        huge = os.path.join(self.tmp.name, "huge.csv")
+        with open(huge, "wb") as f:
+            f.truncate((1 << 30) + 1)  # sparse: no disk used
+        self.assertIn("schedule file '" + huge + "' holds more than 1073741824 bytes",
+                      self.refused(self.deck, "schedule.kind=file:" + huge))
 
     def test_placement_key(self):
         err = self.refused(self.deck, "schedule.placement=v")

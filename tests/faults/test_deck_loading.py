@@ -19,6 +19,14 @@ class DeckLoading(FaultCase):
         self.assertFault(run1("validate", self.tmp.name), 2, r"is a folder; the deck is a YAML file")
         self.assertFault(mpirun(2, "run", self.tmp.name), 2, r"is a folder; the deck is a YAML file")
 
+    def test_device_as_deck(self):
+        # Its size reads as 0, so the size check passed and reading /dev/zero never ended.
+        r = run1("validate", "/dev/zero", timeout=20)
+        self.assertFault(r, 2, r"/dev/zero: is a device or socket, not a file; the deck is a YAML file")
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        self.assertFault(run1("validate", deck, "/dev/urandom", timeout=20), 2,
+                         r"/dev/urandom: is a device or socket, not a file; the fragment is a YAML file")
+
     def test_empty_deck(self):
         # (a file of comments only: tests/config)
         self.assertFault(run1("validate", self.write("empty.yaml", "")), 2, r"empty\.yaml: the deck is empty \(no keys\)")

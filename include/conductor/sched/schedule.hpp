@@ -77,6 +77,10 @@ std::optional<Transfer> output_of(const Schedule& s, int rank, const Action& a);
 // Memory change of an action in units of M_F (see above); a = memory_after_b.
 double memory_delta(OpKind kind, int v, double memory_after_b);
 
+// The largest schedule file read (text form or torch's CSV; read whole): p = 1024, m = 4096 in the text form is
+// about 100 MB.
+inline constexpr std::uintmax_t kMaxScheduleFileBytes = std::uintmax_t{1} << 30;
+
 // Text form:
 //   # comment
 //   pipeline 4
