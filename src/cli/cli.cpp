@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/hdf5.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
 #include "conductor/version.hpp"
@@ -208,6 +209,7 @@ int main(int argc, char** argv) {
   const bool needs_deck = !(spec->name == "validate" && inv.has_flag("--keys"));
   if (needs_deck && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
 
+  hdf5::never_print_errors();
   std::unique_ptr<mpi::Session> session;
   if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);
   try {

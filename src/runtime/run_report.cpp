@@ -181,18 +181,19 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw InputError("run.output = '" + dir_.string() + "': cannot create the folder: " + ec.message());
+  // A resumed run (e.g. a requeued Slurm job) continues its trace (docs/trace.md, "Resumed runs"): opened first,
+  // so a trace that cannot be continued is refused before resolved.yaml or the metrics change.
+  const std::string trace_path = (dir_ / "trace.h5").string();
+  const bool continuing = plan.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path);
+  if (continuing) writer_ = std::make_unique<trace::TraceWriter>(trace_path, first_step);
   write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
   // A resumed run appends to the metrics of the steps before it; a new one starts the file.
   const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
   metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(metrics_path.string() + ": cannot write");
-  if (!plan.trace.enabled) return;
-  const std::string trace_path = (dir_ / "trace.h5").string();
-  if (first_step > 0 && std::filesystem::exists(trace_path)) {
-    // A resumed run (e.g. a requeued Slurm job) continues its trace: docs/trace.md, "Resumed runs".
-    writer_ = std::make_unique<trace::TraceWriter>(trace_path, first_step);
+  if (continuing) {
     log::info("continuing the trace " + trace_path + " at step " + std::to_string(first_step + 1));
-  } else {
+  } else if (plan.trace.enabled) {
     writer_ = std::make_unique<trace::TraceWriter>(trace_path, run_info(plan, order, world_size, hosts));
   }
 }

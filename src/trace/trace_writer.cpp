@@ -342,8 +342,35 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   h5::check_status(H5Fstart_swmr_write(f), path, "H5Fstart_swmr_write");
 }
 
+namespace {
+
+// A trace to continue is read first, read-only, so a damaged one is refused before anything writes to it (opened
+// for writing, HDF5 may write to a file it cannot parse, and a file it cannot close stalls the library's exit).
+void check_continuable(const std::string& path) {
+  const auto refuse = [&](const std::string& why) {
+    H5Eclear2(H5E_DEFAULT);
+    throw InputError("the trace to continue, '" + path + "', cannot be read (" + why +
+                     "); move it away (the resumed run then starts a new trace there) or resume into another "
+                     "run.output");
+  };
+  h5::Handle fapl = file_access(path);
+  // Closing the file closes whatever a failed open left of its objects.
+  h5::check_status(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), path, "H5Pset_fclose_degree");
+  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.valid()) refuse("not an HDF5 file: " + hdf5::innermost_error());
+  for (const char* name : {"events", "steps"}) {
+    h5::Handle dset(H5Dopen2(file.get(), name, H5P_DEFAULT), H5Dclose);
+    if (!dset.valid()) refuse(std::string("/") + name + ": " + hdf5::innermost_error());
+    h5::Handle space(H5Dget_space(dset.get()), H5Sclose);
+    if (!space.valid()) refuse(std::string("/") + name + ": " + hdf5::innermost_error());
+  }
+}
+
+}  // namespace
+
 TraceWriter::TraceWriter(const std::string& path, int first_step) : impl_(std::make_unique<Impl>()) {
   h5::Silence silence;
+  check_continuable(path);
   Impl& m = *impl_;
   m.path = path;
   h5::Handle fapl = file_access(path);

@@ -120,6 +120,32 @@ class Checkpoints(FaultCase):
         self.assertEqual(again.code, 0, again.text)
         self.assertRegex(again.text, r"step +2/2")
 
+    def test_resume_with_a_damaged_trace_refused(self):
+        # The folder's trace cannot be continued: refused before anything in the folder changes (resolved.yaml,
+        # the metrics, the trace itself), with one line; no HDF5 dump, also not at the process's exit.
+        import sys
+        sys.path.insert(0, os.path.join(SOURCE, "analysis", "tests"))
+        from tracegen import damage_object_header
+        root = self.copy_good()
+        shutil.copytree(os.path.join(self.base.name, "out"), self.out)
+        trace = os.path.join(self.out, "trace.h5")
+        for damage in ("header", "empty", "truncated"):
+            shutil.copy(os.path.join(self.base.name, "out", "trace.h5"), trace)
+            if damage == "header":
+                damage_object_header(trace, "events")
+                why = r"/events: incorrect metadata checksum"
+            elif damage == "empty":
+                open(trace, "w").close()
+                why = r"not an HDF5 file: file signature not found"
+            else:
+                os.truncate(trace, os.path.getsize(trace) // 2)
+                why = r"not an HDF5 file: truncated file"
+            before = snapshot(self.out)
+            r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(root, "step-000002"))
+            self.assertFault(r, 2, r"the trace to continue, '%s', cannot be read \(%s.*\); move it away" % (trace, why))
+            self.assertNotRegex(r.text, r"HDF5:|HDF5-DIAG|T_top")
+            self.assertEqual(snapshot(self.out), before, damage)
+
     def test_resume_continues_the_trace(self):
         # A requeued job resumes from step 2 into its own output folder, whose trace already holds step 3 (index
         # 2) from the first attempt: that row is dropped and rewritten, the earlier ones kept, none doubled.

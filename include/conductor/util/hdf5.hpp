@@ -42,6 +42,11 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
+// For the whole process: HDF5 prints nothing of its own (every failure becomes one of our messages). Also keeps
+// its "infinite loop closing library" dump from the exit of a process that read a damaged file: that report is
+// printed only while automatic error printing is on.
+inline void never_print_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 // While alive, HDF5 does not print its error stack to stderr (we turn failures into our own messages).
 class Silence {
  public:
@@ -77,6 +82,21 @@ inline herr_t collect_error(unsigned, const H5E_error2_t* err, void* client) {
 inline std::string last_error() {
   std::string out;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, detail::collect_error, &out);
+  return out.empty() ? std::string("no detail from HDF5") : out;
+}
+
+// Only the innermost message of HDF5's current error stack (e.g. "incorrect metadata checksum after all read
+// attempts"): what went wrong, without the calls it went wrong in.
+inline std::string innermost_error() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* err, void* client) -> herr_t {
+        auto* text = static_cast<std::string*>(client);
+        if (text->empty() && err->desc != nullptr) *text = err->desc;
+        return 0;
+      },
+      &out);
   return out.empty() ? std::string("no detail from HDF5") : out;
 }
 
