@@ -10,6 +10,7 @@ compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makes
 last compute end - its first compute start (0 where the span is 0).
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -123,10 +124,23 @@ def _ranges(ids):
     return "%d..%d" % (min(ids), max(ids)) if len(ids) > 1 else str(ids[0])
 
 
+def _reason(e):
+    """An h5py/HDF5 error as one short line: HDF5's low-level dumps (time, buffer address, byte counts) are cut
+    down to their 'error message', and the errno prefix and line breaks are dropped."""
+    args = [a for a in getattr(e, "args", ()) if isinstance(a, str)]
+    msg = args[-1] if args else str(e)
+    m = re.search(r"error message = '([^']*)'", msg)
+    if m:
+        msg = "%s (%s)" % (msg.split("(", 1)[0].strip(), m.group(1))
+    return " ".join(msg.split())
+
+
 def _open(path):
     import h5py
     if not os.path.exists(path):
         raise TraceError("%s: no such file" % path)
+    if os.path.isdir(path):
+        raise TraceError("%s: is a folder, not a trace file" % path)
     try:
         return h5py.File(path, "r")
     except OSError as first:
@@ -134,7 +148,7 @@ def _open(path):
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError:
-            raise TraceError("%s: not a readable HDF5 file (%s)" % (path, first)) from None
+            raise TraceError("%s: not a readable HDF5 file (%s)" % (path, _reason(first))) from None
 
 
 def _table(f, path, name, fields):
@@ -154,7 +168,7 @@ def _table(f, path, name, fields):
         return ds[...]
     except (OSError, ValueError) as e:
         raise TraceError("%s: dataset '/%s' cannot be read, the file is damaged or truncated (%s)" %
-                         (path, name, e)) from None
+                         (path, name, _reason(e))) from None
 
 
 def load(path):
@@ -165,35 +179,16 @@ def load(path):
     except TraceError:
         raise
     except Exception as e:  # h5py may raise other types on damaged files
-        raise TraceError("%s: cannot open (%s)" % (path, e)) from None
-    with f:
-        attrs = {}
-        missing = [a for a in INT_ATTRS + STR_ATTRS + LIST_ATTRS if a not in f.attrs]
-        if missing:
-            raise TraceError("%s: missing root attribute %s (see docs/trace.md)" %
-                             (path, ", ".join("'%s'" % m for m in missing)))
-        try:
-            for a in INT_ATTRS:
-                attrs[a] = int(f.attrs[a])
-            for a in STR_ATTRS:
-                attrs[a] = _str(f.attrs[a])
-            attrs["hostnames"] = [_str(h) for h in np.atleast_1d(f.attrs["hostnames"])]
-        except (OSError, ValueError, TypeError) as e:
-            raise TraceError("%s: root attributes cannot be read (%s)" % (path, e)) from None
-        if attrs["schema_version"] < 1 or attrs["schema_version"] > SUPPORTED_SCHEMA:
-            raise TraceError("%s: schema_version %d is not supported (these tools read 1..%d)" %
-                             (path, attrs["schema_version"], SUPPORTED_SCHEMA))
-        if attrs["world_size"] < 1:
-            raise TraceError("%s: world_size %d must be >= 1" % (path, attrs["world_size"]))
-        events = _table(f, path, "events", EVENT_FIELDS)
-        steps = _table(f, path, "steps", STEP_FIELDS)
-        dataset_attrs = {name: _dataset_attrs(f[name]) for name in ("events", "steps")}
-        kinds = h5py.check_enum_dtype(f["events"].dtype["kind"])
-        if kinds is None:
-            raise TraceError("%s: field 'kind' of '/events' is not an HDF5 enum (see docs/trace.md)" % path)
-        missing = [k for k in COMPUTE_KINDS if k not in kinds]
-        if missing:
-            raise TraceError("%s: enum 'kind' of '/events' lacks %s" % (path, ", ".join(missing)))
+        raise TraceError("%s: cannot open (%s)" % (path, _reason(e))) from None
+    try:
+        with f:
+            attrs, events, steps, kinds, dataset_attrs = _read(f, path)
+    except TraceError:
+        raise
+    except (KeyError, OSError, RuntimeError, ValueError, TypeError) as e:
+        # Damaged HDF5 metadata (object headers, B-trees, heaps: e.g. "incorrect metadata checksum") surfaces
+        # from h5py as any of these, wherever the damaged object is first touched.
+        raise TraceError("%s: damaged HDF5 trace (%s); it cannot be read" % (path, _reason(e))) from None
     steps = steps[steps["step"] >= 0]
     complete = np.isin(events["step"], steps["step"])
     dropped = int((~complete).sum())
@@ -203,6 +198,39 @@ def load(path):
         raise TraceError("%s: /events has rank %d outside [0, world_size=%d)" %
                          (path, int(bad["rank"][0]), attrs["world_size"]))
     return Trace(path, attrs, events, steps, {k: int(v) for k, v in kinds.items()}, dropped, dataset_attrs)
+
+
+def _read(f, path):
+    """The validated contents of an open trace: (attrs, events, steps, kind enum, dataset attributes)."""
+    import h5py
+    attrs = {}
+    missing = [a for a in INT_ATTRS + STR_ATTRS + LIST_ATTRS if a not in f.attrs]
+    if missing:
+        raise TraceError("%s: missing root attribute %s (see docs/trace.md)" %
+                         (path, ", ".join("'%s'" % m for m in missing)))
+    try:
+        for a in INT_ATTRS:
+            attrs[a] = int(f.attrs[a])
+        for a in STR_ATTRS:
+            attrs[a] = _str(f.attrs[a])
+        attrs["hostnames"] = [_str(h) for h in np.atleast_1d(f.attrs["hostnames"])]
+    except (OSError, ValueError, TypeError) as e:
+        raise TraceError("%s: root attributes cannot be read (%s)" % (path, _reason(e))) from None
+    if attrs["schema_version"] < 1 or attrs["schema_version"] > SUPPORTED_SCHEMA:
+        raise TraceError("%s: schema_version %d is not supported (these tools read 1..%d)" %
+                         (path, attrs["schema_version"], SUPPORTED_SCHEMA))
+    if attrs["world_size"] < 1:
+        raise TraceError("%s: world_size %d must be >= 1" % (path, attrs["world_size"]))
+    events = _table(f, path, "events", EVENT_FIELDS)
+    steps = _table(f, path, "steps", STEP_FIELDS)
+    dataset_attrs = {name: _dataset_attrs(f[name]) for name in ("events", "steps")}
+    kinds = h5py.check_enum_dtype(f["events"].dtype["kind"])
+    if kinds is None:
+        raise TraceError("%s: field 'kind' of '/events' is not an HDF5 enum (see docs/trace.md)" % path)
+    missing = [k for k in COMPUTE_KINDS if k not in kinds]
+    if missing:
+        raise TraceError("%s: enum 'kind' of '/events' lacks %s" % (path, ", ".join(missing)))
+    return attrs, events, steps, kinds, dataset_attrs
 
 
 def _dataset_attrs(ds):

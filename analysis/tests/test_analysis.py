@@ -304,6 +304,36 @@ class Outputs(TempDirCase):
             self.assertIn("usage:", r.stdout)
 
 
+def check_every_tool_refuses(case, path, expected):
+    """Every tool that takes a trace: exit 2, nothing on stdout, no output file, and on stderr exactly one line
+    'TOOL: error: PATH: ...' that contains `expected` (no traceback, no HDF5 error stack or low-level dump)."""
+    for script, out in (("bubbles.py", None), ("timeline.py", "t.png"), ("perfetto.py", "p.json"),
+                        ("compare.py", "r.md")):
+        extra = ["-o", os.path.join(case.dir, out)] if out else []
+        r = run(script, path, *extra)
+        case.assertEqual(r.returncode, 2, script + ": " + r.stderr)
+        case.assertEqual(r.stdout, "", script)
+        lines = r.stderr.splitlines()
+        case.assertEqual(len(lines), 1, "%s printed:\n%s" % (script, r.stderr))
+        case.assertTrue(lines[0].startswith("%s: error: %s: " % (script, path)), lines[0])
+        case.assertIn(expected, lines[0])
+        if out:
+            case.assertFalse(os.path.exists(os.path.join(case.dir, out)), script)
+
+
+def damaged_copy(case, source, name, obj):
+    """A copy of trace `source` whose object `obj` has a damaged header (tracegen.damage_object_header), checked
+    to be unreadable by h5py itself."""
+    import h5py
+    p = case.path(name)
+    shutil.copyfile(source, p)
+    tracegen.damage_object_header(p, obj)
+    with case.assertRaises((KeyError, OSError)):
+        with h5py.File(p, "r") as f:
+            f[obj]
+    return p
+
+
 class Malformed(TempDirCase):
     def check_error(self, path, expected, script="bubbles.py", *extra):
         r = run(script, path, *extra)
@@ -311,6 +341,20 @@ class Malformed(TempDirCase):
         self.assertNotIn("Traceback", r.stderr)
         self.assertIn(expected, r.stderr)
         return r
+
+    def test_damaged_metadata(self):
+        """A trace as the C++ writer lays it out (version 2 object headers, checksummed) whose root group or
+        /steps header no longer matches its checksum: h5py raises KeyError, which must not escape as one."""
+        good = self.example("good.h5", steps=2, libver=("v110", "v110"))
+        for obj in ("/", "steps", "events"):
+            p = damaged_copy(self, good, "damaged_%s.h5" % obj.strip("/"), obj)
+            check_every_tool_refuses(self, p, "damaged HDF5 trace (")
+            check_every_tool_refuses(self, p, "incorrect metadata checksum")
+
+    def test_folder_named_like_a_trace(self):
+        p = self.path("run.h5")
+        os.mkdir(p)
+        check_every_tool_refuses(self, p, "is a folder, not a trace file")
 
     def test_missing_dataset(self):
         p = self.path("nosteps.h5")
@@ -579,6 +623,12 @@ class SimulatorTrace(TempDirCase):
         self.assertEqual(trace.units("steps")["samples_per_s"], "samples/s")
         self.assertIn("simulated", trace.dataset_attrs["events"]["clock"])
         self.assertIsNone(trace.epoch_unix_ns)
+
+    def test_damaged_metadata_and_folder(self):
+        for obj in ("/", "steps"):
+            p = damaged_copy(self, self.trace_path, "damaged_%s.h5" % obj.strip("/"), obj)
+            check_every_tool_refuses(self, p, "damaged HDF5 trace (")
+        check_every_tool_refuses(self, os.path.dirname(self.trace_path), "is a folder, not a trace file")
 
     def test_interleaved_transfers_pair_exactly(self):
         """Two chunks per rank send both ways between the same ranks; in the simulator a SEND and its RECV

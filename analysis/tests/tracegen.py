@@ -47,9 +47,11 @@ EXAMPLE = {"makespan_ns": 600, "bubble_ratio": 0.35, "lower_bound_ns": 400.0, "s
 def write_trace(path, events, steps, world_size=2, schedule="1f1b", execution="strict", drop=(), libver=None,
                 swmr_kill=False, deck="pipeline: 2\n"):
     """events: list of tuples (EVENT_T order); steps: list of tuples (STEP_T order). drop: names of
-    datasets ('events', 'steps'), fields ('events.ready_ns') or attributes ('@world_size') to leave out."""
+    datasets ('events', 'steps'), fields ('events.ready_ns') or attributes ('@world_size') to leave out.
+    libver: h5py's (low, high) file format bounds, e.g. ("v110", "v110") as the C++ writer uses (checksummed
+    version 2 object headers); the default is h5py's."""
     drop = set(drop)
-    kw = {"libver": ("v110", "v110")} if swmr_kill else {}
+    kw = {"libver": ("v110", "v110")} if swmr_kill else ({"libver": libver} if libver else {})
     f = h5py.File(path, "w", **kw)
     attrs = {"schema_version": np.int32(1), "deck": deck, "world_size": np.int32(world_size),
              "schedule": schedule, "execution": execution, "hint": "schedule", "backend": "simulator",
@@ -91,3 +93,27 @@ def example_trace(path, steps=1, stage_bubble=None, **kw):
         if stage_bubble is not None:
             rows[-1] += (stage_bubble,)
     write_trace(path, events, rows, **kw)
+
+
+def damage_object_header(path, name):
+    """Damages, in place, the metadata of object `name` ("/" for the root group) of an HDF5 file whose object
+    headers are version 2 ("OHDR", written with libver v110 or later): the 4-byte checksum that ends the header's
+    first chunk is inverted, so HDF5 reports "incorrect metadata checksum" when it reads that header, and nothing
+    else about the file changes. Returns the byte offset written. Raises ValueError for a version 1 header."""
+    with h5py.File(path, "r") as f:
+        addr = h5py.h5o.get_info(f[name].id).addr
+    with open(path, "r+b") as fp:
+        fp.seek(addr)
+        head = fp.read(6 + 16 + 4 + 8)
+        if head[:4] != b"OHDR":
+            raise ValueError("%s: object %s has no version 2 header at %d" % (path, name, addr))
+        flags = head[5]
+        pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)  # times, attribute phase change
+        width = 1 << (flags & 0x03)  # size of the "size of chunk 0" field
+        chunk0 = int.from_bytes(head[pos:pos + width], "little")
+        at = addr + pos + width + chunk0
+        fp.seek(at)
+        checksum = fp.read(4)
+        fp.seek(at)
+        fp.write(bytes(b ^ 0xFF for b in checksum))
+    return at
