@@ -234,7 +234,14 @@ class Loader {
   static YAML::Node parse_source(const std::string& source, const std::string& text, bool is_deck, bool empty_ok) {
     YAML::Node root;
     try {
-      root = YAML::Load(text);
+      // Every document, so a second one (after a `---`) is refused rather than silently ignored.
+      const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+      if (documents.size() > 1) {
+        throw DeckError({source + ": holds " + std::to_string(documents.size()) + " YAML documents (separated by " +
+                         "`---`); a " + (is_deck ? "deck" : "fragment") + " is one document (merge them, or pass " +
+                         "the others as fragments)"});
+      }
+      if (!documents.empty()) root = documents.front();
     } catch (const YAML::ParserException& e) {
       throw DeckError({location(source, e.mark) + ": YAML syntax error: " + e.msg});
     }

@@ -12,7 +12,7 @@ void add_core_fields(std::vector<Field>& f) {
                   .one_of({"cpu", "cuda", "emulated"}));
   f.push_back(field<std::string>(
       "run.name", [](Deck & d) -> auto& { return d.run.name; },
-      "Name of the run; the default output folder is `runs/<name>`."));
+      "Name of the run, one folder name (no '/'); the default output folder is `runs/<name>`."));
   f.push_back(
       field<int>(
           "run.steps", [](Deck & d) -> auto& { return d.run.steps; }, "Training steps (or simulated steps) to run.")
@@ -118,8 +118,17 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
     problems.push_back(options.source_name + ": model.precision = 'bf16' needs backend: cuda (backend is '" +
                        deck.backend + "'; the cpu backend computes in fp32)");
   }
-  if (deck.run.output.empty())
+  // The name is a folder under runs/ (the default run.output) and a label in traces: one plain path component,
+  // so `..`, `a/b` or an empty name never puts a run's files beside or above the other runs'.
+  const std::string& name = deck.run.name;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    problems.push_back(options.source_name + ": run.name = '" + name + "' must be one folder name (not empty, no " +
+                       "'/', not '.' or '..'): the default run.output is runs/<run.name>; set run.output for " +
+                       "another place");
+  } else if (deck.run.output.empty()) {
     deck.run.output = "runs/" + deck.run.name + (options.command == Command::Simulate ? "-sim" : "");
+  }
   if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
                        " but the job has " + std::to_string(options.world_size) +

@@ -27,6 +27,23 @@ class DeckLoading(FaultCase):
         self.assertFault(run1("validate", deck, "/dev/urandom", timeout=20), 2,
                          r"/dev/urandom: is a device or socket, not a file; the fragment is a YAML file")
 
+    def test_several_yaml_documents_refused(self):
+        # yaml-cpp's Load reads the first document alone: the second was ignored with exit 0.
+        deck = self.write("two.yaml", "%YAML 1.2\n---\nrun:\n  steps: 2\n---\nrun:\n  steps: 3\n")
+        self.assertFault(run1("validate", deck), 2, r"two\.yaml: holds 2 YAML documents \(separated by `---`\); a "
+                         r"deck is one document")
+        frag = self.write("frag.yaml", "noise: {level: 0.1}\n---\nnoise: {level: 0.2}\n")
+        self.assertFault(run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), frag), 2,
+                         r"frag\.yaml: holds 2 YAML documents .* a fragment is one document")
+        self.assertEqual(run1("validate", self.write("one.yaml", "---\nrun: {name: one}\n...\n")).code, 0)
+
+    def test_run_name_is_one_folder_name(self):
+        # The default run.output is runs/<run.name>: '..' put a run's files in the working folder, '' in runs/.
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        for name in ("", "..", ".", "a/b"):
+            self.assertFault(run1("validate", deck, "run.name=" + name), 2,
+                             r"run\.name = '%s' must be one folder name" % name.replace(".", r"\."))
+
     def test_empty_deck(self):
         # (a file of comments only: tests/config)
         self.assertFault(run1("validate", self.write("empty.yaml", "")), 2, r"empty\.yaml: the deck is empty \(no keys\)")
