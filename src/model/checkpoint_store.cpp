@@ -135,6 +135,9 @@ Manifest read_manifest(const std::string& step_dir) {
     int value = 0;
     words >> value;
     if (!words) throw bad("expected '" + key + " <integer>'");
+    // Steps done count from 0, and the shape from 1: a negative step would resume before the first step.
+    if (value < (key == "step" ? 0 : 1))
+      throw bad(key + " " + std::to_string(value) + " is below " + (key == "step" ? "0" : "1"));
     if (key == "step")
       m.step = value, seen |= 1;
     else if (key == "pipeline")

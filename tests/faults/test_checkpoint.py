@@ -89,6 +89,16 @@ class Checkpoints(FaultCase):
         os.remove(os.path.join(root, "step-000003", "manifest.txt"))
         self.assertRefusedIntact(root, r"step-000003.*manifest\.txt")
 
+    def test_negative_step_in_the_manifest(self):
+        # Steps count from 0: a tampered step -3 resumed "steps -3..3" and ran into lr inf and NaN.
+        root = self.copy_good()
+        manifest = os.path.join(root, "step-000003", "manifest.txt")
+        with open(manifest) as f:
+            text = f.read()
+        with open(manifest, "w") as f:
+            f.write(text.replace("\nstep 3\n", "\nstep -3\n"))
+        self.assertRefusedIntact(root, r"step-000003/manifest\.txt' line \d+: step -3 is below 0")
+
     def test_resume_past_run_steps(self):
         self.assertRefusedIntact(self.copy_good(), r"at step 3, not below run\.steps = 2", steps=2)
 
