@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/text_file.hpp"
 
 namespace conductor::sched {
@@ -185,7 +186,7 @@ Schedule parse_text(const std::string& text, const std::string& source) {
       else if (p == "v")
         s.placement = Placement::V;
       else
-        fail("placement must be 'loop' or 'v', got '" + p + "'");
+        fail("placement must be 'loop' or 'v', got '" + printable(p) + "'");
       current = -1;
     } else if (word == "rank") {
       if (!have_p || !have_m) fail("'pipeline' and 'microbatches' must come before the first 'rank' line");
@@ -200,13 +201,14 @@ Schedule parse_text(const std::string& text, const std::string& source) {
       char* end = nullptr;
       const long r = std::strtol(id.c_str(), &end, 10);
       if (id.empty() || *end != '\0' || r < 0 || r >= s.p) {
-        fail("rank '" + id + "' is not in 0 .. " + std::to_string(s.p - 1));
+        fail("rank '" + printable(id) + "' is not in 0 .. " + std::to_string(s.p - 1));
       }
       if (seen_rank[r]) fail("rank " + id + " is listed twice");
       seen_rank[r] = true;
       current = static_cast<int>(r);
     } else {
-      if (current < 0) fail("unknown key '" + word + "' (expected pipeline, microbatches, virtual, placement, rank)");
+      if (current < 0)
+        fail("unknown key '" + printable(word) + "' (expected pipeline, microbatches, virtual, placement, rank)");
       ls.clear();
       ls.str(line);
     }
@@ -214,11 +216,12 @@ Schedule parse_text(const std::string& text, const std::string& source) {
       std::string tok;
       while (ls >> tok) {
         Action a;
-        if (auto why = parse_action(tok, a); !why.empty()) fail("action '" + tok + "': " + why);
+        if (auto why = parse_action(tok, a); !why.empty()) fail("action '" + printable(tok) + "': " + why);
         if (a.chunk >= s.v)
-          fail("action '" + tok + "': chunk " + std::to_string(a.chunk) + " but virtual = " + std::to_string(s.v));
+          fail("action '" + printable(tok) + "': chunk " + std::to_string(a.chunk) +
+               " but virtual = " + std::to_string(s.v));
         if (a.microbatch >= s.m) {
-          fail("action '" + tok + "': microbatch " + std::to_string(a.microbatch) +
+          fail("action '" + printable(tok) + "': microbatch " + std::to_string(a.microbatch) +
                " but microbatches = " + std::to_string(s.m));
         }
         s.ranks[current].push_back(a);
@@ -234,8 +237,22 @@ Schedule parse_text(const std::string& text, const std::string& source) {
   return s;
 }
 
+std::string schedule_file_text(std::string text) {
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark (spreadsheets write one)
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      out += text[i];
+    } else if (i + 1 >= text.size() || text[i + 1] != '\n') {
+      out += '\n';  // a lone CR ends a line (old Mac files); CR LF is one line end
+    }
+  }
+  return out;
+}
+
 Schedule load_schedule(const std::string& path) {
-  Schedule s = parse_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes), path);
+  Schedule s = parse_text(schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes)), path);
   s.name = "file:" + path;
   return s;
 }

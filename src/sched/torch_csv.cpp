@@ -9,6 +9,7 @@
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/text_file.hpp"
 
 namespace conductor::sched {
@@ -61,20 +62,20 @@ std::string parse_single(const std::string& tok, CsvAction& out) {
   std::size_t j = i;
   while (j < tok.size() && !std::isdigit(static_cast<unsigned char>(tok[j]))) ++j;
   const std::string type = tok.substr(i, j - i);
-  if (i == 0 || type.empty()) return "unknown action '" + tok + "': " + kExpected;
+  if (i == 0 || type.empty()) return "unknown action '" + printable(tok) + "': " + kExpected;
   if (is_runtime_type(type)) {
-    return "action '" + tok +
+    return "action '" + printable(tok) +
            "' is one of torch's runtime actions (communication, resharding); conductor reads the compute-only "
            "format: F, I, W, B and OVERLAP_F_B";
   }
   if (type.size() != 1 || std::string("FIWB").find(type[0]) == std::string::npos)
-    return "unknown action '" + tok + "': " + kExpected;
+    return "unknown action '" + printable(tok) + "': " + kExpected;
   out.kind = type[0] == 'F' ? OpKind::F : type[0] == 'I' ? OpKind::B : type[0] == 'W' ? OpKind::W : OpKind::BW;
-  if (j == tok.size()) return "action '" + tok + "' has no microbatch: " + kExpected;
+  if (j == tok.size()) return "action '" + printable(tok) + "' has no microbatch: " + kExpected;
   long long mb = 0;
   while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j])) && mb <= (1 << 20))
     mb = mb * 10 + (tok[j++] - '0');
-  if (j != tok.size()) return "unknown action '" + tok + "': " + kExpected;
+  if (j != tok.size()) return "unknown action '" + printable(tok) + "': " + kExpected;
   out.stage = static_cast<int>(stage);
   out.microbatch = static_cast<int>(mb);
   return "";
@@ -90,17 +91,21 @@ std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
   }
   const auto close = field.find(')');
   if (close == std::string::npos || field.substr(close + 1) != "OVERLAP_F_B")
-    return "unknown action '" + field + "': " + kExpected;
+    return "unknown action '" + printable(field) + "': " + kExpected;
   std::istringstream inner(field.substr(1, close - 1));
   std::string part;
   int count = 0;
   while (std::getline(inner, part, ';')) {
     CsvAction a;
-    if (auto why = parse_single(trim(part), a); !why.empty()) return why + " (in '" + field + "')";
+    if (auto why = parse_single(trim(part), a); !why.empty()) return why + " (in '" + printable(field) + "')";
     out.push_back(a);
     ++count;
   }
-  if (count == 0) return "unknown action '" + field + "': an OVERLAP_F_B pair names its actions";
+  // torch's OVERLAP_F_B runs one forward and one backward together: exactly two actions.
+  if (count != 2) {
+    return "'" + printable(field) + "' names " + std::to_string(count) +
+           " actions; an OVERLAP_F_B pair names two, (F;B) such as (0F1;1B0)OVERLAP_F_B";
+  }
   return "";
 }
 
@@ -159,7 +164,7 @@ std::string to_torch_csv(const Schedule& s) {
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
                          std::vector<std::vector<int>>* field_of) {
   std::vector<std::string> lines;
-  std::istringstream in(text);
+  std::istringstream in(schedule_file_text(text));
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   if (static_cast<int>(lines.size()) != shape.p) {
@@ -229,7 +234,7 @@ bool is_torch_csv(const std::string& path, const std::string& text) {
 }
 
 Schedule import_schedule(const std::string& path, const ScheduleShape& shape, double memory_limit, double a) {
-  const std::string text = read_text_input(path, "schedule file", kMaxScheduleFileBytes);
+  const std::string text = schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes));
   Schedule s;
   Naming naming;
   std::vector<std::vector<int>> field_of;

@@ -172,3 +172,33 @@ TEST(TorchCsv, TextFormThroughImport) {
   EXPECT_EQ(import_error(to_text(s), ScheduleShape{2, 4, 1, std::nullopt}, "text.sched"),
             "the schedule is for pipeline 2, microbatches 2, virtual 1 but the deck has 2, 4, 1");
 }
+
+TEST(TorchCsv, ReadsAByteOrderMarkAndLoneCarriageReturns) {
+  // A spreadsheet's UTF-8 mark, and old Mac line ends (a lone CR), which Python's csv reads as lines too.
+  const std::string path = write_temp("mac.csv",
+                                      "\xEF\xBB\xBF"
+                                      "0F0,0F1,,0B0,,0B1\r,1F0,1B0,1F1,1B1\r");
+  const Schedule s = import_schedule(path, ScheduleShape{2, 2, 1, std::nullopt}, 0, 0);
+  EXPECT_EQ(s.ranks, one_f_one_b(2, 2).ranks);
+}
+
+TEST(TorchCsvErrors, OverlapPairNamesTwoActions) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  EXPECT_EQ(import_error("0F0,(0F1)OVERLAP_F_B,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape),
+            "rank 0, position 1: '(0F1)OVERLAP_F_B' names 1 actions; an OVERLAP_F_B pair names two, (F;B) such as "
+            "(0F1;1B0)OVERLAP_F_B");
+  EXPECT_EQ(import_error("0F0,(0F1;0B0;0B1)OVERLAP_F_B\n,1F0,1B0,1F1,1B1\n", shape).substr(0, 60),
+            "rank 0, position 1: '(0F1;0B0;0B1)OVERLAP_F_B' names 3 actio");
+}
+
+TEST(TorchCsvErrors, BinaryBytesAreQuotedEscaped) {
+  // A binary file's bytes never reach the terminal raw, and a long field is cut.
+  const std::string err = import_error(
+      "0F0,0\x01\xff"
+      "F\n,1F0\n",
+      ScheduleShape{2, 1, 1, std::nullopt});
+  EXPECT_EQ(err.substr(0, 47), "rank 0, position 1: unknown action '0\\x01\\xFFF'") << err;
+  const std::string long_field = "0F0," + std::string(500, 'Z') + "\n,1F0\n";
+  EXPECT_NE(import_error(long_field, ScheduleShape{2, 1, 1, std::nullopt}).find(std::string(60, 'Z') + "...'"),
+            std::string::npos);
+}

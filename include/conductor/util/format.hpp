@@ -2,6 +2,7 @@
 // The one way a double becomes text outside fixed-width log columns (the resolved deck, deck messages): the
 // shortest digits that read back as the same double, so `lr: 0.006` prints 0.006, never 0.0060000000000000001.
 // JSON goes through nlohmann-json, whose numbers are shortest round-trip doubles as well.
+#include <cstddef>
 #include <string>
 
 namespace conductor {
@@ -9,5 +10,9 @@ namespace conductor {
 // Plain notation for 1e-5 <= |v| < 1e17 and zero (1000000, 0.006, 12.5), scientific otherwise (1e-07,
 // 2.5e+20), as %.17g chooses; "nan", "inf", "-inf" for non-finite values.
 std::string format_double(double v);
+
+// A piece of a user's file quoted in a message: bytes outside printable ASCII as \xNN (a binary file's bytes would
+// reach the terminal raw) and at most `max_chars` of it, then "...".
+std::string printable(const std::string& text, std::size_t max_chars = 60);
 
 }  // namespace conductor
