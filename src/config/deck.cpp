@@ -194,7 +194,11 @@ class Loader {
       return;
     }
     if (!value.IsNull() && !value.IsScalar() && !value.IsSequence()) {
-      problems_.push_back("command line '" + text + "': " + path + ": expected a scalar or a flow list like [1, 2]");
+      // YAML reads `file:` or `a: b` as a mapping: the colon, not the key, is what went wrong.
+      problems_.push_back("command line '" + text + "': " + path + ": the value '" + value_text +
+                          "' reads as a YAML mapping (a ':' at its end or before a space); expected a scalar or a "
+                          "flow list like [1, 2] (quote a value with a colon: " +
+                          path + "='\"" + value_text + "\"')");
       return;
     }
     if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);

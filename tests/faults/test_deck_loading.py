@@ -37,6 +37,12 @@ class DeckLoading(FaultCase):
                          r"frag\.yaml: holds 2 YAML documents .* a fragment is one document")
         self.assertEqual(run1("validate", self.write("one.yaml", "---\nrun: {name: one}\n...\n")).code, 0)
 
+    def test_override_value_with_a_colon(self):
+        # `file:` alone reads as a YAML mapping: the message says so and how to quote it.
+        r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "schedule.kind=file:")
+        self.assertFault(r, 2, r"schedule\.kind: the value 'file:' reads as a YAML mapping .*quote a value with a "
+                         r"colon: schedule\.kind='\"file:\"'")
+
     def test_run_name_is_one_folder_name(self):
         # The default run.output is runs/<run.name>: '..' put a run's files in the working folder, '' in runs/.
         deck = self.write("ok.yaml", "run: {name: ok}\n")
