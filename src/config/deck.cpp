@@ -274,7 +274,14 @@ class Loader {
     find_repeated_keys(root, "", options_.source_name);
     deck.sources.push_back("deck " + options_.source_name);
     for (const auto& fragment : options_.fragments) {
-      const YAML::Node tree = parse_source(fragment.name, fragment.text, false, false);
+      // A fragment that cannot be read is reported with the other sources' problems (all found together).
+      YAML::Node tree;
+      try {
+        tree = parse_source(fragment.name, fragment.text, false, false);
+      } catch (const DeckError& e) {
+        problems_.insert(problems_.end(), e.problems().begin(), e.problems().end());
+        continue;
+      }
       find_repeated_keys(tree, "", fragment.name);
       merge(root, tree, "", fragment.name);
       deck.sources.push_back("fragment " + fragment.name);

@@ -37,6 +37,18 @@ class DeckLoading(FaultCase):
                          r"frag\.yaml: holds 2 YAML documents .* a fragment is one document")
         self.assertEqual(run1("validate", self.write("one.yaml", "---\nrun: {name: one}\n...\n")).code, 0)
 
+    def test_every_fragments_problems_together(self):
+        # A fragment's syntax error used to hide the other fragments' problems.
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        dup = self.write("dup.yaml", "run: {steps: 2}\nrun: {steps: 3}\n")
+        bad = self.write("bad.yaml", "run: {steps: [\n")
+        wrong = self.write("wrong.yaml", "run: {steps: abc}\n")
+        r = run1("validate", deck, dup, bad, wrong)
+        self.assertFault(r, 2, r"3 problems in the deck")
+        for message in (r"dup\.yaml:2:1: key 'run' appears twice", r"bad\.yaml:2:1: YAML syntax error",
+                        r"wrong\.yaml:1:14: run\.steps: expected an integer, got 'abc'"):
+            self.assertRegex(r.text, message)
+
     def test_override_value_with_a_colon(self):
         # `file:` alone reads as a YAML mapping: the message says so and how to quote it.
         r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "schedule.kind=file:")
