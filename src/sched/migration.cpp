@@ -219,19 +219,24 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     }
     return least;
   };
-  if (const double least = locate(); !std::isnan(least)) {
-    // The bisection ends at an hi in [least, least + width): its a stays below least, its b at or above, and it
-    // stops once b - a <= width. What follows reads hi only through each candidate's k and the slices the owner
-    // needs, both monotone step functions of hi; where each is the same at both ends of that interval, it is
-    // the same at hi, so the midpoints need not be replayed (most decisions: least is a step of one of them, and
-    // the next step is a slice away). Otherwise the replay below gives the bisection's hi to the bit.
-    const double width = 1e-7 * estimate;
-    const double beyond = std::nextafter(least + width, estimate + width);
+  // Once the bisection's threshold (the least feasible end) is known, the bisection ends at an hi in [threshold,
+  // threshold + width): its lo stays below the threshold, its hi at or above, and it stops once hi - lo <= width.
+  // What follows reads hi only through each candidate's k and the slices the owner needs, both monotone step
+  // functions of hi; where each is the same at both ends of that interval, it is the same at hi, and hi = the
+  // threshold decides alike without replaying the midpoints (most decisions: the threshold is a step of one of
+  // them, and the next step is a slice away). Otherwise the midpoints are replayed, to the bit.
+  const double width = 1e-7 * estimate;
+  const auto settles_at = [&](double threshold) {
+    const double beyond = std::nextafter(threshold + width, estimate + width);
     const auto needs = [&](double tau) { return static_cast<int>(std::ceil((estimate - tau) / slice - 1e-9)); };
-    bool same = needs(least) == needs(beyond);
-    for (std::size_t i = 0; same && i < live.size(); ++i) {
-      same = slices_at(live[i].reach, least) == slices_at(live[i].reach, beyond);
+    if (needs(threshold) != needs(beyond)) return false;
+    for (const Candidate& x : live) {
+      if (slices_at(x.reach, threshold) != slices_at(x.reach, beyond)) return false;
     }
+    return true;
+  };
+  if (const double least = locate(); !std::isnan(least)) {
+    const bool same = settles_at(least);
     if (same) hi = least;
     // On locals: lo and hi are captured by the lambdas above, which would keep them in memory.
     double a = lo, b = hi;
@@ -250,8 +255,13 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     for (int it = 0; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
       if (at_lo == at_hi) {
         // Constant from here on (both ends keep the same total): feasibility is one comparison with the same
-        // threshold at every midpoint, so the rest of the bisection is this loop, without the bookkeeping.
+        // threshold at every midpoint (lo is below it, hi at or above), so the rest of the bisection is settled
+        // as above, or this loop without the bookkeeping.
         const double need = estimate - slice * at_lo;
+        if (search == Search::Located && settles_at(need)) {
+          hi = need;
+          break;
+        }
         for (; it < 60 && hi - lo > 1e-7 * estimate; ++it) {
           const double tau = 0.5 * (lo + hi);
           const bool feasible = need <= tau;
