@@ -98,6 +98,20 @@ void check_vocab(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
+// Every MLP column group holds at least one column: with more slices than columns some groups are empty, which no
+// helper can compute and which gave wrong gradients on the cpu backend (an empty group in the column split).
+void check_mlp(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
+  const MigrationConfig& m = d.migration;
+  const bool mlp = std::find(m.units.begin(), m.units.end(), "mlp") != m.units.end();
+  const long long columns = static_cast<long long>(d.model.mlp_ratio) * d.model.d_model;
+  if (mlp && m.slices > columns) {
+    problems.push_back(src + ": migration.slices = " + std::to_string(m.slices) + " exceeds the MLP's " +
+                       std::to_string(columns) + " columns (model.mlp_ratio x model.d_model; unit 'mlp'): every " +
+                       "slice needs at least one column; allowed 1 .. " + std::to_string(columns) +
+                       ", or leave mlp out of migration.units");
+  }
+}
+
 // A head is indivisible: the slices split the heads evenly. (MLP columns and vocabulary columns are many: a
 // group one column larger than another changes nothing measurable, so they need not divide.)
 void check_heads(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
@@ -174,6 +188,7 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
     problems.push_back(src + ": migration.units is empty; name at least one of heads, mlp, vocab");
   }
   check_heads(deck, src, problems);
+  check_mlp(deck, src, problems);
   if (options.command == Command::Run) check_vocab(deck, src, problems);
 }
 

@@ -33,6 +33,14 @@ class DeckInputs(FaultCase):
             self.assertRegex(r.text, named)
             self.assertFalse(os.path.exists(self.out))
 
+    def test_more_mlp_slices_than_columns(self):
+        # d_model 32 x mlp_ratio 4 = 128 MLP columns: 129 slices left a group empty, and the cpu backend's
+        # gradients were wrong (the MLP's output bias rides with the group that starts at column 0).
+        keys = ("migration.enabled=true", "migration.units=[mlp]")
+        r = run1("validate", self.deck(), *keys, "migration.slices=129")
+        self.assertFault(r, 2, r"migration\.slices = 129 exceeds the MLP's 128 columns .*allowed 1 \.\. 128")
+        self.assertEqual(run1("validate", self.deck(), *keys, "migration.slices=128").code, 0)
+
 
 if __name__ == "__main__":
     unittest.main()
