@@ -194,10 +194,18 @@ cj_launch() {
     overrides+=("${CJ_RESUME[@]}")
   fi
 
-  # Deck problems are reported once, here, instead of once per rank after a queue wait.
-  cj_log "checking: $(cj_quote "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}")"
-  "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" >"$output/deck.resolved.yaml" ||
-    cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
+  # Deck problems are reported once, here, instead of once per rank after a queue wait; so is a run folder the
+  # command would refuse (another run's results), before this job's records replace the ones there.
+  local check=("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}")
+  [[ $command == validate ]] || check+=(--output-for "$command")
+  cj_log "checking: $(cj_quote "${check[@]}")"
+  local resolved="$output/.deck.resolved.yaml.$$"
+  if ! "${check[@]}" >"$resolved"; then
+    rm -f "$resolved"
+    cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
+      "refused (listed above)"
+  fi
+  mv -f "$resolved" "$output/deck.resolved.yaml" || cj_fail "cannot write '$output/deck.resolved.yaml'"
   local pipeline
   pipeline=$(cj_deck_value "$output/deck.resolved.yaml" parallel pipeline)
   [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"

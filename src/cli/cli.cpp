@@ -36,7 +36,10 @@ const std::vector<CommandSpec>& commands() {
        "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems.",
-       {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"}},
+       {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"},
+        {"--output-for", true,
+         "COMMAND (run, simulate or train-policy): also check run.output (and checkpoint.path) as COMMAND would "
+         "before writing anything (exit 2 where it would refuse); the job scripts check before they record"}},
        false,
        &cmd_validate},
       {"schedule",

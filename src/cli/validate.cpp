@@ -2,7 +2,9 @@
 #include <string>
 
 #include "conductor/cli/cli.hpp"
+#include "conductor/cli/run_folder.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 
 namespace conductor::cli {
@@ -50,7 +52,33 @@ int cmd_validate(const Invocation& inv) {
     print_keys();
     return 0;
   }
-  const config::Deck deck = load_deck(inv, config::Command::Validate);
+  if (!inv.has_flag("--output-for")) {
+    const config::Deck deck = load_deck(inv, config::Command::Validate);
+    std::fputs(config::to_yaml(deck).c_str(), stdout);
+    return 0;
+  }
+  // As the command would load it (simulate's default run.output ends in -sim); `run` as validate, since this one
+  // process is not the run's ranks.
+  const std::string& what = inv.flags.at("--output-for");
+  const config::Command command = what == "run"            ? config::Command::Run
+                                  : what == "simulate"     ? config::Command::Simulate
+                                  : what == "train-policy" ? config::Command::TrainPolicy
+                                                           : config::Command::Validate;
+  if (command == config::Command::Validate) {
+    std::fprintf(stderr, "conductor validate: --output-for '%s': expected run, simulate or train-policy\n",
+                 what.c_str());
+    return kExitUsage;
+  }
+  const config::Deck deck = load_deck(inv, command == config::Command::Run ? config::Command::Validate : command);
+  try {
+    check_output_folder(deck, command);
+    probe_writable("run.output", deck.run.output);
+    if (command == config::Command::Run && !deck.checkpoint.path.empty())
+      probe_writable("checkpoint.path", deck.checkpoint.path);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "conductor: %s\n", e.what());
+    return kExitUsage;
+  }
   std::fputs(config::to_yaml(deck).c_str(), stdout);
   return 0;
 }

@@ -118,7 +118,9 @@ chmod +x fake-conductor
 expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out8 bash "$src/jobs/train-cpu.sbatch"
 # A requeued job's folder keeps the previous attempt's summary.json: that one does not count as this launch's.
+# (The folder holds that attempt's resolved.yaml of the same deck, as simulate wrote it: a rerun of it is allowed.)
 mkdir -p out9 && echo '{"steps": 7}' >out9/summary.json && touch -d '-1 minute' out9/summary.json
+"$bin" validate "$src/inputs/quickstart.yaml" "run.output=$work/out9" >out9/resolved.yaml
 expect 1 "exited 0 but wrote no new .*summary.json; nothing ran" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out9 bash "$src/jobs/train-cpu.sbatch"
 [[ $(cat out9/summary.json) == '{"steps": 7}' && ! -e out9/.conductor-launch-stamp ]] && ok ||
@@ -196,8 +198,21 @@ for d in sw/000-q-strict sw/001-q-readiness; do
     bad "$d/bubbles.json is not JSON"
   [[ $(head -c 4 "$d/timeline.png" | od -An -c | tr -d ' ') == 211PNG ]] && ok || bad "$d/timeline.png is not a PNG"
 done
+# A bad PYTHON is named before anything is written, and the results of the run above stay as they are.
+before=$(md5sum sw/*/bubbles.json)
+expect 2 "PYTHON='/nonexistent/python' is not an executable" -- env PYTHON=/nonexistent/python bash "$src/jobs/analyze.sbatch" sw
+[[ $(md5sum sw/*/bubbles.json) == "$before" ]] && ok || bad "a failed analyze.sbatch changed bubbles.json"
 grep -q '| q-strict |' sw/report.md && grep -q '| q-readiness |' sw/report.md && grep -q 'speedup vs q-readiness' sw/report.md &&
   ok || bad "report.md does not name the runs by their sweep labels or lacks the baseline: $(cat sw/report.md)"
+
+# A run into a folder that holds another run's results is refused by the check, before this job's records
+# (job.txt, deck.resolved.yaml) replace the ones there.
+mkdir -p out12 && echo '{}' >out12/summary.json && echo 'command: the first job' >out12/job.txt &&
+  echo 'the first deck' >out12/deck.resolved.yaml
+expect 2 "run.output = '$work/out12' already holds the results of another run \\(summary.json\\)" -- \
+  env OUTPUT=out12 bash "$src/jobs/train-cpu.sbatch"
+[[ $(cat out12/job.txt) == 'command: the first job' && $(cat out12/deck.resolved.yaml) == 'the first deck' &&
+  -z $(find out12 -name '.deck.resolved.yaml.*') ]] && ok || bad "a refused job changed out12's records"
 
 # --- deck fragments: any YAML conductor reads (block lists, anchors), checked and located by conductor itself
 printf 'noise:\n  kind:\n    - gaussian   # comment\n  level: &l 0.5\n  seed: 3\nrun:\n  name: "x"\n' >frag.yaml
