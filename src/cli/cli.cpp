@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "conductor/runtime/stop_signal.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/hdf5.hpp"
 #include "conductor/util/log.hpp"
@@ -213,6 +214,10 @@ int main(int argc, char** argv) {
   if (needs_deck && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
 
   hdf5::never_print_errors();
+  // A stop asked for while the run starts (MPI start-up, loading, a checkpoint's check) is kept, not fatal: the
+  // run then stops after its first step, as after any other (scripts/conductor-launch signals as soon as the
+  // ranks exist).
+  if (spec->name == "run") runtime::install_stop_handlers();
   std::unique_ptr<mpi::Session> session;
   if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);
   try {

@@ -124,6 +124,29 @@ class Signals(FaultCase):
         # (The second SIGINT may merge into the first while the launcher handles it: pending signals coalesce.)
         self.assertIn("conductor-launch: SIGINT: asking the run to finish its step", res.err)
 
+    def test_stop_while_the_ranks_start(self):
+        # A stop in the run's first moments: the ranks do not exist yet, or have not reached main (a SIGTERM then
+        # killed them: exit 143 and no summary). The launcher waits until they handle it; the run stops after
+        # first step (or the one under way when the flag is read), gracefully.
+        for delay in (0.02, 0.25):
+            deck = self.deck(steps=100000, p=2, m=2, extra=SLOW % 200 + "runtime: {watchdog_s: 60}\n")
+            run = Launched(deck, "checkpoint.path=" + self.ckpt, "run.overwrite=true")
+            self.addCleanup(run.kill)
+            time.sleep(delay)
+            start = time.monotonic()
+            os.kill(run.proc.pid, signal.SIGTERM)
+            try:
+                run.proc.wait(timeout=EXIT_DEADLINE_S + 30)
+            finally:
+                run.kill()
+            res = run.result(start)
+            self.assertEqual(res.code, EXIT_STOPPED, "delay %s:\n%s" % (delay, res.text))
+            stopped = re.search(r"stop requested \(signal\): stopped after step (\d+)", res.text)
+            self.assertTrue(stopped, res.text)
+            self.assertLessEqual(int(stopped.group(1)), 2, res.text)  # the first step, or the one it was in
+            self.assertIsNone(RAW_DUMP.search(res.text), res.text)
+            self.assertCheckpointComplete(int(stopped.group(1)))
+
     def test_signal_after_grace_aborts(self):
         # 12 s steps: the abort must come long before the step would end.
         run, ranks = self.start(factor=1000, env=dict(os.environ, CONDUCTOR_LAUNCH_GRACE_S="0.5"))
