@@ -56,6 +56,22 @@ class Loader {
     return location(source_of(path), node.Mark());
   }
 
+  // The cross-field checks name the deck file and the key they are about ("DECK: migration.slices = 3 ..."):
+  // where an override or a fragment set that key, the problem names that instead, as the per-key checks do.
+  void relocate(std::string& problem) const {
+    const std::string head = options_.source_name + ": ";
+    if (problem.rfind(head, 0) != 0) return;
+    const std::size_t end = problem.find(" = ", head.size());
+    if (end == std::string::npos) return;
+    const std::string key = problem.substr(head.size(), end - head.size());
+    if (key.empty() || key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") != std::string::npos) return;
+    if (auto it = override_of_.find(key); it != override_of_.end()) {
+      problem = "command line '" + it->second + "': " + problem.substr(head.size());
+    } else if (const std::string source = source_of(key); source != options_.source_name) {
+      problem = source + ": " + problem.substr(head.size());
+    }
+  }
+
   static std::string location(const std::string& source, const YAML::Mark& m) {
     if (m.is_null()) return source;
     return source + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
@@ -297,6 +313,7 @@ class Loader {
       finalize_sched(deck, options_, problems_);
       finalize_policy(deck, options_, problems_);
       finalize_migration(deck, options_, problems_);
+      for (std::string& problem : problems_) relocate(problem);
     }
     if (!problems_.empty()) throw DeckError(problems_);
     return deck;

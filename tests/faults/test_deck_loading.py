@@ -49,6 +49,16 @@ class DeckLoading(FaultCase):
                         r"wrong\.yaml:1:14: run\.steps: expected an integer, got 'abc'"):
             self.assertRegex(r.text, message)
 
+    def test_cross_key_problem_names_where_the_key_was_set(self):
+        # Checks of several keys named the deck file even for a value typed on the command line.
+        deck = self.write("ok.yaml", "run: {name: ok}\nmodel: {n_heads: 4, d_model: 32}\n")
+        r = run1("validate", deck, "migration.enabled=true", "migration.slices=3")
+        self.assertFault(r, 2, r"  command line 'migration\.slices=3': migration\.slices = 3 does not divide")
+        frag = self.write("noisy.yaml", "noise: {kind: lognormal, level: 5}\n")
+        self.assertFault(run1("validate", deck, frag), 2, r"  noisy\.yaml: noise\.level = 5 with noise\.kind lognormal")
+        self.assertFault(run1("validate", self.write("n.yaml", "noise: {kind: sample, level: 4}\n")), 2,
+                         r"  .*n\.yaml: noise\.level = 4 with noise\.kind sample")
+
     def test_override_value_with_a_colon(self):
         # `file:` alone reads as a YAML mapping: the message says so and how to quote it.
         r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "schedule.kind=file:")
