@@ -55,7 +55,7 @@ class DeckLoading(FaultCase):
         r = run1("validate", deck, "migration.enabled=true", "migration.slices=3")
         self.assertFault(r, 2, r"  command line 'migration\.slices=3': migration\.slices = 3 does not divide")
         frag = self.write("noisy.yaml", "noise: {kind: lognormal, level: 5}\n")
-        self.assertFault(run1("validate", deck, frag), 2, r"  noisy\.yaml: noise\.level = 5 with noise\.kind lognormal")
+        self.assertFault(run1("validate", deck, frag), 2, r"  .*/noisy\.yaml: noise\.level = 5 with noise\.kind lognormal")
         self.assertFault(run1("validate", self.write("n.yaml", "noise: {kind: sample, level: 4}\n")), 2,
                          r"  .*n\.yaml: noise\.level = 4 with noise\.kind sample")
 
