@@ -23,6 +23,8 @@ command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm l
 
 n=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --count)
 [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || cj_fail "cannot size the sweep (sweep.sbatch --count said '$n')"
+# Every combination's deck, preset and keys, before a folder is made or a job waits in the queue.
+bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check || cj_fail "nothing was submitted (the sweep task above is refused)"
 SWEEP_DIR=$(cj_resolve "${SWEEP_DIR:-sweeps/sweep-$(date -u +%Y%m%d-%H%M%S)}")
 export SWEEP_DIR
 mkdir -p "$SWEEP_DIR/logs"

@@ -214,6 +214,19 @@ expect 2 "run.output = '$work/out12' already holds the results of another run \\
 [[ $(cat out12/job.txt) == 'command: the first job' && $(cat out12/deck.resolved.yaml) == 'the first deck' &&
   -z $(find out12 -name '.deck.resolved.yaml.*') ]] && ok || bad "a refused job changed out12's records"
 
+# --- submit-sweep.sh checks every combination before it makes a folder or submits (a fake sbatch records calls)
+printf '#!/bin/bash\necho "$*" >>%q/sbatch-calls\necho 99\n' "$work" >fakebin/sbatch
+chmod +x fakebin/sbatch
+expect 2 "sweep task 1 \\(.*noise bogus\\) is refused" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 SWEEP_EXECUTIONS=strict \
+  SWEEP_NOISES="none bogus" bash "$src/jobs/submit-sweep.sh"
+grep -q "noise preset 'bogus' not found" <<<"$LAST" && ok || bad "the bad preset is not named: $LAST"
+expect 2 "sweep task 1 .*readiness:nosuch.* is refused" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 \
+  SWEEP_EXECUTIONS="strict readiness:nosuch" SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
+grep -q "command line 'schedule.hint=nosuch'" <<<"$LAST" && ok || bad "the bad hint is not named: $LAST"
+[[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
+
 # --- deck fragments: any YAML conductor reads (block lists, anchors), checked and located by conductor itself
 printf 'noise:\n  kind:\n    - gaussian   # comment\n  level: &l 0.5\n  seed: 3\nrun:\n  name: "x"\n' >frag.yaml
 expect 0 "" -- env OUTPUT=out9 COMMAND=validate OVERRIDES="@frag.yaml" bash "$src/jobs/train-cpu.sbatch"
