@@ -61,10 +61,12 @@ class Loader {
   void relocate(std::string& problem) const {
     const std::string head = options_.source_name + ": ";
     if (problem.rfind(head, 0) != 0) return;
-    const std::size_t end = problem.find(" = ", head.size());
+    const std::size_t end = problem.find(' ', head.size());
     if (end == std::string::npos) return;
-    const std::string key = problem.substr(head.size(), end - head.size());
-    if (key.empty() || key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") != std::string::npos) return;
+    const std::string key = problem.substr(head.size(), end - head.size());  // "noise.level", "migration.force"
+    if (key.find('.') == std::string::npos ||
+        key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") != std::string::npos)
+      return;
     if (auto it = override_of_.find(key); it != override_of_.end()) {
       problem = "command line '" + it->second + "': " + problem.substr(head.size());
     } else if (const std::string source = source_of(key); source != options_.source_name) {

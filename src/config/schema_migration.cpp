@@ -125,6 +125,19 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
+// Why a well-formed forced help can never move a slice ("" when it can): only B and W on a schedule whose
+// backward is one op (BW). The run would report 0 slices moved. (A vocab-only entry for a rank without the LM
+// head moves nothing either, but a pattern over every rank names those on purpose.)
+std::string moves_nothing(const Deck& d, const plan::ForcedHelp& f) {
+  const std::string& kind = d.schedule.kind;
+  const bool one_backward = kind == "gpipe" || kind == "1f1b" || kind == "1f1b-interleaved";
+  if (one_backward && !f.kinds[0] && !f.kinds[3]) {
+    return "schedule.kind = " + kind + " runs each backward as one BW op (no B or W): this entry would move " +
+           "nothing (force F or BW)";
+  }
+  return "";
+}
+
 // migration.force: well-formed entries, ranks in the pipeline, a helper other than the owner, one entry per
 // owner, slices within migration.slices.
 void check_force(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
@@ -134,6 +147,7 @@ void check_force(const Deck& d, const std::string& src, std::vector<std::string>
     std::string why;
     const auto f = parse_forced_help(entry, why);
     const std::string head = src + ": migration.force entry '" + entry + "': ";
+    const std::size_t before = problems.size();  // an entry's other problems first
     if (!f) {
       problems.push_back(head + why);
       continue;
@@ -151,6 +165,8 @@ void check_force(const Deck& d, const std::string& src, std::vector<std::string>
                          "helper per owner)");
     }
     owners.push_back(f->owner);
+    if (const std::string nothing = moves_nothing(d, *f); !nothing.empty() && problems.size() == before)
+      problems.push_back(head + nothing);
   }
 }
 

@@ -479,8 +479,14 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
     p = one({"migration.enabled=true", "migration.force=[\"" + entry + "\"]"});
     EXPECT_TRUE(contains(p, "migration.force entry '" + entry + "'") && contains(p, says)) << p;
   }
-  p = one({"migration.enabled=true", "migration.force=[\"1->0:W:1\", \"1->2:BW:1\"]"});
+  p = one({"migration.enabled=true", "migration.force=[\"1->0:BW:1\", \"1->2:BW:1\"]"});
   EXPECT_TRUE(contains(p, "already an owner")) << p;
+  // An entry that can move nothing: B and W on a schedule whose backward is one BW op (the default 1f1b).
+  p = one({"migration.enabled=true", "migration.force=[\"1->0:B,W:1\"]"});
+  EXPECT_TRUE(contains(p, "schedule.kind = 1f1b runs each backward as one BW op")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "schedule.kind=zb-h1", "migration.force=[\"1->0:B,W:1\"]"},
+                          Command::Run, 4)
+                  .empty());
   // conductor run on cuda moves every unit, as on cpu: the default units and a named vocab raise no migration
   // problem. A build without CUDA (the sanitizer builds) adds its own problem for backend=cuda: none of ours among
   // them.
@@ -554,7 +560,8 @@ TEST(Deck, MigrationResolvesLinkAndSliceCosts) {
 TEST(Deck, EncoderTflopIsCheckedAndNeverSliced) {
   const auto two = problems_of("", {"backend=emulated", "cost.encoder_tflop=[1, 2]"});
   ASSERT_EQ(two.size(), 1u);
-  EXPECT_TRUE(contains(two[0], "deck.yaml: cost.encoder_tflop has 2 values; give three")) << two[0];
+  EXPECT_TRUE(contains(two[0], "command line 'cost.encoder_tflop=[1, 2]': cost.encoder_tflop has 2 values; give three"))
+      << two[0];
   const auto cpu = problems_of("", {"backend=cpu", "cost.encoder_tflop=[1, 1, 1]"});
   ASSERT_EQ(cpu.size(), 1u);
   EXPECT_TRUE(contains(cpu[0], "cost.encoder_tflop describes an encoder the cpu model does not have")) << cpu[0];
