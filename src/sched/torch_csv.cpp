@@ -103,8 +103,13 @@ std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
   }
   // torch's OVERLAP_F_B runs one forward and one backward together: exactly two actions.
   if (count != 2) {
-    return "'" + printable(field) + "' names " + std::to_string(count) +
-           " actions; an OVERLAP_F_B pair names two, (F;B) such as (0F1;1B0)OVERLAP_F_B";
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on a chain of std::string operator+ starting here.
+    std::string why = "'";
+    why += printable(field);
+    why += "' names ";
+    why += std::to_string(count);
+    why += " actions; an OVERLAP_F_B pair names two, (F;B) such as (0F1;1B0)OVERLAP_F_B";
+    return why;
   }
   return "";
 }
