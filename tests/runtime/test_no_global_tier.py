@@ -58,7 +58,9 @@ class NoGlobalTierTest(unittest.TestCase):
         proc = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", deck],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        proc = subprocess.run([BIN, "simulate", deck], capture_output=True, text=True, timeout=60)
+        # Into its own folder: a simulation never writes over a measured run's results.
+        sim = "run.output=" + os.path.join(self.tmp.name, "sim-static")
+        proc = subprocess.run([BIN, "simulate", deck, sim], capture_output=True, text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stderr)
 
 
