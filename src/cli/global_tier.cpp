@@ -107,8 +107,7 @@ int cmd_train_policy(const Invocation& inv) {
 #if CONDUCTOR_HAVE_POLICY
   const config::Deck deck = load_deck(inv, config::Command::TrainPolicy);
   // Before LibTorch is loaded or anything written: another run's results in run.output are never replaced.
-  check_output_folder(deck, config::Command::TrainPolicy);
-  probe_writable("run.output", deck.run.output);
+  check_run_output(deck, config::Command::TrainPolicy);
   return global_tier("conductor train-policy").train_policy(deck);
 #else
   // The command stays listed and says why it fails.

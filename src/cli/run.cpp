@@ -42,8 +42,7 @@ void check_folders(const config::Deck& deck) {
   std::string problem;
   try {
     if (mpi::world_rank() == 0) {
-      check_output_folder(deck, config::Command::Run);
-      probe_writable("run.output", deck.run.output);
+      check_run_output(deck, config::Command::Run);
     }
     if (!deck.checkpoint.path.empty()) probe_writable("checkpoint.path", deck.checkpoint.path);
   } catch (const InputError& e) {

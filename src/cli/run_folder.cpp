@@ -158,6 +158,11 @@ void probe_writable(const std::string& key, const fs::path& dir) {
   ::unlink(probe.c_str());
 }
 
+void check_run_output(const config::Deck& deck, config::Command command) {
+  check_output_folder(deck, command);
+  probe_writable("run.output", deck.run.output);
+}
+
 void create_run_folder(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -91,8 +91,7 @@ int cmd_simulate(const Invocation& inv) {
   // the machine), then the run folder, then the inputs the schedule and the planner read.
   try {
     check_simulate_size(deck, kSummarizeFromEventsUpTo);
-    check_output_folder(deck, config::Command::Simulate);
-    probe_writable("run.output", out_dir);
+    check_run_output(deck, config::Command::Simulate);
     schedule = sched::make_schedule(plan);
     options = sim::SimOptions::from_plan(plan, schedule);
     noise = std::make_unique<sim::NoiseModel>(sim::NoiseModel::from_plan(plan, schedule));

@@ -71,8 +71,7 @@ int cmd_validate(const Invocation& inv) {
   }
   const config::Deck deck = load_deck(inv, command == config::Command::Run ? config::Command::Validate : command);
   try {
-    check_output_folder(deck, command);
-    probe_writable("run.output", deck.run.output);
+    check_run_output(deck, command);
     if (command == config::Command::Run && !deck.checkpoint.path.empty())
       probe_writable("checkpoint.path", deck.checkpoint.path);
   } catch (const InputError& e) {

@@ -237,6 +237,9 @@ Schedule parse_text(const std::string& text, const std::string& source) {
   return s;
 }
 
+namespace {
+
+// A schedule file's text with its line ends as '\n' (CR LF and a lone CR alike) and no UTF-8 byte order mark.
 std::string schedule_file_text(std::string text) {
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark (spreadsheets write one)
   std::string out;
@@ -251,8 +254,14 @@ std::string schedule_file_text(std::string text) {
   return out;
 }
 
+}  // namespace
+
+std::string read_schedule_file(const std::string& path) {
+  return schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes));
+}
+
 Schedule load_schedule(const std::string& path) {
-  Schedule s = parse_text(schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes)), path);
+  Schedule s = parse_text(read_schedule_file(path), path);
   s.name = "file:" + path;
   return s;
 }

@@ -10,7 +10,6 @@
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
-#include "conductor/util/text_file.hpp"
 
 namespace conductor::sched {
 
@@ -169,7 +168,7 @@ std::string to_torch_csv(const Schedule& s) {
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
                          std::vector<std::vector<int>>* field_of) {
   std::vector<std::string> lines;
-  std::istringstream in(schedule_file_text(text));
+  std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   if (static_cast<int>(lines.size()) != shape.p) {
@@ -239,7 +238,7 @@ bool is_torch_csv(const std::string& path, const std::string& text) {
 }
 
 Schedule import_schedule(const std::string& path, const ScheduleShape& shape, double memory_limit, double a) {
-  const std::string text = schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes));
+  const std::string text = read_schedule_file(path);
   Schedule s;
   Naming naming;
   std::vector<std::vector<int>> field_of;

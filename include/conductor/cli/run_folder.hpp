@@ -23,6 +23,10 @@ std::vector<std::string> previous_results(const std::filesystem::path& dir,
 // deterministic, so writing them again loses nothing; a measured run's folder is never theirs).
 void check_output_folder(const config::Deck& deck, config::Command command);
 
+// What every command that writes a run folder checks first: check_output_folder, then run.output probed for
+// writing (probe_writable).
+void check_run_output(const config::Deck& deck, config::Command command);
+
 // Creates and removes a probe file in `dir`, or in its nearest existing ancestor when `dir` does not exist yet,
 // so nothing is left behind; throws InputError naming `key` and the reason when it cannot be written.
 void probe_writable(const std::string& key, const std::filesystem::path& dir);

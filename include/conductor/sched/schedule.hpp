@@ -94,8 +94,9 @@ std::string to_text(const Schedule& s);
 // validate() (validate.hpp) before running it.
 Schedule parse_text(const std::string& text, const std::string& source = "<schedule>");
 Schedule load_schedule(const std::string& path);  // parse_text of a file; InputError if unreadable
-// A schedule file's text with its line ends as '\n' (CR LF and a lone CR alike) and no UTF-8 byte order mark.
-std::string schedule_file_text(std::string text);
+// A schedule file's whole text (read_text_input's checks, at most kMaxScheduleFileBytes), its line ends as '\n'
+// (CR LF and a lone CR alike) and no UTF-8 byte order mark: what both schedule formats parse.
+std::string read_schedule_file(const std::string& path);
 void save_schedule(const Schedule& s, const std::string& path);
 
 }  // namespace conductor::sched
