@@ -11,7 +11,9 @@ last compute end - its first compute start (0 where the span is 0).
 """
 import os
 import re
+import signal
 import sys
+import time
 
 import numpy as np
 
@@ -145,10 +147,56 @@ def _open(path):
         return h5py.File(path, "r")
     except OSError as first:
         # A run killed while writing leaves the file marked open for SWMR writing; SWMR readers may open it.
+        # Only then: a SWMR reader retries every metadata read that fails its checksum (HDF5 sleeps between
+        # tries), so a damaged superblock opened that way takes minutes to fail.
+        if "already open for write" not in str(first):
+            raise TraceError("%s: not a readable HDF5 file (%s)" % (path, _reason(first))) from None
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError:
             raise TraceError("%s: not a readable HDF5 file (%s)" % (path, _reason(first))) from None
+
+
+def _probe_timeout(path):
+    """Seconds a child may take to read the trace: generous for a slow disk (20 MB/s), bounded for a hang."""
+    return 30.0 + os.path.getsize(path) / 20e6
+
+
+def _probe(path):
+    """Reads the trace once in a child process. Some damage to HDF5 metadata makes the HDF5 library itself
+    crash (a segmentation fault inside h5py's calls, which Python cannot catch) or never return; the child
+    takes that, and the tool reports it as one line. When the child ends, the same reads in this process are
+    safe: they are the same calls on the same bytes. Errors the child meets are left to the real read, which
+    reports them."""
+    pid = os.fork()
+    if pid == 0:  # the child: no output, no cleanup handlers of the parent
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            with _open(path) as f:
+                _read(f, path)
+        except BaseException:  # noqa: BLE001 - reported by the parent's own read
+            pass
+        os._exit(0)
+    deadline = time.monotonic() + _probe_timeout(path)
+    pause = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise TraceError("%s: damaged HDF5 trace (reading it did not finish in %.0f s); it cannot be read" %
+                             (path, _probe_timeout(path)))
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else "signal %d" % sig
+        raise TraceError("%s: damaged HDF5 trace (reading it crashed the HDF5 library: %s); it cannot be read" %
+                         (path, name))
 
 
 def _table(f, path, name, fields):
@@ -174,6 +222,8 @@ def _table(f, path, name, fields):
 def load(path):
     """Opens and validates a trace; raises TraceError naming what is missing or damaged."""
     import h5py
+    if os.path.isfile(path):
+        _probe(path)
     try:
         f = _open(path)
     except TraceError:

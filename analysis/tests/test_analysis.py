@@ -630,6 +630,27 @@ class SimulatorTrace(TempDirCase):
             check_every_tool_refuses(self, p, "damaged HDF5 trace (")
         check_every_tool_refuses(self, os.path.dirname(self.trace_path), "is a folder, not a trace file")
 
+    def test_damage_that_crashes_or_stalls_hdf5(self):
+        """Damage that h5py cannot survive: the length of a dataset attribute's text overwritten (HDF5 reads
+        past its buffer: a segmentation fault inside h5py with this Debian's HDF5), and the superblock's
+        addresses overwritten (a SWMR open retries its checksum with sleeps for minutes). Every tool still
+        gives one line and exit 2, within the test's 60 s per tool."""
+        with open(self.trace_path, "rb") as fp:
+            data = fp.read()
+        text = data.find(b"idle time on this rank")  # /events' doc attribute for wait_ns (trace_writer.cpp)
+        self.assertGreater(text, 8)
+        cases = {"length.h5": text - 8, "superblock.h5": 24}
+        for name, offset in cases.items():
+            p = self.path(name)
+            with open(p, "wb") as fp:
+                fp.write(data[:offset] + b"\xde\xad\xbe\xef" * 2 + data[offset + 8:])
+            plain = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import conductor_trace as ct;"
+                                    "ct._read(ct._open(%r), %r)" % (ANALYSIS, p, p)],
+                                   capture_output=True, text=True, timeout=60)
+            check_every_tool_refuses(self, p, "not a readable HDF5 file" if name == "superblock.h5" else "damaged HDF5 trace (")
+            if plain.returncode < 0:  # h5py crashed reading it here: the tools must say so
+                check_every_tool_refuses(self, p, "reading it crashed the HDF5 library: SIG")
+
     def test_interleaved_transfers_pair_exactly(self):
         """Two chunks per rank send both ways between the same ranks; in the simulator a SEND and its RECV
         share their times, so every pair perfetto.py makes can be checked exactly."""
