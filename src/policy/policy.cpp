@@ -13,6 +13,7 @@
 
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/text_file.hpp"
 #include "nets.hpp"
 
 namespace conductor::policy {
@@ -202,12 +203,15 @@ void save_policy(const Policy& p, const std::string& path) {
 }
 
 Policy load_policy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    throw InputError("policy file '" + path + "' cannot be opened (" +
-                     (std::filesystem::exists(path) ? "not readable" : "no such file") +
-                     "); train one with `conductor train-policy DECK` or set scheduler.policy");
+  if (!std::filesystem::exists(path)) {
+    throw InputError("policy file '" + path +
+                     "' cannot be opened (no such file); train one with `conductor train-policy DECK` or set "
+                     "scheduler.policy");
   }
+  // Read whole, after read_text_input's checks: a folder, a device or a file far larger than any policy (hidden
+  // <= 256: a few MB) is named as such instead of "not a conductor policy" or a read that never ends.
+  constexpr std::uintmax_t kMaxPolicyBytes = 64u << 20;
+  std::istringstream f(read_text_input(path, "policy file", kMaxPolicyBytes));
   std::string header;
   std::getline(f, header);
   if (header.rfind(kMagic, 0) != 0) {

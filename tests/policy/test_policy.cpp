@@ -282,6 +282,11 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
   const std::string text = temp_path("text.pt");
   std::ofstream(text) << "pipeline 4\nmicrobatches 8\n";
   expect_error(text, "not a conductor policy");
+  // A folder or a device is named as such (a device was read until its first newline: /dev/zero never ends).
+  const std::string folder = temp_path("policy-folder");
+  std::filesystem::create_directories(folder);
+  expect_error(folder, "is a folder");
+  expect_error("/dev/zero", "is a device");
 
   // A valid file, then damaged: its archive truncated, or its header claiming another feature version.
   const std::string good = temp_path("good.pt");
