@@ -23,6 +23,11 @@ BUILD=${BUILD:-$ROOT/build-device}
 JOBS=${JOBS:-$(nproc)}
 START=$(date +%s)
 BUDGET=${BUDGET:-470}
+# Without a GPU nothing is written: no log or results file under bench/results to mistake for a check.
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "device-check: no NVIDIA GPU visible (nvidia-smi failed): this script is for a GPU machine; nothing written" >&2
+  exit 1
+fi
 if [[ -n ${OUT:-} ]]; then
   mkdir -p "$OUT"
   RESULTS=$OUT/device-check.txt
@@ -71,10 +76,7 @@ phase() {
 }
 
 say "repo $ROOT, build $BUILD, $JOBS jobs, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
-  say "no NVIDIA GPU visible (nvidia-smi failed): this script is for a GPU machine"
-  exit 1
-fi
+nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 
 ARCH=${CUDA_ARCH:-}

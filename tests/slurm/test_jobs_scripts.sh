@@ -240,5 +240,12 @@ expect 2 "deck fragment 'nosuch.yaml' not found" -- env OUTPUT=out11 OVERRIDES="
 [[ ! -e $src/jobs/overrides.sh ]] && ! grep -q "cj_flatten" "$src/jobs/common.sh" && ok ||
   bad "the awk flattener of fragments is back"
 
+# --- device-check.sh on a machine without a GPU (nvidia-smi failing, as on a node whose driver is gone): exit 1,
+# and no log or results file left under bench/results to mistake for a check
+mkdir -p nogpu && printf '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 9\n' >nogpu/nvidia-smi && chmod +x nogpu/nvidia-smi
+before=$(ls -A "$src/bench/results" 2>/dev/null)
+expect 1 "no NVIDIA GPU visible .*nothing written" -- env -u OUT PATH="$work/nogpu:$PATH" bash "$src/jobs/device-check.sh"
+[[ $(ls -A "$src/bench/results" 2>/dev/null) == "$before" ]] && ok || bad "device-check.sh without a GPU wrote under bench/results"
+
 echo "jobs scripts: $pass passed, $failures failed"
 [[ $failures -eq 0 ]]
