@@ -76,6 +76,47 @@ void print_human(const sim::RunResult& run, const config::Deck& d, const sched::
   std::printf("\nwrote %s\n", out.string().c_str());
 }
 
+// The simulator's trace: the same schema and run attributes as the runtime's, its source "simulator".
+std::unique_ptr<trace::TraceWriter> open_trace(const config::Deck& deck, const sched::Schedule& schedule,
+                                               const std::string& resolved, const std::filesystem::path& path) {
+  trace::RunInfo info;
+  info.deck = resolved;
+  info.world_size = schedule.p;
+  info.schedule = deck.schedule.kind;
+  info.execution = deck.schedule.execution;
+  info.hint = deck.schedule.hint;
+  info.backend = "simulator";
+  info.source = "simulator";
+  info.hostnames.assign(schedule.p, "simulator");
+  info.git_revision = kGitRevision;
+  info.pipeline = schedule.p;
+  info.microbatches = schedule.m;
+  info.virtual_chunks = schedule.v;
+  return std::make_unique<trace::TraceWriter>(path.string(), info);
+}
+
+// The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler sees that
+// step's timings and produces the next step's order. Its mean latency per order goes to stderr.
+sim::RunResult simulate_planned(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
+                                sched::OrderPlanner& planner, int p, Progress& progress, trace::TraceWriter* writer) {
+  const sim::PlannedRun scheduled =
+      sim::simulate_with_planner(noise, options, steps, planner, [&](const sim::StepResult& r, const sched::Schedule&) {
+        progress.update(r.step + 1);
+        if (!writer || r.events.empty()) return;
+        trace::StepRecord rec = trace::summarize_step(r.events, p, r.step, options.samples_per_step);
+        writer->append_events(r.events);
+        writer->append_step(rec);
+        writer->flush();
+      });
+  double total_latency = 0.0;
+  for (double l : scheduled.latency_ms) total_latency += l;
+  if (!scheduled.latency_ms.empty()) {
+    std::fprintf(stderr, "global scheduler %s: mean latency %.3f ms per order\n", planner.name(),
+                 total_latency / static_cast<double>(scheduled.latency_ms.size()));
+  }
+  return scheduled.run;
+}
+
 }  // namespace
 
 int cmd_simulate(const Invocation& inv) {
@@ -105,23 +146,8 @@ int cmd_simulate(const Invocation& inv) {
   const std::string resolved = config::resolved_yaml(deck);
   write_text_file(out_dir / "resolved.yaml", resolved);
 
-  std::unique_ptr<trace::TraceWriter> writer;
-  if (deck.trace.enabled) {
-    trace::RunInfo info;
-    info.deck = resolved;
-    info.world_size = schedule.p;
-    info.schedule = deck.schedule.kind;
-    info.execution = deck.schedule.execution;
-    info.hint = deck.schedule.hint;
-    info.backend = "simulator";
-    info.source = "simulator";
-    info.hostnames.assign(schedule.p, "simulator");
-    info.git_revision = kGitRevision;
-    info.pipeline = schedule.p;
-    info.microbatches = schedule.m;
-    info.virtual_chunks = schedule.v;
-    writer = std::make_unique<trace::TraceWriter>((out_dir / "trace.h5").string(), info);
-  }
+  std::unique_ptr<trace::TraceWriter> writer =
+      deck.trace.enabled ? open_trace(deck, schedule, resolved, out_dir / "trace.h5") : nullptr;
   options.record_events = deck.trace.enabled || schedule.num_actions() <= kSummarizeFromEventsUpTo;
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
@@ -150,24 +176,7 @@ int cmd_simulate(const Invocation& inv) {
       }
     });
   } else {
-    // The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler
-    // sees that step's timings and produces the next step's order.
-    const sim::PlannedRun scheduled = sim::simulate_with_planner(
-        *noise, options, deck.run.steps, *planner, [&](const sim::StepResult& r, const sched::Schedule&) {
-          progress.update(r.step + 1);
-          if (!writer || r.events.empty()) return;
-          trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-          writer->append_events(r.events);
-          writer->append_step(rec);
-          writer->flush();
-        });
-    run = scheduled.run;
-    double total_latency = 0.0;
-    for (double l : scheduled.latency_ms) total_latency += l;
-    if (!scheduled.latency_ms.empty()) {
-      std::fprintf(stderr, "global scheduler %s: mean latency %.3f ms per order\n", planner->name(),
-                   total_latency / static_cast<double>(scheduled.latency_ms.size()));
-    }
+    run = simulate_planned(*noise, options, deck.run.steps, *planner, schedule.p, progress, writer.get());
   }
   if (writer) writer->close();
   sim::finish_run(run, schedule.p);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <string>
 #include <utility>
@@ -218,15 +219,14 @@ std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>&
 
 }  // namespace
 
-ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
-  const int p = s.p;
-  // Replicas (migration.weights: replicas) take their room first: what a rank holds shrinks its own budget.
-  const ReplicaPlan replicas = opt.migration.empty() || !opt.migration[0].replicas()
-                                   ? ReplicaPlan{}
-                                   : place_replicas(opt.migration, replica_room(s, opt));
+namespace {
+
+// The drivers of every rank, one per rank, with the engine's options for each (replicas shrink the budget).
+std::vector<RankDriver> make_drivers(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute,
+                                     const ReplicaPlan& replicas) {
   std::vector<RankDriver> drivers;
-  drivers.reserve(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) {
+  drivers.reserve(static_cast<std::size_t>(s.p));
+  for (int r = 0; r < s.p; ++r) {
     DriverOptions d;
     d.execution = opt.execution;
     d.hint = opt.hint;
@@ -244,199 +244,262 @@ ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeF
     }
     drivers.emplace_back(s, r, d);
   }
+  return drivers;
+}
 
-  ExecResult res;
-  res.busy.assign(p, 0.0);
-  res.first_start.assign(p, 0.0);
-  res.last_end.assign(p, 0.0);
-  res.peak_memory.assign(p, 0.0);
-  res.order.assign(p, {});
-  if (opt.record_ops) res.ops.reserve(s.num_actions());
-  // Cross-rank consumer of each action's output (list index on the destination rank), or -1.
-  // dest_rank: that consumer's rank.
-  std::vector<std::vector<std::int32_t>> dest(p), dest_rank(p);
-  for (int r = 0; r < p; ++r) {
-    const Arbiter& a = drivers[r].arbiter();
-    dest[r].assign(a.size(), -1);
-    dest_rank[r].assign(a.size(), -1);
-    for (int i = 0; i < a.size(); ++i) {
-      if (auto out = output_of(s, r, a.actions()[i]); out && !out->local()) {
-        dest[r][i] = drivers[out->to_rank].arbiter().consumer_of(*out);
-        dest_rank[r][i] = out->to_rank;
+// One execution in virtual time: free ranks pick (in rank order), then every event at the next time is applied
+// before anyone picks again. The drivers decide; this loop only keeps the clock, the events and the results.
+class EventLoop {
+ public:
+  EventLoop(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm)
+      : s_(s),
+        opt_(opt),
+        compute_(compute),
+        comm_(comm),
+        // Replicas (migration.weights: replicas) take their room first: what a rank holds shrinks its own budget.
+        replicas_(opt.migration.empty() || !opt.migration[0].replicas()
+                      ? ReplicaPlan{}
+                      : place_replicas(opt.migration, replica_room(s, opt))),
+        drivers_(make_drivers(s, opt, compute, replicas_)),
+        announcing_(opt.execution == Execution::Readiness && opt.hint == Hint::Backfill),
+        custom_(static_cast<bool>(opt.picker)) {
+    link_consumers();
+    helpers_.emplace(opt, drivers_, replicas_, dest_, dest_rank_);
+    for (std::size_t r = 0; r < replicas_.holders.size(); ++r) {
+      for (std::size_t j = 0; j < replicas_.holders[r].size(); ++j) {
+        res_.refreshes.push_back(ReplicaRefresh{static_cast<int>(r), replicas_.holders[r][j],
+                                                opt.migration[r].replica_bytes(), replicas_.ready[r][j]});
       }
     }
-    res.order[r].reserve(a.size());
-  }
-  const bool announcing = opt.execution == Execution::Readiness && opt.hint == Hint::Backfill;
-  Helpers helpers(opt, drivers, replicas, dest, dest_rank);
-  for (std::size_t r = 0; r < replicas.holders.size(); ++r) {
-    for (std::size_t j = 0; j < replicas.holders[r].size(); ++j) {
-      res.refreshes.push_back(ReplicaRefresh{static_cast<int>(r), replicas.holders[r][j],
-                                             opt.migration[r].replica_bytes(), replicas.ready[r][j]});
-    }
-  }
-  // Kept only for a custom picker (the policy environment): busy horizons and idle time.
-  const bool custom = static_cast<bool>(opt.picker);
-  std::vector<double> busy_until(custom ? p : 0, 0.0);
-  EngineView view;
-  if (custom) {
-    view.ranks = &drivers;
-    view.busy_until = &busy_until;
-    for (int r = 0; r < p; ++r) view.total += drivers[r].arbiter().size();
-  }
-
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
-  std::uint64_t seq = 0;
-  std::vector<int> touched;
-  std::vector<char> is_touched(p, 0);
-  auto touch = [&](int r) {
-    if (!is_touched[r]) {
-      is_touched[r] = 1;
-      touched.push_back(r);
-    }
-  };
-
-  double now = 0.0;
-  for (int r = 0; r < p; ++r) touch(r);
-  const auto released = [&](int r) { return opt.release.empty() || opt.release.at(r) <= now; };
-  for (int r = 0; r < static_cast<int>(opt.release.size()); ++r) {
-    if (opt.release[r] > now) queue.push(Event{opt.release[r], seq++, EventType::Release, r, -1, -1});
-  }
-  bool first = true;
-  for (;;) {
-    // Free ranks pick, in rank order.
-    std::sort(touched.begin(), touched.end());
-    for (int r : touched) {
-      is_touched[r] = 0;
-      RankDriver& drv = drivers[r];
-      if (drv.running() || helpers.helping(r, now) || !released(r)) continue;
-      int i = -1;
-      if (custom) {
-        view.now = now;
-        i = opt.picker(r, drv, view);
-        if (i >= 0 && !(drv.arbiter().is_ready(i) && drv.arbiter().fits(i))) {
-          throw Error("engine: the picker chose list position " + std::to_string(i) + " on rank " + std::to_string(r) +
-                      ", which is not ready or does not fit in memory");
-        }
-      } else {
-        i = drv.next(now);
-      }
-      if (i < 0) continue;
-      const OpStart op = drv.start(i, now);
-      helpers.set_free(r, false);
-      const Action& act = drv.arbiter().actions()[i];
-      const double dur = compute(r, act);
-      // Alone the op takes `dur` (its estimate `predicted`); with a helper, the longer of the owner's part (its
-      // share of `dur`) and the helper's (transfers and slices at the helper's speed).
-      const bool predict = helpers.on() || (announcing && dest[r][i] >= 0);
-      double busy = dur, took = dur, predicted = dur;
-      if (predict && opt.estimate) predicted = helpers.has_estimates() ? helpers.estimate(r, i) : opt.estimate(r, act);
-      if (helpers.on()) {
-        const Offload o = drv.offload(i, now, predicted, helpers.offers(r, act, now));
-        if (o.helper >= 0) {
-          busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
-          predicted = o.op_time;
-          // Every helper's part, the first one first (Offload::parts(), without building the list).
-          const auto help = [&](const HelpPart& h) {
-            took = std::max(took, h.help_time);
-            helpers.engage(h, now);
-            res.busy[h.helper] += h.helper_compute;
-            res.migrations.push_back(
-                MigrationTiming{r, i, h.helper, h.slices, now, now + h.help_time, h.bytes, h.helper_compute});
-            queue.push(Event{now + h.help_time, seq++, EventType::HelpDone, h.helper, -1, -1});
-          };
-          help(HelpPart{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory});
-          for (const HelpPart& h : o.more) help(h);
-        }
-      }
-      if (first) {
-        res.start = now;
-        first = false;
-      }
-      if (opt.record_ops) {
-        // With a release time, the rank's idle time before it belongs to the previous step.
-        const double from = opt.release.empty() ? op.ready : opt.release[r];
-        res.ops.push_back(OpTiming{r, i, std::max(op.ready, from), now, now + took,
-                                   opt.release.empty() ? op.wait : std::min(op.wait, now - from)});
-      }
-      res.order[r].push_back(i);
-      res.busy[r] += busy;
-      if (custom) {
-        busy_until[r] = now + took;
-        view.horizon = std::max(view.horizon, now + took);
-      }
-      queue.push(Event{now + took, seq++, EventType::Done, r, i, -1});
-      if (dest[r][i] >= 0 && (announcing || helpers.on())) {
-        const int to = dest_rank[r][i];
-        const double expected = now + predicted + opt.comm_estimate;
-        helpers.expect(to, dest[r][i], expected);
-        if (announcing) {
-          queue.push(Event{now + opt.announce_latency, seq++, EventType::Announce, to, dest[r][i], -1, expected});
-        }
-      }
-    }
-    touched.clear();
-    if (queue.empty()) break;
-    if (custom && !first) {
-      int idle_ranks = 0;
-      for (int q = 0; q < p; ++q) {
-        // With release times (overlapping steps) a rank before its release or done with its ops is in its
-        // previous or next step, not idle in this one.
-        const bool elsewhere =
-            !opt.release.empty() && (!released(q) || drivers[q].arbiter().num_done() == drivers[q].arbiter().size());
-        idle_ranks += drivers[q].running() || helpers.helping(q, now) || elsewhere ? 0 : 1;
-      }
-      view.idle += idle_ranks * (queue.top().time - now);
-    }
-    now = queue.top().time;
-    // Apply every event at this time before anyone picks.
-    while (!queue.empty() && queue.top().time == now) {
-      const Event e = queue.top();
-      queue.pop();
-      if (e.type == EventType::Done) {
-        drivers[e.rank].complete(e.index, now);
-        helpers.set_free(e.rank, !drivers[e.rank].running());  // a rank that runs an op never helps
-        ++view.done;
-        res.end = std::max(res.end, now);
-        if (const int consumer = dest[e.rank][e.index]; consumer >= 0) {
-          const auto out = output_of(s, e.rank, drivers[e.rank].arbiter().actions()[e.index]);
-          int tidx = -1;
-          const double arrive = now + comm(*out);
-          if (opt.record_transfers) {
-            tidx = static_cast<int>(res.transfers.size());
-            res.transfers.push_back(TransferTiming{*out, now, arrive});
-          }
-          queue.push(Event{arrive, seq++, EventType::Arrive, out->to_rank, consumer, tidx});
-        }
-      } else if (e.type == EventType::Arrive) {
-        drivers[e.rank].input_arrived(e.index, now);
-      } else if (e.type == EventType::HelpDone || e.type == EventType::Release) {
-        if (e.type == EventType::HelpDone) helpers.set_free(e.rank, !drivers[e.rank].running());
-        // The helper is free again, or the rank's step may start: touched below, so it picks.
-      } else {
-        drivers[e.rank].announce(e.index, e.expected, now);
-      }
-      touch(e.rank);
+    if (custom_) {  // kept only for a custom picker (the policy environment): busy horizons and idle time
+      busy_until_.assign(static_cast<std::size_t>(s.p), 0.0);
+      view_.ranks = &drivers_;
+      view_.busy_until = &busy_until_;
+      for (const RankDriver& d : drivers_) view_.total += d.arbiter().size();
     }
   }
 
-  for (int r = 0; r < p; ++r) {
-    res.peak_memory[r] = std::max(drivers[r].arbiter().peak_memory(), helpers.peak(r)) +
-                         (replicas.held.empty() ? 0.0 : replicas.held[static_cast<std::size_t>(r)]);
-    res.first_start[r] = drivers[r].started_any() ? drivers[r].first_start() : 0.0;
-    res.last_end[r] = drivers[r].started_any() ? drivers[r].last_end() : 0.0;
-  }
-  std::vector<Stuck> stuck = stuck_ranks(s, drivers);
-  if (!stuck.empty()) {
-    std::string what = "schedule '" + s.name + "' deadlocks under " + to_string(opt.execution) +
-                       " execution (memory limit " + std::to_string(opt.memory_limit) + " M_F):";
-    for (const Stuck& st : stuck) {
-      what +=
-          " rank " + std::to_string(st.rank) + " at position " + std::to_string(st.position) + ": " + st.reason + ";";
+  ExecResult run() {
+    is_touched_.assign(static_cast<std::size_t>(s_.p), 0);
+    for (int r = 0; r < s_.p; ++r) touch(r);
+    for (int r = 0; r < static_cast<int>(opt_.release.size()); ++r) {
+      if (opt_.release[r] > now_) queue_.push(Event{opt_.release[r], seq_++, EventType::Release, r, -1, -1});
     }
-    throw DeadlockError(what, std::move(stuck));
+    for (;;) {
+      std::sort(touched_.begin(), touched_.end());
+      for (int r : touched_) {
+        is_touched_[r] = 0;
+        pick(r);
+      }
+      touched_.clear();
+      if (queue_.empty()) break;
+      if (custom_ && !first_) count_idle();
+      now_ = queue_.top().time;
+      while (!queue_.empty() && queue_.top().time == now_) {
+        const Event e = queue_.top();
+        queue_.pop();
+        apply(e);
+        touch(e.rank);
+      }
+    }
+    return finish();
   }
-  return res;
+
+ private:
+  // Per rank and list op: the list position and rank of its output's cross-rank consumer, or -1.
+  void link_consumers() {
+    const int p = s_.p;
+    res_.busy.assign(p, 0.0);
+    res_.first_start.assign(p, 0.0);
+    res_.last_end.assign(p, 0.0);
+    res_.peak_memory.assign(p, 0.0);
+    res_.order.assign(p, {});
+    if (opt_.record_ops) res_.ops.reserve(s_.num_actions());
+    dest_.resize(p);
+    dest_rank_.resize(p);
+    for (int r = 0; r < p; ++r) {
+      const Arbiter& a = drivers_[r].arbiter();
+      dest_[r].assign(a.size(), -1);
+      dest_rank_[r].assign(a.size(), -1);
+      for (int i = 0; i < a.size(); ++i) {
+        if (auto out = output_of(s_, r, a.actions()[i]); out && !out->local()) {
+          dest_[r][i] = drivers_[out->to_rank].arbiter().consumer_of(*out);
+          dest_rank_[r][i] = out->to_rank;
+        }
+      }
+      res_.order[r].reserve(a.size());
+    }
+  }
+
+  void touch(int r) {
+    if (!is_touched_[r]) {
+      is_touched_[r] = 1;
+      touched_.push_back(r);
+    }
+  }
+  bool released(int r) const { return opt_.release.empty() || opt_.release.at(r) <= now_; }
+
+  // A free rank (not running, not helping, its step released) picks its next op, if any, and starts it.
+  void pick(int r) {
+    RankDriver& drv = drivers_[r];
+    if (drv.running() || helpers_->helping(r, now_) || !released(r)) return;
+    int i = -1;
+    if (custom_) {
+      view_.now = now_;
+      i = opt_.picker(r, drv, view_);
+      if (i >= 0 && !(drv.arbiter().is_ready(i) && drv.arbiter().fits(i))) {
+        throw Error("engine: the picker chose list position " + std::to_string(i) + " on rank " + std::to_string(r) +
+                    ", which is not ready or does not fit in memory");
+      }
+    } else {
+      i = drv.next(now_);
+    }
+    if (i >= 0) start(r, i);
+  }
+
+  void start(int r, int i) {
+    RankDriver& drv = drivers_[r];
+    const OpStart op = drv.start(i, now_);
+    helpers_->set_free(r, false);
+    const Action& act = drv.arbiter().actions()[i];
+    const double dur = compute_(r, act);
+    // Alone the op takes `dur` (its estimate `predicted`); with a helper, the longer of the owner's part (its
+    // share of `dur`) and the helper's (transfers and slices at the helper's speed).
+    const bool predict = helpers_->on() || (announcing_ && dest_[r][i] >= 0);
+    double busy = dur, took = dur, predicted = dur;
+    if (predict && opt_.estimate)
+      predicted = helpers_->has_estimates() ? helpers_->estimate(r, i) : opt_.estimate(r, act);
+    if (helpers_->on()) offload(r, i, act, dur, busy, took, predicted);
+    if (first_) {
+      res_.start = now_;
+      first_ = false;
+    }
+    if (opt_.record_ops) {
+      // With a release time, the rank's idle time before it belongs to the previous step.
+      const double from = opt_.release.empty() ? op.ready : opt_.release[r];
+      res_.ops.push_back(OpTiming{r, i, std::max(op.ready, from), now_, now_ + took,
+                                  opt_.release.empty() ? op.wait : std::min(op.wait, now_ - from)});
+    }
+    res_.order[r].push_back(i);
+    res_.busy[r] += busy;
+    if (custom_) {
+      busy_until_[r] = now_ + took;
+      view_.horizon = std::max(view_.horizon, now_ + took);
+    }
+    queue_.push(Event{now_ + took, seq_++, EventType::Done, r, i, -1});
+    if (dest_[r][i] >= 0 && (announcing_ || helpers_->on())) {
+      const int to = dest_rank_[r][i];
+      const double expected = now_ + predicted + opt_.comm_estimate;
+      helpers_->expect(to, dest_[r][i], expected);
+      if (announcing_) {
+        queue_.push(Event{now_ + opt_.announce_latency, seq_++, EventType::Announce, to, dest_[r][i], -1, expected});
+      }
+    }
+  }
+
+  // Migration: the driver's offload decision for rank r's op i, and every helper's part engaged. Updates the
+  // owner's busy time and the op's time (took) and predicted time.
+  void offload(int r, int i, const Action& act, double dur, double& busy, double& took, double& predicted) {
+    const Offload o = drivers_[r].offload(i, now_, predicted, helpers_->offers(r, act, now_));
+    if (o.helper < 0) return;
+    busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
+    predicted = o.op_time;
+    // Every helper's part, the first one first (Offload::parts(), without building the list).
+    const auto help = [&](const HelpPart& h) {
+      took = std::max(took, h.help_time);
+      helpers_->engage(h, now_);
+      res_.busy[h.helper] += h.helper_compute;
+      res_.migrations.push_back(
+          MigrationTiming{r, i, h.helper, h.slices, now_, now_ + h.help_time, h.bytes, h.helper_compute});
+      queue_.push(Event{now_ + h.help_time, seq_++, EventType::HelpDone, h.helper, -1, -1});
+    };
+    help(HelpPart{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory});
+    for (const HelpPart& h : o.more) help(h);
+  }
+
+  // The custom picker's idle time: ranks neither running nor helping until the next event.
+  void count_idle() {
+    int idle_ranks = 0;
+    for (int q = 0; q < s_.p; ++q) {
+      // With release times (overlapping steps) a rank before its release or done with its ops is in its
+      // previous or next step, not idle in this one.
+      const bool elsewhere =
+          !opt_.release.empty() && (!released(q) || drivers_[q].arbiter().num_done() == drivers_[q].arbiter().size());
+      idle_ranks += drivers_[q].running() || helpers_->helping(q, now_) || elsewhere ? 0 : 1;
+    }
+    view_.idle += idle_ranks * (queue_.top().time - now_);
+  }
+
+  void apply(const Event& e) {
+    if (e.type == EventType::Done) {
+      drivers_[e.rank].complete(e.index, now_);
+      helpers_->set_free(e.rank, !drivers_[e.rank].running());  // a rank that runs an op never helps
+      ++view_.done;
+      res_.end = std::max(res_.end, now_);
+      if (const int consumer = dest_[e.rank][e.index]; consumer >= 0) {
+        const auto out = output_of(s_, e.rank, drivers_[e.rank].arbiter().actions()[e.index]);
+        int tidx = -1;
+        const double arrive = now_ + comm_(*out);
+        if (opt_.record_transfers) {
+          tidx = static_cast<int>(res_.transfers.size());
+          res_.transfers.push_back(TransferTiming{*out, now_, arrive});
+        }
+        queue_.push(Event{arrive, seq_++, EventType::Arrive, out->to_rank, consumer, tidx});
+      }
+    } else if (e.type == EventType::Arrive) {
+      drivers_[e.rank].input_arrived(e.index, now_);
+    } else if (e.type == EventType::HelpDone) {
+      helpers_->set_free(e.rank, !drivers_[e.rank].running());
+    } else if (e.type == EventType::Announce) {
+      drivers_[e.rank].announce(e.index, e.expected, now_);
+    }
+    // Release: the rank's step may start; touched by the loop, so it picks.
+  }
+
+  ExecResult finish() {
+    for (int r = 0; r < s_.p; ++r) {
+      res_.peak_memory[r] = std::max(drivers_[r].arbiter().peak_memory(), helpers_->peak(r)) +
+                            (replicas_.held.empty() ? 0.0 : replicas_.held[static_cast<std::size_t>(r)]);
+      res_.first_start[r] = drivers_[r].started_any() ? drivers_[r].first_start() : 0.0;
+      res_.last_end[r] = drivers_[r].started_any() ? drivers_[r].last_end() : 0.0;
+    }
+    std::vector<Stuck> stuck = stuck_ranks(s_, drivers_);
+    if (!stuck.empty()) {
+      std::string what = "schedule '" + s_.name + "' deadlocks under " + to_string(opt_.execution) +
+                         " execution (memory limit " + std::to_string(opt_.memory_limit) + " M_F):";
+      for (const Stuck& st : stuck) {
+        what +=
+            " rank " + std::to_string(st.rank) + " at position " + std::to_string(st.position) + ": " + st.reason + ";";
+      }
+      throw DeadlockError(what, std::move(stuck));
+    }
+    return std::move(res_);
+  }
+
+  const Schedule& s_;
+  const ExecOptions& opt_;
+  const ComputeTimeFn& compute_;
+  const CommTimeFn& comm_;
+  const ReplicaPlan replicas_;
+  std::vector<RankDriver> drivers_;
+  const bool announcing_, custom_;
+  std::vector<std::vector<std::int32_t>> dest_, dest_rank_;  // see link_consumers()
+  std::optional<Helpers> helpers_;                           // needs dest_ and dest_rank_ (its chains' links)
+  ExecResult res_;
+  std::vector<double> busy_until_;
+  EngineView view_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  std::uint64_t seq_ = 0;
+  std::vector<int> touched_;
+  std::vector<char> is_touched_;
+  double now_ = 0.0;
+  bool first_ = true;
+};
+
+}  // namespace
+
+ExecResult execute(const Schedule& s, const ExecOptions& opt, const ComputeTimeFn& compute, const CommTimeFn& comm) {
+  return EventLoop(s, opt, compute, comm).run();
 }
 
 Schedule realized(const Schedule& s, const ExecResult& result) {
