@@ -202,16 +202,10 @@ void save_policy(const Policy& p, const std::string& path) {
   if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
 }
 
-Policy load_policy(const std::string& path) {
-  if (!std::filesystem::exists(path)) {
-    throw InputError("policy file '" + path +
-                     "' cannot be opened (no such file); train one with `conductor train-policy DECK` or set "
-                     "scheduler.policy");
-  }
-  // Read whole, after read_text_input's checks: a folder, a device or a file far larger than any policy (hidden
-  // <= 256: a few MB) is named as such instead of "not a conductor policy" or a read that never ends.
-  constexpr std::uintmax_t kMaxPolicyBytes = 64u << 20;
-  std::istringstream f(read_text_input(path, "policy file", kMaxPolicyBytes));
+namespace {
+
+// The header line's key=value words, after the magic; InputError when the line is not a conductor policy's.
+std::map<std::string, std::string> read_header(const std::string& path, std::istream& f) {
   std::string header;
   std::getline(f, header);
   if (header.rfind(kMagic, 0) != 0) {
@@ -219,14 +213,18 @@ Policy load_policy(const std::string& path) {
                      kMagic + "')");
   }
   std::map<std::string, std::string> kv;
-  {
-    std::istringstream hs(header.substr(std::string(kMagic).size()));
-    std::string tok;
-    while (hs >> tok) {
-      const auto eq = tok.find('=');
-      if (eq != std::string::npos) kv[tok.substr(0, eq)] = tok.substr(eq + 1);
-    }
+  std::istringstream hs(header.substr(std::string(kMagic).size()));
+  std::string tok;
+  while (hs >> tok) {
+    const auto eq = tok.find('=');
+    if (eq != std::string::npos) kv[tok.substr(0, eq)] = tok.substr(eq + 1);
   }
+  return kv;
+}
+
+// An empty policy of the header's shape (hidden width, heuristic), after its feature version and counts are
+// checked against this build's.
+Policy policy_of_header(const std::string& path, const std::map<std::string, std::string>& kv) {
   auto get_int = [&](const char* key) {
     auto it = kv.find(key);
     try {
@@ -245,17 +243,22 @@ Policy load_policy(const std::string& path) {
     throw InputError("policy file '" + path + "' is corrupt: feature counts in its header do not match version " +
                      std::to_string(version));
   }
-  const int H = get_int("hidden");
-  if (H < 1 || H > 256) throw InputError("policy file '" + path + "' is corrupt: hidden=" + std::to_string(H));
   Policy p;
-  p.hidden = H;
+  p.hidden = get_int("hidden");
+  if (p.hidden < 1 || p.hidden > 256)
+    throw InputError("policy file '" + path + "' is corrupt: hidden=" + std::to_string(p.hidden));
   try {
-    p.heuristic = sched::parse_hint(kv.count("heuristic") ? kv["heuristic"] : "");
+    const auto h = kv.find("heuristic");
+    p.heuristic = sched::parse_hint(h != kv.end() ? h->second : "");
   } catch (const InputError&) {
     throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
   }
-  std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  verify_body(path, kv, body);
+  return p;
+}
+
+// The networks' tensors from the (checksummed) body, each of its expected shape.
+void read_tensors(const std::string& path, const std::string& body, Policy& p) {
+  const int H = p.hidden;
   try {
     std::istringstream bs(body);
     torch::serialize::InputArchive ar;
@@ -288,6 +291,25 @@ Policy load_policy(const std::string& path) {
     what = what.substr(0, what.find('\n'));
     throw InputError("policy file '" + path + "' is corrupt: its tensor archive cannot be read (" + what + ")");
   }
+}
+
+}  // namespace
+
+Policy load_policy(const std::string& path) {
+  if (!std::filesystem::exists(path)) {
+    throw InputError("policy file '" + path +
+                     "' cannot be opened (no such file); train one with `conductor train-policy DECK` or set "
+                     "scheduler.policy");
+  }
+  // Read whole, after read_text_input's checks: a folder, a device or a file far larger than any policy (hidden
+  // <= 256: a few MB) is named as such instead of "not a conductor policy" or a read that never ends.
+  constexpr std::uintmax_t kMaxPolicyBytes = 64u << 20;
+  std::istringstream f(read_text_input(path, "policy file", kMaxPolicyBytes));
+  const std::map<std::string, std::string> kv = read_header(path, f);
+  Policy p = policy_of_header(path, kv);
+  std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  verify_body(path, kv, body);
+  read_tensors(path, body, p);
   for (const auto* v : {&p.w1, &p.b1, &p.w2, &p.b2, &p.w3, &p.skip}) {
     for (float x : *v) {
       if (!std::isfinite(x)) throw InputError("policy file '" + path + "' is corrupt: non-finite weights");
