@@ -35,11 +35,11 @@ MlpBlock mlp_block(const LayerView& w, const Dims& d, int c0, int c1) {
 }  // namespace
 
 // The output projections are stored in_out ((C_in, C_out), block.hpp), the input projections out_in; a slice's
-// output-projection bias is added / reduced by the slice that starts at head 0 / column 0 only.
+// output-projection bias is added / reduced by one slice only (holds_output_bias).
 void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln, const LayerView& w,
                              const Dims& d, int h0, int h1) {
   const AttnBlock s = attn_block(w, d, h0, h1);
-  const float* proj_b = h0 == 0 ? w.proj_b : nullptr;
+  const float* proj_b = holds_output_bias(h0, h1) ? w.proj_b : nullptr;
   matmul_forward(buf.qkv, ln, s.qkv_w, s.qkv_b, d.B, d.T, d.C, s.n3, WeightLayout::out_in, Accumulate::no, be);
   attention_forward(buf.y, buf.lse, buf.qkv, d.B, d.T, s.ny, s.ng, be);
   matmul_forward(out, buf.y, s.proj_w, proj_b, d.B, d.T, s.ny, d.C, WeightLayout::in_out, Accumulate::yes, be);
@@ -55,7 +55,7 @@ void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuff
 
 HeadGroupGrads head_group_grads(const LayerView& g, const Dims& d, int h0, int h1) {
   const AttnBlock s = attn_block(g, d, h0, h1);
-  return {s.qkv_w, s.qkv_b, s.proj_w, h0 == 0 ? g.proj_b : nullptr};
+  return {s.qkv_w, s.qkv_b, s.proj_w, holds_output_bias(h0, h1) ? g.proj_b : nullptr};
 }
 
 void head_group_backward_weight(Backend& be, const HeadGroupGrads& g, const AttnSliceBuffers& buf, const float* ln,
@@ -73,7 +73,7 @@ void attention_slice_backward_weight(Backend& be, const LayerView& g, const Attn
 void mlp_slice_forward(Backend& be, float* out, const MlpSliceBuffers& buf, const float* ln, const LayerView& w,
                        const Dims& d, int c0, int c1) {
   const MlpBlock s = mlp_block(w, d, c0, c1);
-  const float* fcproj_b = c0 == 0 ? w.fcproj_b : nullptr;
+  const float* fcproj_b = holds_output_bias(c0, c1) ? w.fcproj_b : nullptr;
   matmul_forward(buf.h, ln, s.fc_w, s.fc_b, d.B, d.T, d.C, s.nc, WeightLayout::out_in, Accumulate::no, be);
   gelu_forward(buf.gelu, buf.h, static_cast<std::size_t>(d.BT()) * s.nc, be);
   matmul_forward(out, buf.gelu, s.fcproj_w, fcproj_b, d.B, d.T, s.nc, d.C, WeightLayout::in_out, Accumulate::yes, be);
@@ -89,7 +89,7 @@ void mlp_slice_backward_input(Backend& be, float* dln, const MlpSliceBuffers& bu
 
 MlpGroupGrads mlp_group_grads(const LayerView& g, const Dims& d, int c0, int c1) {
   const MlpBlock s = mlp_block(g, d, c0, c1);
-  return {s.fc_w, s.fc_b, s.fcproj_w, c0 == 0 ? g.fcproj_b : nullptr};
+  return {s.fc_w, s.fc_b, s.fcproj_w, holds_output_bias(c0, c1) ? g.fcproj_b : nullptr};
 }
 
 void mlp_group_backward_weight(Backend& be, const MlpGroupGrads& g, const MlpSliceBuffers& buf, const float* ln,

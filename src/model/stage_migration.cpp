@@ -378,7 +378,8 @@ std::vector<float> StageModel::backward_input_help(int groups, const std::vector
 namespace {
 
 // MLP group: hidden columns [c0, c0 + nc) of fc1 and the matching rows of fc2 (width nc). F: h = ln2 fc_w^T + fc_b,
-// gelu = GELU(h), p = gelu fcproj_w (+ fcproj_b: group 0). B: dh = GELU'(h) (dout fcproj_w^T), q = dh fc_w.
+// gelu = GELU(h), p = gelu fcproj_w (+ fcproj_b: the group holds_output_bias names). B: dh = GELU'(h) (dout
+// fcproj_w^T), q = dh fc_w.
 void mlp_group_forward(Backend& be, const Dims& d, const GroupArgs& g) {
   matmul_forward(g.out[0], g.input, g.w[0], g.w[1], d.B, d.T, d.C, g.width, WeightLayout::out_in, Accumulate::no, be);
   gelu_forward(g.out[1], g.out[0], static_cast<std::size_t>(d.BT()) * g.width, be);
@@ -396,8 +397,8 @@ void mlp_group_backward_input(Backend& be, const Dims& d, const GroupArgs& g) {
 }
 
 // Head group: heads [h0, h0 + ng) (width ng, ny = ng HS), their QKV columns, attention core and output-projection
-// rows. F: qkv = ln1 qkv_w^T + qkv_b, the attention (y, lse), p = y proj_w (+ proj_b: group 0). B: dy = dx2
-// proj_w^T, the attention's backward (dqkv; dy and delta its scratch), q = dqkv qkv_w.
+// rows. F: qkv = ln1 qkv_w^T + qkv_b, the attention (y, lse), p = y proj_w (+ proj_b: the group holds_output_bias
+// names). B: dy = dx2 proj_w^T, the attention's backward (dqkv; dy and delta its scratch), q = dqkv qkv_w.
 void head_group_forward(Backend& be, const Dims& d, const GroupArgs& g) {
   const int ny = g.width * d.HS;
   matmul_forward(g.out[0], g.input, g.w[0], g.w[1], d.B, d.T, d.C, 3 * ny, WeightLayout::out_in, Accumulate::no, be);
@@ -416,8 +417,9 @@ std::size_t count(long n) { return static_cast<std::size_t>(n); }  // a non-nega
 
 }  // namespace
 
-// The MLP in column groups. F sends fc_w, fc_b, fcproj_w (and fcproj_b: group 0) and keeps h and gelu; a helper
-// returns h only and the owner recomputes gelu from it (mlp_group_gelu). B sends fcproj_w, fc_w and h, and keeps dh.
+// The MLP in column groups. F sends fc_w, fc_b, fcproj_w (and fcproj_b: the group holds_output_bias names) and keeps h
+// and gelu; a helper returns h only and the owner recomputes gelu from it (mlp_group_gelu). B sends fcproj_w, fc_w and
+// h, and keeps dh.
 GroupedPass StageModel::mlp_pass(bool forward) const {
   GroupedPass u;
   u.unit = kMlpRequest;
@@ -431,7 +433,7 @@ GroupedPass StageModel::mlp_pass(bool forward) const {
     GroupShape s;
     s.width = nc;
     if (forward) {
-      s.weights = {rows, {count(c0), count(nc)}, rows, {0, c0 == 0 ? count(d.C) : 0}};
+      s.weights = {rows, {count(c0), count(nc)}, rows, {0, holds_output_bias(c0, c0 + nc) ? count(d.C) : 0}};
       s.out = {mlp_columns(d, c0, nc), mlp_columns(d, c0, nc)};
     } else {
       s.weights = {rows, rows};
@@ -461,9 +463,9 @@ GroupedPass StageModel::mlp_pass(bool forward) const {
   return u;
 }
 
-// The attention in head groups. F sends qkv_w, qkv_b, proj_w (and proj_b: group 0) and keeps (and a helper
-// returns) the group's stash, QKV, attention output and log-sum-exp. B sends proj_w, qkv_w and the stash, and keeps
-// the QKV gradient.
+// The attention in head groups. F sends qkv_w, qkv_b, proj_w (and proj_b: the group holds_output_bias names) and keeps
+// (and a helper returns) the group's stash, QKV, attention output and log-sum-exp. B sends proj_w, qkv_w and the stash,
+// and keeps the QKV gradient.
 GroupedPass StageModel::heads_pass(bool forward) const {
   GroupedPass u;
   u.unit = kHeadsRequest;
@@ -478,7 +480,10 @@ GroupedPass StageModel::heads_pass(bool forward) const {
     GroupShape s;
     s.width = ng;
     if (forward) {
-      s.weights = {{3 * y0 * d.C, 3 * ny * d.C}, {3 * y0, 3 * ny}, {y0 * d.C, ny * d.C}, {0, h0 == 0 ? count(d.C) : 0}};
+      s.weights = {{3 * y0 * d.C, 3 * ny * d.C},
+                   {3 * y0, 3 * ny},
+                   {y0 * d.C, ny * d.C},
+                   {0, holds_output_bias(h0, h0 + ng) ? count(d.C) : 0}};
       s.out.assign(stash.begin(), stash.end());
     } else {
       s.weights = {{y0 * d.C, ny * d.C}, {3 * y0 * d.C, 3 * ny * d.C}};
@@ -593,8 +598,8 @@ struct WeightPass {
   std::function<std::vector<float*>(const LayerView&)> gradients;  // a gradient slot's tensors of the unit
 };
 
-// The MLP's W: fc_w, fc_b, fcproj_w (fcproj_b: group 0) from LN2's output, the MLP's output gradient and the
-// group's GELU output and pre-activation gradient.
+// The MLP's W: fc_w, fc_b, fcproj_w (fcproj_b: the group holds_output_bias names) from LN2's output, the MLP's output
+// gradient and the group's GELU output and pre-activation gradient.
 WeightPass StageModel::mlp_weight_pass() const {
   WeightPass u;
   u.groups = mlp_groups_;
@@ -613,8 +618,8 @@ WeightPass StageModel::mlp_weight_pass() const {
   return u;
 }
 
-// The attention's W: qkv_w, qkv_b, proj_w (proj_b: group 0) from LN1's output, the attention output's gradient
-// and the group's QKV gradient and attention output.
+// The attention's W: qkv_w, qkv_b, proj_w (proj_b: the group holds_output_bias names) from LN1's output, the attention
+// output's gradient and the group's QKV gradient and attention output.
 WeightPass StageModel::heads_weight_pass() const {
   WeightPass u;
   u.groups = head_groups_;

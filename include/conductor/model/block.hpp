@@ -64,13 +64,18 @@ struct MlpSliceBuffers {
   float* dh = nullptr;    // [B,T,nc]  written by B, kept for W
 };
 
-// out [B,T,C] += slice output (incl. proj_b when h0 == 0); ln [B,T,C] is the LayerNorm output.
+// Which slice of a unit adds (forward) and accumulates (weight gradient) the output projection's bias: the one
+// that starts at head or column 0 and is not empty. An empty slice [0, 0) before it never takes it, so the bias
+// is counted once however the groups are cut.
+constexpr bool holds_output_bias(int lo, int hi) { return lo == 0 && hi > lo; }
+
+// out [B,T,C] += slice output (incl. proj_b when holds_output_bias(h0, h1)); ln [B,T,C] is the LayerNorm output.
 void attention_slice_forward(Backend& be, float* out, const AttnSliceBuffers& buf, const float* ln, const LayerView& w,
                              const Dims& d, int h0, int h1);
 // dln [B,T,C] += slice's gradient for ln, given dout [B,T,C] (gradient of the branch output); keeps buf.dqkv.
 void attention_slice_backward_input(Backend& be, float* dln, const AttnSliceBuffers& buf, const float* dout,
                                     const LayerView& w, const Dims& d, int h0, int h1);
-// grads of the slice's block of qkv_w, qkv_b, proj_w (and proj_b when h0 == 0) +=
+// grads of the slice's block of qkv_w, qkv_b, proj_w (and proj_b when holds_output_bias(h0, h1)) +=
 void attention_slice_backward_weight(Backend& be, const LayerView& g, const AttnSliceBuffers& buf, const float* ln,
                                      const float* dout, const Dims& d, int h0, int h1);
 
