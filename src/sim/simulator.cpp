@@ -10,6 +10,8 @@
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/migration.hpp"
 #include "conductor/trace/summary.hpp"
+#include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::sim {
 
@@ -29,7 +31,19 @@ SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& 
 }
 
 namespace {
-std::int64_t to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
+// A time on the run's clock in the trace's nanoseconds. The deck check (config::resolve) keeps noise-free runs
+// within 1e12 ms; random noise (lognormal or heterogeneous sigma up to 3, gaussian levels up to 100) can still
+// draw past the 9.2e12 ms an int64 holds: stopped here, naming the keys, instead of wrapping to negative times.
+std::int64_t to_ns(double ms) {
+  constexpr double kMaxMs = 9.2e12;
+  if (!(std::abs(ms) < kMaxMs)) {
+    throw InputError("the simulated clock reached " + format_double(ms) + " ms, past the " + format_double(kMaxMs) +
+                     " ms a trace holds (nanoseconds in 64 bits): the noise (noise.kind, noise.level, "
+                     "noise.straggler_factor) drew op times that large from the deck's costs (cost.*) over run.steps; "
+                     "lower them");
+  }
+  return static_cast<std::int64_t>(std::llround(ms * 1e6));
+}
 
 // When a helper's compute starts: after the transfers out and before those back (half each: the cost model sums
 // both directions), so it lies inside the owner's op.
@@ -242,7 +256,10 @@ void finish_run_span(RunResult& run, int p) {
   const double n = static_cast<double>(run.steps.size());
   run.span_ms = run_end - run.steps.front().start_ms;
   run.run_throughput = run.span_ms > 0 ? n * run.samples_per_step / (run.span_ms * 1e-3) : 0.0;
-  run.run_bubble_ratio = run.span_ms > 0 ? 1.0 - busy_all / (p * run.span_ms) : 0.0;
+  // Busy time never exceeds p x the span; the steps' makespans are the trace's (whole nanoseconds) and the busy
+  // times are not, so a step without idle time could read a few 1e-9 below zero.
+  const auto bubble = [p](double busy, double span) { return std::max(0.0, 1.0 - busy / (p * span)); };
+  run.run_bubble_ratio = run.span_ms > 0 ? bubble(busy_all, run.span_ms) : 0.0;
   const double steady_ms = run_end - end_of(run.steps.front());
   if (run.steps.size() < 2 || steady_ms <= 0) {
     run.steady_throughput = run.run_throughput;
@@ -250,7 +267,7 @@ void finish_run_span(RunResult& run, int p) {
     return;
   }
   run.steady_throughput = (n - 1) * run.samples_per_step / (steady_ms * 1e-3);
-  run.steady_bubble_ratio = 1.0 - busy_steady / (p * steady_ms);
+  run.steady_bubble_ratio = bubble(busy_steady, steady_ms);
 }
 
 }  // namespace

@@ -29,9 +29,26 @@ class DeckInputs(FaultCase):
                  (["cost.forward=[1e9, 1e9]", "parallel.microbatches=100000"], r"parallel\.microbatches = 100000")]
         for keys, named in cases:
             r = run1("simulate", self.deck(steps=1), *keys)
-            self.assertFault(r, 2, r"one step would take .* ms a step may take")
+            self.assertFault(r, 2, r"one step would take .* ms a run may take")
             self.assertRegex(r.text, named)
             self.assertFalse(os.path.exists(self.out))
+        # The whole run's clock counts: run.steps and a straggler's factor (3 steps of a 1000x straggler on 8e9 ms
+        # steps ended in an internal "step 2 has no compute event", exit 1; 2 steps in negative figures, exit 0).
+        r = run1("simulate", self.deck(steps=3), "cost.backward_weight=1e9", "noise.kind=straggler",
+                 "noise.straggler_rank=0", "noise.straggler_factor=1000")
+        self.assertFault(r, 2, r"up to noise\.straggler_factor = 1000 times that; run\.steps = 3 of them exceed")
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_noise_draws_past_the_clock(self):
+        # Random noise past the deck check's margin: heterogeneous sigma 3 (rank speeds drawn once) on 1e9 ms ops,
+        # 33 microbatches, 10 steps (9.9e11 ms noise-free, inside the 1e12 a run may take). The tenth step passes
+        # the clock's 9.2e12 ms: stopped, naming the keys. Before, the times wrapped and it printed a makespan
+        # below its own lower bound, exit 0.
+        r = run1("simulate", self.deck(steps=10, m=33), "noise.kind=heterogeneous", "noise.level=3", "noise.seed=1",
+                 "cost.forward=1e9", "cost.backward_input=1e9", "cost.backward_weight=1e9", "--json")
+        self.assertFault(r, 2, r"the simulated clock reached .* ms, past the 9200000000000 ms a trace holds .*"
+                               r"noise\.kind, noise\.level")
+        self.assertNotIn("makespan_ms", r.text)
 
     def test_more_mlp_slices_than_columns(self):
         # d_model 32 x mlp_ratio 4 = 128 MLP columns: 129 slices left a group empty, and the cpu backend's

@@ -104,6 +104,17 @@ cost:
     r = run(deck, "schedule.kind=zb-v")
     check(r.returncode == 2 and "parallel.virtual = 2" in r.stderr, f"zb-v needs v=2: {r.stderr}")
 
+    # One stage, no idle time, ops of 113.246 ns (1000 TFLOP/s): the run's bubble was -0.0022, a rounding (the
+    # steps' makespans are the trace's whole nanoseconds, the busy times are not). Never below 0; what remains is
+    # the last step's rounding, under 1e-3 of a sub-microsecond step and ~1e-9 of a millisecond one.
+    r = run(deck, "parallel.pipeline=1", "model.n_layers=1", "parallel.microbatches=1", "cost.device_tflops=1000",
+            "run.steps=1", "--json")
+    check(r.returncode == 0, f"one stage at 1000 TFLOP/s runs: {r.stderr}")
+    if r.returncode == 0:
+        summary = json.loads(r.stdout)
+        for key in ("bubble_ratio", "steady_bubble_ratio"):
+            check(0.0 <= summary["run"][key] < 1e-3, f"one stage: run.{key} = {summary['run'][key]}, expected ~0, >= 0")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)
