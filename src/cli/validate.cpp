@@ -3,7 +3,9 @@
 
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/run_folder.hpp"
+#include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/sched/generators.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 
@@ -45,6 +47,19 @@ void print_keys() {
   }
 }
 
+// The deck's schedule, built as every command builds it: a list that cannot be made (a memory limit below what
+// it holds, a schedule file that does not fit the deck, a search that finds nothing) is a problem of the deck,
+// found here rather than by the command it was meant for. Prints the message; false then.
+bool schedule_builds(const config::Deck& deck) {
+  try {
+    (void)sched::make_schedule(config::resolve(deck));
+    return true;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "conductor: %s\n", e.what());
+    return false;
+  }
+}
+
 }  // namespace
 
 int cmd_validate(const Invocation& inv) {
@@ -54,6 +69,7 @@ int cmd_validate(const Invocation& inv) {
   }
   if (!inv.has_flag("--output-for")) {
     const config::Deck deck = load_deck(inv, config::Command::Validate);
+    if (!schedule_builds(deck)) return kExitUsage;
     std::fputs(config::to_yaml(deck).c_str(), stdout);
     return 0;
   }
@@ -78,6 +94,7 @@ int cmd_validate(const Invocation& inv) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
     return kExitUsage;
   }
+  if (!schedule_builds(deck)) return kExitUsage;
   std::fputs(config::to_yaml(deck).c_str(), stdout);
   return 0;
 }

@@ -297,6 +297,12 @@ plan::Plan resolve(const Deck& d) {
   check_op_times(d, out.costs);
   const double limit = resolved_memory_limit(d);
   if (limit > 0) out.memory.rank_limit.assign(static_cast<std::size_t>(d.parallel.pipeline), limit);
+  // The loaded deck holds the derived default too (resolved.yaml shows it): a limit is the user's when it differs.
+  const ParallelConfig& par = d.parallel;
+  if (d.schedule.memory_limit > 0 &&
+      (from_file(d) || d.schedule.memory_limit != plan::default_memory_limit(d.schedule.kind, par.pipeline,
+                                                                             par.microbatches, par.virtual_chunks)))
+    out.memory.limit_key = "schedule.memory_limit";
   out.noise = resolved_noise(d.noise);
   out.model = resolved_model(d.model);
   out.data = plan::Data{d.data.source, d.data.path, expand_data_path(d.data.source, d.data.path),

@@ -3,6 +3,7 @@
 
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -180,7 +181,7 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
     problems.push_back(src +
                        ": migration.link = custom needs migration.bandwidth_gbps > 0 and migration.latency_us >= 0 "
                        "(got " +
-                       std::to_string(m.bandwidth_gbps) + " GB/s, " + std::to_string(m.latency_us) +
+                       format_double(m.bandwidth_gbps) + " GB/s, " + format_double(m.latency_us) +
                        " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
   }
   if (!m.enabled) return;

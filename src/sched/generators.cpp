@@ -466,7 +466,22 @@ Schedule make_schedule(const plan::Plan& plan) {
   // Overlapping steps run at the pace of the longest rank span (docs/post-validation.md), synchronous steps at
   // the step's makespan.
   const ZbObjective objective = plan.schedule.post_validation ? ZbObjective::StageSpan : ZbObjective::Makespan;
-  return generate(kind, p, m, v, cost, plan_limit(plan), objective);
+  try {
+    return generate(kind, p, m, v, cost, plan_limit(plan), objective);
+  } catch (const InputError& e) {
+    if (plan.memory.limit_key.empty() || std::string(e.what()).find("memory") == std::string::npos) throw;
+    // The user's limit is what the list cannot fit: name the key and the schedule's own limit.
+    std::string own;
+    try {
+      const Schedule s = generate(kind, p, m, v, cost, 0.0, objective);
+      const auto peak = list_peak_memory(s, cost.memory_after_b);
+      own = fmt(*std::max_element(peak.begin(), peak.end())) + " M_F";
+    } catch (const InputError&) {
+      own = "unknown: it fails too";
+    }
+    throw InputError(std::string(e.what()) + " (the limit is " + plan.memory.limit_key + " = " + fmt(plan_limit(plan)) +
+                     "; 0 takes the schedule's own limit, here " + own + ")");
+  }
 }
 
 }  // namespace conductor::sched

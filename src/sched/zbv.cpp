@@ -14,6 +14,7 @@
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::sched {
 
@@ -57,6 +58,10 @@ class ZbvSearch {
     return r;
   }
 
+  // Why variants were dropped, over every pass so far: an op past the memory limit, or an op whose input's
+  // producer was not yet placed (the published warm-up's shape assumes even stage costs).
+  bool over_memory = false, out_of_order = false;
+
  private:
   double& end(int kind, int pass, int rank, int mb) {
     return end_[((static_cast<std::size_t>(kind) * 2 + pass) * S_ + rank) * m_ + mb];
@@ -82,12 +87,19 @@ class ZbvSearch {
   // memory over the limit, more than m of a kind): the variant is dropped.
   bool put(int kind, int pass, int rank) {
     const int mb = count(rank, kind, pass);
-    if (mb >= m_ || mem_used_[rank] + mem_[kind] > limit_ + 1e-9) return false;
+    if (mb >= m_) return false;
+    if (mem_used_[rank] + mem_[kind] > limit_ + 1e-9) {
+      over_memory = true;
+      return false;
+    }
     const double c = cost_[kind][rank];
     const double no_bubble = clock_[rank] + c;
     double done = no_bubble;
     if (const double* in = input(kind, pass, rank, mb)) {
-      if (*in < 0) return false;
+      if (*in < 0) {
+        out_of_order = true;
+        return false;
+      }
       done = std::max(done, *in + comm_ + c);
     }
     if (count(rank, kF, 0) > 0) bubble_[rank] += done - no_bubble;
@@ -260,9 +272,18 @@ Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
     }
   }
   if (!best.ok) {
+    std::string why;
+    if (search.out_of_order) {
+      why =
+          "it places an op before its input's producer: its warm-up assumes even stage costs, and these are "
+          "uneven (e.g. a slower first stage)";
+    }
+    if (search.over_memory) {
+      why += std::string(why.empty() ? "" : "; ") + "the memory limit of " + format_double(limit) +
+             " M_F per rank is below what it needs (about p M_F)";
+    }
     throw InputError("zb-v: the published V search finds no schedule for p = " + std::to_string(p) +
-                     ", m = " + std::to_string(m) + " within the memory limit of " + std::to_string(limit) +
-                     " M_F per rank (it needs about p M_F; zb-v-greedy fills any limit)");
+                     ", m = " + std::to_string(m) + " (" + why + "); zb-v-greedy fits any costs and limit");
   }
   Schedule s;
   s.p = p;

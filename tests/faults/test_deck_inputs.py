@@ -50,6 +50,28 @@ class DeckInputs(FaultCase):
                                r"noise\.kind, noise\.level")
         self.assertNotIn("makespan_ms", r.text)
 
+    def test_memory_limit_below_the_schedule(self):
+        # validate accepted it and simulate refused it without naming the key. Now both refuse, naming
+        # schedule.memory_limit and the schedule's own limit; a limit the list fits passes.
+        for command in ("validate", "simulate"):
+            r = run1(command, self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=1")
+            self.assertFault(r, 2, r"1f1b with memory limit 1 M_F: .*exceeds the limit of 1 M_F \(the limit is "
+                                   r"schedule\.memory_limit = 1; 0 takes the schedule's own limit, here 2 M_F\)")
+            self.assertFalse(os.path.exists(self.out))
+        self.assertEqual(run1("validate", self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=2").code, 0)
+
+    def test_zb_v_search_failures_say_why(self):
+        # The published ZB-V search drops every variant when a slower first stage breaks its warm-up: said so,
+        # not "within the memory limit of 2.000000 M_F (it needs about p M_F)", which memory did not cause.
+        r = run1("validate", self.deck(steps=1, m=4), "schedule.kind=zb-v", "parallel.virtual=2",
+                 "model.n_layers=4", "cost.forward=[1.01, 1]")
+        self.assertFault(r, 2, r"zb-v: the published V search finds no schedule for p = 2, m = 4 \(it places an op "
+                               r"before its input's producer: .*uneven.*\); zb-v-greedy fits any costs and limit")
+        self.assertNotIn("memory limit", r.text)
+        r = run1("validate", self.deck(steps=1, m=4), "schedule.kind=zb-v", "parallel.virtual=2",
+                 "model.n_layers=4", "schedule.memory_limit=1")
+        self.assertFault(r, 2, r"the memory limit of 1 M_F per rank is below what it needs")
+
     def test_more_mlp_slices_than_columns(self):
         # d_model 32 x mlp_ratio 4 = 128 MLP columns: 129 slices left a group empty, and the cpu backend's
         # gradients were wrong (the MLP's output bias rides with the group that starts at column 0).

@@ -72,6 +72,9 @@ struct Memory {
   // without schedule.memory_limit: its limit is then its own peak (sched::memory_limit_for, a function of the
   // loaded schedule).
   std::vector<double> rank_limit;
+  // The deck key that set the limit ("schedule.memory_limit"), empty when it is the schedule's own default: a list
+  // that needs more than a limit the user set is refused naming the key.
+  std::string limit_key;
 };
 
 struct Noise {
