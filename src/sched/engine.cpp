@@ -108,10 +108,20 @@ class Helpers {
       if (std::isnan(at)) return;  // nothing known
       o.until = at;
     }
-    if (a.memory_limit() > 0) o.memory_free = a.memory_limit() - a.memory_in_use();
+    if (const double limit = device_limit(q); limit > 0) o.memory_free = limit - a.memory_in_use();
     o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
     o.replica = now >= replicas_.ready_at(owner, q);
     offers_.push_back(o);
+  }
+
+  // Rank q's memory for helping (M_F): the configured limit less its replicas, not the driver's budget. Backfill
+  // budgets a rank's own ops to its list's peak, which orders its forwards; a helper's slices use the device's
+  // memory, as under strict execution.
+  double device_limit(int q) const {
+    const std::size_t u = static_cast<std::size_t>(q);
+    double limit = opt_.rank_memory_limit.empty() ? opt_.memory_limit : opt_.rank_memory_limit.at(u);
+    if (limit > 0 && !replicas_.held.empty()) limit -= replicas_.held[u];
+    return limit;
   }
 
   // What the engine knows, for InputChains's bound (PeerKnowledge's members): the announced arrival of rank r's
