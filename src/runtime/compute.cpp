@@ -142,12 +142,13 @@ class StageCompute : public Compute {
   }
   int requests_per_op(sched::OpKind kind, int stage) const override {
     // F, B: one request per layer and grouped unit, and one for the LM head's vocabulary groups on the last stage
-    // (0: the op has nothing to give, slice_moves says None). W: one, when a unit of the stage is grouped. BW: its
+    // (0: the op has nothing to give, slice_moves says None). W: one, when a unit of the stage is grouped and the
+    // stage has layers (a stage of 0 layers gives no layer W; it crashed the helper), or it holds the LM head. BW: its
     // B half's, then its W half's.
     const int units = (model_->mlp_groups() > 1 ? 1 : 0) + (model_->head_groups() > 1 ? 1 : 0);
     const bool head = model_->vocab_groups() > 1 && stage == static_cast<int>(layers_.size()) - 1;
     const int per_layer = units * layers_[static_cast<std::size_t>(stage)] + (head ? 1 : 0);
-    const int weight = units > 0 || head ? 1 : 0;
+    const int weight = (units > 0 && layers_[static_cast<std::size_t>(stage)] > 0) || head ? 1 : 0;
     switch (kind) {
       case sched::OpKind::F:
       case sched::OpKind::B: return per_layer;

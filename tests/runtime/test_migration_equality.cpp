@@ -300,6 +300,21 @@ void expect_every_slice_moved(const config::Deck& deck, const std::string& what)
   EXPECT_GT(m.help_b, 0) << what;
 }
 
+// A stage of 0 layers (layers_per_stage allows it) has no layer W to give: its forced W moves nothing, and the
+// run still equals single-rank training. Before, it sent a W request of 0 floats and the helper's
+// "weight-gradient input of 0 floats is not a whole number of layers" ended the job with exit 1.
+TEST(ForcedMigration, StageWithoutLayersGivesNoW) {
+  const int p = world_size();
+  std::string split = "model.layers_per_stage=[0";
+  for (int r = 1; r < p; ++r) split += ",2";
+  split += "]";
+  const config::Deck deck =
+      migration_deck("zb-h1", "strict", {"model.n_layers=" + std::to_string(2 * (p - 1)), split, ring_pattern(2)});
+  const runtime::RunOutcome outcome = runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  expect_single_rank_losses(deck, outcome, "a stage of 0 layers");
+}
+
 // The MLP's column groups.
 TEST(ForcedMigrationAllSlices, MatchesSingleRank) {
   expect_every_slice_moved(migration_deck("zb-h1", "strict", {ring_pattern(4, "F,B,W,BW"), "migration.max_fraction=1"}),
