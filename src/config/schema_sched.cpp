@@ -1,4 +1,5 @@
 // Deck keys of the scheduling layers: schedule, cost, noise, scheduler.
+#include <algorithm>
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/util/format.hpp"
@@ -29,8 +30,10 @@ void add_sched_fields(std::vector<Field>& f) {
           "as soon as it can run, or, when its output stays on the rank, the list's next op that feeds another rank "
           "if that is ready with only ready ops between; while it waits for an input, only ops expected to end "
           "before that input arrives, "
-          "those that unblock another rank first; memory budget: the list's own peak per rank; never slower than "
-          "strict without noise; `conductor run` estimates ops by the previous step's measured durations, so its "
+          "those that unblock another rank first; memory budget: the list's own peak per rank; its order is never "
+          "slower than "
+          "strict's without noise (migration's helps are a greedy decision on top: docs/migration.md); `conductor run` "
+          "estimates ops by the previous step's measured durations, so its "
           "first step runs each list in order). Greedy rankings (any ready op may start; RRFP's; no guarantee "
           "against the list): `schedule` (list order; wins under heavy variability on zero-bubble lists), `bf` "
           "(B and W before F: for lists without a W split (GPipe, 1F1B, interleaved); with split W it starves the "
@@ -211,6 +214,18 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
     problems.push_back(src + ": noise.straggler_rank = " + std::to_string(deck.noise.straggler_rank) +
                        " is not a rank (0 .. " + std::to_string(p - 1) + ", or -1 for a drawn one)");
   }
+  // Each kind once, and none alone: a repeated kind would apply twice (two jitters of the same draw), and none
+  // beside another kind says two contrary things.
+  const auto& kinds = deck.noise.kind;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    if (std::find(kinds.begin(), kinds.begin() + static_cast<std::ptrdiff_t>(i), kinds[i]) !=
+        kinds.begin() + static_cast<std::ptrdiff_t>(i)) {
+      problems.push_back(src + ": noise.kind lists " + kinds[i] + " twice; name each kind once");
+      break;
+    }
+  }
+  if (kinds.size() > 1 && std::find(kinds.begin(), kinds.end(), "none") != kinds.end())
+    problems.push_back(src + ": noise.kind lists none beside other kinds; none stands alone (or drop it)");
   // The log-normal kinds take noise.level as sigma: above 3 a mean-1 factor's median is below e^-4.5 = 0.011 (and
   // at 10 below e^-50, so every op takes no time and a step's figures are all zero), a per-stage factor reaches
   // e^(+-3 sigma): no longer noise on a pipeline but a different one.

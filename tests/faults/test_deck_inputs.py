@@ -72,6 +72,14 @@ class DeckInputs(FaultCase):
                  "model.n_layers=4", "schedule.memory_limit=1")
         self.assertFault(r, 2, r"the memory limit of 1 M_F per rank is below what it needs")
 
+    def test_noise_kinds_once_and_none_alone(self):
+        # Accepted before: a repeated kind applied twice, none beside another kind said two contrary things.
+        r = run1("validate", self.deck(), "noise.kind=[gaussian, gaussian]")
+        self.assertFault(r, 2, r"noise\.kind lists gaussian twice; name each kind once")
+        r = run1("validate", self.deck(), "noise.kind=[none, lognormal]")
+        self.assertFault(r, 2, r"noise\.kind lists none beside other kinds; none stands alone")
+        self.assertEqual(run1("validate", self.deck(), "noise.kind=[gaussian, straggler]").code, 0)
+
     def test_more_mlp_slices_than_columns(self):
         # d_model 32 x mlp_ratio 4 = 128 MLP columns: 129 slices left a group empty, and the cpu backend's
         # gradients were wrong (the MLP's output bias rides with the group that starts at column 0).
