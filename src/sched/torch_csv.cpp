@@ -43,10 +43,24 @@ struct CsvAction {
   int microbatch = 0;
 };
 
-// torch's action types that are not computations: its runtime format adds them; the compute-only format has none.
+// torch's action types that are not computations: its runtime format (`_dump_csv(..., format="compute_comms")`)
+// adds them around the compute actions, without reordering those; the compute-only format has none.
 bool is_runtime_type(const std::string& type) {
   static const char* const kTypes[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
   return std::any_of(std::begin(kTypes), std::end(kTypes), [&](const char* t) { return type == t; });
+}
+
+// A runtime action as a whole field ("1RECV_F0", "0UNSHARD"): skipped when read. conductor derives its transfers
+// from the compute order and posts every receive ahead, so torch's placement of them carries nothing it uses.
+bool is_runtime_action(const std::string& tok) {
+  std::size_t i = 0;
+  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) ++i;
+  std::size_t j = i;
+  while (j < tok.size() && !std::isdigit(static_cast<unsigned char>(tok[j]))) ++j;
+  for (std::size_t k = j; k < tok.size(); ++k) {
+    if (!std::isdigit(static_cast<unsigned char>(tok[k]))) return false;
+  }
+  return i > 0 && is_runtime_type(tok.substr(i, j - i));
 }
 
 const char* const kExpected =
@@ -64,8 +78,8 @@ std::string parse_single(const std::string& tok, CsvAction& out) {
   if (i == 0 || type.empty()) return "unknown action '" + printable(tok) + "': " + kExpected;
   if (is_runtime_type(type)) {
     return "action '" + printable(tok) +
-           "' is one of torch's runtime actions (communication, resharding); conductor reads the compute-only "
-           "format: F, I, W, B and OVERLAP_F_B";
+           "' is one of torch's runtime actions (communication, resharding), which an OVERLAP_F_B pair cannot hold: "
+           "a pair names two compute actions, F and I, W or B";
   }
   if (type.size() != 1 || std::string("FIWB").find(type[0]) == std::string::npos)
     return "unknown action '" + printable(tok) + "': " + kExpected;
@@ -82,6 +96,7 @@ std::string parse_single(const std::string& tok, CsvAction& out) {
 
 // Parses one field: an action, or "(A;B)OVERLAP_F_B" (its actions in order); "" on success, else why not.
 std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
+  if (is_runtime_action(field)) return "";
   if (field[0] != '(') {
     CsvAction a;
     const std::string why = parse_single(field, a);

@@ -112,10 +112,28 @@ TEST(TorchCsvErrors, UnknownAction) {
             "as 2I3), or (A;B)OVERLAP_F_B");
 }
 
-TEST(TorchCsvErrors, RuntimeActionIsNotCompute) {
-  EXPECT_EQ(import_error("0F0,0SEND_F0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
-            "rank 0, position 1: action '0SEND_F0' is one of torch's runtime actions (communication, resharding); "
-            "conductor reads the compute-only format: F, I, W, B and OVERLAP_F_B");
+// torch's runtime format (compute actions with its sends, receives and FSDP actions around them) reads as the
+// compute-only file it was lowered from. Before, it was refused.
+TEST(TorchCsv, RuntimeFormatReadsAsItsComputeOnlyActions) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  const std::string compute = "0F0,0F1,0I0,0W0,0I1,0W1\n,1F0,1I0,1W0,1F1,1I1,1W1\n";
+  const std::string runtime =
+      "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0RECV_B1,0I1,0W1,0REDUCE_GRAD\n"
+      ",1RECV_F0,1F0,1I0,1SEND_B0,1W0,1RECV_F1,1F1,1I1,1SEND_B1,1W1,1RESHARD\n";
+  const Schedule a = import_schedule(write_temp("compute.csv", compute), shape, 0, 0);
+  const Schedule b = import_schedule(write_temp("runtime.csv", runtime), shape, 0, 0);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size()) << r;
+    for (std::size_t i = 0; i < a.ranks[r].size(); ++i) EXPECT_EQ(to_string(a.ranks[r][i]), to_string(b.ranks[r][i]));
+  }
+}
+
+TEST(TorchCsvErrors, RuntimeActionInsideAPairIsRefused) {
+  EXPECT_EQ(import_error("0F0,(0F1;0SEND_F0)OVERLAP_F_B\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "rank 0, position 1: action '0SEND_F0' is one of torch's runtime actions (communication, resharding), "
+            "which an OVERLAP_F_B pair cannot hold: a pair names two compute actions, F and I, W or B (in "
+            "'(0F1;0SEND_F0)OVERLAP_F_B')");
 }
 
 TEST(TorchCsvErrors, MissingOp) {
