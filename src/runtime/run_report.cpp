@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -104,6 +105,32 @@ struct Derived {
 double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
 // NaN and infinities are not JSON: they become null.
+// Rewrites a resumed run's metrics.jsonl with only the rows of steps before `first_step`, through a new file renamed
+// over it (a crash leaves the old file whole). A killed attempt may have written rows past its last checkpoint; the
+// resumed run writes those steps again. A line that is not a JSON object with an integer "step" (a torn last line)
+// is dropped too.
+void keep_metrics_before(const std::filesystem::path& path, int first_step) {
+  std::ifstream in(path);
+  if (!in) return;  // no metrics yet: the run starts the file
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<long long>() < first_step) {
+      kept += line + '\n';
+    } else {
+      dropped = true;
+    }
+  }
+  if (!dropped) return;
+  const std::filesystem::path tmp = path.string() + ".resume.tmp";
+  write_text_file(tmp, kept);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot replace '" + path.string() + "': " + ec.message());
+}
+
 nlohmann::ordered_json number_or_null(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
 
 std::string metrics_line(int step, const trace::StepRecord& rec, const StepFigures& f, const Derived& d) {
@@ -187,8 +214,10 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   const bool continuing = plan.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path);
   if (continuing) writer_ = std::make_unique<trace::TraceWriter>(trace_path, first_step);
   write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
-  // A resumed run appends to the metrics of the steps before it; a new one starts the file.
+  // A resumed run appends to the metrics of the steps before it (the rows a killed attempt wrote past the
+  // checkpoint dropped, as the trace drops them); a new one starts the file.
   const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
+  if (first_step > 0) keep_metrics_before(metrics_path, first_step);
   metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(metrics_path.string() + ": cannot write");
   if (continuing) {

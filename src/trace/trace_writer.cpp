@@ -344,6 +344,16 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
 
 namespace {
 
+// A run killed while writing (SIGKILL, a node lost, an MPI_Abort) leaves its trace marked open for SWMR writing, and
+// a plain open refuses it ("file is already open for write"). Every flushed step in it is whole (the SWMR design
+// above), so a resumed run continues it: read with SWMR read, reopened for writing with the mark cleared, as
+// `h5clear -s` clears it. The property is HDF5's own ("clear_status_flags", registered on every file-access list
+// since 1.10, the one h5clear sets; not in the public headers); false where this HDF5 lacks it.
+bool clear_killed_writers_mark(hid_t fapl) {
+  hbool_t clear = 1;
+  return H5Pexist(fapl, "clear_status_flags") > 0 && H5Pset(fapl, "clear_status_flags", &clear) >= 0;
+}
+
 // A trace to continue is read first, read-only, so a damaged one is refused before anything writes to it (opened
 // for writing, HDF5 may write to a file it cannot parse, and a file it cannot close stalls the library's exit).
 void check_continuable(const std::string& path) {
@@ -357,7 +367,20 @@ void check_continuable(const std::string& path) {
   // Closing the file closes whatever a failed open left of its objects.
   h5::check_status(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), path, "H5Pset_fclose_degree");
   h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.valid()) refuse("not an HDF5 file: " + hdf5::innermost_error());
+  if (!file.valid()) {
+    const std::string plain = hdf5::innermost_error();
+    H5Eclear2(H5E_DEFAULT);
+    file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
+    if (!file.valid()) refuse("not an HDF5 file: " + plain);
+    h5::Handle probe(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
+    if (plain.find("already open for write") != std::string::npos && !clear_killed_writers_mark(probe.get())) {
+      H5Eclear2(H5E_DEFAULT);
+      throw InputError("the trace to continue, '" + path +
+                       "', is still marked open by the killed run that wrote it, and this HDF5 cannot clear the "
+                       "mark; clear it with `h5clear -s " +
+                       path + "` (package hdf5-tools) and resume again, or move it away");
+    }
+  }
   for (const char* name : {"events", "steps"}) {
     h5::Handle dset(H5Dopen2(file.get(), name, H5P_DEFAULT), H5Dclose);
     if (!dset.valid()) refuse(std::string("/") + name + ": " + hdf5::innermost_error());
@@ -384,6 +407,11 @@ TraceWriter::TraceWriter(const std::string& path, int first_step) : impl_(std::m
   m.path = path;
   h5::Handle fapl = file_access(path);
   m.file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+  if (!m.file.valid()) {  // left open by a killed run (check_continuable read it with SWMR read)
+    H5Eclear2(H5E_DEFAULT);
+    if (clear_killed_writers_mark(fapl.get()))
+      m.file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+  }
   if (!m.file.valid()) h5::fail_input(path, "H5Fopen");
   hid_t f = m.file.get();
   h5::Handle event_file = h5::event_type(true), step_file = h5::step_type(true);

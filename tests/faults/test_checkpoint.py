@@ -186,6 +186,34 @@ class Checkpoints(FaultCase):
         self.assertEqual(sorted(set(events["step"].tolist())), [0, 1, 2])
 
 
+    def test_resume_after_a_killed_attempt(self):
+        # The first attempt dies at step 4 (an injected failure: MPI_Abort, as after SIGKILL or a lost node), after
+        # its checkpoint of step 3, leaving trace.h5 marked open for writing and metrics.jsonl with rows past the
+        # checkpoint. Resuming into the same folder continued nothing before: "the trace to continue cannot be read
+        # (... already open for write)", exit 2, on every requeue. Now it continues: every step once in the trace
+        # and the metrics, the losses those of an uninterrupted run.
+        import h5py
+        import json
+        ck = os.path.join(self.tmp.name, "killed-ck")
+        deck = self.deck(steps=5, extra=CPU)
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="1:4")
+        first = mpirun(2, "run", deck, "checkpoint.path=" + ck, "checkpoint.every=3", env=env)
+        self.assertNotEqual(first.code, 0, first.text)
+        r = mpirun(2, "run", deck, "checkpoint.path=" + ck, "checkpoint.every=3", "checkpoint.resume=" + ck)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"continuing the trace .*trace\.h5 at step 4")
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as f:
+            self.assertEqual(list(f["steps"]["step"]), [0, 1, 2, 3, 4])
+            resumed = list(f["steps"]["loss"])
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertEqual([json.loads(line)["step"] for line in f], [0, 1, 2, 3, 4])
+        whole = os.path.join(self.tmp.name, "whole")
+        r = mpirun(2, "run", deck, "run.output=" + whole)
+        self.assertEqual(r.code, 0, r.text)
+        with h5py.File(os.path.join(whole, "trace.h5"), "r") as f:
+            self.assertEqual(resumed, list(f["steps"]["loss"]))
+
+
 class PolicyFiles(FaultCase):
     @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") == "0", "built with -DCONDUCTOR_POLICY=OFF: no policy files")
     def test_bad_policy_checksum(self):
