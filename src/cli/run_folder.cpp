@@ -161,6 +161,17 @@ void probe_writable(const std::string& key, const fs::path& dir) {
 void check_run_output(const config::Deck& deck, config::Command command) {
   check_output_folder(deck, command);
   probe_writable("run.output", deck.run.output);
+  // A folder where the run writes a file fails only when that file is written: HDF5's raw dump for trace.h5, or
+  // a whole run trained before summary.json cannot be written. Named first, with what to do.
+  std::error_code ec;
+  for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml", "policy.pt", "curve.csv",
+                           "summary.csv", "summary.txt"}) {
+    const fs::path p = fs::path(deck.run.output) / name;
+    if (fs::is_directory(p, ec)) {
+      throw InputError("run.output = '" + deck.run.output + "' holds a folder named '" + name +
+                       "', where the run writes that file; move it away or choose another run.output");
+    }
+  }
 }
 
 void create_run_folder(const fs::path& dir) {

@@ -72,6 +72,17 @@ class DeckInputs(FaultCase):
                  "model.n_layers=4", "schedule.memory_limit=1")
         self.assertFault(r, 2, r"the memory limit of 1 M_F per rank is below what it needs")
 
+    def test_output_file_names_taken_by_folders(self):
+        # trace.h5 as a folder gave HDF5's raw multi-line dump (exit 1); summary.json as a folder failed after the
+        # whole run had trained. Now refused before anything runs, naming the folder.
+        for name in ("trace.h5", "summary.json"):
+            os.makedirs(os.path.join(self.out, name), exist_ok=True)
+            for r in (run1("simulate", self.deck(steps=1), "run.overwrite=true"),
+                      mpirun(2, "run", self.deck(steps=1), "run.overwrite=true")):
+                self.assertFault(r, 2, r"run\.output = '%s' holds a folder named '%s', where the run writes that "
+                                       r"file" % (self.out, name.replace(".", r"\.")))
+            os.rmdir(os.path.join(self.out, name))
+
     def test_noise_kinds_once_and_none_alone(self):
         # Accepted before: a repeated kind applied twice, none beside another kind said two contrary things.
         r = run1("validate", self.deck(), "noise.kind=[gaussian, gaussian]")
