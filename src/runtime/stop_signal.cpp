@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <initializer_list>
 
 namespace conductor::runtime {
 
@@ -35,8 +36,10 @@ void install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  // TERM and INT (scancel, Ctrl-C, the launcher); HUP (a closed terminal); USR1 and USR2, which Slurm users ask for
+  // before a time limit (`--signal=USR1@120`) and mpirun forwards to the ranks. Unhandled, each killed the ranks with
+  // no checkpoint of the step and a trace left open.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
 }
 
 bool stop_requested() { return g_signal != 0; }

@@ -8,6 +8,7 @@ period must still abort. The steps are slowed to ~2.4 s by a sleeping straggler,
 second, so a stop that is not graceful shows; the per-rank exit times are printed."""
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -112,6 +113,25 @@ class Signals(FaultCase):
         time.sleep(0.05)
         os.kill(run.proc.pid, signal.SIGTERM)
         self.assertGracefulStop(*run.finish(start, ranks))
+
+    def test_usr1_and_hup_to_the_ranks(self):
+        # Slurm's `--signal=USR1@120` (to the job step's tasks) and a hangup: a graceful stop like SIGTERM's. Before,
+        # each killed the ranks (exit 138 / 129) with no checkpoint of the step and the trace left open.
+        for sig in (signal.SIGUSR1, signal.SIGHUP):
+            run, ranks = self.start()
+            since = time.monotonic()
+            for pid in ranks.values():
+                os.kill(pid, sig)
+            res, exited = run.finish(since, ranks)
+            self.assertEqual(res.code, EXIT_STOPPED, res.text)
+            self.assertIn("stop requested (signal)", res.text)
+            self.assertEqual(sorted(exited), [0, 1], "a rank did not exit:\n" + res.text)
+            self.assertLessEqual(max(exited.values()), EXIT_DEADLINE_S, res.text)
+            with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:  # closed: opens without SWMR
+                steps = len(t["steps"][:])
+            self.assertCheckpointComplete(steps)
+            shutil.rmtree(self.out)
+            shutil.rmtree(self.ckpt)
 
     def test_double_ctrl_c(self):
         run, ranks = self.start()
