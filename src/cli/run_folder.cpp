@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -75,7 +76,8 @@ std::vector<std::string> files_written(config::Command command) {
 const std::vector<std::string> kResumeMayChange = {"run.steps", "run.output", "run.overwrite", "checkpoint"};
 
 // The root a resume reads from: checkpoint.resume names the root or one of its step folders.
-fs::path resume_root(const fs::path& resume) {
+fs::path resume_root(fs::path resume) {
+  if (resume.filename().empty()) resume = resume.parent_path();  // written with a trailing '/'
   std::error_code ec;
   return fs::exists(resume / "latest", ec) || !fs::exists(resume / "manifest.txt", ec) ? resume : resume.parent_path();
 }
@@ -93,11 +95,46 @@ std::string listed(const std::vector<std::string>& items, std::size_t most) {
   return s;
 }
 
+// The step of a step folder's name (step-000006: 6), or -1.
+long step_of_folder(const std::string& name) {
+  if (name.size() <= 5 || name.rfind("step-", 0) != 0) return -1;
+  long step = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i])) || step > 100000000000L) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// Resuming from an older step folder into its own root writes the steps after it again: the complete ones there
+// (with a manifest) would be replaced, the finished model among them. Refused, naming them.
+void check_later_steps(const fs::path& root, fs::path resume) {
+  if (resume.filename().empty()) resume = resume.parent_path();  // written with a trailing '/'
+  const long from = step_of_folder(resume.filename().string());
+  if (from < 0) return;  // the root: its latest, the newest complete step
+  std::vector<long> later;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const long step = step_of_folder(entry.path().filename().string());
+    if (step > from && fs::exists(entry.path() / "manifest.txt", ec)) later.push_back(step);
+  }
+  if (later.empty()) return;
+  std::sort(later.begin(), later.end());
+  throw InputError("checkpoint.resume = '" + resume.string() + "' is step " + std::to_string(from) +
+                   ", but checkpoint.path holds later complete steps (" + std::to_string(later.front()) +
+                   (later.size() > 1 ? " .. " + std::to_string(later.back()) : std::string()) +
+                   ") that this run would write again; nothing was written. Resume from the root (its latest), "
+                   "write to another checkpoint.path, or set run.overwrite=true to replace them");
+}
+
 // checkpoint.path may hold only the checkpoints a resumed run continues (its checkpoint.resume's root).
 void check_checkpoint_folder(const config::Deck& deck) {
   const fs::path path(deck.checkpoint.path);
   if (path.empty() || !holds_anything(path)) return;
-  if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(deck.checkpoint.resume))) return;
+  if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(deck.checkpoint.resume))) {
+    check_later_steps(path, fs::path(deck.checkpoint.resume).lexically_normal());
+    return;
+  }
   throw InputError("checkpoint.path = '" + path.string() + "' already holds checkpoints of another run; nothing was " +
                    "written. Choose another checkpoint.path, resume from it (checkpoint.resume=" + path.string() +
                    " continues that run), move them away, or set run.overwrite=true to write among them");

@@ -214,6 +214,22 @@ class Checkpoints(FaultCase):
             self.assertEqual(resumed, list(f["steps"]["loss"]))
 
 
+    def test_resume_from_an_older_step_into_its_root(self):
+        # The root holds steps 2 and 3 (latest 3). Resuming from step 2 with checkpoint.path = that root wrote step 3
+        # again, replacing the complete one (with run.steps changed, with other weights). Refused, naming the steps;
+        # from the root (its latest) it resumes; run.overwrite=true allows it. A trailing '/' names the same folder.
+        root = self.copy_good()
+        before = snapshot(root)
+        for resume in ("step-000002", "step-000002/"):
+            r = mpirun(2, "run", self.deck(steps=5, extra=CPU), "checkpoint.path=" + root,
+                       "checkpoint.resume=" + os.path.join(root, resume))
+            self.assertFault(r, 2, r"checkpoint\.resume = '.*step-000002' is step 2, but checkpoint\.path holds later "
+                                   r"complete steps \(3\) that this run would write again; nothing was written")
+            self.assertEqual(snapshot(root), before)
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.path=" + root, "checkpoint.resume=" + root)
+        self.assertEqual(r.code, 0, r.text)
+
+
 class PolicyFiles(FaultCase):
     @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") == "0", "built with -DCONDUCTOR_POLICY=OFF: no policy files")
     def test_bad_policy_checksum(self):
