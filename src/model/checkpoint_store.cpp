@@ -95,6 +95,7 @@ std::string manifest_text(const Manifest& m) {
     << "pipeline " << m.pipeline << "\n"
     << "virtual " << m.virtual_chunks << "\n"
     << "virtual_stages " << m.num_virtual_stages << "\n";
+  if (m.skipped_nonfinite > 0) o << "skipped_nonfinite " << m.skipped_nonfinite << "\n";
   for (const auto& f : m.files)
     o << "file " << f.name << " crc32 " << util::crc32_hex(f.crc32) << " bytes " << f.bytes << "\n";
   return o.str();
@@ -136,8 +137,8 @@ Manifest read_manifest(const std::string& step_dir) {
     words >> value;
     if (!words) throw bad("expected '" + key + " <integer>'");
     // Steps done count from 0, and the shape from 1: a negative step would resume before the first step.
-    if (value < (key == "step" ? 0 : 1))
-      throw bad(key + " " + std::to_string(value) + " is below " + (key == "step" ? "0" : "1"));
+    const bool count = key == "step" || key == "skipped_nonfinite";
+    if (value < (count ? 0 : 1)) throw bad(key + " " + std::to_string(value) + " is below " + (count ? "0" : "1"));
     if (key == "step")
       m.step = value, seen |= 1;
     else if (key == "pipeline")
@@ -146,6 +147,8 @@ Manifest read_manifest(const std::string& step_dir) {
       m.virtual_chunks = value, seen |= 4;
     else if (key == "virtual_stages")
       m.num_virtual_stages = value, seen |= 8;
+    else if (key == "skipped_nonfinite")
+      m.skipped_nonfinite = value;
     else
       throw bad("unknown key '" + key + "'");
   }

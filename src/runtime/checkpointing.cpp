@@ -62,7 +62,7 @@ void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
                [&] { model::probe_checkpoint_root(plan.checkpoint.path, ".probe-rank" + std::to_string(rank)); });
 }
 
-int resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm) {
+Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm) {
   const int rank = rank_of(comm);
   std::string step_dir;
   // One rank follows `latest`, so every rank reads the same step even if `latest` moves meanwhile.
@@ -86,10 +86,14 @@ int resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI
                        ": nothing left to run (raise run.steps to train further)");
     }
   });
-  return step;
+  // Every rank checked this manifest in load_checkpoint; its count of skipped steps is the run's so far.
+  int skipped = 0;
+  collectively(comm, kExitUsage, [&] { skipped = model::read_manifest(step_dir).skipped_nonfinite; });
+  return Resumed{step, skipped};
 }
 
-void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, MPI_Comm comm) {
+void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, int skipped_nonfinite,
+                          MPI_Comm comm) {
   const int rank = rank_of(comm);
   const std::string& root = plan.checkpoint.path;
   try {
@@ -106,6 +110,7 @@ void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model
       m.pipeline = plan.pipeline.p;
       m.virtual_chunks = plan.pipeline.v;
       m.num_virtual_stages = model.num_virtual_stages();
+      m.skipped_nonfinite = skipped_nonfinite;
       m.files = parse_entries(all);
       model::commit_step(root, m, plan.checkpoint.keep);
     });

@@ -224,7 +224,9 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   collectively(comm, kExitUsage, [&] { compute_ = make_compute(plan, order_, rank_, *noise_, comm); });
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
-  if (!plan.checkpoint.resume.empty()) first_step_ = resume_from_checkpoint(plan, compute_->model(), comm);
+  Resumed resumed;
+  if (!plan.checkpoint.resume.empty()) resumed = resume_from_checkpoint(plan, compute_->model(), comm);
+  first_step_ = resumed.step;
   outcome_.first_step = first_step_;
   // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
   // command checked beforehand that it holds no other run's results and can be written).
@@ -235,7 +237,8 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
   watchdog_.emplace(plan.runtime.watchdog_s, rank_);
   reducer_.emplace(*compute_, order_.num_stages(), comm);
-  nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1));
+  nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1),
+                     resumed.skipped_nonfinite);
   if (plan.schedule.post_validation) trace_comm_.emplace(comm);
 }
 
@@ -564,7 +567,7 @@ void Training::checkpoint_if_due(int step, bool stopping, bool last) {
       throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
                   " after the update; stopping without writing the checkpoint");
   });
-  save_checkpoint_step(plan_, *compute_->model(), step + 1, comm_);
+  save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_);
 }
 
 // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is ready by the

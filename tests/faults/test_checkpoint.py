@@ -230,6 +230,24 @@ class Checkpoints(FaultCase):
         self.assertEqual(r.code, 0, r.text)
 
 
+    def test_skipped_nonfinite_steps_count_across_a_resume(self):
+        # optim.skip_nonfinite_steps = 1 allows one skipped step per run. Uninterrupted, a second non-finite step
+        # stops the run; resumed after the first skip, the count started again at 0, so the resumed run skipped the
+        # second one too and finished (exit 0). The manifest now carries the count.
+        deck = self.deck(steps=6, extra=CPU)
+        env = dict(os.environ, CONDUCTOR_INJECT_NAN="1:1,0:3")
+        ck = os.path.join(self.tmp.name, "skip-ck")
+        keys = ("optim.skip_nonfinite_steps=1", "checkpoint.every=1", "checkpoint.keep=0")
+        whole = mpirun(2, "run", deck, "checkpoint.path=" + ck, *keys, env=env)
+        self.assertFault(whole, 1, r"1 steps already skipped, the limit of optim\.skip_nonfinite_steps")
+        with open(os.path.join(ck, "step-000002", "manifest.txt")) as f:
+            self.assertIn("skipped_nonfinite 1\n", f.read())
+        self.out = os.path.join(self.tmp.name, "resumed")
+        resumed = mpirun(2, "run", deck, "run.output=" + self.out, "checkpoint.path=" + ck + "2", *keys,
+                         "checkpoint.resume=" + os.path.join(ck, "step-000002"), env=env)
+        self.assertFault(resumed, 1, r"1 steps already skipped, the limit of optim\.skip_nonfinite_steps")
+
+
 class PolicyFiles(FaultCase):
     @unittest.skipIf(os.environ.get("CONDUCTOR_HAVE_POLICY") == "0", "built with -DCONDUCTOR_POLICY=OFF: no policy files")
     def test_bad_policy_checksum(self):

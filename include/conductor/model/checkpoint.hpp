@@ -29,6 +29,9 @@ struct Manifest {
   int pipeline = 1;
   int virtual_chunks = 1;
   int num_virtual_stages = 1;
+  // Non-finite steps skipped before this step (optim.skip_nonfinite_steps counts a run, not an attempt); written
+  // only when above 0, so older manifests read as 0.
+  int skipped_nonfinite = 0;
   std::vector<CheckpointFile> files;
 };
 

@@ -14,14 +14,20 @@ void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm);
 
 // checkpoint.resume: rank 0 resolves the step folder (following `latest`) once, every rank checks its files
 // against the manifest and loads them, and all ranks must agree on the step, which must be below run.steps.
-// Returns that step; every failure is exit 2 on every rank before any step runs. model: nullptr when the
-// backend has no model (an error then).
-int resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm);
+// Returns that step and the non-finite steps skipped before it (the manifest's); every failure is exit 2 on every
+// rank before any step runs. model: nullptr when the backend has no model (an error then).
+struct Resumed {
+  int step = 0;
+  int skipped_nonfinite = 0;
+};
+Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm);
 
 // Writes step `step` atomically: every rank writes its files into the step's partial folder, and rank 0 adds
 // the manifest, renames the folder into place, moves `latest` and prunes to checkpoint.keep only after every
 // rank succeeded. A failure (e.g. a full disk) removes the partial folder, leaves the previous steps intact and
 // ends every rank with exit 1 and one message naming the file and step.
-void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, MPI_Comm comm);
+// skipped_nonfinite: the run's non-finite steps skipped so far, kept in the manifest for a resumed run.
+void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, int skipped_nonfinite,
+                          MPI_Comm comm);
 
 }  // namespace conductor::runtime

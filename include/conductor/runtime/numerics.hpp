@@ -83,7 +83,9 @@ class NonfiniteGuard {
  public:
   static constexpr double kDivergenceFactor = 10.0;
   enum class Verdict { Update, Skip, Stop };
-  NonfiniteGuard(int skip_limit, int last_stage_rank) : skip_limit_(skip_limit), last_stage_rank_(last_stage_rank) {}
+  // skipped: steps a resumed run's earlier attempts skipped (its checkpoint's manifest); the limit counts the run.
+  NonfiniteGuard(int skip_limit, int last_stage_rank, int skipped = 0)
+      : skip_limit_(skip_limit), last_stage_rank_(last_stage_rank), skipped_(skipped) {}
   // Same answer on every rank (the numbers are allreduced). message(): what to print (rank 0) for Skip/Stop.
   Verdict judge(const StepNumbers& n, int step, int stage_rank_of_nonfinite, bool has_math);
   const std::string& message() const { return message_; }
