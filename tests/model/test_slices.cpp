@@ -2,6 +2,8 @@
 // the input-gradient part (B) and in the weight-gradient part (W).
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -124,7 +126,11 @@ TEST(Slices, AttentionHeadGroupsSumToFullLayer) {
   EXPECT_GT(max_rel(out_one, out_full), 1e-2);
 }
 
-TEST(Slices, MlpColumnGroupsSumToFullLayer) {
+namespace {
+
+// The MLP computed whole and as the column groups [c0, c1) of `groups`, each with its own buffers: the groups'
+// outputs, input gradients and weight gradients sum to the whole layer's.
+void expect_mlp_groups_sum_to_full_layer(const std::vector<std::array<int, 2>>& groups) {
   Rand r;
   Layer L(r);
   Backend& be = cpu_backend();
@@ -139,7 +145,6 @@ TEST(Slices, MlpColumnGroupsSumToFullLayer) {
   std::vector<std::vector<float>> g_full(L.g, L.g + 12);
   L.zero_grads();
   std::vector<float> out_sum(btc, 0.0f), dln_sum(btc, 0.0f);
-  const int groups[][2] = {{0, 5}, {5, 20}, {20, 32}};
   for (const auto& gr : groups) {
     MlpBufs s(d, gr[1] - gr[0]);
     std::vector<float> out(btc, 0.0f), dln(btc, 0.0f);
@@ -157,35 +162,15 @@ TEST(Slices, MlpColumnGroupsSumToFullLayer) {
   EXPECT_GT(max_rel(g_full[8], std::vector<float>(g_full[8].size(), 0.0f)), 0.5);
 }
 
+}  // namespace
+
+TEST(Slices, MlpColumnGroupsSumToFullLayer) { expect_mlp_groups_sum_to_full_layer({{0, 5}, {5, 20}, {20, 32}}); }
+
 // Groups cut with empty ones among them (an empty first group [0, 0) included): the output projection's bias is
 // added and its gradient accumulated once, by the non-empty group at column 0 (holds_output_bias). Before, the
 // group that starts at column 0 took it, so an empty first group and the next one both did.
 TEST(Slices, EmptyGroupsNeverTakeTheOutputBias) {
-  Rand r;
-  Layer L(r);
-  Backend& be = cpu_backend();
-  const Dims& d = L.d;
-  const std::size_t btc = d.BT() * d.C;
-  const auto ln = r.vec(btc), dout = r.vec(btc);
-  MlpBufs full(d, d.F);
-  std::vector<float> out_full(btc, 0.0f);
-  mlp_slice_forward(be, out_full.data(), full.b, ln.data(), L.wv, d, 0, d.F);
-  mlp_slice_backward_input(be, std::vector<float>(btc, 0.0f).data(), full.b, dout.data(), L.wv, d, 0, d.F);
-  mlp_slice_backward_weight(be, L.gv, full.b, ln.data(), dout.data(), d, 0, d.F);
-  std::vector<std::vector<float>> g_full(L.g, L.g + 12);
-  L.zero_grads();
-  std::vector<float> out_sum(btc, 0.0f);
-  const int groups[][2] = {{0, 0}, {0, 20}, {20, 20}, {20, 32}};
-  for (const auto& gr : groups) {
-    MlpBufs s(d, gr[1] - gr[0]);
-    std::vector<float> out(btc, 0.0f), dln(btc, 0.0f);
-    mlp_slice_forward(be, out.data(), s.b, ln.data(), L.wv, d, gr[0], gr[1]);
-    mlp_slice_backward_input(be, dln.data(), s.b, dout.data(), L.wv, d, gr[0], gr[1]);
-    mlp_slice_backward_weight(be, L.gv, s.b, ln.data(), dout.data(), d, gr[0], gr[1]);
-    for (std::size_t i = 0; i < btc; i++) out_sum[i] += out[i];
-  }
-  EXPECT_LT(max_rel(out_sum, out_full), 1e-5);
-  for (int i : {8, 9, 10, 11}) EXPECT_LT(max_rel(L.g[i], g_full[i]), 1e-5) << i;
+  expect_mlp_groups_sum_to_full_layer({{0, 0}, {0, 20}, {20, 20}, {20, 32}});
   static_assert(holds_output_bias(0, 1) && !holds_output_bias(0, 0) && !holds_output_bias(1, 2));
 }
 
