@@ -4,13 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "conductor/config/deck_compare.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::cli {
@@ -39,12 +39,15 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
+// Every file a command writes into run.output (files_written() says which command writes which).
+constexpr const char* kRunFiles[] = {"trace.h5",  "summary.json", "metrics.jsonl", "resolved.yaml",
+                                     "policy.pt", "curve.csv",    "summary.csv",   "summary.txt"};
+
 std::vector<std::string> previous_results(const fs::path& dir, const fs::path& checkpoint_dir) {
   std::vector<std::string> found;
   std::error_code ec;
   if (fs::is_directory(dir, ec)) {
-    for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml", "policy.pt", "curve.csv",
-                             "summary.csv", "summary.txt"}) {
+    for (const char* name : kRunFiles) {
       if (fs::exists(dir / name, ec)) found.emplace_back(name);
     }
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -76,8 +79,13 @@ std::vector<std::string> files_written(config::Command command) {
 const std::vector<std::string> kResumeMayChange = {"run.steps", "run.output", "run.overwrite", "checkpoint"};
 
 // The root a resume reads from: checkpoint.resume names the root or one of its step folders.
-fs::path resume_root(fs::path resume) {
-  if (resume.filename().empty()) resume = resume.parent_path();  // written with a trailing '/'
+// A folder path as written, without a trailing '/' (whose filename() is empty).
+fs::path folder(const std::string& written) {
+  const fs::path p = fs::path(written).lexically_normal();
+  return p.filename().empty() ? p.parent_path() : p;
+}
+
+fs::path resume_root(const fs::path& resume) {
   std::error_code ec;
   return fs::exists(resume / "latest", ec) || !fs::exists(resume / "manifest.txt", ec) ? resume : resume.parent_path();
 }
@@ -95,28 +103,16 @@ std::string listed(const std::vector<std::string>& items, std::size_t most) {
   return s;
 }
 
-// The step of a step folder's name (step-000006: 6), or -1.
-long step_of_folder(const std::string& name) {
-  if (name.size() <= 5 || name.rfind("step-", 0) != 0) return -1;
-  long step = 0;
-  for (std::size_t i = 5; i < name.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i])) || step > 100000000000L) return -1;
-    step = step * 10 + (name[i] - '0');
-  }
-  return step;
-}
-
 // Resuming from an older step folder into its own root writes the steps after it again: the complete ones there
 // (with a manifest) would be replaced, the finished model among them. Refused, naming them.
-void check_later_steps(const fs::path& root, fs::path resume) {
-  if (resume.filename().empty()) resume = resume.parent_path();  // written with a trailing '/'
-  const long from = step_of_folder(resume.filename().string());
+void check_later_steps(const fs::path& root, const fs::path& resume) {
+  const int from = model::step_of_folder(resume.filename().string());
   if (from < 0) return;  // the root: its latest, the newest complete step
-  std::vector<long> later;
+  std::vector<int> later;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const long step = step_of_folder(entry.path().filename().string());
-    if (step > from && fs::exists(entry.path() / "manifest.txt", ec)) later.push_back(step);
+    const int step = model::step_of_folder(entry.path().filename().string());
+    if (step > from && fs::exists(entry.path() / model::kManifestName, ec)) later.push_back(step);
   }
   if (later.empty()) return;
   std::sort(later.begin(), later.end());
@@ -131,8 +127,8 @@ void check_later_steps(const fs::path& root, fs::path resume) {
 void check_checkpoint_folder(const config::Deck& deck) {
   const fs::path path(deck.checkpoint.path);
   if (path.empty() || !holds_anything(path)) return;
-  if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(deck.checkpoint.resume))) {
-    check_later_steps(path, fs::path(deck.checkpoint.resume).lexically_normal());
+  if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(folder(deck.checkpoint.resume)))) {
+    check_later_steps(path, folder(deck.checkpoint.resume));
     return;
   }
   throw InputError("checkpoint.path = '" + path.string() + "' already holds checkpoints of another run; nothing was " +
@@ -201,8 +197,7 @@ void check_run_output(const config::Deck& deck, config::Command command) {
   // A folder where the run writes a file fails only when that file is written: HDF5's raw dump for trace.h5, or
   // a whole run trained before summary.json cannot be written. Named first, with what to do.
   std::error_code ec;
-  for (const char* name : {"trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml", "policy.pt", "curve.csv",
-                           "summary.csv", "summary.txt"}) {
+  for (const char* name : kRunFiles) {
     const fs::path p = fs::path(deck.run.output) / name;
     if (fs::is_directory(p, ec)) {
       throw InputError("run.output = '" + deck.run.output + "' holds a folder named '" + name +

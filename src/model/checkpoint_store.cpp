@@ -18,14 +18,6 @@ namespace {
 
 constexpr const char* kManifestMagic = "conductor-checkpoint 1";
 
-// The step of a folder named step-NNNNNN, or -1.
-int step_of_folder(const std::string& name) {
-  int step = -1;
-  char tail = 0;
-  if (name.size() != 11 || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1) return -1;
-  return step;
-}
-
 void write_text_durably(const fs::path& path, const std::string& text) {
   util::write_file_durably(path.string(), text.data(), text.size());
 }
@@ -51,6 +43,13 @@ void prune(const fs::path& root, int current, int keep) {
 }
 
 }  // namespace
+
+int step_of_folder(const std::string& name) {
+  int step = -1;
+  char tail = 0;
+  if (name.size() != 11 || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1) return -1;
+  return step;
+}
 
 std::string step_folder_name(int step) {
   char buf[32];

@@ -38,7 +38,8 @@ struct Manifest {
 inline constexpr const char* kManifestName = "manifest.txt";
 inline constexpr const char* kLatestName = "latest";
 
-std::string step_folder_name(int step);  // "step-000012"
+std::string step_folder_name(int step);       // "step-000012"
+int step_of_folder(const std::string& name);  // its inverse: 12 for "step-000012", -1 for any other name
 std::string partial_folder(const std::string& root, int step);
 
 // checkpoint.resume: a checkpoint root (its `latest` is followed) or a step folder (holds a manifest).
