@@ -38,6 +38,15 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
+// Rank r's configured activation-memory limit (M_F; 0: none), less the replicas it holds (replicas: none when
+// null). The drivers' budgets start from it, and a helper's free memory is counted against it.
+double rank_limit(const ExecOptions& opt, int r, const ReplicaPlan* replicas) {
+  const std::size_t u = static_cast<std::size_t>(r);
+  double limit = opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(u);
+  if (replicas && !replicas->held.empty() && limit > 0) limit -= replicas->held[u];
+  return limit;
+}
+
 // Computation migration's state in the engine: until when each rank helps, when each rank's inputs are expected
 // (set when their producer starts), and the memory helpers hold. The bound on a peer's awaited input is the
 // shared one (InputChains), on what the engine knows: every rank's state.
@@ -117,12 +126,7 @@ class Helpers {
   // Rank q's memory for helping (M_F): the configured limit less its replicas, not the driver's budget. Backfill
   // budgets a rank's own ops to its list's peak, which orders its forwards; a helper's slices use the device's
   // memory, as under strict execution.
-  double device_limit(int q) const {
-    const std::size_t u = static_cast<std::size_t>(q);
-    double limit = opt_.rank_memory_limit.empty() ? opt_.memory_limit : opt_.rank_memory_limit.at(u);
-    if (limit > 0 && !replicas_.held.empty()) limit -= replicas_.held[u];
-    return limit;
-  }
+  double device_limit(int q) const { return rank_limit(opt_, q, &replicas_); }
 
   // What the engine knows, for InputChains's bound (PeerKnowledge's members): the announced arrival of rank r's
   // list op i's input, whether that op waits for it, and its estimate (kept: the same every time it is asked).
@@ -166,8 +170,7 @@ class Helpers {
 std::vector<double> replica_room(const Schedule& s, const ExecOptions& opt) {
   std::vector<double> room(static_cast<std::size_t>(s.p), std::numeric_limits<double>::infinity());
   for (int r = 0; r < s.p; ++r) {
-    const double limit =
-        opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
+    const double limit = rank_limit(opt, r, nullptr);
     if (limit > 0)
       room[static_cast<std::size_t>(r)] = std::max(0.0, limit - list_peak_memory(s, r, opt.memory_after_b));
   }
@@ -240,9 +243,7 @@ std::vector<RankDriver> make_drivers(const Schedule& s, const ExecOptions& opt, 
     DriverOptions d;
     d.execution = opt.execution;
     d.hint = opt.hint;
-    d.memory_limit =
-        opt.rank_memory_limit.empty() ? opt.memory_limit : opt.rank_memory_limit.at(static_cast<std::size_t>(r));
-    if (!replicas.held.empty() && d.memory_limit > 0) d.memory_limit -= replicas.held[static_cast<std::size_t>(r)];
+    d.memory_limit = rank_limit(opt, r, &replicas);
     d.memory_after_b = opt.memory_after_b;
     d.spread = opt.spread;
     d.late_delay = opt.late_delay;
