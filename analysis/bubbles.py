@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Bubble analysis of conductor traces: bubble ratio per rank, per step and overall, both the global one
 (1 - busy / (ranks x makespan)) and the Zero Bubble paper's per-stage one (1 - busy / the rank's own span,
-averaged over ranks); idle time split into
-warm-up / steady state / cool-down and into waiting-for-data / ready-but-not-picked; the critical path of
-a step; with migration, per rank the time it spent on slices of other ranks' ops (helped) and the time other
-ranks spent on slices of its own ops (recovered: the work migration took off it, measured on the helpers).
+averaged over ranks), the overall figures being the mean of the per-step values (as summary.json has them);
+idle time split into warm-up / steady state / cool-down and into waiting-for-data / ready-but-not-picked; the
+critical path of a step; with migration, per rank the time it spent on slices of other ranks' ops (helped) and
+the time other ranks spent on slices of its own ops (recovered: the work migration took off it, measured on the
+helpers).
 Figures are recomputed from /events and checked against the per-step figures stored in /steps.
 Definitions: docs/trace.md. Output: a text table (default), --csv or --json."""
 import argparse
@@ -25,6 +26,7 @@ def analyze(trace, step_for_path=None):
     per_step, rank_tot = [], [dict(rank=r, busy_ns=0, idle_ns=0, span_ns=0, warmup_ns=0, steady_ns=0, cooldown_ns=0,
                                    waiting_ns=0, not_picked_ns=0, helped_ns=0, recovered_ns=0) for r in range(world)]
     total_span = 0
+    ran = [False] * world  # whether the rank ran a compute op in some step
     mismatches = []
     for row in trace.steps:
         step = int(row["step"])
@@ -51,6 +53,7 @@ def analyze(trace, step_for_path=None):
             s["ranks"].append(d)
             t = rank_tot[d["rank"]]
             t["span_ns"] += max(span, 0)
+            ran[d["rank"]] |= span >= 0
             for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns", "cooldown_ns", "waiting_ns", "not_picked_ns",
                       "helped_ns", "recovered_ns"):
                 t[k] += d[k]
@@ -61,13 +64,19 @@ def analyze(trace, step_for_path=None):
         total_span += fig["makespan_ns"]
     for t in rank_tot:
         t["bubble_ratio"] = t["idle_ns"] / total_span if total_span > 0 else 0.0
-        # Over all steps: idle within the rank's own spans over the sum of those spans.
-        t["stage_bubble_ratio"] = 1.0 - t["busy_ns"] / t["span_ns"] if t["span_ns"] > 0 else 0.0
+    for t in rank_tot:
+        # Over all steps: idle within the rank's own spans over the sum of those spans; None (as per step) for a
+        # rank that ran no compute op in any step.
+        t["stage_bubble_ratio"] = ((1.0 - t["busy_ns"] / t["span_ns"] if t["span_ns"] > 0 else 0.0)
+                                   if ran[t["rank"]] else None)
     overall = {k: sum(t[k] for t in rank_tot) for k in ("busy_ns", "idle_ns", "warmup_ns", "steady_ns",
                                                          "cooldown_ns", "waiting_ns", "not_picked_ns", "helped_ns",
                                                          "recovered_ns")}
-    overall["bubble_ratio"] = overall["idle_ns"] / float(world * total_span) if total_span > 0 else 0.0
-    # The mean over steps of the per-step value (as summary.json reports it).
+    # Both bubble ratios: the mean over steps of the per-step values (as summary.json reports them, docs/trace.md);
+    # time_weighted_bubble_ratio: all idle time over ranks x the sum of the makespans (long steps weigh more).
+    overall["bubble_ratio"] = sum(s["bubble_ratio"] for s in per_step) / max(1, len(per_step))
+    overall["time_weighted_bubble_ratio"] = (overall["idle_ns"] / float(world * total_span) if total_span > 0
+                                             else 0.0)
     overall["stage_bubble_ratio"] = sum(s["stage_bubble_ratio"] for s in per_step) / max(1, len(per_step))
     overall["steps"] = len(per_step)
     overall["total_makespan_ns"] = total_span
@@ -87,7 +96,7 @@ def ms(ns):
 
 
 def pct(x):
-    return "%.1f%%" % (100.0 * x)
+    return "-" if x is None else "%.1f%%" % (100.0 * x)
 
 
 def print_table(res, out):
@@ -96,11 +105,14 @@ def print_table(res, out):
     out.write("== %s  (%s, %s, %s, %s ranks, %d steps)\n" % (res["trace"], info["schedule"], info["execution"],
                                                             info["backend"], info["world_size"], o["steps"]))
     idle = o["idle_ns"] or 1
-    out.write("overall bubble ratio %s (per-stage, Zero Bubble paper: %s); idle: warm-up %s, steady %s, "
-              "cool-down %s; waiting for data %s, ready but not picked %s\n" % (
+    out.write("overall bubble ratio %s (per-stage, Zero Bubble paper: %s; both the mean over steps); idle: "
+              "warm-up %s, steady %s, cool-down %s; waiting for data %s, ready but not picked %s\n" % (
                   pct(o["bubble_ratio"]), pct(o["stage_bubble_ratio"]), pct(o["warmup_ns"] / idle),
                                              pct(o["steady_ns"] / idle), pct(o["cooldown_ns"] / idle),
                                              pct(o["waiting_ns"] / idle), pct(o["not_picked_ns"] / idle)))
+    if o["steps"] > 1:
+        out.write("time-weighted bubble ratio %s (all idle time / (ranks x the sum of the step makespans))\n" %
+                  pct(o["time_weighted_bubble_ratio"]))
     u = UNIT[0]
     out.write("\nper step (times in %s):\n%6s %12s %8s %8s %8s %11s %10s %10s %10s %10s %10s\n" % (
         u, "step", "makespan", "bubble", "stored", "stage", "lower_bnd", "warm-up", "steady", "cool-down", "waiting",
@@ -149,7 +161,8 @@ def csv_rows(res):
                stage_bubble_ratio=o["stage_bubble_ratio"], stored_stage_bubble_ratio="", **{k: o[k] for k in ROW_FIELDS})
     for t in res["per_rank"]:
         yield dict(trace=res["trace"], step="all", rank=t["rank"], makespan_ns=o["total_makespan_ns"],
-                   stored_bubble_ratio="", stage_bubble_ratio=t["stage_bubble_ratio"], stored_stage_bubble_ratio="",
+                   stored_bubble_ratio="", stage_bubble_ratio=_blank(t["stage_bubble_ratio"]),
+                   stored_stage_bubble_ratio="",
                    **{k: t[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + ROW_FIELDS})
     for s in res["per_step"]:
         yield dict(trace=res["trace"], step=s["step"], rank="all", makespan_ns=s["makespan_ns"],
@@ -184,6 +197,7 @@ def main(argv=None):
     p.add_argument("--step", type=int, default=None, help="step whose critical path is shown (default: last)")
     p.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     args = p.parse_args(argv)
+    ct.check_outputs(args.traces, [("-o", args.output)])
 
     results = []
     for path in args.traces:
@@ -194,8 +208,8 @@ def main(argv=None):
             print("warning: %s: recomputed figures differ from /steps at steps %s" %
                   (path, res["stored_mismatch_steps"]), file=sys.stderr)
         results.append(res)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", newline="")
-    try:
+
+    def write(out):
         if args.json:
             json.dump({"traces": results}, out, indent=1, default=_json_default)
             out.write("\n")
@@ -208,9 +222,12 @@ def main(argv=None):
         else:
             for res in results:
                 print_table(res, out)
-    finally:
-        if out is not sys.stdout:
-            out.close()
+
+    if args.output == "-":
+        write(sys.stdout)
+    else:
+        with ct.output_file(args.output, newline="") as out:
+            write(out)
     return 0
 
 

@@ -7,12 +7,15 @@ Configuration: runs whose names are equal up to a repeat suffix (-r<k>) and whos
 trace's `deck` attribute) are equal except for noise.seed, run.name and run.output are repeats of one
 configuration (jobs/sweep.sbatch with SWEEP_REPEATS=N runs each combination N times with noise.seed
 0..N-1, labelled <combination>-r<k>). The table shows the axes that vary: deck, schedule,
-execution (with the readiness hint), noise preset, and any other deck key that differs.
+execution (with the readiness hint), noise preset (with the noise.* overrides given on the command line), and
+in "other" any other deck key that differs (values as in YAML; a schedule.* or noise.* key only where the
+schedule or noise column does not already tell it apart).
 
-Figures per run are the per-step figures stored in each trace's /steps (docs/trace.md), time-weighted over
-the steps used; step 0 (warm-up) is left out unless --include-warmup. Spread = sample standard deviation
-over the repeats (shown when a configuration has two or more). Speedup = baseline mean makespan / mean
-makespan (> 1: faster than the baseline).
+Figures per run are the per-step figures stored in each trace's /steps (docs/trace.md) over the steps used:
+mean makespan, throughput = samples / total makespan, bubble ratio = mean of the per-step values (as
+summary.json and bubbles.py); step 0 (warm-up) is left out unless --include-warmup. Spread = sample standard
+deviation over the repeats (shown when a configuration has two or more). Speedup = baseline mean makespan / mean
+makespan (> 1: faster than the baseline); n/a where a mean makespan is 0. A trace given twice is refused.
 
 Names: by default a trace's run folder (.../NAME/trace.h5) or file name; NAME=PATH sets one explicitly.
 --baseline takes a run name or a configuration label (default: the first configuration)."""
@@ -28,17 +31,35 @@ import conductor_trace as ct  # noqa: E402
 
 IGNORED_KEYS = ("noise.seed", "run.name", "run.output")
 AXES = ("deck", "schedule", "execution", "noise")
-# schedule.* and noise.* keys are shown through the axes (a schedule also derives its memory_limit).
+# Deck keys an axis shows; other schedule.* and noise.* keys are shown in "other" where they differ, unless the
+# schedule or noise axis already tells them apart (a schedule derives its memory_limit, a preset its noise.*).
+AXIS_KEYS = ("schedule.kind", "schedule.execution", "schedule.hint")
+AXIS_OF = {"schedule.": ("schedule", "execution"), "noise.": ("noise",)}
 METRICS = (("samples_per_s", "samples/s", 1.0), ("mean_makespan_ms", "makespan (ms)", 1.0),
            ("bubble_ratio", "bubble ratio (%)", 100.0), ("speedup", "speedup", 1.0))
 
 
+def split_spec(spec):
+    """(name or None, path) of a [NAME=]TRACE argument."""
+    if "=" in spec and not os.path.exists(spec):
+        name, path = spec.split("=", 1)
+        return name, path
+    return None, spec
+
+
+def check_distinct(paths):
+    """Refuses (TraceError) a trace given twice: it would count as two repeats."""
+    for i, path in enumerate(paths):
+        for other in paths[:i]:
+            if ct.same_file(path, other):
+                raise ct.TraceError("%s: given twice (also as %s); pass each run once" % (path, other))
+
+
 def parse_runs(specs):
     runs = []
+    check_distinct([split_spec(spec)[1] for spec in specs])
     for spec in specs:
-        name, path = None, spec
-        if "=" in spec and not os.path.exists(spec):
-            name, path = spec.split("=", 1)
+        name, path = split_spec(spec)
         trace = ct.load(path)
         ct.note_dropped(trace)
         ct.require_steps(trace)
@@ -58,7 +79,20 @@ def _flatten(value, prefix=""):
         for k, v in value.items():
             out.update(_flatten(v, "%s%s." % (prefix, k)))
         return out
-    return {prefix[:-1]: repr(value)}
+    return {prefix[:-1]: _yaml(value)}
+
+
+def _yaml(value):
+    """A deck value as YAML flow text: true/false, null, [a, b], {k: v}."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ", ".join(_yaml(v) for v in value)
+    if isinstance(value, dict):
+        return "{%s}" % ", ".join("%s: %s" % (k, _yaml(v)) for k, v in value.items())
+    return str(value)
 
 
 def describe(trace):
@@ -77,7 +111,10 @@ def describe(trace):
     kinds = noise.get("kind", ["none"])
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     if presets:
-        noise_name = "+".join(presets)
+        # The preset's name, with the noise.* overrides given after it (they change what the preset set).
+        overrides = [(k, v.strip()) for k, v in re.findall(r"^#\s+override\s+noise\.([^=\s]+)=(.*)$", text, re.M)
+                     if k != "seed"]
+        noise_name = " ".join(["+".join(presets)] + ["%s=%s" % kv for kv in overrides])
     elif kinds in (["none"], []) or not noise.get("level", 1):
         noise_name = "none" if kinds in (["none"], []) else "+".join(kinds)
     else:
@@ -108,12 +145,24 @@ def group(runs):
     out = list(groups.values())
     varying = [a for a in AXES if len({g["axes"][a] for g in out}) > 1]
     keys = sorted(set().union(*(g["deck"].keys() for g in out)))
-    other = [k for k in keys if not k.startswith(("noise.", "schedule."))
-             and len({g["deck"].get(k) for g in out}) > 1]
+    other = [k for k in keys if k not in AXIS_KEYS and len({g["deck"].get(k) for g in out}) > 1
+             and not _told_apart(out, k)]
     for g in out:
         g["other"] = ", ".join("%s=%s" % (k, g["deck"].get(k, "-")) for k in other)
         g["label"] = _common_name([r["name"] for r in g["runs"]])
     return out, varying, bool(other)
+
+
+def _told_apart(groups, key):
+    """Whether a schedule.* or noise.* key's value follows from the axis that shows it (one value per axis value)."""
+    axes = next((a for prefix, a in AXIS_OF.items() if key.startswith(prefix)), None)
+    if axes is None:
+        return False
+    seen = {}
+    for g in groups:
+        if seen.setdefault(tuple(g["axes"][a] for a in axes), g["deck"].get(key)) != g["deck"].get(key):
+            return False
+    return len(seen) > 1
 
 
 def _common_name(names):
@@ -131,8 +180,11 @@ def stats(groups, baseline):
     base = _find(groups, baseline)
     base_ms = base["mean_makespan_ms"][0]
     for g in groups:
-        vals = np.array([base_ms / r["mean_makespan_ms"] if r["mean_makespan_ms"] > 0 else np.nan for r in g["runs"]])
-        g["speedup"] = (float(vals.mean()), float(vals.std(ddof=1)) if len(vals) > 1 else None)
+        if base_ms > 0 and all(r["mean_makespan_ms"] > 0 for r in g["runs"]):
+            vals = np.array([base_ms / r["mean_makespan_ms"] for r in g["runs"]])
+            g["speedup"] = (float(vals.mean()), float(vals.std(ddof=1)) if len(vals) > 1 else None)
+        else:  # undefined: a mean makespan of 0 (all-zero costs)
+            g["speedup"] = (None, None)
     return base
 
 
@@ -146,9 +198,11 @@ def _find(groups, name):
     raise ct.TraceError("baseline '%s' is not one of the runs: %s" % (name, ", ".join(names)))
 
 
-def _pm(value, fmt, scale=1.0):
+def _pm(value, fmt, scale=1.0, suffix=""):
     mean, sd = value
-    return (fmt % (mean * scale)) + ("" if sd is None else " ± " + fmt % (sd * scale))
+    if mean is None:
+        return "n/a"
+    return (fmt % (mean * scale)) + ("" if sd is None else " ± " + fmt % (sd * scale)) + suffix
 
 
 def markdown(groups, varying, other, base, png_name, skip):
@@ -167,7 +221,7 @@ def markdown(groups, varying, other, base, png_name, skip):
         cells = [g["label"]] + [g["axes"][a] for a in varying] + ([g["other"]] if other else [])
         cells += [str(len(g["runs"])), "/".join(str(s) for s in g["steps"]), _pm(g["samples_per_s"], "%.4g"),
                   _pm(g["mean_makespan_ms"], "%.4g"), _pm(g["bubble_ratio"], "%.1f", 100.0),
-                  _pm(g["speedup"], "%.3f") + "x"]
+                  _pm(g["speedup"], "%.3f", suffix="x")]
         lines.append("| " + " | ".join(cells) + " |")
     if png_name:
         lines += ["", "![comparison](%s)" % png_name]
@@ -198,7 +252,7 @@ def chart(groups, varying, base, path, skip, dpi=100):
         missing = [v for v in shown if v.replace(":", "-") not in g["label"]]
         labels.append(g["label"] + (" (%s)" % ", ".join(missing) if missing else ""))
     for ax, (key, title, scale) in zip(axes, [METRICS[0], METRICS[2], METRICS[3]]):
-        means = [g[key][0] * scale for g in groups]
+        means = [(g[key][0] or 0.0) * scale for g in groups]  # None: undefined (n/a), no bar
         errs = [(g[key][1] or 0.0) * scale for g in groups] if any(len(g["runs"]) > 1 for g in groups) else None
         cols = [colour.get(g["axes"][colour_axis], "#4C72B0") if colour_axis else
                 ("#8C8C8C" if g is base else "#4C72B0") for g in groups]
@@ -208,6 +262,9 @@ def chart(groups, varying, base, path, skip, dpi=100):
         ax.grid(axis="x", linewidth=0.3)
         if key == "speedup":
             ax.axvline(1.0, color="black", linewidth=0.8)
+            for yi, g in zip(y, groups):
+                if g[key][0] is None:
+                    ax.text(0, yi, " n/a", va="center", fontsize=7)
     axes[0].set_yticks(y)
     axes[0].set_yticklabels([_short(s) for s in labels], fontsize=7)
     if colour_axis:
@@ -220,8 +277,10 @@ def chart(groups, varying, base, path, skip, dpi=100):
                  (runs, n, "/".join(map(str, reps)), "; step 0 left out" if skip else ""),
                  fontsize=9, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if n > 6 else 0.92))
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        ct.save_figure(fig, path, dpi)
+    finally:
+        plt.close(fig)
 
 
 def _short(s, width=56):
@@ -242,14 +301,18 @@ def main(argv=None):
     skip = args.skip if args.skip is not None else (0 if args.include_warmup else 1)
     if skip < 0:
         p.error("--skip must be >= 0")
+    png = args.png or os.path.splitext(args.output)[0] + ".png"
+    chart_what = "--png" if args.png else "the chart (default: -o's path with .png; set --png)"
+    ct.check_outputs([split_spec(spec)[1] for spec in args.traces], [("-o", args.output), (chart_what, png)])
+    if args.png:
+        ct.check_image_output(png, "--png")
     runs = [run_figures(name, trace, skip) for name, trace in parse_runs(args.traces)]
     groups, varying, other = group(runs)
     base = stats(groups, args.baseline)
-    png = args.png or os.path.splitext(args.output)[0] + ".png"
     chart(groups, varying, base, png, skip)
     rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.output)))
     text = markdown(groups, varying, other, base, rel, skip)
-    with open(args.output, "w") as f:
+    with ct.output_file(args.output) as f:
         f.write(text)
     sys.stdout.write(text)
     return 0

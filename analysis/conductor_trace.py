@@ -9,6 +9,7 @@ compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makes
 (the Zero Bubble paper's) = mean over ranks with a compute op of 1 - busy(r) / span(r), span(r) = the rank's
 last compute end - its first compute start (0 where the span is 0).
 """
+import contextlib
 import os
 import re
 import signal
@@ -506,14 +507,16 @@ def critical_path(trace, step):
 
 
 def run_totals(trace, steps=None):
-    """Time-weighted figures over steps, from the stored /steps rows (the figures the run reported)."""
+    """Figures over steps, from the stored /steps rows (the figures the run reported): mean makespan, throughput
+    = samples of the steps / their total makespan, bubble ratios = the mean of the per-step values."""
     st = trace.steps if steps is None else trace.steps[np.isin(trace.steps["step"], steps)]
     if len(st) == 0:
         raise TraceError("%s: no step to summarize" % trace.path)
     mk = st["makespan_ns"].astype(np.float64)
     total = mk.sum()
     samples = (st["samples_per_s"] * mk * 1e-9).sum()
-    bubble = float((st["bubble_ratio"] * mk).sum() / total) if total > 0 else 0.0
+    # Over steps the bubble ratio is the mean of the per-step values, as summary.json and bubbles.py take it.
+    bubble = float(st["bubble_ratio"].mean())
     # The per-stage bubble is a per-step mean over ranks; over steps it is averaged (as summary.json does).
     # None for a trace without the column.
     stage = float(st["stage_bubble_ratio"].mean()) if "stage_bubble_ratio" in st.dtype.names else None
@@ -545,6 +548,77 @@ def main_guard(fn):
         print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
         sys.exit(1)
     sys.exit(code or 0)
+
+
+def same_file(a, b):
+    """Whether paths a and b name one file: os.path.samefile where both exist, else equal real paths."""
+    if os.path.exists(a) and os.path.exists(b):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs(inputs, outputs):
+    """Refuses (TraceError) an output that is one of the input traces or another output of the same command.
+    inputs: trace paths; outputs: [(what, path)], `what` naming the option (e.g. "-o"); "-" (stdout) and None
+    are skipped."""
+    outs = [(what, path) for what, path in outputs if path and path != "-"]
+    for i, (what, path) in enumerate(outs):
+        for src in inputs:
+            if same_file(path, src):
+                raise TraceError("%s: the output (%s) is the input trace %s; writing it would overwrite the trace, "
+                                 "choose another output file" % (path, what, src))
+        for other_what, other in outs[:i]:
+            if same_file(path, other):
+                raise TraceError("%s: the outputs %s and %s are the same file; choose different files" %
+                                 (path, other_what, what))
+
+
+def output_error(path, e):
+    """An OSError writing output file `path` as a TraceError naming the file (one line, exit 2)."""
+    return TraceError("%s: cannot write the output file (%s)" % (path, e.strerror or e))
+
+
+@contextlib.contextmanager
+def output_file(path, newline=None):
+    """`with output_file(path) as f:` writes text file `path`; an error opening, writing or closing it becomes a
+    TraceError naming the file."""
+    try:
+        f = open(path, "w", newline=newline)
+    except OSError as e:
+        raise output_error(path, e) from None
+    try:
+        yield f
+        f.close()
+    except OSError as e:
+        raise output_error(path, e) from None
+    finally:
+        if not f.closed:
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def check_image_output(path, what="-o"):
+    """Refuses (TraceError) an image output whose extension matplotlib cannot write, before any work is done."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in formats:
+        raise TraceError("%s: %s must name an image file ending in .png, .svg or .pdf (%s; supported: %s)" %
+                         (path, what, "no extension" if not ext else "'.%s' is not an image format" % ext,
+                          ", ".join(sorted(formats))))
+
+
+def save_figure(fig, path, dpi):
+    """fig.savefig(path) with a write error naming the file (TraceError)."""
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise output_error(path, e) from None
 
 
 def note_dropped(trace):

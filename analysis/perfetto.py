@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Converts a conductor trace to Chrome trace-event JSON for Perfetto (ui.perfetto.dev) and
-HolisticTraceAnalysis (HTA). One process per rank (pid = rank, "rank R (host)") with three threads:
+HolisticTraceAnalysis (HTA). One process per rank (pid = rank, "rank R (host)") with these threads:
 
   host      ProfilerStep#N spans (cat user_annotation), one per step on this rank, from the rank's first
             op start to its last op end in that step; and one launch marker per op (cat cuda_runtime,
             "cudaLaunchKernel", zero duration at the op's start) carrying the op's correlation id
   stream 7  compute ops F/B/W/BW (cat kernel, args.stream 7, args.correlation, args.device = rank)
-  stream 8  transfers SEND/RECV/ANNOUNCE (cat kernel, args.stream 8; the name starts with
-            "ncclKernel_SendRecv", the substring by which HTA classifies a kernel as communication,
-            although the transport is MPI point to point)
+  stream 8, 9, ...  transfers SEND/RECV, then ANNOUNCE rows, on as many streams as they need (cat kernel,
+            args.stream = tid; the name starts with "ncclKernel_SendRecv", the substring by which HTA
+            classifies a kernel as communication, although the transport is MPI point to point). Transfers
+            overlap without nesting, which a track cannot show: each row goes to the first of its rank's
+            streams (of its group) that is free at its start, so the slices of every stream are disjoint
 
 plus flow events (ph s/f, cat transfer) from every SEND to its RECV and (cat migration) from an op that gave
 slices away to each helper's slices (HELP_* rows, args.owner) and back to the op's end, counter tracks per rank (ph C:
@@ -28,7 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conductor_trace as ct  # noqa: E402
 
-TID_HOST, STREAM_COMPUTE, STREAM_COMM = 0, 7, 8
+TID_HOST, STREAM_COMPUTE, STREAM_COMM = 0, 7, 8  # STREAM_COMM: the first transfer stream
 COMM_PREFIX = "ncclKernel_SendRecv"  # hta/utils/utils.py is_comm_kernel(): "ncclKernel" in name
 
 
@@ -36,20 +38,64 @@ def _us(ns, origin):
     return (int(ns) - origin) / 1e3
 
 
-def metadata(trace):
+def lanes(intervals):
+    """Greedy interval partitioning: [lane] for [(start, end)], lane = the lowest whose previous interval ended
+    by this one's start (intervals of one lane are disjoint); lanes used = the largest number overlapping."""
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], intervals[i][1], i))
+    free_at, out = [], [0] * len(intervals)
+    for i in order:
+        start, end = intervals[i]
+        lane = next((k for k, t in enumerate(free_at) if t <= start), len(free_at))
+        if lane == len(free_at):
+            free_at.append(end)
+        else:
+            free_at[lane] = end
+        out[i] = lane
+    return out
+
+
+def tracks(trace):
+    """(tid per row of /events, {(rank, tid): thread name}): compute ops on STREAM_COMPUTE; per rank, SEND/RECV
+    on streams STREAM_COMM, STREAM_COMM + 1, ... and ANNOUNCE rows on the streams after those, each row on the
+    first stream of its group free at its start (lanes())."""
+    ev = trace.events
+    compute = trace.compute_mask()
+    tids = np.full(len(ev), STREAM_COMPUTE, dtype=np.int64)
+    names = {}
+    announce = trace.kind_codes.get("ANNOUNCE")
+    for r in range(trace.world_size):
+        names[(r, TID_HOST)] = "host"
+        names[(r, STREAM_COMPUTE)] = "stream %d (compute)" % STREAM_COMPUTE
+        mine = (ev["rank"] == r) & ~compute
+        tid = STREAM_COMM
+        is_announce = ev["kind"] == announce
+        for group, label in ((mine & ~is_announce, "comm"), (mine & is_announce, "announce")):
+            rows = np.nonzero(group)[0]
+            starts = ev["start_ns"][rows].astype(np.int64)
+            lane = lanes(list(zip(starts, np.maximum(starts, ev["end_ns"][rows].astype(np.int64)))))
+            for k in range(max(lane, default=-1) + 1):
+                names[(r, tid + k)] = "stream %d (%s)" % (tid + k, label)
+            tids[rows] = tid + np.asarray(lane, dtype=np.int64)
+            tid += max(lane, default=-1) + 1
+    return tids, names
+
+
+def metadata(trace, names):
     out = []
     for r in range(trace.world_size):
         host = trace.attrs["hostnames"][r] if r < len(trace.attrs["hostnames"]) else ""
         out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                     "args": {"name": "rank %d" % r + (" (%s)" % host if host else "")}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
-        for tid, name in ((TID_HOST, "host"), (STREAM_COMPUTE, "stream 7 (compute)"), (STREAM_COMM, "stream 8 (comm)")):
-            out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}})
+        for (rank, tid), name in sorted(names.items()):
+            if rank == r:
+                out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}})
     return out
 
 
-def op_events(trace, origin):
-    """One kernel event and one launch marker per row of /events; correlation ids are 1-based row numbers."""
+def op_events(trace, origin, tids):
+    """One kernel event and one launch marker per row of /events (on stream tids[row]); correlation ids are
+    1-based row numbers."""
     ev = trace.events
     compute = trace.compute_mask()
     out = []
@@ -60,7 +106,7 @@ def op_events(trace, origin):
         args = {"step": int(ev["step"][i]), "stage": int(ev["stage"][i]), "chunk": int(ev["chunk"][i]),
                 "microbatch": int(ev["microbatch"][i]), "ready_ns": int(ev["ready_ns"][i]),
                 "wait_ns": int(ev["wait_ns"][i]), "bytes": int(ev["bytes"][i]), "correlation": corr,
-                "device": rank, "stream": STREAM_COMPUTE if compute[i] else STREAM_COMM}
+                "device": rank, "stream": int(tids[i])}
         if compute[i]:
             args["migrated"] = int(ev["migrated"][i])
             name = "%s%d" % (kind, args["microbatch"])
@@ -124,7 +170,7 @@ def pair_transfers(trace):
     return pairs
 
 
-def flow_events(trace, origin):
+def flow_events(trace, origin, tids):
     """Chrome flow events (v1): "s" at the SEND's start binds to the SEND slice, "f" with bp "e" at the last
     nanosecond of the RECV binds to the enclosing RECV slice. Ids are unique over the file."""
     ev = trace.events
@@ -133,9 +179,9 @@ def flow_events(trace, origin):
         r_start, r_end = int(ev["start_ns"][r]), int(ev["end_ns"][r])
         args = {"step": int(ev["step"][s]), "microbatch": int(ev["microbatch"][s]), "bytes": int(ev["bytes"][s])}
         out.append({"ph": "s", "id": n, "name": "transfer", "cat": "transfer", "pid": int(ev["rank"][s]),
-                    "tid": STREAM_COMM, "ts": _us(ev["start_ns"][s], origin), "args": args})
+                    "tid": int(tids[s]), "ts": _us(ev["start_ns"][s], origin), "args": args})
         out.append({"ph": "f", "bp": "e", "id": n, "name": "transfer", "cat": "transfer", "pid": int(ev["rank"][r]),
-                    "tid": STREAM_COMM, "ts": _us(max(r_start, r_end - 1), origin), "args": args})
+                    "tid": int(tids[r]), "ts": _us(max(r_start, r_end - 1), origin), "args": args})
     return out + migration_flows(trace, origin, len(out) // 2 + 1)
 
 
@@ -213,8 +259,10 @@ def convert(trace):
     earliest op start."""
     ev = trace.events
     origin = int(ev["start_ns"].min()) if len(ev) else 0
-    out = metadata(trace)
-    for part in (op_events, profiler_steps, flow_events, counter_events, step_spans):
+    tids, names = tracks(trace)
+    out = metadata(trace, names) + op_events(trace, origin, tids) + profiler_steps(trace, origin)
+    out += flow_events(trace, origin, tids)
+    for part in (counter_events, step_spans):
         out += part(trace, origin)
     return out, origin
 
@@ -241,18 +289,26 @@ def main(argv=None):
     trace = ct.load(args.trace)
     ct.note_dropped(trace)
     ct.require_steps(trace)
+    per_rank = [os.path.join(args.per_rank, "rank%d.json" % r) for r in range(trace.world_size)
+                if args.per_rank]
+    ct.check_outputs([args.trace], [("-o", args.output)] + [("--per-rank", f) for f in per_rank])
     events, origin = convert(trace)
-    with open(args.output, "w") as f:
+    with ct.output_file(args.output) as f:
         json.dump(document(trace, events, origin, 0), f)
     n = sum(1 for e in events if e.get("cat") == "kernel")
-    flows = sum(1 for e in events if e["ph"] == "s")
-    print("wrote %s: %d events, %d transfers, %d ranks, %d steps" %
-          (args.output, n, flows, trace.world_size, len(trace.steps)))
+    transfers = sum(1 for e in events if e["ph"] == "s" and e.get("cat") == "transfer")
+    migrations = sum(1 for e in events if e["ph"] == "s" and e.get("cat") == "migration")
+    print("wrote %s: %d events, %d transfers%s, %d ranks, %d steps" %
+          (args.output, n, transfers, ", %d migration flows" % migrations if migrations else "", trace.world_size,
+           len(trace.steps)))
     if args.per_rank:
-        os.makedirs(args.per_rank, exist_ok=True)
-        for r in range(trace.world_size):
+        try:
+            os.makedirs(args.per_rank, exist_ok=True)
+        except OSError as e:
+            raise ct.output_error(args.per_rank, e) from None
+        for r, path in enumerate(per_rank):
             mine = [e for e in events if e["pid"] == r]
-            with open(os.path.join(args.per_rank, "rank%d.json" % r), "w") as f:
+            with ct.output_file(path) as f:
                 json.dump(document(trace, mine, origin, r), f)
         print("wrote %s/rank0..%d.json" % (args.per_rank, trace.world_size - 1))
     return 0

@@ -77,8 +77,10 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(output, dpi=dpi)
-    plt.close(fig)
+    try:
+        ct.save_figure(fig, output, dpi)
+    finally:
+        plt.close(fig)
 
 
 def main(argv=None):
@@ -87,8 +89,12 @@ def main(argv=None):
     p.add_argument("-o", "--output", required=True, help="output image (PNG; .svg/.pdf also work)")
     p.add_argument("--step", type=int, default=None, help="step to draw (default: the last complete step)")
     p.add_argument("--comm", action="store_true", help="also draw SEND/RECV transfers")
-    p.add_argument("--dpi", type=int, default=120)
+    p.add_argument("--dpi", type=int, default=120, help="resolution of a bitmap image (default 120)")
     args = p.parse_args(argv)
+    if args.dpi <= 0:
+        p.error("--dpi must be > 0 (got %d)" % args.dpi)
+    ct.check_outputs([args.trace], [("-o", args.output)])
+    ct.check_image_output(args.output)
     trace = ct.load(args.trace)
     ct.note_dropped(trace)
     step = ct.pick_step(trace, args.step)

@@ -3,6 +3,7 @@ the outputs of every tool, and clear errors for malformed or truncated traces.
 
 Traces are built here with h5py following docs/trace.md (tracegen.py); with CONDUCTOR_BINARY set and a
 working `simulate`, a simulator trace written by the C++ TraceWriter is checked too."""
+import contextlib
 import csv
 import importlib.util
 import io
@@ -82,8 +83,9 @@ def check_profiler_export(case, trace, doc):
         span = spans[(k["pid"], a["step"])]  # ProfilerStep#step covers every op of the step on its rank
         case.assertLessEqual(span["ts"] - eps, k["ts"])
         case.assertLessEqual(k["ts"] + k["dur"], span["ts"] + span["dur"] + eps)
-        case.assertEqual("ncclKernel" in k["name"], a["stream"] == perfetto.STREAM_COMM)
+        case.assertEqual("ncclKernel" in k["name"], a["stream"] >= perfetto.STREAM_COMM)
     case.assertEqual(len(spans), sum(len(np.unique(trace.step_events(s)["rank"])) for s in trace.step_ids))
+    check_tracks_nest(case, xs)
     # Flow events: one per SEND, "s" on the SEND's slice, "f" (bp e) inside the matching RECV's slice.
     kinds = [trace.kind_name(k) for k in trace.events["kind"]]
     starts = {e["id"]: e for e in ev if e["ph"] == "s"}
@@ -104,6 +106,25 @@ def check_profiler_export(case, trace, doc):
                 k["args"]["microbatch"] == s["args"]["microbatch"] and k["args"]["step"] == s["args"]["step"]]
         case.assertTrue(recv, f)
         case.assertEqual(send[0]["args"]["peer"], f["pid"])
+
+
+def check_tracks_nest(case, xs):
+    """Perfetto shows the complete (X) events of one track only where they nest: on every (pid, tid), any two
+    slices are disjoint or one lies within the other."""
+    by_track = {}
+    for e in xs:
+        by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    eps = 1e-6
+    for track, slices in by_track.items():
+        slices.sort(key=lambda x: (x[0], -x[1]))
+        open_ = []  # enclosing slices
+        for start, end, name in slices:
+            while open_ and open_[-1][1] <= start + eps:
+                open_.pop()
+            if open_:
+                case.assertLessEqual(end, open_[-1][1] + eps, "track %s: %s [%g, %g] overlaps %s [%g, %g] without "
+                                     "nesting" % (track, name, start, end, open_[-1][2], open_[-1][0], open_[-1][1]))
+            open_.append((start, end, name))
 
 
 class TempDirCase(unittest.TestCase):
@@ -198,6 +219,57 @@ class HandComputed(TempDirCase):
         self.assertAlmostEqual(res["per_rank"][0]["bubble_ratio"], 200 / 600, places=12)
         self.assertAlmostEqual(res["per_rank"][1]["bubble_ratio"], 220 / 600, places=12)
         self.assertEqual(res["critical_path"]["step"], 2)  # default: the last step
+
+
+class Aggregation(TempDirCase):
+    def two_steps(self):
+        """Step 0: the example (makespan 600, bubble 0.35, per-stage 1/6); step 1: both ranks busy [1000,2000)
+        (makespan 1000, bubble 0). Mean of the steps 0.175; time-weighted 0.35 x 600 / 1600 = 0.13125."""
+        p = self.path("two.h5")
+        ev = tracegen.ev
+        rows = tracegen.example_events() + [ev(1, 0, "F", 0, 1000, 1000, 2000), ev(1, 1, "F", 0, 1000, 1000, 2000)]
+        tracegen.write_trace(p, rows, [tracegen.step_row(0, 600, 0.35, 400.0) + (1 / 6,),
+                                       tracegen.step_row(1, 1000, 0.0, 1000.0, start=1000) + (0.0,)])
+        return p
+
+    def test_overall_bubble_is_the_mean_of_the_step_values(self):
+        """docs/trace.md: over steps, summary.json, bubbles.py and compare.py take the mean of the per-step values."""
+        p = self.two_steps()
+        res = bubbles.analyze(ct.load(p))
+        self.assertEqual(res["stored_mismatch_steps"], [])
+        self.assertAlmostEqual(res["overall"]["bubble_ratio"], 0.175, places=12)
+        self.assertAlmostEqual(res["overall"]["time_weighted_bubble_ratio"], 0.13125, places=12)
+        self.assertAlmostEqual(res["overall"]["stage_bubble_ratio"], 1 / 12, places=12)
+        table = io.StringIO()
+        bubbles.print_table(res, table)
+        self.assertIn("overall bubble ratio 17.5% (per-stage, Zero Bubble paper: 8.3%; both the mean over steps)",
+                      table.getvalue())
+        self.assertIn("time-weighted bubble ratio 13.1% (", table.getvalue())
+        self.assertAlmostEqual(ct.run_totals(ct.load(p))["bubble_ratio"], 0.175, places=12)
+        out = self.path("r.md")
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(compare.main([p, "-o", out, "--include-warmup"]), 0)
+        with open(out) as f:
+            self.assertIn("| 17.5 | 1.000x |", f.read())
+
+    def test_rank_without_ops_has_no_stage_bubble(self):
+        """A third rank with no op in any step: its per-stage bubble is blank over all steps, as in each step."""
+        p = self.path("idle_rank.h5")
+        tracegen.write_trace(p, tracegen.example_events(), [tracegen.step_row(0, 600, 1 - 780 / 1800, 400.0)],
+                             world_size=3)
+        res = bubbles.analyze(ct.load(p))
+        self.assertIsNone(res["per_step"][0]["ranks"][2]["stage_bubble_ratio"])
+        self.assertIsNone(res["per_rank"][2]["stage_bubble_ratio"])
+        self.assertAlmostEqual(res["per_rank"][0]["stage_bubble_ratio"], 1 / 3, places=12)
+        out = self.path("b.csv")
+        self.assertEqual(bubbles.main(["--csv", "-o", out, p]), 0)
+        with open(out) as f:
+            rows = {(r["step"], r["rank"]): r for r in csv.DictReader(f)}
+        self.assertEqual(rows[("all", "2")]["stage_bubble_ratio"], "")
+        self.assertEqual(rows[("0", "2")]["stage_bubble_ratio"], "")
+        self.assertEqual(bubbles.main(["-o", out, p]), 0)
+        with open(out) as f:
+            self.assertRegex(f.read(), r"\n +2 +0\.000 +0\.600 +100\.0% +- ")  # rank 2, all steps (us)
 
 
 class AgreesWithStoredFigures(TempDirCase):
@@ -302,6 +374,68 @@ class Outputs(TempDirCase):
             r = run(script, "--help")
             self.assertEqual(r.returncode, 0, script + r.stderr)
             self.assertIn("usage:", r.stdout)
+
+
+class OutputPaths(TempDirCase):
+    def refused(self, script, args, expected):
+        """Exit 2 with one line 'SCRIPT: error: ...' containing `expected`."""
+        r = run(script, *args)
+        self.assertEqual(r.returncode, 2, script + ": " + r.stderr)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith(script + ": error: "), lines[0])
+        self.assertIn(expected, lines[0])
+        return lines[0]
+
+    def test_output_naming_an_input_or_another_output_is_refused(self):
+        p = self.example(steps=2)
+        with open(p, "rb") as f:
+            before = f.read()
+        os.symlink(p, self.path("link.h5"))
+        same = os.path.join(self.dir, ".", "example.h5")  # another spelling of the input
+        for script, args in (("bubbles.py", [p, "-o", same]), ("perfetto.py", [p, "-o", self.path("link.h5")]),
+                             ("compare.py", [p, "-o", p, "--include-warmup"]),
+                             ("compare.py", [p, "-o", self.path("r.md"), "--png", p, "--include-warmup"]),
+                             ("timeline.py", [p, "-o", p])):
+            self.refused(script, args, "is the input trace %s; writing it would overwrite the trace" % p)
+        with self.assertRaisesRegex(ct.TraceError, r"^%s: the output \(-o\) is the input trace" % re.escape(same)):
+            ct.check_outputs([p], [("-o", same)])
+        q = self.path("trace.png")  # an image-named trace: the extension passes, the path does not
+        shutil.copyfile(p, q)
+        self.refused("timeline.py", [q, "-o", q], "is the input trace")
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), before)
+        # two outputs of one command: compare's report and chart, perfetto's -o and a --per-rank file
+        line = self.refused("compare.py", [p, "-o", self.path("r.png"), "--include-warmup"], "are the same file")
+        self.assertIn("the outputs -o and the chart", line)
+        self.refused("compare.py", [p, "-o", self.path("r.md"), "--png", self.path("r.md"), "--include-warmup"],
+                     "the outputs -o and --png are the same file")
+        self.refused("perfetto.py", [p, "-o", self.path("ranks/rank1.json"), "--per-rank", self.path("ranks")],
+                     "the outputs -o and --per-rank are the same file")
+        self.assertFalse(os.path.exists(self.path("r.png")))
+        self.assertFalse(os.path.exists(self.path("r.md")))
+
+    def test_unwritable_output_and_bad_image_options(self):
+        p = self.example()
+        missing = self.path("no/such/folder")
+        for script, out, extra in (("timeline.py", "t.png", []), ("bubbles.py", "b.txt", []),
+                                   ("perfetto.py", "p.json", []), ("compare.py", "r.md", ["--include-warmup"])):
+            self.refused(script, [p, "-o", os.path.join(missing, out)] + extra,
+                         "%s/%s: cannot write the output file (No such file or directory)" %
+                         (missing, "r.png" if script == "compare.py" else out))  # compare writes its chart first
+        self.refused("perfetto.py", [p, "-o", self.path("p.json"), "--per-rank", os.path.join(p, "x")],
+                     "%s/x: cannot write the output file" % p)
+        self.refused("timeline.py", [p, "-o", self.path("x.txt")],
+                     "%s: -o must name an image file ending in .png, .svg or .pdf ('.txt' is not an image format"
+                     % self.path("x.txt"))
+        self.refused("compare.py", [p, "-o", self.path("r.md"), "--png", self.path("r.txt"), "--include-warmup"],
+                     "r.txt: --png must name an image file")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+            timeline.main([p, "-o", self.path("t.png"), "--dpi", "0"])
+        self.assertEqual(cm.exception.code, 2)
+        self.assertIn("--dpi must be > 0 (got 0)", err.getvalue())
+        self.assertFalse(os.path.exists(self.path("t.png")))
 
 
 def check_every_tool_refuses(case, path, expected):
@@ -445,6 +579,34 @@ class ProfilerExport(TempDirCase):
                  if e["ph"] == "C" and e["pid"] == 1 and e["name"] == "ready ops" and e["ts"] < 1]
         self.assertEqual(ready, [(0.11, 1), (0.12, 0), (0.21, 1), (0.29, 1), (0.44, 1), (0.47, 0)])
 
+    def test_overlapping_transfers_get_tracks_that_nest(self):
+        """Runtime transfers overlap without nesting (a SEND posted before the previous one completed): the example
+        plus rank 0's SEND mb1 [105,300) (overlaps SEND mb0 [100,110)), rank 1's RECV mb1 [50,300) (overlaps RECV mb0
+        [0,110)) and an ANNOUNCE [60,200). Every track's slices nest; transfers sit on their own streams, apart from
+        the compute ops and the ANNOUNCE; the flows bind to their SEND's and RECV's streams."""
+        ev = tracegen.ev
+        rows = tracegen.example_events() + [ev(0, 0, "SEND", 1, 105, 105, 300, peer=1, bytes_=4096),
+                                            ev(0, 1, "RECV", 1, 50, 50, 300, peer=0, bytes_=4096),
+                                            ev(0, 1, "ANNOUNCE", 1, 250, 60, 200, peer=0)]
+        p = self.path("overlap.h5")
+        tracegen.write_trace(p, rows, [tracegen.step_row(0, 600, 0.35, 400.0)])
+        trace = ct.load(p)
+        events, origin = perfetto.convert(trace)
+        check_profiler_export(self, trace, perfetto.document(trace, events, origin, 0))  # nesting, flows' tids
+        tid = {(e["pid"], e["name"].split(" ", 1)[1] if e["name"].startswith("ncclKernel") else e["name"]): e["tid"]
+               for e in events if e["ph"] == "X" and e["cat"] == "kernel"}
+        self.assertEqual(tid[(0, "SEND to r1 mb0")], perfetto.STREAM_COMM)
+        self.assertEqual(tid[(0, "SEND to r1 mb1")], perfetto.STREAM_COMM + 1)
+        self.assertEqual(tid[(1, "RECV from r0 mb0")], perfetto.STREAM_COMM)
+        self.assertEqual(tid[(1, "RECV from r0 mb1")], perfetto.STREAM_COMM + 1)
+        self.assertEqual(tid[(1, "ANNOUNCE from r0 mb1")], perfetto.STREAM_COMM + 2)
+        self.assertEqual(tid[(0, "F0")], perfetto.STREAM_COMPUTE)
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        self.assertEqual(threads[(1, 10)], "stream 10 (announce)")
+        self.assertEqual(threads[(0, 9)], "stream 9 (comm)")
+        self.assertNotIn((0, 10), threads)
+        self.assertEqual(perfetto.lanes([(0, 10), (5, 20), (10, 15), (20, 30), (12, 12)]), [0, 1, 0, 0, 2])
+
     def test_interleaved_transfers_pair_by_stage_and_order(self):
         """Two ranks, two chunks: rank 0 sends microbatch 0 forward (stage 0 -> 1) and, from stage 2, both forward
         (-> 3) and backward (-> 1); each SEND gets the RECV of an adjacent stage, earliest first."""
@@ -509,6 +671,14 @@ class MigrationRows(TempDirCase):
         help_op = [e for e in events if e["ph"] == "X" and e["name"] == "HELP_B1 for r0"]
         self.assertEqual([(e["pid"], e["args"]["owner"]) for e in help_op], [(1, 0)])
 
+    def test_perfetto_counts_transfers_and_migration_flows_apart(self):
+        out = self.path("m.json")
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            self.assertEqual(perfetto.main([self.p, "-o", out]), 0)
+        # one SEND/RECV pair; the help's two migration flows are no transfers
+        self.assertIn(": 13 events, 1 transfers, 2 migration flows, 2 ranks, 1 steps", stdout.getvalue())
+
     def test_timeline_draws_the_help(self):
         out = self.path("tl.png")
         self.assertEqual(timeline.main([self.p, "-o", out]), 0)
@@ -563,6 +733,78 @@ class SweepReport(TempDirCase):
         self.assertEqual(compare.main(specs + ["-o", out, "--include-warmup"]), 0)
         with open(out) as f:
             self.assertIn("| q-1f1b-none | 1f1b | none | 2 | 3 | ", f.read())
+
+    def test_every_differing_deck_key_is_shown(self):
+        """noise.* overrides after a preset and schedule.* keys the schedule column does not show are not hidden;
+        values print as YAML."""
+        def deck(name, noise_level, memory_limit=2, post_validation=False, override=True):
+            return ("# conductor resolved deck (every key, defaults included), composed in this order:\n"
+                    "#   deck inputs/quickstart.yaml\n#   fragment inputs/noise/jitter10.yaml\n" +
+                    ("#   override noise.level=%s\n" % noise_level if override else "") +
+                    "run:\n  name: %s\nschedule:\n  kind: zb-h1\n  execution: strict\n  hint: schedule\n"
+                    "  post_validation: %s\n  memory_limit: %d\n  stages: [1]\nnoise:\n  kind: [gaussian]\n"
+                    "  level: %s\n  seed: 0\n" % (name, "true" if post_validation else "false", memory_limit,
+                                                  noise_level))
+
+        def report(*decks):
+            specs = []
+            for i, text in enumerate(decks):
+                p = self.example("run%d.h5" % i, steps=2, deck=text)
+                specs.append("run%d=%s" % (i, p))
+            out = self.path("r.md")
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(compare.main(specs + ["-o", out]), 0)
+            with open(out) as f:
+                return f.read()
+
+        text = report(deck("a", 0.1), deck("b", 0.5))  # the same preset, overridden differently
+        self.assertIn("| run | noise | repeats |", text)
+        self.assertIn("| run0 | jitter10 level=0.1 | 1 |", text)
+        self.assertIn("| run1 | jitter10 level=0.5 | 1 |", text)
+        self.assertNotIn("noise **", text)
+        text = report(deck("a", 0.1, override=False), deck("b", 0.5, override=False))  # no override to name it
+        self.assertIn("| run | other | repeats |", text)
+        self.assertIn("| run0 | noise.level=0.1 | 1 |", text)
+        self.assertIn("execution **strict**, noise **jitter10**.", text)
+        text = report(deck("a", 0.1), deck("b", 0.1, memory_limit=3, post_validation=True))
+        self.assertIn("| run0 | schedule.memory_limit=2, schedule.post_validation=false | 1 |", text)
+        self.assertIn("| run1 | schedule.memory_limit=3, schedule.post_validation=true | 1 |", text)
+        # a key the schedule column tells apart stays out of "other" (zb-h1 derives its own memory_limit)
+        paths = [sweep_trace(self.path("s%d.h5" % i), "s%d" % i, k, "none", [600, 600])
+                 for i, k in enumerate(("1f1b", "zb-h1"))]
+        runs = [compare.run_figures(n, t, 1) for n, t in compare.parse_runs(paths)]
+        runs[1]["deck"]["schedule.memory_limit"] = "2"
+        groups, varying, other = compare.group(runs)
+        self.assertEqual((varying, other), (["schedule"], False))
+        self.assertEqual(compare._yaml({"a": [1, False, None], "b": "x"}), "{a: [1, false, null], b: x}")
+
+    def test_a_trace_given_twice_is_refused(self):
+        p = sweep_trace(self.path("q.h5"), "q", "1f1b", "none", [600, 600])
+        for specs in ([p, p], [p, os.path.join(self.dir, ".", "q.h5")], ["a=" + p, "b=" + p]):
+            with self.assertRaisesRegex(ct.TraceError, "given twice .*; pass each run once"):
+                compare.parse_runs(specs)
+        r = run("compare.py", p, p, "-o", self.path("r.md"))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr, "compare.py: error: %s: given twice (also as %s); pass each run once\n" % (p, p))
+        self.assertFalse(os.path.exists(self.path("r.md")))
+
+    def test_zero_makespan_speedup_is_not_a_number(self):
+        """All-zero costs: makespan 0, the speedup is undefined: n/a, not nanx or 0.000x."""
+        zero = self.path("zero.h5")
+        rows = [e[:6] + (0, 0, 0) + e[9:] for e in tracegen.example_events()]
+        tracegen.write_trace(zero, rows, [(0, float("nan"), 0, 0, 0.0, 0.0, 0.0)])
+        base = self.example("base.h5")
+        zero_row, base_row = "| zero | 1 | 1 | 0 | 0 | 0.0 | n/a |", "| base | 1 | 1 | 6.667e+06 | 0.0006 | 35.0 | "
+        for specs, want in ((["zero=" + zero, "base=" + base], [zero_row, base_row + "n/a |"]),
+                            (["base=" + base, "zero=" + zero], [zero_row, base_row + "1.000x |"])):
+            out = self.path("r.md")
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(compare.main(specs + ["-o", out, "--include-warmup"]), 0)
+            with open(out) as f:
+                text = f.read()
+            for line in want:
+                self.assertIn(line, text)
+            self.assertNotIn("nan", text)
 
     def test_eighteen_configurations_make_a_bounded_figure(self):
         specs = []
