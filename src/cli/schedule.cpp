@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "conductor/cli/cli.hpp"
@@ -78,7 +79,9 @@ int cmd_schedule(const Invocation& inv) {
   if (format == "text") {
     std::fputs(sched::to_text(schedule).c_str(), stdout);
   } else if (format == "csv") {
-    std::fputs(sched::to_torch_csv(schedule).c_str(), stdout);
+    std::fflush(stdout);
+    sched::write_torch_csv(std::cout, schedule);
+    std::cout.flush();
   } else {
     sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
     options.record_events = true;

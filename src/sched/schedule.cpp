@@ -1,5 +1,6 @@
 #include "conductor/sched/schedule.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -119,18 +120,27 @@ namespace {
 // Parses "0F3", "1BW12" into an action; "" on success, else why not.
 std::string parse_action(const std::string& tok, Action& a) {
   std::size_t i = 0;
+  bool too_large = false;
   auto number = [&](int& out) {
     const std::size_t begin = i;
     long long v = 0;
-    while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) {
-      v = v * 10 + (tok[i] - '0');
-      if (v > (1 << 30)) return false;
-      ++i;
+    for (; i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i])); ++i) {
+      v = std::min<long long>(v * 10 + (tok[i] - '0'), 1LL << 30);  // read on: the whole token is checked
     }
+    too_large |= v >= (1LL << 30);
     out = static_cast<int>(v);
     return i > begin;
   };
+  const auto large = [&] {
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on a chain of std::string operator+ starting here.
+    std::string why = "'";
+    why += printable(tok);
+    why += "' holds a number of 2^30 or more: a chunk must be below parallel.virtual and a microbatch below ";
+    why += "parallel.microbatches";
+    return why;
+  };
   if (!number(a.chunk)) return "expected CHUNK KIND MICROBATCH such as 0F3 or 1BW7";
+  if (too_large) return large();
   if (tok.compare(i, 2, "BW") == 0) {
     a.kind = OpKind::BW;
     i += 2;
@@ -141,7 +151,7 @@ std::string parse_action(const std::string& tok, Action& a) {
     return "the kind must be F, B, W or BW";
   }
   if (!number(a.microbatch) || i != tok.size()) return "expected CHUNK KIND MICROBATCH such as 0F3 or 1BW7";
-  return "";
+  return too_large ? large() : "";
 }
 
 }  // namespace
@@ -156,6 +166,7 @@ Schedule parse_text(const std::string& text, const std::string& source) {
   std::string line;
   int lineno = 0;
   auto fail = [&](const std::string& why) { throw InputError(source + ":" + std::to_string(lineno) + ": " + why); };
+  std::vector<std::string> given;  // header keys seen: each once, like a deck's keys
   auto positive = [&](const std::string& key, std::istringstream& ls, int& out, int hi) {
     long long v = 0;
     if (!(ls >> v) || v < 1 || v > hi) fail(key + " needs an integer in 1 .. " + std::to_string(hi));
@@ -167,6 +178,10 @@ Schedule parse_text(const std::string& text, const std::string& source) {
     std::istringstream ls(line);
     std::string word;
     if (!(ls >> word)) continue;
+    if (word == "pipeline" || word == "microbatches" || word == "virtual" || word == "placement") {
+      if (std::find(given.begin(), given.end(), word) != given.end()) fail("'" + word + "' is given twice");
+      given.push_back(word);
+    }
     if (word == "pipeline") {
       positive(word, ls, s.p, 65536);
       have_p = true;

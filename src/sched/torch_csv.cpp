@@ -66,17 +66,28 @@ bool is_runtime_action(const std::string& tok) {
 const char* const kExpected =
     "expected STAGE KIND MICROBATCH with KIND F, I, W or B (such as 2I3), or (A;B)OVERLAP_F_B";
 
-// Parses "2I3"; "" on success, else why not.
-std::string parse_single(const std::string& tok, CsvAction& out) {
+// A decimal number read digit by digit, saturating at kBeyond: larger than any stage or microbatch count the
+// deck allows, so a huge number fails the range check with its own message instead of overflowing.
+constexpr long long kBeyond = 1LL << 30;
+long long digit(long long value, char c) { return std::min(kBeyond, value * 10 + (c - '0')); }
+std::string number(long long value) {
+  return value >= kBeyond ? "over " + std::to_string(kBeyond - 1) : std::to_string(value);
+}
+
+// Parses "2I3" (in_pair: inside an OVERLAP_F_B pair); "" on success, else why not.
+std::string parse_single(const std::string& tok, CsvAction& out, bool in_pair = false) {
   std::size_t i = 0;
   long long stage = 0;
-  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i])) && stage <= (1 << 20))
-    stage = stage * 10 + (tok[i++] - '0');
+  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) stage = digit(stage, tok[i++]);
   std::size_t j = i;
   while (j < tok.size() && !std::isdigit(static_cast<unsigned char>(tok[j]))) ++j;
   const std::string type = tok.substr(i, j - i);
   if (i == 0 || type.empty()) return "unknown action '" + printable(tok) + "': " + kExpected;
   if (is_runtime_type(type)) {
+    if (!in_pair) {
+      return "unknown action '" + printable(tok) + "': torch's runtime actions are STAGE TYPE [MICROBATCH] (such as " +
+             "1RECV_F0 or 0UNSHARD); compute actions are " + std::string(kExpected).substr(9);
+    }
     return "action '" + printable(tok) +
            "' is one of torch's runtime actions (communication, resharding), which an OVERLAP_F_B pair cannot hold: "
            "a pair names two compute actions, F and I, W or B";
@@ -86,9 +97,9 @@ std::string parse_single(const std::string& tok, CsvAction& out) {
   out.kind = type[0] == 'F' ? OpKind::F : type[0] == 'I' ? OpKind::B : type[0] == 'W' ? OpKind::W : OpKind::BW;
   if (j == tok.size()) return "action '" + printable(tok) + "' has no microbatch: " + kExpected;
   long long mb = 0;
-  while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j])) && mb <= (1 << 20))
-    mb = mb * 10 + (tok[j++] - '0');
+  while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j]))) mb = digit(mb, tok[j++]);
   if (j != tok.size()) return "unknown action '" + printable(tok) + "': " + kExpected;
+  // Past kBeyond the value is only known to be too large; the caller's range checks name it as such.
   out.stage = static_cast<int>(stage);
   out.microbatch = static_cast<int>(mb);
   return "";
@@ -111,7 +122,7 @@ std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
   int count = 0;
   while (std::getline(inner, part, ';')) {
     CsvAction a;
-    if (auto why = parse_single(trim(part), a); !why.empty()) return why + " (in '" + printable(field) + "')";
+    if (auto why = parse_single(trim(part), a, true); !why.empty()) return why + " (in '" + printable(field) + "')";
     out.push_back(a);
     ++count;
   }
@@ -160,24 +171,38 @@ Placement infer_placement(const std::vector<Located>& all, int p, int v, const s
 
 }  // namespace
 
-std::string to_torch_csv(const Schedule& s) {
+void write_torch_csv(std::ostream& out, const Schedule& s) {
   ExecOptions eo;
   eo.execution = Execution::Strict;
   const ExecResult run = execute(
       s, eo, [](int, const Action&) { return 1.0; }, [](const Transfer&) { return 0.0; });
-  std::vector<std::vector<std::string>> grid(static_cast<std::size_t>(s.p));
+  // Per rank, each op's slot and list position; the rows are written one at a time (a grid of p rows of about
+  // 2 m v + p fields held as strings took 14 GB at p = 16384).
+  std::vector<std::vector<std::pair<std::size_t, int>>> slots(static_cast<std::size_t>(s.p));
   for (const OpTiming& op : run.ops) {
-    const auto slot = static_cast<std::size_t>(std::llround(op.start - run.start));
-    auto& row = grid[static_cast<std::size_t>(op.rank)];
-    if (row.size() <= slot) row.resize(slot + 1);
-    row[slot] = torch_name(s, op.rank, s.ranks[op.rank][op.index]);
+    slots[static_cast<std::size_t>(op.rank)].emplace_back(static_cast<std::size_t>(std::llround(op.start - run.start)),
+                                                          op.index);
   }
-  std::string out;
-  for (const auto& row : grid) {
-    for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + row[i];
-    out += '\n';
+  std::string row;
+  for (int r = 0; r < s.p; ++r) {
+    auto& at = slots[static_cast<std::size_t>(r)];
+    std::sort(at.begin(), at.end());
+    row.clear();
+    std::size_t commas = 0;  // a field in slot k follows k commas
+    for (const auto& [slot, index] : at) {
+      row.append(slot - commas, ',');
+      commas = slot;
+      row += torch_name(s, r, s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(index)]);
+    }
+    row += '\n';
+    out << row;
   }
-  return out;
+}
+
+std::string to_torch_csv(const Schedule& s) {
+  std::ostringstream out;
+  write_torch_csv(out, s);
+  return out.str();
 }
 
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
@@ -206,12 +231,12 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
       if (auto why = parse_field(field, parsed); !why.empty()) fail(why);
       for (const auto& a : parsed) {
         if (a.stage >= stages) {
-          fail("action '" + field + "' names stage " + std::to_string(a.stage) + " but the deck has " +
-               std::to_string(stages) + " stages (parallel.pipeline x parallel.virtual = " + std::to_string(shape.p) +
-               " x " + std::to_string(shape.v) + ")");
+          fail("action '" + field + "' names stage " + number(a.stage) + " but the deck has " + std::to_string(stages) +
+               " stages (parallel.pipeline x parallel.virtual = " + std::to_string(shape.p) + " x " +
+               std::to_string(shape.v) + ")");
         }
         if (a.microbatch >= shape.m) {
-          fail("action '" + field + "' names microbatch " + std::to_string(a.microbatch) +
+          fail("action '" + field + "' names microbatch " + number(a.microbatch) +
                " but parallel.microbatches = " + std::to_string(shape.m));
         }
         all.push_back({a, r, f});

@@ -1,5 +1,9 @@
 #include "conductor/util/text_file.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -15,6 +19,48 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
   if (!out) throw Error("cannot write '" + path.string() + "'");
 }
 
+namespace {
+
+// A named pipe (or a shell's process substitution, /dev/fd/N): opening it for reading blocks until a writer
+// opens it, so it is opened without blocking and given kPipeWaitMs for its first bytes; then read to its end.
+constexpr int kPipeWaitMs = 10'000;
+
+std::string read_pipe(const std::string& path, const std::string& named, std::uintmax_t max_bytes) {
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+  pollfd pfd{f.fd, POLLIN, 0};
+  int ready = 0;
+  do {
+    ready = ::poll(&pfd, 1, kPipeWaitMs);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) {
+    throw InputError(named + " is a named pipe and nothing was written to it within " +
+                     std::to_string(kPipeWaitMs / 1000) + " s; give a file");
+  }
+  // Data or the writer's end: read on, blocking, to the end.
+  ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) {
+      throw InputError(named + " holds more than " + std::to_string(max_bytes) + " bytes, the most it may hold");
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string read_text_input(const std::string& path, const std::string& what, std::uintmax_t max_bytes) {
   namespace fs = std::filesystem;
   const std::string named = what + " '" + path + "'";
@@ -24,6 +70,7 @@ std::string read_text_input(const std::string& path, const std::string& what, st
   if (fs::is_directory(status)) throw InputError(named + " is a folder; give the file");
   if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
     throw InputError(named + " is a device or socket, not a file");
+  if (fs::is_fifo(status)) return read_pipe(path, named, max_bytes);
   const std::string too_large = named + " holds more than " + std::to_string(max_bytes) + " bytes, the most a " + what +
                                 " may hold (it is read whole)";
   if (fs::is_regular_file(status) && fs::file_size(path, ec) > max_bytes) throw InputError(too_large);

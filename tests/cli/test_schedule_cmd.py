@@ -2,6 +2,8 @@
 """`conductor schedule`: the text form, torch's CSV and the timeline of a small deck, round trips through
 schedule.kind: file: (simulate included), and the messages for bad input (exit 2)."""
 import os
+import time
+import threading
 import subprocess
 import tempfile
 import unittest
@@ -113,6 +115,26 @@ class ScheduleCommandTest(unittest.TestCase):
             f.truncate((1 << 30) + 1)  # sparse: no disk used
         self.assertIn("schedule file '" + huge + "' holds more than 1073741824 bytes",
                       self.refused(self.deck, "schedule.kind=file:" + huge))
+
+    def test_named_pipe(self):
+        # A named pipe is read once a writer has opened it (as a shell's <(...) is); with no writer it is refused
+        # after 10 s (before: the read blocked forever).
+        fifo = os.path.join(self.tmp.name, "pipe.csv")
+        os.mkfifo(fifo)
+        t0 = time.monotonic()
+        self.assertIn("schedule file '" + fifo + "' is a named pipe and nothing was written to it within 10 s",
+                      self.refused(self.deck, "schedule.kind=file:" + fifo))
+        self.assertLess(time.monotonic() - t0, 25)
+
+        def feed():
+            with open(fifo, "w") as f:
+                f.write("0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n")
+        writer = threading.Thread(target=feed)
+        writer.start()
+        try:
+            self.assertIn("rank 1: 0F0 0BW0 0F1 0BW1", self.ok(self.deck, "schedule.kind=file:" + fifo))
+        finally:
+            writer.join(timeout=30)
 
     def test_placement_key(self):
         err = self.refused(self.deck, "schedule.placement=v")

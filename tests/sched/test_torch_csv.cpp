@@ -173,6 +173,51 @@ TEST(TorchCsvErrors, OutOfRange) {
             "parallel.virtual = 2 x 1)");
 }
 
+// Numbers past any deck's range are named as out of range (before: "unknown action", the digits past 2^20
+// left unread).
+TEST(TorchCsvErrors, HugeNumbersAreOutOfRange) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  EXPECT_EQ(import_error("0F0,0F2147483648,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape),
+            "rank 0, position 1: action '0F2147483648' names microbatch over 1073741823 but parallel.microbatches = 2");
+  EXPECT_EQ(import_error("0F0,0F10485770,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape),
+            "rank 0, position 1: action '0F10485770' names microbatch 10485770 but parallel.microbatches = 2");
+  EXPECT_EQ(import_error("4294967296F1,0F0\n,1F0\n", shape),
+            "rank 0, position 0: action '4294967296F1' names stage over 1073741823 but the deck has 2 stages "
+            "(parallel.pipeline x parallel.virtual = 2 x 1)");
+}
+
+// A malformed runtime action on its own is an unknown action (before: the message for one inside a pair).
+TEST(TorchCsvErrors, MalformedRuntimeActionOutsideAPair) {
+  EXPECT_EQ(import_error("0SEND_F0x,0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", ScheduleShape{2, 2, 1, std::nullopt}),
+            "rank 0, position 0: unknown action '0SEND_F0x': torch's runtime actions are STAGE TYPE [MICROBATCH] "
+            "(such as 1RECV_F0 or 0UNSHARD); compute actions are STAGE KIND MICROBATCH with KIND F, I, W or B (such "
+            "as 2I3), or (A;B)OVERLAP_F_B");
+}
+
+// The text form: a number past 2^30 is named (before: "expected CHUNK KIND MICROBATCH"), a header key given
+// twice is refused (before: the last one won).
+TEST(TextFormErrors, HugeNumberAndRepeatedHeaderKey) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  // The text form's messages start "file:line: ".
+  const auto error = [&](const std::string& name, const std::string& text) -> std::string {
+    const std::string path = write_temp(name, text);
+    try {
+      (void)import_schedule(path, shape, 0, 0);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(path + ":", 0), 0u) << what;
+      return what.substr(path.size() + 1);
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error("big.txt", "pipeline 2\nmicrobatches 2\nrank 0: 0F0 0F2147483648 0B0 0B1\nrank 1: 0F0 0B0 0F1 0B1\n"),
+            "3: action '0F2147483648': '0F2147483648' holds a number of 2^30 or more: a chunk must be below "
+            "parallel.virtual and a microbatch below parallel.microbatches");
+  EXPECT_EQ(
+      error("dup.txt", "pipeline 3\nmicrobatches 2\npipeline 2\nrank 0: 0F0 0F1 0B0 0B1\nrank 1: 0F0 0B0 0F1 0B1\n"),
+      "3: 'pipeline' is given twice");
+}
+
 TEST(TorchCsv, DetectsTheFormat) {
   EXPECT_TRUE(is_torch_csv("x.CSV", "pipeline 2\n"));
   EXPECT_TRUE(is_torch_csv("x.sched", "\n0F0,0B0\n"));

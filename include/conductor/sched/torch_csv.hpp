@@ -13,6 +13,7 @@
 // stage follows the placement: loop (stage % p) or V (stage s < p on rank s, stage s >= p on rank 2p-1-s), the
 // same two mappings as schedule.hpp.
 #include <optional>
+#include <ostream>
 #include <string>
 
 #include "conductor/sched/schedule.hpp"
@@ -32,6 +33,8 @@ struct ScheduleShape {
 // times and instant transfers (the lock-step time grid torch's own schedules print), so dependencies show as
 // empty fields; trailing empty fields are left out.
 std::string to_torch_csv(const Schedule& s);
+// The same, written row by row to `out` (what `conductor schedule --format csv` prints).
+void write_torch_csv(std::ostream& out, const Schedule& s);
 
 // Parses torch's CSV against the deck's shape. Structure only (the rank count, each field, stage to rank under
 // the placement): import_schedule() also validates. Throws InputError "source: rank R, position P: reason" with P
