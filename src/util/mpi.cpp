@@ -1,12 +1,15 @@
 #include "conductor/util/mpi.hpp"
 
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
+#include "conductor/util/text_file.hpp"
 
 namespace conductor::mpi {
 
@@ -85,10 +88,22 @@ std::string broadcast_text(std::string text, MPI_Comm comm) {
   return text;
 }
 
+// A deck or fragment read from a pipe: the deck's own limit (1 MB) is checked on the file's size, which a pipe
+// does not have; this bounds what is read.
+constexpr std::uintmax_t kMaxPipedInputBytes = 1u << 20;
+
 std::string read_and_broadcast(const std::string& path, MPI_Comm comm) {
   std::string text, problem;
   int rank = initialized() ? world_rank() : 0;
-  if (rank == 0) {
+  std::error_code ec;
+  if (rank == 0 && std::filesystem::is_fifo(path, ec)) {
+    // A named pipe blocks its reader until a writer opens it: read_text_input waits a bounded time.
+    try {
+      text = read_text_input(path, "input file", kMaxPipedInputBytes);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  } else if (rank == 0) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       problem = path + ": cannot open file (does it exist and is it readable?)";

@@ -27,6 +27,14 @@ class DeckLoading(FaultCase):
         self.assertFault(run1("validate", deck, "/dev/urandom", timeout=20), 2,
                          r"/dev/urandom: is a device or socket, not a file; the fragment is a YAML file")
 
+    def test_named_pipe_as_deck(self):
+        # Opening a pipe blocks until a writer opens it: validate (and every rank of a run) waited forever.
+        fifo = os.path.join(self.tmp.name, "deck.yaml")
+        os.mkfifo(fifo)
+        self.assertFault(run1("validate", fifo, timeout=40), 2,
+                         r"input file '.*deck\.yaml' is a named pipe and nothing was written to it within 10 s")
+        self.assertFault(mpirun(2, "run", fifo, timeout=40), 2, r"is a named pipe and nothing was written to it")
+
     def test_several_yaml_documents_refused(self):
         # yaml-cpp's Load reads the first document alone: the second was ignored with exit 0.
         deck = self.write("two.yaml", "%YAML 1.2\n---\nrun:\n  steps: 2\n---\nrun:\n  steps: 3\n")
