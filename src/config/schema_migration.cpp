@@ -70,7 +70,8 @@ void add_migration_fields(std::vector<Field>& f) {
                   .range(1, 1024));
   Field force = field<std::vector<std::string>>(
       "migration.force", [](Deck & d) -> auto& { return d.migration.force; },
-      "Forced migration for tests and experiments: entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
+      "Forced migration for tests and experiments (conductor run only: simulate and train-policy refuse it, they "
+      "decide every help): entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
       "by commas), e.g. `[\"1->0:W,BW:2\"]`: every op of rank OWNER of a listed kind gives SLICES slices to rank "
       "HELPER, with no decision (the helper serves it between its own ops). One entry per owner. Empty: decided "
       "(docs/migration.md).");
@@ -196,6 +197,13 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        "and their refresh are simulated: conductor simulate); set migration.weights=on_demand");
   }
   check_force(deck, src, problems);
+  // The simulator and the policy's training decide every help; a forced pattern there was silently ignored.
+  if ((options.command == Command::Simulate || options.command == Command::TrainPolicy) && !m.force.empty()) {
+    problems.push_back(src + ": migration.force (" + std::to_string(m.force.size()) +
+                       (m.force.size() == 1 ? " entry" : " entries") +
+                       ") forces helps in conductor run only; the simulator decides every help itself: remove "
+                       "migration.force (or set it to [])");
+  }
   if (m.max_fraction <= 0) {
     problems.push_back(src +
                        ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "

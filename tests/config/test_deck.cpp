@@ -511,6 +511,18 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   p = one({"migration.enabled=true", "backend=emulated", "migration.helpers=3"}, Command::Run);
   EXPECT_TRUE(contains(p, "migration.helpers = 3: conductor run sends an op's slices to one helper only")) << p;
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.helpers=3"}).empty());
+  // A forced pattern: conductor run's alone (the simulator ignored it silently); validate and run accept it.
+  const std::vector<std::string> forced = {"migration.enabled=true", "backend=emulated", "migration.units=[mlp]",
+                                           "migration.force=[\"1->0:F,BW:2\"]"};
+  for (const Command command : {Command::Simulate, Command::TrainPolicy}) {
+    p = one(forced, command);
+    EXPECT_TRUE(contains(p,
+                         "migration.force (1 entry) forces helps in conductor run only; the simulator decides "
+                         "every help itself"))
+        << p;
+  }
+  for (const auto& q : problems_of("", forced)) ADD_FAILURE() << q;
+  for (const auto& q : problems_of("", forced, Command::Run, 4)) ADD_FAILURE() << q;
   p = one({"migration.helpers=0"});
   EXPECT_TRUE(contains(p, "migration.helpers")) << p;
 }
