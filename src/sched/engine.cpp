@@ -209,8 +209,9 @@ std::vector<Stuck> stuck_ranks(const Schedule& s, const std::vector<RankDriver>&
     const Action& x = a.actions()[static_cast<std::size_t>(st.position)];
     if (a.is_ready(st.position) && !a.fits(st.position)) {
       st.memory = true;
-      st.reason = "memory in use " + fmt_mem(a.memory_in_use() + memory_delta(OpKind::F, s.v, 0.0)) + " M_F after " +
-                  to_string(x) + " exceeds the limit of " + fmt_mem(a.memory_limit()) + " M_F";
+      // Not naming x again: a schedule file's messages name it in the file's own notation (validate.cpp).
+      st.reason = "with it, memory in use would be " + fmt_mem(a.memory_in_use() + memory_delta(OpKind::F, s.v, 0.0)) +
+                  " M_F, over the limit of " + fmt_mem(a.memory_limit()) + " M_F";
     } else if (const auto [pr, pp] = producer_of(s, d, r, st.position); pr >= 0 && pp >= 0) {
       const Arbiter& b = d[static_cast<std::size_t>(pr)].arbiter();
       const Action& y = b.actions()[static_cast<std::size_t>(pp)];

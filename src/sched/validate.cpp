@@ -136,7 +136,8 @@ Violation validate(const Schedule& s, double memory_limit, double a, const Namin
         s, eo, [](int, const Action&) { return 1.0; }, [](const Transfer&) { return 0.0; });
   } catch (const DeadlockError& e) {
     const Stuck& first = e.stuck.front();
-    return report(first.rank, first.position, naming.action ? stuck_reason(s, first, name) : first.reason);
+    return report(first.rank, first.position,
+                  naming.action || first.memory ? stuck_reason(s, first, name) : first.reason);
   }
   return Violation{};
 }

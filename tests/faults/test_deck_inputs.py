@@ -55,7 +55,8 @@ class DeckInputs(FaultCase):
         # schedule.memory_limit and the schedule's own limit; a limit the list fits passes.
         for command in ("validate", "simulate"):
             r = run1(command, self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=1")
-            self.assertFault(r, 2, r"1f1b with memory limit 1 M_F: .*exceeds the limit of 1 M_F \(the limit is "
+            self.assertFault(r, 2, r"1f1b with memory limit 1 M_F: .*does not fit in memory: .*over the limit of 1 M_F "
+                                   r"\(the limit is "
                                    r"schedule\.memory_limit = 1; 0 takes the schedule's own limit, here 2 M_F\)")
             self.assertFalse(os.path.exists(self.out))
         self.assertEqual(run1("validate", self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=2").code, 0)

@@ -218,6 +218,20 @@ TEST(TextFormErrors, HugeNumberAndRepeatedHeaderKey) {
       "3: 'pipeline' is given twice");
 }
 
+// A memory overflow names the op in torch's notation only (before: "after 1F1", conductor's name of torch's 2F1).
+TEST(TorchCsvErrors, MemoryOverflowNamesTheOpInTorchNotation) {
+  const std::string path = write_temp("mem.csv", "0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1\n,1F0,1F1,3F0,3B0,3F1,3B1,1B0,1B1\n");
+  try {
+    (void)import_schedule(path, ScheduleShape{2, 2, 2, std::nullopt}, 1.5, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ": invalid schedule: rank 0, position 3: 2F1 does not fit in memory: with it, memory in use "
+                  "would be 2 M_F, over the limit of 1.5 M_F");
+  }
+}
+
 TEST(TorchCsv, DetectsTheFormat) {
   EXPECT_TRUE(is_torch_csv("x.CSV", "pipeline 2\n"));
   EXPECT_TRUE(is_torch_csv("x.sched", "\n0F0,0B0\n"));

@@ -99,7 +99,9 @@ TEST(Validate, MemoryOverflowIsReportedWhereItHappens) {
   ASSERT_FALSE(v.ok);
   EXPECT_EQ(v.rank, 0);
   EXPECT_EQ(v.position, 3);
-  EXPECT_TRUE(has(v.reason, "memory in use 4 M_F after 0F3 exceeds the limit of 3 M_F")) << v.message();
+  EXPECT_TRUE(
+      has(v.reason, "0F3 does not fit in memory: with it, memory in use would be 4 M_F, over the limit of 3 M_F"))
+      << v.message();
   // With W deferred, a = 1 keeps ZB-H2's rank 1 above 2p - 2 = 6 at some point but within 2p = 8.
   EXPECT_TRUE(validate(zb_h2(4, 8), 8, 1.0).ok);
   EXPECT_FALSE(validate(zb_h2(4, 8), 6, 1.0).ok);
