@@ -212,8 +212,21 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   if (static_cast<int>(lines.size()) != shape.p) {
-    throw InputError(source + ": " + std::to_string(lines.size()) + " rank lines but parallel.pipeline = " +
-                     std::to_string(shape.p) + " (torch's CSV holds one line per rank)");
+    // What the count holds that a rank line cannot: blank lines, and conductor's text form saved as .csv.
+    const auto blank = std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return trim(l).empty(); });
+    const auto text_form = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      const std::string t = trim(l);
+      return !t.empty() && (t[0] == '#' || t.rfind("pipeline ", 0) == 0 || t.rfind("rank ", 0) == 0);
+    });
+    std::string why = source + ": " + std::to_string(lines.size()) + " rank lines";
+    if (blank > 0) why += " (" + std::to_string(blank) + " of them blank)";
+    why += " but parallel.pipeline = " + std::to_string(shape.p) + " (torch's CSV holds one line per rank)";
+    if (text_form) {
+      why +=
+          "; it reads like conductor's text form (`conductor schedule` prints it without --format csv): name "
+          "the file other than .csv, or export it with --format csv";
+    }
+    throw InputError(why);
   }
   const int stages = shape.p * shape.v;
   std::vector<Located> all;

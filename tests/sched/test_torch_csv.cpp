@@ -165,6 +165,17 @@ TEST(TorchCsvErrors, WrongRankCount) {
             "1 rank lines but parallel.pipeline = 2 (torch's CSV holds one line per rank)");
 }
 
+// The count says what it holds that cannot be a rank line: blank lines, or conductor's text form saved as .csv.
+TEST(TorchCsvErrors, WrongRankCountSaysWhatTheLinesAre) {
+  EXPECT_EQ(import_error("\n0F0,0B0\n,1F0,1B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "3 rank lines (1 of them blank) but parallel.pipeline = 2 (torch's CSV holds one line per rank)");
+  const std::string text = "# conductor schedule\npipeline 2\nmicrobatches 1\nrank 0: 0F0 0BW0\nrank 1: 0F0 0BW0\n";
+  EXPECT_EQ(import_error(text, ScheduleShape{2, 1, 1, std::nullopt}),
+            "5 rank lines but parallel.pipeline = 2 (torch's CSV holds one line per rank); it reads like conductor's "
+            "text form (`conductor schedule` prints it without --format csv): name the file other than .csv, or "
+            "export it with --format csv");
+}
+
 TEST(TorchCsvErrors, OutOfRange) {
   EXPECT_EQ(import_error("0F0,0F4\n,1F0\n", ScheduleShape{2, 2, 1, std::nullopt}),
             "rank 0, position 1: action '0F4' names microbatch 4 but parallel.microbatches = 2");
