@@ -40,7 +40,8 @@ std::string trim(const std::string& text) {
 struct CsvAction {
   int stage = 0;
   OpKind kind = OpKind::F;
-  int microbatch = 0;
+  int microbatch = 0;    // -1: none (a runtime action such as 0UNSHARD)
+  bool runtime = false;  // torch's runtime action: range-checked, then skipped
 };
 
 // torch's action types that are not computations: its runtime format (`_dump_csv(..., format="compute_comms")`)
@@ -107,7 +108,21 @@ std::string parse_single(const std::string& tok, CsvAction& out, bool in_pair = 
 
 // Parses one field: an action, or "(A;B)OVERLAP_F_B" (its actions in order); "" on success, else why not.
 std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
-  if (is_runtime_action(field)) return "";
+  if (is_runtime_action(field)) {
+    // Skipped, but its stage and microbatch must still be the deck's (torch would fail on them when it runs).
+    CsvAction a;
+    a.runtime = true;
+    std::size_t i = 0;
+    long long stage = 0, mb = 0;
+    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i]))) stage = digit(stage, field[i++]);
+    while (i < field.size() && !std::isdigit(static_cast<unsigned char>(field[i]))) ++i;
+    const bool has_mb = i < field.size();
+    while (i < field.size()) mb = digit(mb, field[i++]);
+    a.stage = static_cast<int>(stage);
+    a.microbatch = has_mb ? static_cast<int>(mb) : -1;
+    out.push_back(a);
+    return "";
+  }
   if (field[0] != '(') {
     CsvAction a;
     const std::string why = parse_single(field, a);
@@ -235,7 +250,9 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
     std::string field;
     for (int f = 0; std::getline(fields, field, ','); ++f) {
       field = trim(field);
-      if (field.size() >= 2 && field.front() == '"' && field.back() == '"') field = field.substr(1, field.size() - 2);
+      // A quoted field's own spaces go too, as torch's _Action.from_str strips them.
+      if (field.size() >= 2 && field.front() == '"' && field.back() == '"')
+        field = trim(field.substr(1, field.size() - 2));
       if (field.empty()) continue;
       auto fail = [&](const std::string& why) {
         throw InputError(source + ": rank " + std::to_string(r) + ", position " + std::to_string(f) + ": " + why);
@@ -252,7 +269,7 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
           fail("action '" + field + "' names microbatch " + number(a.microbatch) +
                " but parallel.microbatches = " + std::to_string(shape.m));
         }
-        all.push_back({a, r, f});
+        if (!a.runtime) all.push_back({a, r, f});
       }
     }
   }

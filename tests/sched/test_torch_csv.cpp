@@ -197,6 +197,19 @@ TEST(TorchCsvErrors, HugeNumbersAreOutOfRange) {
             "(parallel.pipeline x parallel.virtual = 2 x 1)");
 }
 
+// torch's runtime actions are skipped, but their stage and microbatch are the deck's (before: any number passed);
+// a quoted field's inner spaces are stripped, as torch's _Action.from_str does.
+TEST(TorchCsvErrors, RuntimeActionsAreRangeChecked) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  EXPECT_EQ(import_error("0F0,9SEND_F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape),
+            "rank 0, position 1: action '9SEND_F0' names stage 9 but the deck has 2 stages (parallel.pipeline x "
+            "parallel.virtual = 2 x 1)");
+  EXPECT_EQ(import_error("0F0,0SEND_F7,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape),
+            "rank 0, position 1: action '0SEND_F7' names microbatch 7 but parallel.microbatches = 2");
+  EXPECT_EQ(import_error("0UNSHARD,0F0,0F1,,0B0,,0B1,0RESHARD\n,1F0,1B0,1F1,1B1\n", shape), "no error");
+  EXPECT_EQ(import_error("\" 0F0 \",0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", shape), "no error");
+}
+
 // A malformed runtime action on its own is an unknown action (before: the message for one inside a pair).
 TEST(TorchCsvErrors, MalformedRuntimeActionOutsideAPair) {
   EXPECT_EQ(import_error("0SEND_F0x,0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", ScheduleShape{2, 2, 1, std::nullopt}),
