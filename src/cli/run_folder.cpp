@@ -12,6 +12,7 @@
 #include "conductor/config/deck_compare.hpp"
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
 
 namespace conductor::cli {
 
@@ -105,22 +106,102 @@ std::string listed(const std::vector<std::string>& items, std::size_t most) {
 
 // Resuming from an older step folder into its own root writes the steps after it again: the complete ones there
 // (with a manifest) would be replaced, the finished model among them. Refused, naming them.
-void check_later_steps(const fs::path& root, const fs::path& resume) {
+// The complete steps (with a manifest) in `root` after step folder `resume`'s step, in order; none when `resume` is
+// the root itself (its latest, the newest complete step).
+std::vector<int> later_steps(const fs::path& root, const fs::path& resume) {
   const int from = model::step_of_folder(resume.filename().string());
-  if (from < 0) return;  // the root: its latest, the newest complete step
   std::vector<int> later;
+  if (from < 0) return later;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const int step = model::step_of_folder(entry.path().filename().string());
     if (step > from && fs::exists(entry.path() / model::kManifestName, ec)) later.push_back(step);
   }
-  if (later.empty()) return;
   std::sort(later.begin(), later.end());
-  throw InputError("checkpoint.resume = '" + resume.string() + "' is step " + std::to_string(from) +
-                   ", but checkpoint.path holds later complete steps (" + std::to_string(later.front()) +
-                   (later.size() > 1 ? " .. " + std::to_string(later.back()) : std::string()) +
+  return later;
+}
+
+std::string step_range(const std::vector<int>& steps) {
+  return std::to_string(steps.front()) + (steps.size() > 1 ? " .. " + std::to_string(steps.back()) : std::string());
+}
+
+void check_later_steps(const fs::path& root, const fs::path& resume) {
+  const std::vector<int> later = later_steps(root, resume);
+  if (later.empty()) return;
+  throw InputError("checkpoint.resume = '" + resume.string() + "' is step " +
+                   std::to_string(model::step_of_folder(resume.filename().string())) +
+                   ", but checkpoint.path holds later complete steps (" + step_range(later) +
                    ") that this run would write again; nothing was written. Resume from the root (its latest), "
                    "write to another checkpoint.path, or set run.overwrite=true to replace them");
+}
+
+// Continuing a run's trace from an older step drops its rows after that step and writes them again up to
+// run.steps: refused when the run in the folder went on past run.steps (its resumed root holds later complete
+// steps), whatever checkpoint.path is, as those rows would be lost. A killed attempt's rows past its newest
+// checkpoint are what continuing from the root's latest drops, by design.
+void check_later_results(const fs::path& dir, const fs::path& resume, int steps) {
+  const std::vector<int> later = later_steps(resume_root(resume), resume);
+  if (later.empty() || later.back() <= steps) return;
+  throw InputError("checkpoint.resume = '" + resume.string() + "' is step " +
+                   std::to_string(model::step_of_folder(resume.filename().string())) +
+                   ", but the run in run.output = '" + dir.string() + "' went on to step " +
+                   std::to_string(later.back()) + " (complete checkpoints " + step_range(later) +
+                   "): continuing its trace to run.steps = " + std::to_string(steps) +
+                   " would drop the rows of the steps after that; nothing was written. Resume "
+                   "into a new run.output, raise run.steps, or set run.overwrite=true to replace them");
+}
+
+// What a resume may not change of the run that wrote its checkpoint: the batches it reads (the data stream
+// continues from the checkpoint's position only over the same data and batch shape; run.seed is checked by the
+// loader). Optimizer settings may change, as in fine-tuning, with a warning: the steps after it differ from an
+// uninterrupted run.
+bool changes_stream(const std::string& difference) {
+  for (const char* key : {"parallel.microbatches ", "parallel.microbatch_size ", "data."}) {
+    if (difference.rfind(key, 0) == 0) return true;
+  }
+  return false;
+}
+
+// The checkpoint a resume reads, against this run (its deck is in the checkpoint): into its own run.output the
+// checkpoint must be that run's (else its trace and metrics would be spliced with another model's), and anywhere
+// the data stream must continue. Any other change of optim.* (or of run.steps when the decay follows it) is said.
+void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
+  std::string step_dir;
+  try {
+    step_dir = model::resolve_checkpoint(folder(deck.checkpoint.resume).string());
+  } catch (const InputError&) {
+    return;  // the loader names what is missing, on every rank
+  }
+  const std::string theirs = config::without_header(model::checkpoint_deck(step_dir));
+  if (theirs.empty()) return;
+  const std::string here = config::to_yaml(deck);
+  const std::string named = "checkpoint.resume = '" + deck.checkpoint.resume + "'";
+  const std::vector<std::string> differ = config::deck_differences(here, theirs, kResumeMayChange);
+  if (into_own_folder && !differ.empty()) {
+    throw InputError(named + " was written by another run than the one in run.output = '" + deck.run.output +
+                     "' (the checkpoint's deck differs: " + listed(differ, 3) +
+                     "; here: this deck, there: the checkpoint's); continuing would splice two runs' traces and "
+                     "metrics. Nothing was written. Resume into a new run.output, or from that run's own checkpoints");
+  }
+  std::vector<std::string> stream, changed;
+  for (const std::string& d : differ) {
+    if (changes_stream(d)) stream.push_back(d);
+    if (d.rfind("optim.", 0) == 0) changed.push_back(d);
+  }
+  if (!stream.empty()) {
+    throw InputError(named + ": the data stream would not continue: " + listed(stream, 4) +
+                     " (here: this deck, there: the checkpoint's run); keep them, or start a new run");
+  }
+  if (deck.optim.decay_steps == 0) {
+    for (const std::string& d : config::deck_differences(here, theirs, {"run.output", "run.overwrite", "checkpoint"})) {
+      if (d.rfind("run.steps ", 0) == 0) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
+    }
+  }
+  if (!changed.empty()) {
+    log::warn(named + ": resuming with " + listed(changed, 4) +
+              " (here: this deck, there: the checkpoint's run); the learning rate or update of the steps from here "
+              "differs from an uninterrupted run of either deck");
+  }
 }
 
 // checkpoint.path may hold only the checkpoints a resumed run continues (its checkpoint.resume's root).
@@ -139,12 +220,18 @@ void check_checkpoint_folder(const config::Deck& deck) {
 }  // namespace
 
 void check_output_folder(const config::Deck& deck, config::Command command) {
-  if (deck.run.overwrite) return;
   const bool run = command == config::Command::Run, resume = run && !deck.checkpoint.resume.empty();
+  if (deck.run.overwrite) {
+    if (resume) check_resumed_checkpoint(deck, false);
+    return;
+  }
   if (run) check_checkpoint_folder(deck);
   const fs::path dir(deck.run.output);
   const std::vector<std::string> found = previous_results(dir);
-  if (found.empty()) return;
+  if (found.empty()) {
+    if (resume) check_resumed_checkpoint(deck, false);
+    return;
+  }
   std::error_code ec;
   const bool has_deck = fs::exists(dir / "resolved.yaml", ec);
   const std::string there = has_deck ? config::without_header(read_text(dir / "resolved.yaml")) : "";
@@ -153,7 +240,11 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
     const std::vector<std::string> differ =
         has_deck ? config::deck_differences(config::to_yaml(deck), there, kResumeMayChange)
                  : std::vector<std::string>{};
-    if (has_deck && differ.empty()) return;
+    if (has_deck && differ.empty()) {
+      check_later_results(dir, folder(deck.checkpoint.resume), deck.run.steps);
+      check_resumed_checkpoint(deck, true);
+      return;
+    }
     throw InputError(
         "run.output = '" + dir.string() + "' holds the results of " +
         (has_deck ? "another run (its resolved.yaml differs: " + listed(differ, 3) + ")"

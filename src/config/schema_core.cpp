@@ -129,6 +129,14 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
   } else if (deck.run.output.empty()) {
     deck.run.output = "runs/" + deck.run.name + (options.command == Command::Simulate ? "-sim" : "");
   }
+  // The emulated backend has no weights: checkpoint.path wrote nothing and said nothing.
+  if (deck.backend == "emulated" && (!deck.checkpoint.path.empty() || !deck.checkpoint.resume.empty())) {
+    problems.push_back(options.source_name + ": " +
+                       (deck.checkpoint.path.empty() ? "checkpoint.resume = '" + deck.checkpoint.resume
+                                                     : "checkpoint.path = '" + deck.checkpoint.path) +
+                       "' with backend = emulated, which has no weights to checkpoint (its ops only take time); use "
+                       "backend: cpu or cuda, or leave checkpoint.path and checkpoint.resume empty");
+  }
   if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
                        " but the job has " + std::to_string(options.world_size) +

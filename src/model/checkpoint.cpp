@@ -9,6 +9,7 @@
 // so a full disk or a corrupt file is one clear error, never HDF5's error stack or a crash at close.
 #include <hdf5.h>
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <utility>
@@ -191,12 +192,33 @@ std::vector<unsigned char> verified_bytes(const std::string& file, const Checkpo
 
 }  // namespace
 
+std::string checkpoint_deck(const std::string& step_dir) {
+  Silence quiet;
+  const std::string file = (std::filesystem::path(step_dir) / "vstage_0.h5").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return "";
+  // Read before the files are verified: any problem here is left to the loader's checks, which name it.
+  Handle f(quietly([&] { return H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); }), H5Fclose);
+  if (!f.valid()) return "";
+  Handle ds(quietly([&] { return H5Dopen2(f.get(), "/deck", H5P_DEFAULT); }), H5Dclose);
+  if (!ds.valid()) return "";
+  Handle type(H5Dget_type(ds.get()), H5Tclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return "";
+  const std::size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (64u << 20)) return "";
+  std::string text(size, '\0');
+  if (quietly([&] { return H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()); }) < 0) return "";
+  text.resize(std::strlen(text.c_str()));
+  return text;
+}
+
 int StageModel::load_checkpoint(const std::string& dir) {
   Silence quiet;
   const Manifest manifest = read_manifest(dir);
   if (manifest.num_virtual_stages != num_vs_) {
     throw InputError("checkpoint '" + dir + "' was written by a run split into " +
-                     std::to_string(manifest.num_virtual_stages) + " virtual stages (pipeline " +
+                     std::to_string(manifest.num_virtual_stages) +
+                     (manifest.num_virtual_stages == 1 ? " virtual stage" : " virtual stages") + " (pipeline " +
                      std::to_string(manifest.pipeline) + " x virtual " + std::to_string(manifest.virtual_chunks) +
                      "); this run has " + std::to_string(num_vs_));
   }

@@ -82,7 +82,12 @@ std::string resolve_checkpoint(const std::string& path) {
     }
     return (p / name).string();
   }
-  if (!fs::is_directory(p)) throw InputError("checkpoint.resume = '" + path + "': no such folder");
+  if (!fs::is_directory(p)) {
+    std::error_code ec;
+    throw InputError("checkpoint.resume = '" + path + "': " +
+                     (fs::exists(p, ec) ? "a file, not a folder: name a checkpoint root or one of its step folders"
+                                        : "no such folder"));
+  }
   throw InputError("checkpoint.resume = '" + path + "': neither a checkpoint root (no '" + latest.string() +
                    "') nor a step folder (no '" + (p / kManifestName).string() + "')");
 }

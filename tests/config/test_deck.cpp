@@ -624,3 +624,13 @@ TEST(Deck, MigrationSliceFlopsFollowMlpRatio) {
     EXPECT_NEAR(heads.migration.ops[0][2].sliced_fraction, 8.0 / (8 + 4.0 * r), 1e-12) << ratio;
   }
 }
+
+// The emulated backend has no weights: checkpoint.path wrote nothing and said nothing.
+TEST(Deck, EmulatedBackendRefusesCheckpoints) {
+  for (const std::string key : {"checkpoint.path=ck", "checkpoint.resume=ck"}) {
+    const auto p = problems_of("", {"backend=emulated", key});
+    ASSERT_EQ(p.size(), 1u) << key;
+    EXPECT_TRUE(contains(p[0], "with backend = emulated, which has no weights to checkpoint")) << p[0];
+  }
+  EXPECT_TRUE(problems_of("", {"backend=cpu", "checkpoint.path=ck"}).empty());
+}

@@ -186,6 +186,48 @@ class Checkpoints(FaultCase):
         self.assertEqual(sorted(set(events["step"].tolist())), [0, 1, 2])
 
 
+    def test_resume_checks_the_checkpoints_own_deck(self):
+        # The checkpoint records its run's deck. Into a folder holding another run, a checkpoint of a different
+        # model (model.init_seed) was continued with exit 0, splicing two models' losses in one trace and metrics.
+        # Into a new folder, a different batch shape (the data stream) ran on; optimizer changes run, with a
+        # warning naming them.
+        other = os.path.join(self.tmp.name, "other-ck")
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU, name="other.yaml"), "model.init_seed=7",
+                   "run.output=" + os.path.join(self.tmp.name, "other"), "checkpoint.path=" + other,
+                   "checkpoint.every=2")
+        self.assertEqual(r.code, 0, r.text)
+        shutil.copytree(os.path.join(self.base.name, "out"), self.out)
+        before = snapshot(self.out)
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(other, "step-000002"),
+                   "checkpoint.path=" + os.path.join(self.tmp.name, "ck3"))
+        self.assertFault(r, 2, r"checkpoint\.resume = '.*step-000002' was written by another run than the one in "
+                               r"run\.output = '.*' \(the checkpoint's deck differs: model\.init_seed = 42 here, 7 "
+                               r"there")
+        self.assertEqual(snapshot(self.out), before)
+        fresh = os.path.join(self.tmp.name, "fresh")
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + fresh, "parallel.microbatches=8")
+        self.assertFault(r, 2, r"the data stream would not continue: parallel\.microbatches = 8 here, 4 there")
+        self.assertFalse(os.path.exists(fresh))
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + fresh, "optim.lr=0.001")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"warning: checkpoint\.resume = .*resuming with optim\.lr = 0\.001 here, .* there")
+
+    def test_resume_from_an_older_step_keeps_a_longer_runs_rows(self):
+        # A run of 5 steps (checkpoints 1..5) resumed from step 2 into its own folder with run.steps = 3 and
+        # another checkpoint.path dropped its steps 3 and 4 from the trace and metrics, exit 0.
+        ck = os.path.join(self.tmp.name, "long-ck")
+        r = mpirun(2, "run", self.deck(steps=5, extra=CPU), "checkpoint.path=" + ck, "checkpoint.every=1",
+                   "checkpoint.keep=0")
+        self.assertEqual(r.code, 0, r.text)
+        before = snapshot(self.out)
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(ck, "step-000002"),
+                   "checkpoint.path=" + os.path.join(self.tmp.name, "ck2"))
+        self.assertFault(r, 2, r"is step 2, but the run in run\.output = '.*' went on to step 5 \(complete "
+                               r"checkpoints 3 \.\. 5\): continuing its trace to run\.steps = 3 would drop")
+        self.assertEqual(snapshot(self.out), before)
+
     def test_resume_after_a_killed_attempt(self):
         # The first attempt dies at step 4 (an injected failure: MPI_Abort, as after SIGKILL or a lost node), after
         # its checkpoint of step 3, leaving trace.h5 marked open for writing and metrics.jsonl with rows past the

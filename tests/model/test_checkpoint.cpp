@@ -187,6 +187,8 @@ TEST(CheckpointSteps, ResumeAcceptsRootOrStepFolder) {
   StageModel model(config::resolve(deck), {0, 1}, 2);
   EXPECT_EQ(model.load_checkpoint(resolve_checkpoint(root + "/step-000003")), 3);
   EXPECT_NE(input_error([&] { resolve_checkpoint(root + "/nope"); }).find("no such folder"), std::string::npos);
+  // A file (a deck given by mistake) is said to be one, not "no such folder".
+  EXPECT_NE(input_error([&] { resolve_checkpoint(root + "/latest"); }).find("a file, not a folder"), std::string::npos);
 }
 
 TEST(CheckpointSteps, FlippedBytesAreRefusedNamingTheFile) {

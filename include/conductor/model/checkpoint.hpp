@@ -45,6 +45,9 @@ std::string partial_folder(const std::string& root, int step);
 // checkpoint.resume: a checkpoint root (its `latest` is followed) or a step folder (holds a manifest).
 // Returns the step folder; InputError naming the path and what is missing otherwise.
 std::string resolve_checkpoint(const std::string& path);
+// The resolved deck (YAML text) the run that wrote <step_dir> recorded in it, read before any verification ("" when
+// it cannot be read: the loader's checks then name the problem).
+std::string checkpoint_deck(const std::string& step_dir);
 // Parses <step_dir>/manifest.txt; InputError naming the file and the line for a missing or malformed one.
 Manifest read_manifest(const std::string& step_dir);
 std::string manifest_text(const Manifest& m);
