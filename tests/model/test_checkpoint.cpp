@@ -111,7 +111,7 @@ TEST(Checkpoint, OtherSplitMissingFilesAndOtherSeedAreRefused) {
     two.load_checkpoint(dir);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("split into 1 virtual stages"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("split into 1 virtual stage ("), std::string::npos) << e.what();
   }
   StageModel last(config::resolve(two_deck), {1}, 2);
   EXPECT_THROW(last.load_checkpoint(dir), InputError);  // vstage_1.h5 does not exist
