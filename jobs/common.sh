@@ -5,13 +5,23 @@
 #   CONDUCTOR_ROOT     the source tree (default: the folder above the submitted script)
 #   CONDUCTOR_BINARY   the conductor executable (default: $CONDUCTOR_ROOT/build/conductor; in an installed tree,
 #                      where CONDUCTOR_ROOT is PREFIX/share/conductor, PREFIX/bin/conductor)
-#   OVERRIDES          space-separated deck overrides `key.path=value`; an entry `@FILE` is a deck fragment (a
-#                      YAML file such as inputs/noise/jitter10.yaml) that conductor merges onto the deck; the
-#                      fragments go first, in order, the overrides after them (e.g.
-#                      OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5"). Values cannot contain spaces: write
-#                      lists in flow form without spaces, `[1.0,2.0]`.
-#   DRY_RUN=1          print the launch command instead of running it (no Slurm needed)
+#   OVERRIDES          deck overrides `key.path=value` separated by whitespace (spaces, tabs or newlines); an
+#                      entry `@FILE` is a deck fragment (a YAML file such as inputs/noise/jitter10.yaml) that
+#                      conductor merges onto the deck; the fragments go first, in order, the overrides after them
+#                      (e.g. OVERRIDES="@inputs/noise/jitter10.yaml run.steps=5"). Values cannot contain spaces:
+#                      write lists in flow form without spaces, `[1.0,2.0]`.
+#   DRY_RUN=1          print the launch command instead of running it (no Slurm needed); nothing is written
+#                      into the output folder (not even the folder itself)
 #   SRUN_MPI           srun's --mpi plugin (default pmix: Debian's Open MPI 4.1 starts under pmix, not pmi2)
+#   CONDUCTOR_SIGNAL_LEAD_S  the lead of the job's time-limit warning, #SBATCH --signal=B:TERM@LEAD (default 120,
+#                      the scripts' own): a job whose time limit is below twice that lead is warned and not
+#                      requeued after a stop (every attempt would be stopped as early)
+#
+# Records in the output folder, written only once the run is launched (a refused, stopped-before-launch or
+# DRY_RUN job writes none) and never replacing another job's: job.txt gets one block per launched attempt
+# (appended; date, job id, restart, nodes, tasks, deck, command); deck.resolved.yaml (and a sweep task's
+# combination.txt) is written when absent or identical, else this job's goes to deck.resolved-JOBID.yaml
+# (combination-JOBID.txt), with a note in the log.
 # shellcheck shell=bash
 
 cj_log() { echo "conductor-job: $*"; }
@@ -25,6 +35,12 @@ cj_quote() {
   local out="" a
   for a in "$@"; do out+="$(printf '%q' "$a") "; done
   echo "${out% }"
+}
+
+# cj_split ARRAY STRING: sets ARRAY to STRING's words, split at any whitespace, newlines included (a plain
+# `read -a` stops at the first newline and drops the rest); no glob expansion: `[1,2]` is a value, not a pattern.
+cj_split() {
+  read -r -d '' -a "$1" <<<"$2" || true # -d '': up to the end of the string (read then returns 1)
 }
 
 # cj_resolve PATH: an absolute path; a relative one is looked up in the working folder (the submit folder
@@ -61,12 +77,12 @@ cj_require_deck() {
   echo "$d"
 }
 
-# cj_expand_overrides "STRING": sets the array CJ_OVERRIDES from a space-separated OVERRIDES string; an `@FILE`
-# entry becomes `@/absolute/FILE` (conductor reads the fragment itself; cj_launch puts fragments first).
+# cj_expand_overrides "STRING": sets the array CJ_OVERRIDES from a whitespace-separated OVERRIDES string; an
+# `@FILE` entry becomes `@/absolute/FILE` (conductor reads the fragment itself; cj_launch puts fragments first).
 cj_expand_overrides() {
   CJ_OVERRIDES=()
-  local entry file entries
-  read -ra entries <<<"$1" # no glob expansion: `[1,2]` is a value, not a pattern
+  local entry file entries=()
+  cj_split entries "$1"
   for entry in "${entries[@]}"; do
     if [[ $entry == @* ]]; then
       file=$(cj_resolve "${entry#@}")
@@ -88,43 +104,100 @@ cj_deck_value() {
   ' "$1"
 }
 
-# cj_resume_overrides OUTPUT [override ...]: sets CJ_RESUME to the overrides that make a `run` requeue-safe:
-# checkpoints in OUTPUT/checkpoints (unless an override names checkpoint.path), and, when that folder holds a
-# `latest` step (a requeued or restarted job: SLURM_RESTART_COUNT > 0, or a resubmission into the same OUTPUT),
-# checkpoint.resume from it. The run then continues OUTPUT/trace.h5 instead of replacing it.
-cj_resume_overrides() {
-  local output=$1 o
-  shift
-  local ck
-  ck=$(cj_checkpoint_root "$output" "$@")
-  CJ_RESUME=()
-  [[ $ck == "$output/checkpoints" ]] && CJ_RESUME+=("checkpoint.path=$ck")
-  if [[ -f $ck/latest ]]; then
-    for o in "$@"; do
-      [[ $o == checkpoint.resume=* ]] && return 0
-    done
-    cj_log "restart ${SLURM_RESTART_COUNT:-0}: resuming from $ck ($(cat "$ck/latest"))"
-    CJ_RESUME+=("checkpoint.resume=$ck")
-  elif [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
-    cj_log "restart $SLURM_RESTART_COUNT: no checkpoint in $ck yet; starting from step 0"
+# --- Stop signals to the batch shell: the time-limit warning (#SBATCH --signal=B:TERM@LEAD), preemption,
+# `scancel -b -s TERM`. The batch scripts remember one from their first line on (a trap of their own until
+# jobs/common.sh is sourced, then cj_catch_term's): one before the launch starts nothing (cj_launch: exit 3,
+# requeued as after a clean stop); one after it is forwarded to scripts/conductor-launch (cj_run_forwarding_term),
+# once that can take it. CJ_GOT_TERM=1 once one came.
+CJ_GOT_TERM=${CJ_GOT_TERM:-0}
+CJ_CHILD=""
+CJ_FORWARDED=0
+cj_catch_term() { trap cj_on_term TERM; }
+cj_on_term() {
+  CJ_GOT_TERM=1
+  if [[ -z $CJ_CHILD ]]; then
+    cj_log "SIGTERM before the run started: it will not be started"
+    return 0
   fi
+  cj_log "SIGTERM: asking the run to checkpoint and stop"
+  cj_forward_term
+}
+# One SIGTERM to the launched command, once it handles SIGTERM (a script in its first milliseconds does not yet:
+# the signal would kill it and leave the run going).
+cj_forward_term() {
+  CJ_FORWARDED=1
+  cj_wait_catches_term "$CJ_CHILD"
+  kill -TERM "$CJ_CHILD" 2>/dev/null || true
+}
+
+# cj_catches_term PID: whether process PID handles SIGTERM (bit 15 of SigCgt in /proc/PID/status).
+cj_catches_term() {
+  local line
+  while IFS= read -r line; do
+    [[ $line == SigCgt:* ]] || continue
+    line=${line#SigCgt:}
+    line=${line//[[:space:]]/}
+    (((16#$line >> 14) & 1)) && return 0
+    return 1
+  done 2>/dev/null <"/proc/$1/status"
+  return 1
+}
+
+# cj_wait_catches_term PID: waits (up to 10 s, while it lives) until process PID handles SIGTERM.
+cj_wait_catches_term() {
+  local tries
+  for ((tries = 0; tries < 500; tries++)); do
+    cj_catches_term "$1" && return 0
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.02
+  done
 }
 
 # cj_run_forwarding_term COMMAND...: runs the command in the background and forwards every SIGTERM of the batch
 # shell to it (#SBATCH --signal=B:TERM@LEAD signals only the batch shell; bash would run a trap only after a
 # foreground command ends). The command is scripts/conductor-launch, which turns the first SIGTERM into one
-# graceful stop of every rank and swallows repeats. Sets CJ_RC to the command's exit status and CJ_GOT_TERM=1
-# when the batch shell was signalled.
+# graceful stop of every rank (once the ranks can take it) and swallows repeats. Sets CJ_RC to the command's
+# exit status; CJ_GOT_TERM is 1 when the batch shell was signalled.
 cj_run_forwarding_term() {
-  CJ_GOT_TERM=0
+  cj_catch_term
   "$@" &
-  local pid=$!
-  trap 'CJ_GOT_TERM=1; cj_log "SIGTERM: asking the run to checkpoint and stop"; kill -TERM '"$pid"' 2>/dev/null' TERM
-  while kill -0 "$pid" 2>/dev/null; do
-    wait "$pid" || true # returns early when the trap runs (set -e must not end the script there)
+  CJ_CHILD=$!
+  # A SIGTERM between the last check before the launch and now found no command to forward to.
+  [[ $CJ_GOT_TERM == 1 && $CJ_FORWARDED == 0 ]] && cj_forward_term
+  while kill -0 "$CJ_CHILD" 2>/dev/null; do
+    wait "$CJ_CHILD" || true # returns early when the trap runs (set -e must not end the script there)
   done
-  wait "$pid" && CJ_RC=0 || CJ_RC=$? # the finished command's status (bash keeps it)
-  trap - TERM
+  wait "$CJ_CHILD" && CJ_RC=0 || CJ_RC=$? # the finished command's status (bash keeps it)
+}
+
+# cj_check_time_limit: a job whose time limit is below twice the lead of its time-limit warning (the stop
+# comes in its first minutes, and again in every requeued attempt) is warned, and not requeued after a stop.
+cj_check_time_limit() {
+  local lead=${CONDUCTOR_SIGNAL_LEAD_S:-120} line limit rest parts secs
+  [[ $lead =~ ^[1-9][0-9]*$ && -n ${SLURM_JOB_ID:-} ]] || return 0 # 0: no time-limit warning
+  line=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null) || return 0
+  [[ $line =~ (^|[[:space:]])TimeLimit=([0-9:-]+)([[:space:]]|$) ]] || return 0 # UNLIMITED, Partition_Limit
+  limit=${BASH_REMATCH[2]}
+  rest=$limit
+  secs=0
+  if [[ $rest == *-* ]]; then
+    secs=$((10#${rest%%-*} * 86400))
+    rest=${rest#*-}
+  fi
+  IFS=: read -r -a parts <<<"$rest"
+  case ${#parts[@]} in
+    3) secs=$((secs + 10#${parts[0]} * 3600 + 10#${parts[1]} * 60 + 10#${parts[2]})) ;;
+    2) secs=$((secs + 10#${parts[0]} * 60 + 10#${parts[1]})) ;;
+    1) secs=$((secs + 10#${parts[0]} * 60)) ;;
+    *) return 0 ;;
+  esac
+  if ((secs < 2 * lead)); then
+    cj_log "warning: the time limit ($limit) is less than twice the ${lead} s lead of the time-limit warning" \
+      "(--signal=B:TERM@$lead): the run is stopped $((secs > lead ? secs - lead : 0)) s after the job starts, and" \
+      "so would every requeued attempt; not requeueing after a stop. Submit with --time of at least" \
+      "$(((2 * lead + 59) / 60)) minutes (with another --signal lead, set CONDUCTOR_SIGNAL_LEAD_S to it)"
+    CJ_NO_REQUEUE=1
+  fi
 }
 
 # cj_checkpoint_root OUTPUT [override ...]: the checkpoint folder of a train job: OUTPUT/checkpoints unless an
@@ -138,41 +211,175 @@ cj_checkpoint_root() {
   echo "$ck"
 }
 
-# cj_requeue_unfinished OUTPUT STEPS CHECKPOINTS: after a clean stop (exit 3) asked for by the batch shell's
-# SIGTERM (the time-limit warning of --signal=B:TERM@LEAD, preemption), requeues the job when its latest
-# checkpoint is short of STEPS; the restarted job resumes from it (cj_resume_overrides). REQUEUE=0 turns it
-# off.
-cj_requeue_unfinished() {
-  local output=$1 steps=$2 ck=$3 latest done
-  [[ -n ${SLURM_JOB_ID:-} && ${REQUEUE:-1} != 0 ]] || return 0
-  latest=$(cat "$ck/latest" 2>/dev/null) || {
-    cj_log "stopped before the first checkpoint; not requeueing (nothing to resume from)"
-    return 0
-  }
-  done=${latest#step-}
-  done=$((10#$done))
-  if [[ $done -ge $steps ]]; then
-    cj_log "stopped at step $done of $steps: finished, not requeueing"
+# cj_latest_step CHECKPOINTS: the step number of CHECKPOINTS/latest (fails when there is none).
+cj_latest_step() {
+  local latest
+  latest=$(cat "$1/latest" 2>/dev/null) || return 1
+  latest=${latest#step-}
+  [[ $latest =~ ^[0-9]+$ ]] || return 1
+  echo $((10#$latest))
+}
+
+# cj_resume_overrides OUTPUT [override ...]: sets CJ_RUN_OVERRIDES to the overrides that make a `run`
+# requeue-safe: checkpoints in OUTPUT/checkpoints (unless an override names checkpoint.path), and, when that
+# folder holds a `latest` step (a requeued or restarted job: SLURM_RESTART_COUNT > 0, or a resubmission into the
+# same OUTPUT), checkpoint.resume from it, in place of any checkpoint.resume of the overrides (which the first
+# attempt started from). The run then continues OUTPUT/trace.h5 instead of replacing it. Sets CJ_CK to the
+# checkpoint folder and CJ_RESUME_OWN to it when resuming from it (else empty). A restart without a checkpoint
+# yet starts over in OUTPUT, the killed attempt's files moved aside first (cj_set_aside).
+cj_resume_overrides() {
+  local output=$1 o user_resume=""
+  shift
+  CJ_CK=$(cj_checkpoint_root "$output" "$@")
+  CJ_RESUME_OWN=""
+  CJ_RUN_OVERRIDES=()
+  for o in "$@"; do
+    if [[ $o == checkpoint.resume=* ]]; then user_resume=${o#checkpoint.resume=}; else CJ_RUN_OVERRIDES+=("$o"); fi
+  done
+  [[ $CJ_CK == "$output/checkpoints" ]] && CJ_RUN_OVERRIDES+=("checkpoint.path=$CJ_CK")
+  if [[ -f $CJ_CK/latest ]]; then
+    [[ -n $user_resume ]] && cj_log "note: $CJ_CK holds this run's own checkpoints: resuming from them, not" \
+      "from checkpoint.resume=$user_resume (where its first attempt started)"
+    cj_log "restart ${SLURM_RESTART_COUNT:-0}: resuming from $CJ_CK ($(cat "$CJ_CK/latest"))"
+    CJ_RUN_OVERRIDES+=("checkpoint.resume=$CJ_CK")
+    CJ_RESUME_OWN=$CJ_CK
     return 0
   fi
-  cj_log "stopped at step $done of $steps: requeueing job $SLURM_JOB_ID to continue from $ck/$latest"
+  [[ -n $user_resume ]] && CJ_RUN_OVERRIDES+=("checkpoint.resume=$user_resume")
+  if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
+    cj_log "restart $SLURM_RESTART_COUNT: no checkpoint in $CJ_CK yet; starting" \
+      "${user_resume:+from checkpoint.resume=$user_resume}${user_resume:-from step 0}"
+    cj_set_aside "$output" "$CJ_CK"
+  fi
+}
+
+# cj_set_aside OUTPUT CHECKPOINTS: moves what a killed attempt without a checkpoint left in OUTPUT (the run's
+# files: trace, summary, metrics, resolved deck, ...; the default checkpoint folder when it holds a partial step)
+# into OUTPUT/attempt-N/ (N: the restart count, or the next free number), so the restart can start over in its
+# own folder. Nothing is deleted. DRY_RUN=1 only says what it would move.
+cj_set_aside() {
+  local output=$1 ck=$2 f items=() n dest
+  for f in trace.h5 summary.json metrics.jsonl resolved.yaml policy.pt curve.csv summary.csv summary.txt \
+    "$output"/vstage_*.h5; do
+    f=${f##*/}
+    [[ -e $output/$f ]] && items+=("$f")
+  done
+  if [[ $ck == "$output/checkpoints" && -d $ck ]] && [[ -n $(ls -A "$ck") ]]; then items+=(checkpoints); fi
+  [[ ${#items[@]} -gt 0 ]] || return 0
+  n=${SLURM_RESTART_COUNT:-1}
+  while [[ -e $output/attempt-$n ]]; do n=$((n + 1)); done
+  dest=$output/attempt-$n
+  if [[ ${DRY_RUN:-0} == 1 ]]; then
+    cj_log "DRY_RUN=1: would move the killed attempt's ${items[*]} into $dest/"
+    return 0
+  fi
+  mkdir "$dest" || cj_fail "cannot create '$dest' for the killed attempt's files"
+  for f in "${items[@]}"; do
+    mv -n "$output/$f" "$dest/" || cj_fail "cannot move '$output/$f' into '$dest/'"
+  done
+  cj_log "moved the killed attempt's ${items[*]} into $dest/ (nothing deleted); the run starts over in $output"
+}
+
+# cj_requeue_unfinished OUTPUT STEPS CHECKPOINTS [FRESH]: after a clean stop (exit 3) asked for by the batch
+# shell's SIGTERM (the time-limit warning of --signal=B:TERM@LEAD, preemption), requeues the job when its latest
+# checkpoint is short of STEPS; the restarted job resumes from it (cj_resume_overrides). With FRESH=1 (a stop
+# before the launch) a job without a checkpoint is requeued, too: it starts over. REQUEUE=0 turns it off, as does
+# a time limit too short for the warning's lead (cj_check_time_limit), and a job no longer RUNNING (cancelled).
+cj_requeue_unfinished() {
+  local output=$1 steps=$2 ck=$3 fresh=${4:-0} reached what
+  [[ -n ${SLURM_JOB_ID:-} && ${REQUEUE:-1} != 0 ]] || return 0
+  if reached=$(cj_latest_step "$ck"); then
+    what="stopped at step $reached of $steps"
+  elif [[ $fresh == 1 ]]; then
+    reached=0
+    what="stopped before the first step"
+  else
+    cj_log "stopped before the first checkpoint; not requeueing (nothing to resume from)"
+    return 0
+  fi
+  if [[ $reached -ge $steps ]]; then
+    cj_log "$what: finished, not requeueing"
+    return 0
+  fi
+  if [[ ${CJ_NO_REQUEUE:-0} == 1 ]]; then
+    cj_log "$what: not requeueing (the time limit is too short; above); resubmit" \
+      "with the same OUTPUT and a longer --time to continue"
+    return 0
+  fi
+  # A cancelled job (a plain scancel signals every process of the job, the batch shell too) stays cancelled.
+  local state
+  state=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^JobState=//p') || state=""
+  if [[ -n $state && $state != RUNNING ]]; then
+    cj_log "$what: not requeueing (the job is $state, not RUNNING: cancelled, or requeued by Slurm)"
+    return 0
+  fi
+  if [[ -f $ck/latest ]]; then
+    cj_log "$what: requeueing job $SLURM_JOB_ID to continue from $ck/$(cat "$ck/latest")"
+  else
+    cj_log "$what: requeueing job $SLURM_JOB_ID to start over"
+  fi
   scontrol requeue "$SLURM_JOB_ID" || {
     cj_log "warning: scontrol requeue $SLURM_JOB_ID failed; resubmit with the same OUTPUT to continue"
     return 0
   }
 }
 
+# cj_record DEST SOURCE: installs SOURCE's content as the record DEST (deck.resolved.yaml, combination.txt)
+# unless DEST holds something else (another job's, or an earlier attempt's of this one): then as DEST-TAG.EXT,
+# TAG the job id (local-PID outside Slurm), with a note. An identical DEST is left as it is.
+cj_record() {
+  local dest=$1 src=$2 alt
+  if [[ ! -e $dest ]] && (set -C && cat "$src" >"$dest") 2>/dev/null; then
+    return 0 # created here (noclobber: exclusively, so a job started at the same time cannot replace it)
+  fi
+  [[ -e $dest ]] || cj_fail "cannot write '$dest'"
+  if ! cmp -s "$src" "$dest"; then
+    alt="${dest%.*}-${SLURM_JOB_ID:-local-$$}.${dest##*.}"
+    cp "$src" "$alt" || cj_fail "cannot write '$alt'"
+    cj_log "note: $dest (an earlier job's or attempt's) differs from this one's; kept, this one's is $alt"
+  fi
+}
+
+# More records for cj_launch, as pairs NAME FILE (sweep.sbatch: combination.txt), and temporary files to remove
+# at the end (cj_exit).
+CJ_RECORDS=()
+CJ_TEMP_FILES=()
+
+# The end of a job: temporary files and the launch stamp go; the log's tee (cj_launch) gets the last lines
+# before the batch shell ends (Slurm ends the job's remaining processes with it).
+cj_exit() {
+  rm -f "${CJ_RESOLVED:-}" "${CJ_STAMP:-}" "${CJ_TEMP_FILES[@]}"
+  if [[ -n ${CJ_TEE_PID:-} ]]; then
+    exec >/dev/null 2>&1 # tee ends at the end of its input: when the last writer (this shell) lets go
+    local tenths
+    for ((tenths = 0; tenths < 50; tenths++)); do
+      kill -0 "$CJ_TEE_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
+}
+
+# cj_stopped_before_launch COMMAND OUTPUT: the batch shell got SIGTERM before the run was launched: nothing runs
+# and nothing is recorded; exit 3 as for a clean stop, and a run is requeued as after one (one without a
+# checkpoint yet, too: it starts over).
+cj_stopped_before_launch() {
+  cj_log "stopped by SIGTERM before the launch: '$1' was not started (exit 3)"
+  [[ $1 == run ]] && cj_requeue_unfinished "$2" "$(cj_deck_value "$CJ_RESOLVED" run steps)" "$CJ_CK" 1
+  exit 3
+}
+
 # cj_launch COMMAND DECK OUTPUT [override or @fragment ...]
-# Validates the deck with the fragments (the `@FILE` entries, passed first, in order) and the overrides, records
-# what runs in OUTPUT/job.txt, then launches
+# Validates the deck with the fragments (the `@FILE` entries, passed first, in order) and the overrides, refuses a
+# `run` whose OUTPUT already holds its finished run, records what runs (see the header), then launches
 #   run:              srun --mpi=pmix over all tasks of the job (one rank per pipeline stage; outside Slurm
 #                     `mpirun -np P`); the program picks its GPU from SLURM_LOCALID itself.
 #   simulate|validate: one task.
-# and checks that the run wrote a new OUTPUT/summary.json (srun can exit 0 when nothing ran).
+# and checks that the run wrote a new OUTPUT/summary.json (srun can exit 0 when nothing ran). CJ_RECORDS may
+# name more records (installed with cj_record).
 cj_launch() {
   local command=$1 deck=$2 output=$3
   shift 3
-  local overrides=() fragments=() o
+  local overrides=() fragments=() o dry=${DRY_RUN:-0}
   for o in "$@"; do
     if [[ $o == @* ]]; then fragments+=("$o"); else overrides+=("$o"); fi
   done
@@ -184,31 +391,54 @@ cj_launch() {
     [[ $o == run.output=* ]] && cj_log "note: '$o' is replaced by run.output=$output"
   done
   overrides+=("run.output=$output")
-  mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
-  if [[ -n ${SLURM_JOB_ID:-} && ${DRY_RUN:-0} != 1 ]]; then
-    # The job's log also lands in the run folder, appended to by every attempt of a requeued job.
-    exec > >(tee -a "$output/job.log") 2>&1
+  trap cj_exit EXIT
+  if [[ $dry != 1 ]]; then
+    mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
+    if [[ -n ${SLURM_JOB_ID:-} ]]; then
+      # The job's log also lands in the run folder, appended to by every attempt of a requeued job. tee ignores
+      # SIGTERM: a plain scancel signals every process of the job, and the run's last lines (its stop) and the
+      # batch shell's would be lost (and the shell die of SIGPIPE).
+      exec > >(
+        trap '' TERM INT HUP
+        exec tee -a "$output/job.log"
+      ) 2>&1
+      CJ_TEE_PID=$!
+    fi
   fi
   if [[ $command == run ]]; then
+    cj_check_time_limit
     cj_resume_overrides "$output" "${overrides[@]}"
-    overrides+=("${CJ_RESUME[@]}")
+    overrides=("${CJ_RUN_OVERRIDES[@]}")
   fi
 
   # Deck problems are reported once, here, instead of once per rank after a queue wait; so is a run folder the
-  # command would refuse (another run's results), before this job's records replace the ones there.
+  # command would refuse (another run's results), before anything is recorded in it.
   local check=("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}")
   [[ $command == validate ]] || check+=(--output-for "$command")
   cj_log "checking: $(cj_quote "${check[@]}")"
-  local resolved="$output/.deck.resolved.yaml.$$"
-  if ! "${check[@]}" >"$resolved"; then
-    rm -f "$resolved"
+  CJ_RESOLVED=$(mktemp "${TMPDIR:-/tmp}/conductor-deck.XXXXXX") || cj_fail "cannot create a temporary file"
+  "${check[@]}" >"$CJ_RESOLVED" ||
     cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
       "refused (listed above)"
-  fi
-  mv -f "$resolved" "$output/deck.resolved.yaml" || cj_fail "cannot write '$output/deck.resolved.yaml'"
-  local pipeline
-  pipeline=$(cj_deck_value "$output/deck.resolved.yaml" parallel pipeline)
+  local pipeline steps
+  pipeline=$(cj_deck_value "$CJ_RESOLVED" parallel pipeline)
   [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
+  if [[ $command == run && -n $CJ_RESUME_OWN ]]; then
+    # conductor refuses to resume a finished run only once every rank started; said here, once.
+    local reached
+    steps=$(cj_deck_value "$CJ_RESOLVED" run steps)
+    reached=$(cj_latest_step "$CJ_RESUME_OWN") || reached=0
+    if [[ $steps =~ ^[0-9]+$ && $reached -ge $steps ]]; then
+      if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
+        cj_log "the run in $output is complete (checkpoint step $reached, run.steps = $steps): an earlier attempt" \
+          "of this job finished it; nothing to do"
+        exit 0
+      fi
+      cj_fail "the run in '$output' is already complete ($CJ_RESUME_OWN/latest is step $reached, run.steps =" \
+        "$steps); nothing was started, and its records stay as they are. Raise run.steps to continue it, or choose" \
+        "another OUTPUT"
+    fi
+  fi
 
   local launch=()
   if [[ $command == run ]]; then
@@ -232,23 +462,36 @@ cj_launch() {
   # graceful stop, where mpirun and srun would kill the ranks.
   [[ $command == run ]] && cmd=("$CONDUCTOR_ROOT/scripts/conductor-launch" "${cmd[@]}")
 
+  # A command in the foreground (all but a run under Slurm) gets the default SIGTERM back: the batch shell
+  # would run a trap only after it ended.
+  [[ $command == run && -n ${SLURM_JOB_ID:-} ]] || trap - TERM
+  [[ $CJ_GOT_TERM == 1 && $dry != 1 ]] && cj_stopped_before_launch "$command" "$output"
+  cj_log "running: $(cj_quote "${cmd[@]}")"
+  if [[ $dry == 1 ]]; then
+    cj_log "DRY_RUN=1: not launched; nothing written to $output"
+    return 0
+  fi
+
   {
+    [[ -s $output/job.txt ]] && echo
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "job: ${SLURM_JOB_ID:-none}${SLURM_ARRAY_TASK_ID:+ (array task $SLURM_ARRAY_TASK_ID)}"
+    [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]] && echo "restart: $SLURM_RESTART_COUNT"
     echo "nodes: ${SLURM_JOB_NODELIST:-$(hostname -s)}"
     echo "tasks: ${SLURM_NTASKS:-1}"
     echo "deck: $deck"
     echo "command: $(cj_quote "${cmd[@]}")"
-  } >"$output/job.txt"
-  cj_log "running: $(cj_quote "${cmd[@]}")"
-  if [[ ${DRY_RUN:-0} == 1 ]]; then
-    cj_log "DRY_RUN=1: not launched"
-    return 0
-  fi
+  } >>"$output/job.txt" || cj_fail "cannot write '$output/job.txt'"
+  cj_record "$output/deck.resolved.yaml" "$CJ_RESOLVED"
+  local i
+  for ((i = 0; i + 1 < ${#CJ_RECORDS[@]}; i += 2)); do
+    cj_record "$output/${CJ_RECORDS[i]}" "${CJ_RECORDS[i + 1]}"
+  done
+
   # A requeued job's folder holds the previous attempt's summary.json: only one written by this launch counts.
   # The stamp lives in the output folder, so both mtimes come from the same file system's clock.
-  local stamp="$output/.conductor-launch-stamp"
-  : >"$stamp" || cj_fail "cannot write to the output folder '$output'"
+  CJ_STAMP="$output/.conductor-launch-stamp"
+  : >"$CJ_STAMP" || cj_fail "cannot write to the output folder '$output'"
   local rc=0
   if [[ -n ${SLURM_JOB_ID:-} && $command == run ]]; then
     cj_run_forwarding_term "${cmd[@]}"
@@ -257,15 +500,13 @@ cj_launch() {
     "${cmd[@]}" || rc=$?
   fi
   local fresh=0
-  [[ -s $output/summary.json && ! $output/summary.json -ot $stamp ]] && fresh=1
-  rm -f "$stamp"
+  [[ -s $output/summary.json && ! $output/summary.json -ot $CJ_STAMP ]] && fresh=1
+  rm -f "$CJ_STAMP"
   if [[ $command == run && $rc -eq 3 ]]; then
     # A clean stop (SIGTERM/SIGINT): trace, summary and checkpoint are written; the run did not finish.
     cj_log "'run' stopped cleanly before its last step (exit 3); results so far in $output"
-    if [[ ${CJ_GOT_TERM:-0} == 1 ]]; then
-      local steps
-      steps=$(cj_deck_value "$output/deck.resolved.yaml" run steps)
-      cj_requeue_unfinished "$output" "$steps" "$(cj_checkpoint_root "$output" "${overrides[@]}")"
+    if [[ $CJ_GOT_TERM == 1 ]]; then
+      cj_requeue_unfinished "$output" "$(cj_deck_value "$CJ_RESOLVED" run steps)" "$CJ_CK"
     fi
     exit 3
   fi

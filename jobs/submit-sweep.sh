@@ -9,8 +9,11 @@
 #   BASELINE=quickstart-1f1b-strict-none jobs/submit-sweep.sh      (compare.py speedups against that task)
 #
 # Environment: every SWEEP_* / OVERRIDES / COMMAND / CONDUCTOR_* variable of sweep.sbatch (exported to the
-# jobs), SWEEP_DIR (default sweeps/sweep-<UTC time>), BASELINE for the analysis, ANALYZE_OPTIONS (extra sbatch
-# options for the analysis job). Prints the two job ids; SWEEP_DIR/manifest.tsv lists task id -> combination.
+# jobs), SWEEP_DIR (default: a new folder sweeps/sweep-<UTC time>-<random>; a folder that already holds a sweep,
+# its manifest.tsv, is refused), BASELINE for the analysis, ANALYZE_OPTIONS (extra sbatch options for the
+# analysis job, whitespace-separated). Prints the two job ids; SWEEP_DIR/manifest.tsv lists task id ->
+# combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The analysis job gets the folder as its
+# argument (any character in it is safe).
 set -euo pipefail
 CONDUCTOR_ROOT=${CONDUCTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 export CONDUCTOR_ROOT
@@ -25,8 +28,22 @@ n=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --count)
 [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || cj_fail "cannot size the sweep (sweep.sbatch --count said '$n')"
 # Every combination's deck, preset and keys, before a folder is made or a job waits in the queue.
 bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check || cj_fail "nothing was submitted (the sweep task above is refused)"
-SWEEP_DIR=$(cj_resolve "${SWEEP_DIR:-sweeps/sweep-$(date -u +%Y%m%d-%H%M%S)}")
+if [[ -n ${SWEEP_DIR:-} ]]; then
+  SWEEP_DIR=$(cj_resolve "$SWEEP_DIR")
+  mkdir -p "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"
+else
+  # A new folder each time: two sweeps submitted in the same second do not share one.
+  mkdir -p "$PWD/sweeps" || cj_fail "cannot create '$PWD/sweeps'"
+  SWEEP_DIR=$(mktemp -d "$PWD/sweeps/sweep-$(date -u +%Y%m%d-%H%M%S)-XXXX") || cj_fail "cannot create a sweep folder"
+fi
 export SWEEP_DIR
+# The manifest is created exclusively (noclobber): a folder that holds another sweep, or one being submitted
+# into it now, is refused before anything is submitted or replaced.
+if [[ -e $SWEEP_DIR/manifest.tsv ]] || ! (set -C && : >"$SWEEP_DIR/manifest.tsv") 2>/dev/null; then
+  cj_fail "SWEEP_DIR '$SWEEP_DIR' already holds a sweep (manifest.tsv$([[ -f $SWEEP_DIR/sweep.jobid ]] &&
+    echo ", array job $(cat "$SWEEP_DIR/sweep.jobid")")); nothing was submitted. Choose another SWEEP_DIR, or" \
+    "leave it unset for a new folder"
+fi
 mkdir -p "$SWEEP_DIR/logs"
 bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --list >"$SWEEP_DIR/manifest.tsv"
 cj_log "sweep of $n tasks into $SWEEP_DIR (manifest.tsv):"
@@ -42,10 +59,12 @@ sweep_id=$("${sweep_cmd[@]}")
 sweep_id=${sweep_id%%;*}
 [[ $sweep_id =~ ^[0-9]+$ ]] || cj_fail "sbatch gave no job id: '$sweep_id'"
 
-read -ra analyze_options <<<"${ANALYZE_OPTIONS:-}"
+analyze_options=()
+cj_split analyze_options "${ANALYZE_OPTIONS:-}"
+# The folder as the script's argument: in --export=...,RUN_DIR=FOLDER a comma in FOLDER would end the value.
 analyze_cmd=(sbatch --parsable --dependency="afterok:$sweep_id" --kill-on-invalid-dep=yes
-  --output="$SWEEP_DIR/logs/analyze-%j.out" --export="ALL,RUN_DIR=$SWEEP_DIR" "${analyze_options[@]}"
-  "$CONDUCTOR_ROOT/jobs/analyze.sbatch")
+  --output="$SWEEP_DIR/logs/analyze-%j.out" "${analyze_options[@]}" "$CONDUCTOR_ROOT/jobs/analyze.sbatch"
+  "$SWEEP_DIR")
 cj_log "submitting: $(cj_quote "${analyze_cmd[@]}")"
 analyze_id=$("${analyze_cmd[@]}")
 analyze_id=${analyze_id%%;*}

@@ -1,7 +1,10 @@
 #!/bin/bash
 # The batch scripts in jobs/ without a cluster: DRY_RUN launch lines inside and outside a (faked) Slurm job,
 # the task-count check, loud failures on a missing binary, deck or bad override, the sweep's task id ->
-# combination mapping (a bijection onto the product of the axes), and deck fragments (`@FILE`) passed to conductor.
+# combination mapping (a bijection onto the product of the axes), deck fragments (`@FILE`) passed to conductor,
+# the records a job writes (never over another job's; none when dry, refused or stopped before the launch),
+# restarts (own checkpoints first, a killed attempt set aside), stop signals before the launch and while an srun
+# step starts (faked jobs and steps), submit-sweep.sh's folders and analyze.sbatch's checks.
 # Environment (from add_script_test): CONDUCTOR_BINARY, CONDUCTOR_SOURCE_DIR.
 set -uo pipefail
 src=${CONDUCTOR_SOURCE_DIR:?}
@@ -49,24 +52,67 @@ expect 2 "CONDUCTOR_LAUNCH_GRACE_S='soon': expected a number of seconds" -- \
   env CONDUCTOR_LAUNCH_GRACE_S=soon "$src/scripts/conductor-launch" true
 expect 2 "Usage|usage|scripts/conductor-launch mpirun" -- "$src/scripts/conductor-launch"
 expect 5 "ran" -- "$src/scripts/conductor-launch" bash -c 'echo ran; exit 5'
+# srun: the stop goes to the job's steps (`scancel --signal=TERM JOB`) once their tasks on this node exist and
+# handle SIGTERM. A fake step as srun makes one: a `slurmstepd: [JOB.0]` (a copy of bash under that name) whose
+# child is the task (fakestep/task: it handles SIGTERM after FAKE_TASK_TRAP_DELAY s, writes its pid to task.pid,
+# and says "task stopped" and exits 3 on SIGTERM); the step starts FAKE_STEP_DELAY s after srun.
+export FAKE_DIR=$work
+fake_job=987654 # not a job id of a real test cluster's (its steps' slurmstepd would count)
+mkdir -p fakestep fakehang
+cp "$(command -v bash)" fakestep/slurmstepd
+cat >fakestep/srun <<'SH'
+#!/bin/bash
+sleep "${FAKE_STEP_DELAY:-0}"
+exec -a "slurmstepd: [$SLURM_JOB_ID.0]" "$FAKE_DIR/fakestep/slurmstepd" -c '"$FAKE_DIR/fakestep/task" & wait $!'
+SH
+cat >fakestep/task <<'SH'
+#!/bin/bash
+sleep "${FAKE_TASK_TRAP_DELAY:-0}"
+trap 'kill $s 2>/dev/null; echo "task stopped"; exit 3' TERM
+echo $$ >"$FAKE_DIR/task.pid"
+sleep "${FAKE_TASK_S:-6}" >/dev/null 2>&1 &
+s=$!
+wait $s
+SH
+cat >fakestep/scancel <<'SH'
+#!/bin/bash
+if pid=$(cat "$FAKE_DIR/task.pid" 2>/dev/null) && kill -TERM "$pid" 2>/dev/null; then
+  echo "scancel $*: signalled the task" >>"$FAKE_DIR/scancel.log"
+else
+  echo "scancel $*: no task yet" >>"$FAKE_DIR/scancel.log"
+fi
+SH
+printf '#!/bin/bash\ntrap "" TERM\nexec sleep 20\n' >fakehang/scancel
+chmod +x fakestep/srun fakestep/task fakestep/scancel fakehang/scancel
+# launch_signalled DELAY PATH-PREFIX: conductor-launch srun (the fake step) signalled once after DELAY s; its
+# output (and exit status, last line) in $out.
+launch_signalled() {
+  rm -f task.pid scancel.log
+  out=$( (env PATH="$2:$work/fakestep:$PATH" SLURM_JOB_ID=$fake_job "$src/scripts/conductor-launch" srun -n 1 true 2>&1 &
+    pid=$!
+    sleep "$1"
+    kill -TERM "$pid"
+    wait "$pid"
+    echo "exit $?") )
+}
+# A stop before the step exists, and while its task starts (no handler yet): delivered once the task handles it,
+# so the run stops gracefully (before: scancel at once reached no task, or killed it; the run went on or died).
+t0=$SECONDS
+FAKE_STEP_DELAY=0.6 FAKE_TASK_TRAP_DELAY=0.6 launch_signalled 0.2 "$work/fakestep"
+if [[ $out == *"task stopped"* && $out == *"exit 3" && $(cat scancel.log 2>/dev/null) == *"signalled the task" ]] &&
+  ((SECONDS - t0 < 6)); then ok; else bad "an early stop under srun was lost: $out / $(cat scancel.log 2>/dev/null)"; fi
 # A stop while the job changes state (a requeue): Slurm answers "try again later" and scancel retries 5 s later,
 # when a requeued job may run again under the same ids. The launcher bounds scancel to 3 s and says so.
-mkdir -p fakebin
-printf '#!/bin/bash\ntrap "" TERM\nexec sleep 20\n' >fakebin/scancel
-printf '#!/bin/bash\ntrap "exit 0" TERM\nsleep 6 >/dev/null 2>&1 & wait\n' >fakebin/srun
-chmod +x fakebin/scancel fakebin/srun
 t0=$SECONDS
-out=$( (env PATH="$work/fakebin:$PATH" SLURM_JOB_ID=77 "$src/scripts/conductor-launch" srun -n 2 true 2>&1 &
-  pid=$!
-  sleep 0.5
-  kill -TERM "$pid"
-  wait "$pid") )
-if grep -q "scancel --signal=TERM 77 did not return within 3 s" <<<"$out" && ((SECONDS - t0 < 15)) &&
-  ! pgrep -f "$work/fakebin/scancel" >/dev/null; then ok; else bad "a hanging scancel was not bounded: $out"; fi
+launch_signalled 0.5 "$work/fakehang"
+if grep -q "scancel --signal=TERM $fake_job did not return within 3 s" <<<"$out" && ((SECONDS - t0 < 15)) &&
+  ! pgrep -f "$work/fakehang/scancel" >/dev/null; then ok; else bad "a hanging scancel was not bounded: $out"; fi
 
 # --- train-cpu.sbatch / train.sbatch (a run goes through scripts/conductor-launch: signals, tests/faults)
 expect 0 "running: $src/scripts/conductor-launch mpirun -np 4 .*conductor run .*quickstart.yaml run.output=$work/out1 checkpoint.path=$work/out1/checkpoints\$" -- \
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
+# DRY_RUN writes nothing into OUTPUT, not even the folder.
+[[ ! -e out1 ]] && ok || bad "DRY_RUN=1 wrote into out1: $(ls -A out1)"
 # Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
 # checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
 mkdir -p out1r/checkpoints && echo step-000002 >out1r/checkpoints/latest
@@ -74,6 +120,15 @@ expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
 expect 0 "restart 1: resuming from $work/out1r/checkpoints \\(step-000002\\)" -- \
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
+# The job's own checkpoints take precedence over a checkpoint.resume of OVERRIDES (where its first attempt
+# started): a restart resumes from OUTPUT/checkpoints, not from the user's old folder again.
+expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/checkpoints\$" -- \
+  env OUTPUT=out1r SLURM_RESTART_COUNT=1 OVERRIDES="checkpoint.resume=$work/out1r/checkpoints/step-000002 run.steps=9" \
+  bash "$src/jobs/train-cpu.sbatch"
+grep -q "running: .*checkpoint.resume=$work/out1r/checkpoints/step-000002" <<<"$LAST" &&
+  bad "the restart still resumes from the user's checkpoint.resume: $LAST" || ok
+grep -q "note: $work/out1r/checkpoints holds this run's own checkpoints: resuming from them" <<<"$LAST" && ok ||
+  bad "no note that the job's own checkpoints replace checkpoint.resume: $LAST"
 expect 0 "conductor run .* checkpoint.path=/elsewhere run.output=$work/out1c\$" -- \
   env OUTPUT=out1c OVERRIDES="checkpoint.path=/elsewhere" bash "$src/jobs/train-cpu.sbatch"
 for script in train.sbatch train-cpu.sbatch; do
@@ -81,10 +136,8 @@ for script in train.sbatch train-cpu.sbatch; do
     grep -q -- "^#SBATCH $line\$" "$src/jobs/$script" && ok || bad "jobs/$script lacks #SBATCH $line"
   done
 done
-grep -q "^command: $src/scripts/conductor-launch mpirun -np 4 " out1/job.txt && ok || bad "out1/job.txt lacks the launch line"
 expect 0 "running: $src/scripts/conductor-launch /opt/mpi/mpiexec -np 4 .*conductor run " -- env MPIEXEC=/opt/mpi/mpiexec OUTPUT=out1 \
   bash "$src/jobs/train-cpu.sbatch"
-grep -q "^  pipeline: 4$" out1/deck.resolved.yaml && ok || bad "out1/deck.resolved.yaml lacks pipeline: 4"
 for script in train.sbatch train-cpu.sbatch; do
   expect 0 "running: $src/scripts/conductor-launch srun --mpi=pmix --ntasks=4 --kill-on-bad-exit=1 .*conductor run " -- \
     env SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out2 bash "$src/jobs/$script"
@@ -97,13 +150,20 @@ expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
 expect 0 "run.output=$work/out5" -- env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out5 \
   OVERRIDES="parallel.pipeline=8 model.n_layers=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
 grep -q "note: 'run.output=elsewhere' is replaced" <<<"$LAST" && ok || bad "no note about the replaced run.output"
+# OVERRIDES (and the SWEEP_* lists) split at every whitespace, newlines included: nothing after the first line is lost.
+expect 0 "conductor run .* run.steps=2 schedule.kind=zb-h1 model.n_layers=8 run.output=" -- env OUTPUT=out5n \
+  OVERRIDES=$'run.steps=2\nschedule.kind=zb-h1\n\tmodel.n_layers=8\n' bash "$src/jobs/train-cpu.sbatch"
 # An @FILE entry is a deck fragment: conductor gets it (absolute) after the deck and before every override,
-# wherever it stands in OVERRIDES, and its values reach the resolved deck.
+# wherever it stands in OVERRIDES, and its values reach the resolved deck (COMMAND=validate, not dry: the records).
 expected="conductor run $src/inputs/quickstart.yaml $(printf '%q' "@$src/inputs/noise/straggler.yaml") run.steps=2 "
 expect 0 "" -- env OUTPUT=out6 OVERRIDES="run.steps=2 @inputs/noise/straggler.yaml" bash "$src/jobs/train-cpu.sbatch"
 grep -qF -- "$expected" <<<"$LAST" && ok || bad "the straggler preset is not passed as a fragment: want '$expected' in: $LAST"
-grep -q "^  straggler_factor: 1.5$" out6/deck.resolved.yaml && grep -q "^  steps: 2$" out6/deck.resolved.yaml && ok ||
-  bad "out6/deck.resolved.yaml lacks the straggler preset or run.steps=2"
+expect 0 "" -- env DRY_RUN=0 COMMAND=validate OUTPUT=out6 OVERRIDES="run.steps=2 @inputs/noise/straggler.yaml" \
+  bash "$src/jobs/train-cpu.sbatch"
+grep -q "^  straggler_factor: 1.5$" out6/deck.resolved.yaml && grep -q "^  steps: 2$" out6/deck.resolved.yaml &&
+  grep -q "^  pipeline: 4$" out6/deck.resolved.yaml && ok ||
+  bad "out6/deck.resolved.yaml lacks the straggler preset, run.steps=2 or pipeline: 4"
+grep -q "^command: $(printf '%q' "$bin") validate " out6/job.txt && ok || bad "out6/job.txt lacks the command: $(cat out6/job.txt)"
 expect 2 "deck 'missing.yaml' not found" -- env DECK=missing.yaml bash "$src/jobs/train-cpu.sbatch"
 expect 2 "conductor binary '/nonexistent/conductor' is missing" -- \
   env CONDUCTOR_BINARY=/nonexistent/conductor bash "$src/jobs/train-cpu.sbatch"
@@ -126,15 +186,118 @@ expect 1 "exited 0 but wrote no new .*summary.json; nothing ran" -- \
 [[ $(cat out9/summary.json) == '{"steps": 7}' && ! -e out9/.conductor-launch-stamp ]] && ok ||
   bad "the previous summary.json was changed or the launch stamp was left behind"
 
+# --- Records (job.txt, deck.resolved.yaml) are never replaced by a job that is refused, never launched or dry:
+# a finished run (a real one, mpirun -np 4 outside Slurm, 2 steps of the tiny deck), then the same command again:
+# refused before launching, with one message, and its records as they were; DRY_RUN into it writes nothing.
+tiny=$src/tests/slurm/tiny.yaml
+expect 0 "done: $work/fin" -- env DRY_RUN=0 DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=2" bash "$src/jobs/train-cpu.sbatch"
+[[ -f fin/checkpoints/latest && $(grep -c '^command: ' fin/job.txt) == 1 ]] && ok ||
+  bad "the finished run left no checkpoint or not one job.txt block: $(ls -A fin)"
+before=$(cd fin && find . -type f | sort | xargs md5sum)
+expect 2 "the run in '$work/fin' is already complete \\($work/fin/checkpoints/latest is step 2, run.steps = 2\\); nothing was started" -- \
+  env DRY_RUN=0 DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=2" bash "$src/jobs/train-cpu.sbatch"
+[[ $(grep -c "error:" <<<"$LAST") == 1 ]] && ! grep -q "running:" <<<"$LAST" && ok || bad "not one clear refusal: $LAST"
+expect 0 "DRY_RUN=1: not launched; nothing written to $work/fin" -- \
+  env DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=3" bash "$src/jobs/train-cpu.sbatch"
+[[ $(cd fin && find . -type f | sort | xargs md5sum) == "$before" ]] && ok ||
+  bad "a refused or dry job changed fin's files: $(cd fin && find . -type f | sort | xargs md5sum)"
+# Another job's records stay: a second simulate into a folder (accepted: the same deck again) appends its block
+# to job.txt and keeps the identical deck.resolved.yaml; a different combination.txt goes to its own file.
+expect 0 "done: $work/sim" -- env DRY_RUN=0 DECK="$tiny" COMMAND=simulate OUTPUT=sim bash "$src/jobs/train-cpu.sbatch"
+cp sim/deck.resolved.yaml sim-deck.before
+expect 0 "done: $work/sim" -- env DRY_RUN=0 DECK="$tiny" COMMAND=simulate OUTPUT=sim bash "$src/jobs/train-cpu.sbatch"
+[[ $(grep -c '^command: ' sim/job.txt) == 2 ]] && cmp -s sim/deck.resolved.yaml sim-deck.before && ok ||
+  bad "a second simulate job replaced the first one's records: $(cat sim/job.txt)"
+
+# --- Inside a (faked) Slurm job: fakeslurm/scontrol answers `show job` (Command=FAKE_COMMAND,
+# TimeLimit=FAKE_TIMELIMIT) and logs `requeue`; fakesrun/srun runs its command (a one-rank run, or simulate).
+mkdir -p fakeslurm
+cat >fakeslurm/scontrol <<'SH'
+#!/bin/bash
+case "$*" in
+  "-o show job "*) echo "JobId=$4 JobName=x JobState=RUNNING TimeLimit=${FAKE_TIMELIMIT:-01:00:00} Command=${FAKE_COMMAND:-}" ;;
+  "show job "*) printf 'JobId=%s JobName=x\n   TimeLimit=%s\n   Command=%s\n   WorkDir=/tmp\n' "$3" \
+    "${FAKE_TIMELIMIT:-01:00:00}" "${FAKE_COMMAND:-}" ;;
+  "requeue "*) echo "requeue $2" >>"$FAKE_DIR/requeue.log" ;;
+  *) exit 1 ;;
+esac
+SH
+chmod +x fakeslurm/scontrol
+mkdir -p fakesrun && printf '#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n' >fakesrun/srun &&
+  chmod +x fakesrun/srun
+fake_job_env=(env PATH="$work/fakeslurm:$PATH" SLURM_JOB_ID=$fake_job SLURM_NTASKS=4)
+# A source tree whose path holds a space, found from the job record (Command= is the path and the arguments).
+ln -s "$src" "src tree"
+expect 0 "running: $work/src\\\\ tree/scripts/conductor-launch srun " -- env -u CONDUCTOR_ROOT \
+  "${fake_job_env[@]}" FAKE_COMMAND="$work/src tree/jobs/train-cpu.sbatch an argument" OUTPUT=outS \
+  bash "$src/jobs/train-cpu.sbatch"
+expect 2 "no jobs/common.sh under '/nonexistent/jobs/..'; set CONDUCTOR_ROOT" -- env -u CONDUCTOR_ROOT \
+  "${fake_job_env[@]}" FAKE_COMMAND="/no such/jobs/train-cpu.sbatch" SLURM_SUBMIT_DIR=/nonexistent \
+  bash "$src/jobs/train-cpu.sbatch"
+# A job requeued before its first checkpoint (killed outright, no graceful stop: here a one-rank run's files
+# without summary.json) restarts from step 0 in its own folder: the killed attempt's files move into
+# OUTPUT/attempt-1/ (before: conductor refused the folder, and the restart failed).
+"$bin" run "$tiny" parallel.pipeline=1 run.steps=2 "run.output=$work/killed" >killed.log 2>&1 && rm killed/summary.json ||
+  bad "the one-rank run failed: $(cat killed.log)"
+before=$(cd killed && md5sum trace.h5 metrics.jsonl resolved.yaml)
+expect 0 "done: $work/killed" -- "${fake_job_env[@]}" PATH="$work/fakesrun:$work/fakeslurm:$PATH" DRY_RUN=0 \
+  SLURM_RESTART_COUNT=1 SLURM_NTASKS=1 DECK="$tiny" OUTPUT=killed OVERRIDES="parallel.pipeline=1 run.steps=2" \
+  bash "$src/jobs/train-cpu.sbatch"
+grep -q "restart 1: no checkpoint in $work/killed/checkpoints yet; starting from step 0" <<<"$LAST" &&
+  grep -q "moved the killed attempt's trace.h5 metrics.jsonl resolved.yaml into $work/killed/attempt-1/" <<<"$LAST" &&
+  [[ $(cd killed/attempt-1 && md5sum trace.h5 metrics.jsonl resolved.yaml) == "$before" && -s killed/summary.json &&
+    -f killed/checkpoints/latest ]] && ok || bad "the restart did not set the killed attempt aside: $LAST"
+# A time limit below twice the warning's lead: said at the start, and no requeue after a stop.
+expect 0 "warning: the time limit \\(00:03:00\\) is less than twice the 120 s lead" -- \
+  "${fake_job_env[@]}" FAKE_TIMELIMIT=00:03:00 OUTPUT=outT bash "$src/jobs/train-cpu.sbatch"
+expect 0 "running: " -- "${fake_job_env[@]}" FAKE_TIMELIMIT=1-00:00:00 OUTPUT=outT bash "$src/jobs/train-cpu.sbatch"
+grep -q "warning: the time limit" <<<"$LAST" && bad "a one-day time limit was warned about: $LAST" || ok
+# A stop signal before the launch (here while the deck is checked; before, the batch shell died of it): nothing
+# is started or recorded, exit 3, and the job requeues as after a clean stop: a restarted one with a checkpoint
+# short of its steps to continue, a fresh one to start over.
+printf '#!/bin/bash\n[[ $1 == validate ]] && sleep 1.5\nexec %q "$@"\n' "$bin" >slow-validate
+chmod +x slow-validate
+# stop_before_launch OUTPUT RESTARTS: the train job signalled while it checks the deck; its output in early.log.
+stop_before_launch() {
+  rm -f requeue.log
+  ("${fake_job_env[@]}" DRY_RUN=0 SLURM_RESTART_COUNT="$2" CONDUCTOR_BINARY="$work/slow-validate" OUTPUT="$1" \
+    bash "$src/jobs/train-cpu.sbatch" >early.log 2>&1 &
+    pid=$!
+    for ((i = 0; i < 100; i++)); do grep -q "checking: " early.log && break; sleep 0.05; done
+    kill -TERM "$pid"
+    wait "$pid"
+    echo "exit $?" >>early.log)
+}
+mkdir -p outE/checkpoints && echo step-000002 >outE/checkpoints/latest
+stop_before_launch outE 1
+if grep -q "stopped by SIGTERM before the launch: 'run' was not started (exit 3)" early.log &&
+  grep -qx "exit 3" early.log && grep -q "stopped at step 2 of .*: requeueing job $fake_job to continue" early.log &&
+  [[ $(cat requeue.log 2>/dev/null) == "requeue $fake_job" && ! -e outE/job.txt && ! -e outE/deck.resolved.yaml ]]; then
+  ok
+else
+  bad "a stop before the launch was not exit 3 with a requeue and no records: $(cat early.log)"
+fi
+stop_before_launch outF 0
+if grep -qx "exit 3" early.log && grep -q "stopped before the first step: requeueing job $fake_job to start over" early.log &&
+  [[ $(cat requeue.log 2>/dev/null) == "requeue $fake_job" && $(ls -A outF) == job.log ]]; then
+  ok
+else
+  bad "a fresh job stopped before the launch was not requeued, or wrote more than its log: $(cat early.log; ls -A outF)"
+fi
+
 # --- sweep.sbatch: ids 0..n-1 map one-to-one onto decks x schedules x executions x noises
 export SWEEP_DECKS="inputs/quickstart.yaml $src/tests/slurm/tiny.yaml" SWEEP_SCHEDULES="1f1b zb-h1 gpipe"
 export SWEEP_EXECUTIONS="strict readiness:bfw" SWEEP_NOISES="none jitter10 congestion" SWEEP_DIR=$work/sweep
 n=$(bash "$src/jobs/sweep.sbatch" --count)
 [[ $n == 36 ]] && ok || bad "sweep --count = '$n', expected 2*3*2*3 = 36"
+# The lists split at newlines, too.
+[[ $(SWEEP_SCHEDULES=$'1f1b\nzb-h1\ngpipe' SWEEP_NOISES=$'none\n  jitter10\ncongestion\n' bash "$src/jobs/sweep.sbatch" --count) == 36 ]] &&
+  ok || bad "SWEEP_* lists with newlines lost entries"
 bash "$src/jobs/sweep.sbatch" --list >list.tsv
 [[ $(tail -n +2 list.tsv | cut -f2-5 | sort -u | wc -l) == 36 ]] && ok || bad "sweep --list has repeated combinations"
 [[ $(tail -n +2 list.tsv | cut -f6 | sort -u | wc -l) == 36 ]] && ok || bad "sweep labels are not unique"
 # Launching a task costs a `conductor validate` (~1 s of MPI start-up), so a spread of ids runs, not all 36.
+# DRY_RUN: the combination is printed, nothing is written (no task folder).
 for i in 0 17 35; do
   row=$(awk -F'\t' -v i="$i" '$1 == i' list.tsv)
   label=$(cut -f6 <<<"$row")
@@ -143,15 +306,11 @@ for i in 0 17 35; do
     bad "sweep task $i failed: $out"
     continue
   }
-  dir=$SWEEP_DIR/$(printf '%03d' "$i")-$label
-  [[ -f $dir/combination.txt && -f $dir/job.txt ]] || {
-    bad "sweep task $i wrote no $dir/combination.txt and job.txt"
-    continue
-  }
   IFS=$'\t' read -r _ deck schedule execution noise _ <<<"$row"
-  grep -qx "schedule: $schedule" "$dir/combination.txt" && grep -qx "execution: $execution" "$dir/combination.txt" &&
-    grep -qx "noise: $noise" "$dir/combination.txt" && grep -q "^deck: .*$(basename "$deck")$" "$dir/combination.txt" &&
-    ok || bad "task $i: combination.txt disagrees with --list row '$row'"
+  grep -qx "conductor-job: schedule: $schedule" <<<"$out" && grep -qx "conductor-job: execution: $execution" <<<"$out" &&
+    grep -qx "conductor-job: noise: $noise" <<<"$out" && grep -q "^conductor-job: deck: .*$(basename "$deck")$" <<<"$out" &&
+    grep -q "run.output=$SWEEP_DIR/$(printf '%03d' "$i")-$label " <<<"$out" &&
+    ok || bad "task $i: the combination disagrees with --list row '$row': $out"
   grep -q "schedule.kind=$schedule schedule.execution=${execution%%:*}" <<<"$out" && ok ||
     bad "task $i: the launch line lacks the schedule overrides"
   [[ $execution != *:* ]] || grep -q "schedule.hint=${execution#*:}" <<<"$out" && ok || bad "task $i: no hint override"
@@ -162,7 +321,7 @@ for i in 0 17 35; do
   fi
   grep -qF -- "$expected" <<<"$out" && ok || bad "task $i: noise '$noise' not applied as '$expected'"
 done
-[[ $(find "$SWEEP_DIR" -mindepth 1 -maxdepth 1 -type d | wc -l) == 3 ]] && ok || bad "sweep did not make 3 folders"
+[[ ! -e $SWEEP_DIR ]] && ok || bad "a DRY_RUN sweep task wrote into $SWEEP_DIR: $(ls -A "$SWEEP_DIR")"
 expect 2 "array task 36 is outside the sweep's 36 combinations" -- \
   env SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=36 bash "$src/jobs/sweep.sbatch"
 expect 2 "SLURM_ARRAY_TASK_ID is not set" -- bash "$src/jobs/sweep.sbatch"
@@ -175,9 +334,23 @@ SWEEP_REPEATS=2 bash "$src/jobs/sweep.sbatch" --list >list2.tsv
   bad "SWEEP_REPEATS=2: task 3 is not repeat 1 of the second combination: $(sed -n 5p list2.tsv)"
 out=$(env SWEEP_REPEATS=2 SLURM_JOB_ID=200 SLURM_ARRAY_JOB_ID=200 SLURM_ARRAY_TASK_ID=3 SLURM_NTASKS=4 \
   bash "$src/jobs/sweep.sbatch" 2>&1) && grep -q "noise.seed=1" <<<"$out" &&
-  grep -qx "repeat: 1 of 2" "$SWEEP_DIR/003-quickstart-1f1b-strict-jitter10-r1/combination.txt" && ok ||
+  grep -qx "conductor-job: repeat: 1 of 2" <<<"$out" && ok ||
   bad "SWEEP_REPEATS=2 task 3 did not run with noise.seed=1: $out"
 expect 2 "SWEEP_REPEATS='0' must be a positive integer" -- env SWEEP_REPEATS=0 bash "$src/jobs/sweep.sbatch" --count
+# Not dry (simulate of the tiny deck, srun faked by one that runs its command): the task writes combination.txt
+# and job.txt; the same task of another array job later (a resubmitted sweep) appends to job.txt and keeps the
+# first one's combination.txt, its own next to it.
+for job in 300 400; do
+  expect 0 "done: $work/sweep/000-tiny-1f1b-strict-none" -- env PATH="$work/fakesrun:$PATH" DRY_RUN=0 COMMAND=simulate \
+    SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none SLURM_JOB_ID=$job \
+    SLURM_ARRAY_JOB_ID=$job SLURM_ARRAY_TASK_ID=0 SLURM_NTASKS=1 bash "$src/jobs/sweep.sbatch"
+done
+d=$work/sweep/000-tiny-1f1b-strict-none
+grep -qx "array_task: 0 of 1 (array job 300)" "$d/combination.txt" &&
+  grep -qx "array_task: 0 of 1 (array job 400)" "$d/combination-400.txt" &&
+  [[ $(grep -c "^job: " "$d/job.txt") == 2 && -s $d/job.log && -s $d/summary.json ]] && ok ||
+  bad "a second job of the same sweep task replaced the first one's records: $(ls -A "$d"; cat "$d/job.txt")"
+rm -rf "$work/sweep"
 unset SWEEP_DECKS SWEEP_SCHEDULES SWEEP_EXECUTIONS SWEEP_NOISES SWEEP_DIR
 
 # --- analyze.sbatch refuses a folder without traces
@@ -204,6 +377,29 @@ expect 2 "PYTHON='/nonexistent/python' is not an executable" -- env PYTHON=/none
 [[ $(md5sum sw/*/bubbles.json) == "$before" ]] && ok || bad "a failed analyze.sbatch changed bubbles.json"
 grep -q '| q-strict |' sw/report.md && grep -q '| q-readiness |' sw/report.md && grep -q 'speedup vs q-readiness' sw/report.md &&
   ok || bad "report.md does not name the runs by their sweep labels or lacks the baseline: $(cat sw/report.md)"
+# A BASELINE that names no run is refused before any per-run output is written; a failing tool's exit status is
+# named (before: always "exit 0").
+mkdir -p sw2/000-q-strict && cp sw/000-q-strict/trace.h5 sw2/000-q-strict/
+expect 2 "BASELINE='q-nosuch' is not one of the runs in $work/sw2 \(q-strict\); nothing was written" -- \
+  env BASELINE=q-nosuch bash "$src/jobs/analyze.sbatch" sw2
+[[ $(ls -A sw2/000-q-strict) == trace.h5 ]] && ok || bad "a refused BASELINE left outputs: $(ls -A sw2/000-q-strict)"
+printf '#!/bin/bash\n[[ $1 == *timeline.py ]] && exit 7\nexec /usr/bin/python3 "$@"\n' >python-bad-timeline
+chmod +x python-bad-timeline
+expect 2 "'timeline.py' failed on $work/sw2 \\(exit 7\\)" -- env PYTHON="$work/python-bad-timeline" \
+  bash "$src/jobs/analyze.sbatch" sw2
+# Repeats whose decks differ only in their per-task folders (checkpoint.path, checkpoint.resume, run.output, as a
+# run-mode sweep sets them) are one configuration.
+mkdir -p rep/000-q-r0 rep/001-q-r1
+(cd "$src/analysis/tests" && /usr/bin/python3 -c "
+import sys, tracegen
+for i, d in enumerate(sys.argv[1:]):
+    deck = 'run:\n  output: %s\ncheckpoint:\n  path: %s/checkpoints\n  resume: \"%s\"\nnoise:\n  seed: %d\n' % (
+        d, d, d + '/checkpoints' if i else '', i)
+    tracegen.example_trace(d + '/trace.h5', steps=2, deck=deck)" "$work/rep/000-q-r0" "$work/rep/001-q-r1") ||
+  bad "tracegen.py could not write the repeat traces"
+expect 0 "done: $work/rep/report.md" -- bash "$src/jobs/analyze.sbatch" rep
+grep -q "2 runs in 1 configurations" rep/report.md && grep -q "^| q | 2 |" rep/report.md && ok ||
+  bad "the two repeats are not one configuration: $(cat rep/report.md)"
 
 # A run into a folder that holds another run's results is refused by the check, before this job's records
 # (job.txt, deck.resolved.yaml) replace the ones there.
@@ -215,6 +411,7 @@ expect 2 "run.output = '$work/out12' already holds the results of another run \\
   -z $(find out12 -name '.deck.resolved.yaml.*') ]] && ok || bad "a refused job changed out12's records"
 
 # --- submit-sweep.sh checks every combination before it makes a folder or submits (a fake sbatch records calls)
+mkdir -p fakebin
 printf '#!/bin/bash\necho "$*" >>%q/sbatch-calls\necho 99\n' "$work" >fakebin/sbatch
 chmod +x fakebin/sbatch
 expect 2 "sweep task 1 \\(.*noise bogus\\) is refused" -- \
@@ -226,12 +423,31 @@ expect 2 "sweep task 1 .*readiness:nosuch.* is refused" -- \
   SWEEP_EXECUTIONS="strict readiness:nosuch" SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 grep -q "command line 'schedule.hint=nosuch'" <<<"$LAST" && ok || bad "the bad hint is not named: $LAST"
 [[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
+# The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
+# that already holds a sweep is refused, its records as they were.
+one_sweep=(env PATH="$work/fakebin:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
+expect 0 "sweep=99 analyze=99 dir=$work/sw,x" -- "${one_sweep[@]}" SWEEP_DIR="$work/sw,x" bash "$src/jobs/submit-sweep.sh"
+analyze_call=$(sed -n 2p sbatch-calls)
+[[ $analyze_call == *"--dependency=afterok:99 "*" $src/jobs/analyze.sbatch $work/sw,x" && $analyze_call != *--export* ]] &&
+  ok || bad "the analysis job does not get the folder as its argument: $analyze_call"
+before=$(md5sum "$work/sw,x"/*.*)
+expect 2 "SWEEP_DIR '$work/sw,x' already holds a sweep \\(manifest.tsv, array job 99\\); nothing was submitted" -- \
+  "${one_sweep[@]}" SWEEP_DIR="$work/sw,x" bash "$src/jobs/submit-sweep.sh"
+[[ $(wc -l <sbatch-calls) == 2 && $(md5sum "$work/sw,x"/*.*) == "$before" ]] && ok ||
+  bad "a second sweep into the same folder was submitted or changed its records"
+# Without SWEEP_DIR every submission gets a new folder, in the same second too (a `date` stuck at one second).
+mkdir -p fakedate subm && printf '#!/bin/bash\necho 20260101-000000\n' >fakedate/date && chmod +x fakedate/date
+(cd subm && for i in 1 2; do
+  "${one_sweep[@]}" PATH="$work/fakedate:$work/fakebin:$PATH" bash "$src/jobs/submit-sweep.sh" >/dev/null 2>&1 || exit 1
+done) || bad "submit-sweep.sh without SWEEP_DIR failed"
+[[ $(find subm/sweeps -mindepth 1 -maxdepth 1 -type d -name 'sweep-*' | wc -l) == 2 ]] && ok ||
+  bad "two submissions without SWEEP_DIR shared a folder: $(ls subm/sweeps)"
 
 # --- deck fragments: any YAML conductor reads (block lists, anchors), checked and located by conductor itself
 printf 'noise:\n  kind:\n    - gaussian   # comment\n  level: &l 0.5\n  seed: 3\nrun:\n  name: "x"\n' >frag.yaml
-expect 0 "" -- env OUTPUT=out9 COMMAND=validate OVERRIDES="@frag.yaml" bash "$src/jobs/train-cpu.sbatch"
-grep -q "^  kind: \[gaussian\]$" out9/deck.resolved.yaml && grep -q "^  level: 0.5$" out9/deck.resolved.yaml &&
-  grep -q "^  name: x$" out9/deck.resolved.yaml && ok || bad "out9/deck.resolved.yaml lacks frag.yaml's values"
+expect 0 "" -- env DRY_RUN=0 OUTPUT=out9v COMMAND=validate OVERRIDES="@frag.yaml" bash "$src/jobs/train-cpu.sbatch"
+grep -q "^  kind: \[gaussian\]$" out9v/deck.resolved.yaml && grep -q "^  level: 0.5$" out9v/deck.resolved.yaml &&
+  grep -q "^  name: x$" out9v/deck.resolved.yaml && ok || bad "out9v/deck.resolved.yaml lacks frag.yaml's values"
 printf 'noise:\n  levl: 0.5\n' >bad.yaml
 expect 2 "$work/bad.yaml:2:3: unknown key 'noise.levl'" -- env OUTPUT=out10 OVERRIDES="@bad.yaml" \
   bash "$src/jobs/train-cpu.sbatch"

@@ -3,9 +3,12 @@
 # deck and 4 tasks, chains jobs/analyze.sbatch with --dependency=afterok, submits a 2-task sweep with
 # jobs/submit-sweep.sh (strict vs readiness, simulated), waits with a bound, and checks what the jobs wrote
 # (srun can exit 0 when nothing ran, so exit codes alone prove nothing): traces, summaries, the analysis
-# outputs and the sweep report's speedup. Then (run mode) two requeue cases: `scontrol requeue` of a running job,
-# and the time-limit warning (`scancel -b -s TERM`, twice): a graceful stop, exit 3, and the job requeueing
-# itself; both must resume and end with the losses of an uninterrupted run. The cluster is stopped on every way out (trap), leftover jobs first.
+# outputs and the sweep report's speedup. The train job is submitted from a source tree whose path holds a space,
+# the sweep goes to a folder whose name holds a comma. Then (run mode) two requeue cases: `scontrol requeue` of a
+# running job, and the time-limit warning (`scancel -b -s TERM`, twice, as soon as the run is launched): a
+# graceful stop, exit 3, and the job requeueing itself; both must resume and end with the losses of an
+# uninterrupted run. Last, a plain `scancel`: the job's log keeps its end, and the job stays cancelled. The
+# cluster is stopped on every way out (trap), leftover jobs first.
 #
 #   test_train_job.sh [run|simulate]     what the job runs (`conductor run` under srun --mpi=pmix -n 4, or
 #                                        `conductor simulate` as one task)
@@ -97,12 +100,14 @@ fi
 source "$cluster/env"
 say "cluster up"
 
-# The tiny deck: 4 stages (= 4 tasks), a few steps of a very small model.
+# The tiny deck: 4 stages (= 4 tasks), a few steps of a very small model. The job finds its source tree from the
+# job record (Command=), here a path with a space.
 deck=$here/tiny.yaml
 out=$work/run
 cd "$work"
+ln -s "$src" "$work/src tree"
 train_id=$(env DECK="$deck" OUTPUT="$out" COMMAND="$mode" CONDUCTOR_BINARY="$bin" OVERRIDES="run.steps=3" \
-  sbatch --parsable --ntasks="$ntasks" --output="$work/train-%j.log" "$src/jobs/train-cpu.sbatch")
+  sbatch --parsable --ntasks="$ntasks" --output="$work/train-%j.log" "$work/src tree/jobs/train-cpu.sbatch")
 [[ $train_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: '$train_id'"
 analyze_id=$(env RUN_DIR="$out" sbatch --parsable --dependency="afterok:$train_id" --kill-on-invalid-dep=yes \
   --output="$work/analyze-%j.log" "$src/jobs/analyze.sbatch")
@@ -110,8 +115,9 @@ analyze_id=$(env RUN_DIR="$out" sbatch --parsable --dependency="afterok:$train_i
 say "submitted train job $train_id ($mode, $ntasks tasks) and analysis job $analyze_id (afterok)"
 
 # The sweep workflow: submit-sweep.sh sizes a 2-task array (strict vs readiness under 10% jitter, simulated,
-# one task each) and chains the comparison; its report must show the speedup over the strict run.
-sweep_dir=$work/sweep
+# one task each) and chains the comparison; its report must show the speedup over the strict run. The folder's name
+# holds a comma (the analysis job gets it as its argument).
+sweep_dir=$work/sweep,1
 baseline=tiny-1f1b-strict-jitter10
 submit_out=$(env SWEEP_DECKS="$deck" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS="strict readiness:bfw"   SWEEP_NOISES=jitter10 SWEEP_DIR="$sweep_dir" COMMAND=simulate CONDUCTOR_BINARY="$bin" BASELINE=$baseline   "$src/jobs/submit-sweep.sh") || fail "submit-sweep.sh failed: $submit_out"
 sweep_id=$(sed -n 's/^sweep=\([0-9]*\) analyze=\([0-9]*\) .*/\1/p' <<<"$submit_out")
@@ -173,6 +179,8 @@ grep -E '^conductor-job: running:|^summary:' "$train_log" | sed 's/^/  | /'
 if [[ $mode == run ]]; then
   grep -qF "srun --mpi=pmix --ntasks=$ntasks" "$out/job.txt" || fail "job.txt does not show srun --mpi=pmix -n $ntasks"
 fi
+grep -qF "command: $work/src\ tree/scripts/conductor-launch" "$out/job.txt" || [[ $mode != run ]] ||
+  fail "the train job did not find its source tree under '$work/src tree': $(cat "$out/job.txt")"
 
 # What the run wrote, and what the analysis made of it.
 "$python" - "$out" "$mode" "$ntasks" <<'EOF' || fail "the job's outputs are wrong (above)"
@@ -299,20 +307,22 @@ if [[ $mode == run ]]; then
 
   # The time-limit warning (issue 17): `#SBATCH --signal=B:TERM@LEAD` signals the batch shell; `scancel -b -s
   # TERM` does the same now instead of near a time limit, twice 50 ms apart (Slurm's warning plus a user's or
-  # the final one). The run must stop gracefully on every rank (exit 3: summary, checkpoint of the stop's step;
-  # no checkpoint.every here), the job requeue itself with steps remaining, resume from that checkpoint and end
-  # with every step once and the losses of an uninterrupted run.
+  # the final one), as soon as the job prints its launch line: before the srun step exists or while its tasks
+  # start (the stop is delivered once they handle it; before, it reached nothing or killed them). The run must
+  # stop gracefully on every rank (exit 3: summary, checkpoint of the stop's step; no checkpoint.every here),
+  # the job requeue itself with steps remaining, resume from that checkpoint and end with every step once and
+  # the losses of an uninterrupted run.
   tl_out=$work/timelimit
-  tl_steps=200  # the stop comes a few steps after step 3 (16 ms each): 200 leave seconds to spare
+  tl_steps=200  # the stop comes after the first step or so (16 ms each): 200 leave seconds to spare
   tl_overrides="run.steps=$tl_steps schedule.execution=strict"
   tl_id=$(env DECK="$deck" OUTPUT="$tl_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
     sbatch --parsable --ntasks="$ntasks" --output="$work/timelimit-%j.log" "$src/jobs/train-cpu.sbatch")
   [[ $tl_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the time-limit job: '$tl_id'"
   tl_log=$work/timelimit-$tl_id.log
   deadline=$((SECONDS + 60))
-  until grep -q '^step    3/' "$tl_log" 2>/dev/null; do
-    [[ $SECONDS -lt $deadline ]] || fail "the time-limit job ran no step within 60 s"
-    sleep 0.05
+  until grep -q '^conductor-job: running: ' "$tl_log" 2>/dev/null; do
+    [[ $SECONDS -lt $deadline ]] || fail "the time-limit job launched no run within 60 s"
+    sleep 0.02
   done
   scancel -b -s TERM "$tl_id" && sleep 0.05 && scancel -b -s TERM "$tl_id" || fail "scancel -b -s TERM $tl_id failed"
   say "signalled the batch shell of job $tl_id twice (SIGTERM, 50 ms apart)"
@@ -340,5 +350,29 @@ if [[ $mode == run ]]; then
   same_losses "$tl_out" "$tl_ref" "$tl_steps" "stopped and requeued" ||
     fail "the time-limit job's trace differs from the uninterrupted run's"
   say "time limit: graceful stop at step $stopped_at (exit 3), requeued itself, resumed, same losses"
+
+  # A plain `scancel` signals every process of the job: the ranks stop, and the batch shell and the log's tee
+  # must live to write the end of the log (before: tee died of the SIGTERM, the shell of SIGPIPE, the launch
+  # stamp stayed behind). The job is cancelled, not requeued.
+  sc_out=$work/scancel
+  sc_id=$(env DECK="$deck" OUTPUT="$sc_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
+    sbatch --parsable --ntasks="$ntasks" --output="$work/scancel-%j.log" "$src/jobs/train-cpu.sbatch")
+  [[ $sc_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the scancel job: '$sc_id'"
+  sc_log=$work/scancel-$sc_id.log
+  deadline=$((SECONDS + 60))
+  until grep -q '^step    3/' "$sc_log" 2>/dev/null; do
+    [[ $SECONDS -lt $deadline ]] || fail "the scancel job ran no step within 60 s"
+    sleep 0.05
+  done
+  scancel "$sc_id" || fail "scancel $sc_id failed"
+  wait_gone "$sc_id" 60 "the cancelled job"
+  ending="^conductor-job: ('run' stopped cleanly before its last step|error: 'run' failed with exit code)"
+  grep -Eq "$ending" "$sc_log" && grep -Eq "$ending" "$sc_out/job.log" ||
+    fail "the cancelled job's log lost its end: $(tail -n 5 "$sc_log")"
+  [[ ! -e $sc_out/.conductor-launch-stamp ]] || fail "the cancelled job left its launch stamp in $sc_out"
+  state=$(job_field "$sc_id" JobState)
+  restarts=$(job_field "$sc_id" Restarts)
+  [[ $state == CANCELLED && ${restarts:-0} -eq 0 ]] || fail "the cancelled job ended $state after $restarts restarts"
+  say "scancel: the log kept its end ($(grep -Eo "$ending" "$sc_log" | head -n1)); cancelled, not requeued"
 fi
 say "PASSED"
