@@ -179,7 +179,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   const std::vector<std::string> differ = config::deck_differences(here, theirs, kResumeMayChange);
   if (into_own_folder && !differ.empty()) {
     throw InputError(named + " was written by another run than the one in run.output = '" + deck.run.output +
-                     "' (the checkpoint's deck differs: " + listed(differ, 3) +
+                     "' (the checkpoint's deck differs: " + listed(differ, 8) +
                      "; here: this deck, there: the checkpoint's); continuing would splice two runs' traces and "
                      "metrics. Nothing was written. Resume into a new run.output, or from that run's own checkpoints");
   }
@@ -211,6 +211,15 @@ void check_checkpoint_folder(const config::Deck& deck) {
   if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(folder(deck.checkpoint.resume)))) {
     check_later_steps(path, folder(deck.checkpoint.resume));
     return;
+  }
+  std::error_code ec;
+  if (model::step_of_folder(folder(path.string()).filename().string()) >= 0 &&
+      fs::exists(path / model::kManifestName, ec)) {
+    // A step folder: new steps go beside it, in its root.
+    throw InputError(
+        "checkpoint.path = '" + path.string() + "' is one step of a checkpoint root; checkpoint.path " +
+        "names the root new steps go into ('" + resume_root(folder(path.string())).string() +
+        "' to continue that run, with checkpoint.resume naming the step or the root); nothing was written");
   }
   throw InputError("checkpoint.path = '" + path.string() + "' already holds checkpoints of another run; nothing was " +
                    "written. Choose another checkpoint.path, resume from it (checkpoint.resume=" + path.string() +
@@ -247,7 +256,7 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
     }
     throw InputError(
         "run.output = '" + dir.string() + "' holds the results of " +
-        (has_deck ? "another run (its resolved.yaml differs: " + listed(differ, 3) + ")"
+        (has_deck ? "another run (its resolved.yaml differs: " + listed(differ, 8) + ")"
                   : "a run without resolved.yaml, so not the one checkpoint.resume continues") +
         "; nothing was written. checkpoint.resume continues a run in its own folder; to resume into a new " +
         "trace, choose another run.output (or run.name), or set run.overwrite=true to replace those files");

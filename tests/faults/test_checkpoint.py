@@ -109,6 +109,17 @@ class Checkpoints(FaultCase):
         self.assertFault(r, 2, r"checkpoint\.path = '.*a-file/ck'")
         self.assertNotRegex(r.text, r"step +\d+/", "training ran before checkpoint.path was checked")
 
+    def test_step_folder_as_checkpoint_path(self):
+        # A step folder given as checkpoint.path (with the same folder as checkpoint.resume) was told to pass
+        # checkpoint.resume=<that folder>, what it had done: now it is told to name the root.
+        root = self.copy_good()
+        step = os.path.join(root, "step-000002")
+        before = snapshot(root)
+        r = mpirun(2, "run", self.deck(extra=CPU), "checkpoint.resume=" + step, "checkpoint.path=" + step)
+        self.assertFault(r, 2, r"checkpoint\.path = '.*step-000002' is one step of a checkpoint root; "
+                               r"checkpoint\.path names the root new steps go into \('.*ck' to continue that run")
+        self.assertEqual(snapshot(root), before)
+
     def test_disk_full_keeps_the_previous_step(self):
         mnt = os.path.join(self.tmp.name, "small")
         os.mkdir(mnt)
