@@ -176,7 +176,11 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   if (theirs.empty()) return;
   const std::string here = config::to_yaml(deck);
   const std::string named = "checkpoint.resume = '" + deck.checkpoint.resume + "'";
-  const std::vector<std::string> differ = config::deck_differences(here, theirs, kResumeMayChange);
+  // One comparison: run.steps may change, but it matters below when the learning rate decays over it.
+  std::vector<std::string> differ, steps;
+  for (std::string& d : config::deck_differences(here, theirs, {"run.output", "run.overwrite", "checkpoint"})) {
+    (d.rfind("run.steps ", 0) == 0 ? steps : differ).push_back(std::move(d));
+  }
   if (into_own_folder && !differ.empty()) {
     throw InputError(named + " was written by another run than the one in run.output = '" + deck.run.output +
                      "' (the checkpoint's deck differs: " + listed(differ, 8) +
@@ -193,9 +197,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
                      " (here: this deck, there: the checkpoint's run); keep them, or start a new run");
   }
   if (deck.optim.decay_steps == 0) {
-    for (const std::string& d : config::deck_differences(here, theirs, {"run.output", "run.overwrite", "checkpoint"})) {
-      if (d.rfind("run.steps ", 0) == 0) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
-    }
+    for (const std::string& d : steps) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
   }
   if (!changed.empty()) {
     log::warn(named + ": resuming with " + listed(changed, 4) +

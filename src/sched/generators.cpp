@@ -334,7 +334,7 @@ Schedule zb_h2(int p, int m) {
 Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::string& name, ZbObjective objective) {
   check_shape(name, p, m, 1);
   if (limit < 1.0 - 1e-9) {
-    throw InputError(name + ": memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
+    throw MemoryLimitError(name + ": memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   Best best;
   best.objective = objective;
@@ -362,8 +362,8 @@ Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::s
     }
   }
   if (!best.found) {
-    throw InputError(name + ": no schedule for p = " + std::to_string(p) + ", m = " + std::to_string(m) +
-                     " fits the memory limit of " + fmt(limit) + " M_F per rank");
+    throw MemoryLimitError(name + ": no schedule for p = " + std::to_string(p) + ", m = " + std::to_string(m) +
+                           " fits the memory limit of " + fmt(limit) + " M_F per rank");
   }
   return best.schedule;
 }
@@ -371,7 +371,7 @@ Schedule zb_auto(int p, int m, const CostModel& cost, double limit, const std::s
 Schedule zb_v_greedy(int p, int m, const CostModel& cost, double limit) {
   check_shape("zb-v-greedy", p, m, 2);
   if (limit < 1.0 - 1e-9) {
-    throw InputError("zb-v-greedy: memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
+    throw MemoryLimitError("zb-v-greedy: memory limit " + fmt(limit) + " M_F is below one microbatch's activations");
   }
   // Base list per rank, microbatch-major along the V: down (chunk 0), up (chunk 1), back down the V. Its
   // order is the reservation order of the arbiter's memory rule, so chunk-0 forwards running ahead never
@@ -468,8 +468,8 @@ Schedule make_schedule(const plan::Plan& plan) {
   const ZbObjective objective = plan.schedule.post_validation ? ZbObjective::StageSpan : ZbObjective::Makespan;
   try {
     return generate(kind, p, m, v, cost, plan_limit(plan), objective);
-  } catch (const InputError& e) {
-    if (plan.memory.limit_key.empty() || std::string(e.what()).find("memory") == std::string::npos) throw;
+  } catch (const MemoryLimitError& e) {
+    if (plan.memory.limit_key.empty()) throw;
     // The user's limit is what the list cannot fit: name the key and the schedule's own limit.
     std::string own;
     try {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "conductor/util/decimal.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 #include "conductor/util/text_file.hpp"
@@ -125,9 +126,9 @@ std::string parse_action(const std::string& tok, Action& a) {
     const std::size_t begin = i;
     long long v = 0;
     for (; i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i])); ++i) {
-      v = std::min<long long>(v * 10 + (tok[i] - '0'), 1LL << 30);  // read on: the whole token is checked
+      v = append_digit(v, tok[i]);  // read on: the whole token is checked
     }
-    too_large |= v >= (1LL << 30);
+    too_large |= v >= kDecimalCap;
     out = static_cast<int>(v);
     return i > begin;
   };

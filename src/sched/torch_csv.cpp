@@ -8,6 +8,7 @@
 
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/validate.hpp"
+#include "conductor/util/decimal.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 
@@ -67,10 +68,8 @@ bool is_runtime_action(const std::string& tok) {
 const char* const kExpected =
     "expected STAGE KIND MICROBATCH with KIND F, I, W or B (such as 2I3), or (A;B)OVERLAP_F_B";
 
-// A decimal number read digit by digit, saturating at kBeyond: larger than any stage or microbatch count the
-// deck allows, so a huge number fails the range check with its own message instead of overflowing.
-constexpr long long kBeyond = 1LL << 30;
-long long digit(long long value, char c) { return std::min(kBeyond, value * 10 + (c - '0')); }
+// Numbers are read with append_digit (util/decimal.hpp): past kBeyond a value is only known to be too large.
+constexpr long long kBeyond = kDecimalCap;
 std::string number(long long value) {
   return value >= kBeyond ? "over " + std::to_string(kBeyond - 1) : std::to_string(value);
 }
@@ -79,7 +78,7 @@ std::string number(long long value) {
 std::string parse_single(const std::string& tok, CsvAction& out, bool in_pair = false) {
   std::size_t i = 0;
   long long stage = 0;
-  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) stage = digit(stage, tok[i++]);
+  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) stage = append_digit(stage, tok[i++]);
   std::size_t j = i;
   while (j < tok.size() && !std::isdigit(static_cast<unsigned char>(tok[j]))) ++j;
   const std::string type = tok.substr(i, j - i);
@@ -98,7 +97,7 @@ std::string parse_single(const std::string& tok, CsvAction& out, bool in_pair = 
   out.kind = type[0] == 'F' ? OpKind::F : type[0] == 'I' ? OpKind::B : type[0] == 'W' ? OpKind::W : OpKind::BW;
   if (j == tok.size()) return "action '" + printable(tok) + "' has no microbatch: " + kExpected;
   long long mb = 0;
-  while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j]))) mb = digit(mb, tok[j++]);
+  while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j]))) mb = append_digit(mb, tok[j++]);
   if (j != tok.size()) return "unknown action '" + printable(tok) + "': " + kExpected;
   // Past kBeyond the value is only known to be too large; the caller's range checks name it as such.
   out.stage = static_cast<int>(stage);
@@ -114,10 +113,11 @@ std::string parse_field(const std::string& field, std::vector<CsvAction>& out) {
     a.runtime = true;
     std::size_t i = 0;
     long long stage = 0, mb = 0;
-    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i]))) stage = digit(stage, field[i++]);
+    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i])))
+      stage = append_digit(stage, field[i++]);
     while (i < field.size() && !std::isdigit(static_cast<unsigned char>(field[i]))) ++i;
     const bool has_mb = i < field.size();
-    while (i < field.size()) mb = digit(mb, field[i++]);
+    while (i < field.size()) mb = append_digit(mb, field[i++]);
     a.stage = static_cast<int>(stage);
     a.microbatch = has_mb ? static_cast<int>(mb) : -1;
     out.push_back(a);

@@ -136,15 +136,20 @@ Violation validate(const Schedule& s, double memory_limit, double a, const Namin
         s, eo, [](int, const Action&) { return 1.0; }, [](const Transfer&) { return 0.0; });
   } catch (const DeadlockError& e) {
     const Stuck& first = e.stuck.front();
-    return report(first.rank, first.position,
-                  naming.action || first.memory ? stuck_reason(s, first, name) : first.reason);
+    Violation v =
+        report(first.rank, first.position, naming.action || first.memory ? stuck_reason(s, first, name) : first.reason);
+    v.memory = first.memory;
+    return v;
   }
   return Violation{};
 }
 
 void validate_or_throw(const Schedule& s, double memory_limit, double a, const std::string& what) {
   const Violation v = validate(s, memory_limit, a);
-  if (!v.ok) throw InputError(what + ": invalid schedule: " + v.message());
+  if (v.ok) return;
+  const std::string message = what + ": invalid schedule: " + v.message();
+  if (v.memory) throw MemoryLimitError(message);
+  throw InputError(message);
 }
 
 double list_peak_memory(const Schedule& s, int rank, double a) {

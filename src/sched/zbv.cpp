@@ -282,8 +282,10 @@ Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
       why += std::string(why.empty() ? "" : "; ") + "the memory limit of " + format_double(limit) +
              " M_F per rank is below what it needs (about p M_F)";
     }
-    throw InputError("zb-v: the published V search finds no schedule for p = " + std::to_string(p) +
-                     ", m = " + std::to_string(m) + " (" + why + "); zb-v-greedy fits any costs and limit");
+    const std::string message = "zb-v: the published V search finds no schedule for p = " + std::to_string(p) +
+                                ", m = " + std::to_string(m) + " (" + why + "); zb-v-greedy fits any costs and limit";
+    if (search.over_memory) throw MemoryLimitError(message);
+    throw InputError(message);
   }
   Schedule s;
   s.p = p;

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 #include "conductor/util/error.hpp"
 
@@ -21,17 +20,34 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 
 namespace {
 
+// A file descriptor, closed when it goes out of scope.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// The rest of `fd` to its end, refused once it holds more than max_bytes (`too_large` says so).
+std::string read_all(int fd, const std::string& named, std::uintmax_t max_bytes, const std::string& too_large) {
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+    if (n == 0) return text;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) throw InputError(too_large);
+  }
+}
+
 // A named pipe (or a shell's process substitution, /dev/fd/N): opening it for reading blocks until a writer
 // opens it, so it is opened without blocking and given kPipeWaitMs for its first bytes; then read to its end.
 constexpr int kPipeWaitMs = 10'000;
 
 std::string read_pipe(const std::string& path, const std::string& named, std::uintmax_t max_bytes) {
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  const Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (f.fd < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
   pollfd pfd{f.fd, POLLIN, 0};
   int ready = 0;
@@ -44,19 +60,8 @@ std::string read_pipe(const std::string& path, const std::string& named, std::ui
   }
   // Data or the writer's end: read on, blocking, to the end.
   ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
-  std::string text;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > max_bytes) {
-      throw InputError(named + " holds more than " + std::to_string(max_bytes) + " bytes, the most it may hold");
-    }
-  }
-  return text;
+  return read_all(f.fd, named, max_bytes,
+                  named + " holds more than " + std::to_string(max_bytes) + " bytes, the most it may hold");
 }
 
 }  // namespace
@@ -74,16 +79,9 @@ std::string read_text_input(const std::string& path, const std::string& what, st
   const std::string too_large = named + " holds more than " + std::to_string(max_bytes) + " bytes, the most a " + what +
                                 " may hold (it is read whole)";
   if (fs::is_regular_file(status) && fs::file_size(path, ec) > max_bytes) throw InputError(too_large);
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read " + named + ": " + (errno ? std::strerror(errno) : "cannot open it"));
-  std::string text;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > max_bytes) throw InputError(too_large);
-  }
-  return text;
+  const Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+  return read_all(f.fd, named, max_bytes, too_large);
 }
 
 }  // namespace conductor

@@ -117,3 +117,19 @@ TEST(Validate, ThrowingFormNamesTheSource) {
     EXPECT_TRUE(has(e.what(), "my.sched: invalid schedule: rank 0")) << e.what();
   }
 }
+
+// The error's type says whether memory is why (make_schedule names the deck key that set the limit only then),
+// whatever words the source's name holds.
+TEST(Validate, ThrowingFormTypesAMemoryStop) {
+  EXPECT_THROW(validate_or_throw(one_f_one_b(4, 8), 3, 0, "1f1b"), MemoryLimitError);
+  Schedule s = one_f_one_b(2, 2);
+  s.ranks[0].pop_back();
+  try {
+    validate_or_throw(s, 0, 0, "1f1b with memory limit 4 M_F");
+    FAIL();
+  } catch (const MemoryLimitError& e) {
+    FAIL() << "a missing op is not a memory stop: " << e.what();
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "invalid schedule: rank 0")) << e.what();
+  }
+}

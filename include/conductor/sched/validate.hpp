@@ -22,6 +22,7 @@ struct Violation {
   int rank = -1;
   int position = -1;            // index in the rank's list
   std::string reason;           // "B 0B3 comes before its F 0F3", ...
+  bool memory = false;          // the list stops at an op that would exceed the memory limit
   std::string message() const;  // "rank 2, position 7: ..."
 };
 
@@ -37,7 +38,7 @@ struct Naming {
 // memory_limit <= 0: not checked. memory_after_b: the fraction a (schedule.hpp).
 Violation validate(const Schedule& s, double memory_limit, double memory_after_b, const Naming& naming = {});
 
-// Throws InputError("<what>: rank r, position i: reason") when invalid.
+// Throws InputError("<what>: rank r, position i: reason") when invalid (MemoryLimitError when memory is why).
 void validate_or_throw(const Schedule& s, double memory_limit, double memory_after_b, const std::string& what);
 
 // Peak memory per rank following each list in order (M_F).

@@ -28,6 +28,12 @@ class InputError : public Error {
   explicit InputError(const std::string& message) : Error(message, kExitUsage) {}
 };
 
+// Bad input whose cause is a memory limit (a schedule that cannot fit it): the caller may name the key that set it.
+class MemoryLimitError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // Every problem found in a deck, reported together.
 class DeckError : public InputError {
  public:
