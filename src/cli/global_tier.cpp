@@ -65,7 +65,7 @@ const plugin::GlobalTier& load_global_tier(const std::string& what) {
       continue;  // dlclose would be fine here, but a module refused stays harmlessly mapped
     }
     table->attach({mpi::world_rank(), mpi::world_size(), static_cast<int>(log::level())});
-    log::info("global tier: " + path.string());
+    log::note("global tier: " + path.string());
     return *table;
   }
   throw Error(what + " needs the global tier's module " + plugin::kModuleName +

@@ -204,6 +204,19 @@ class AnalysisOfRealRunsTest(unittest.TestCase):
 class GlobalTierTest(unittest.TestCase):
     """scheduler.kind: ppo at run time: rank 0 computes each next order from the measured step and broadcasts it."""
 
+    def test_simulate_json_with_the_global_tier_is_json(self):
+        # The module's "global tier: PATH" line goes to stderr: simulate --json's stdout stays one JSON object.
+        with tempfile.TemporaryDirectory() as tmp:
+            deck = os.path.join(tmp, "ppo.yaml")
+            with open(deck, "w") as f:
+                f.write("run: {steps: 2, output: %s}\nparallel: {pipeline: 2, microbatches: 4}\n"
+                        "scheduler: {kind: ppo}\n" % os.path.join(tmp, "sim"))
+            proc = subprocess.run([BIN, "simulate", deck, "--json"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            summary = json.loads(proc.stdout)
+            self.assertEqual(summary["steps"][0]["step"], 0)
+            self.assertIn("global tier: ", proc.stderr)
+
     def test_ppo_scheduler_emulated_p4(self):
         with tempfile.TemporaryDirectory() as tmp:
             deck = os.path.join(tmp, "ppo.yaml")
