@@ -210,11 +210,14 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
 void check_checkpoint_folder(const config::Deck& deck) {
   const fs::path path(deck.checkpoint.path);
   if (path.empty() || !holds_anything(path)) return;
+  std::error_code ec;
+  // A resume from a folder that is not there (a pruned step) fails on every rank with the loader's message, which
+  // names it; whose checkpoints checkpoint.path holds cannot be told from it.
+  if (!deck.checkpoint.resume.empty() && !fs::exists(folder(deck.checkpoint.resume), ec)) return;
   if (!deck.checkpoint.resume.empty() && same_folder(path, resume_root(folder(deck.checkpoint.resume)))) {
     check_later_steps(path, folder(deck.checkpoint.resume));
     return;
   }
-  std::error_code ec;
   if (model::step_of_folder(folder(path.string()).filename().string()) >= 0 &&
       fs::exists(path / model::kManifestName, ec)) {
     // A step folder: new steps go beside it, in its root.

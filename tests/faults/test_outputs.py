@@ -104,6 +104,17 @@ class Outputs(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertRegex(r.text, r"continuing the trace .*trace\.h5 at step 2")
 
+    def test_resume_from_a_pruned_step_says_it_is_not_there(self):
+        # checkpoint.path holds this run's own steps; the step named by checkpoint.resume was pruned: the message
+        # is the missing folder, not "another run's checkpoints".
+        ours = self.checkpointed("ours")
+        missing = os.path.join(ours, "step-000099")
+        r = mpirun(2, "run", self.deck(steps=3, extra="backend: cpu\n", name="ours.yaml"),
+                   "run.output=" + ours + "-run", "checkpoint.resume=" + missing, "checkpoint.path=" + ours)
+        self.assertEqual(r.code, 2, r.text)
+        self.assertIn(missing, r.text)
+        self.assertNotIn("another run", r.text)
+
     def test_simulate_never_replaces_a_measured_run(self):
         # The very deck a measured run used: the simulator's trace would replace the measured one.
         deck, before = self.first_run()
