@@ -194,7 +194,10 @@ def _find(groups, name):
     for g in groups:
         if name == g["label"] or any(name == r["name"] for r in g["runs"]):
             return g
-    names = [g["label"] for g in groups] + [r["name"] for g in groups for r in g["runs"]]
+    names = []  # a run's label is its name when it has no repeats: each once, in order
+    for n in [g["label"] for g in groups] + [r["name"] for g in groups for r in g["runs"]]:
+        if n not in names:
+            names.append(n)
     raise ct.TraceError("baseline '%s' is not one of the runs: %s" % (name, ", ".join(names)))
 
 

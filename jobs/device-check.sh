@@ -17,6 +17,10 @@
 # Env:   BUILD, JOBS (default nproc), CUDA_ARCH (default: GPU 0's compute capability, else "90;80"),
 #        GPU_KIT (auto: the kit when the system lacks a library; 1: always; 0: never), BUDGET (s, default 470), OUT
 set -uo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && {
+  awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
+  exit 0
+}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-device}

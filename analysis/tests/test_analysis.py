@@ -533,8 +533,10 @@ class Malformed(TempDirCase):
     def test_unknown_step_and_baseline(self):
         p = self.example()
         self.check_error(p, "step 7 is not in /steps", "bubbles.py", "--step", "7")
-        self.check_error(p, "baseline 'nope' is not one of the runs", "compare.py", "-o", self.path("r.md"),
-                         "--baseline", "nope", "--include-warmup")
+        r = self.check_error(p, "baseline 'nope' is not one of the runs", "compare.py", "-o", self.path("r.md"),
+                             "--baseline", "nope", "--include-warmup")
+        listed = r.stderr.split("not one of the runs: ")[1].strip().split(", ")
+        self.assertEqual(len(listed), len(set(listed)), r.stderr)  # each run named once
 
 
 class KilledRun(TempDirCase):

@@ -462,6 +462,8 @@ mkdir -p nogpu && printf '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2\nexit 9\n'
 before=$(ls -A "$src/bench/results" 2>/dev/null)
 expect 1 "no NVIDIA GPU visible .*nothing written" -- env -u OUT PATH="$work/nogpu:$PATH" bash "$src/jobs/device-check.sh"
 [[ $(ls -A "$src/bench/results" 2>/dev/null) == "$before" ]] && ok || bad "device-check.sh without a GPU wrote under bench/results"
+# --help answers (as every script does) without looking for a GPU: on a GPU node it would start the whole check
+expect 0 "One-shot check of the CUDA backend" -- env PATH="$work/nogpu:$PATH" bash "$src/jobs/device-check.sh" --help
 
 echo "jobs scripts: $pass passed, $failures failed"
 [[ $failures -eq 0 ]]
