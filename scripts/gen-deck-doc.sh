@@ -45,7 +45,9 @@ ranks.
 
 The default column is the code's default before anything is derived: where a key's default means "derived" (0 or
 -1, e.g. `schedule.memory_limit` 0 = the schedule kind's own limit, `cost.memory_after_b` -1 = from the model),
-the meaning says from what, and `conductor validate` shows the derived value.
+the meaning says from what. `conductor validate` shows the derived value of those the deck alone fixes
+(`schedule.memory_limit`, `cost.memory_after_b`, `migration.slices`); the others are derived when the command runs
+(from the machine, the link preset, `run.steps`, or a draw per run), as their meaning says.
 
 Times are milliseconds, memory limits are in units of one microbatch's activations on a stage (M_F).
 

@@ -58,8 +58,8 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "
-                  "0 = the schedule kind's default (p for 1F1B-like, zb-1p and zb-v, 2p for zb-2p, p + 0.5 for "
-                  "dualpipev).")
+                  "0 = the schedule kind's default (m for gpipe; p for 1f1b, zb-h1, zb-1p, zb-v and zb-v-greedy; 2p "
+                  "for zb-h2 and zb-2p; ((v + 1) p - 1) / v for 1f1b-interleaved; p + 0.5 for dualpipev).")
                   .range(0, 1e9));
   f.push_back(field<std::vector<double>>(
                   "cost.forward", [](Deck & d) -> auto& { return d.cost.forward; },
