@@ -14,7 +14,10 @@ PlanAhead::~PlanAhead() = default;
 std::optional<Schedule> PlanAhead::after_step(int step, const Schedule& ran, std::vector<trace::OpEvent> events) {
   std::optional<Schedule> next;
   if (planning_.valid()) {
+    const auto t0 = std::chrono::steady_clock::now();
     Planned planned = planning_.get();  // rethrows the planner's error
+    if (threading_ == Threading::Background)
+      waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     latency_ms_.push_back(planned.latency_ms);
     next = std::move(planned.order);
     ++orders_from_planner_;

@@ -217,6 +217,22 @@ class GlobalTierTest(unittest.TestCase):
             self.assertEqual(summary["steps"][0]["step"], 0)
             self.assertIn("global tier: ", proc.stderr)
 
+    def test_a_planner_busy_most_of_a_step_is_told(self):
+        # 1024 microbatches of 10 us ops and 64 verification draws: planning takes several steps' time, which a
+        # user must hear of (the planner thread needs a core of its own, or it slows the steps).
+        with tempfile.TemporaryDirectory() as tmp:
+            deck = os.path.join(tmp, "ppo.yaml")
+            with open(deck, "w") as f:
+                f.write("backend: emulated\nrun: {steps: 4, output: %s}\n"
+                        "parallel: {pipeline: 2, microbatches: 1024}\nschedule: {kind: zb-2p, execution: strict}\n"
+                        "scheduler: {kind: ppo, verify_samples: 64}\ntrace: {enabled: false}\n"
+                        "cost: {forward: 0.01, backward_input: 0.01, backward_weight: 0.01, comm: 0.001}\n"
+                        % os.path.join(tmp, "run"))
+            proc, _ = mpirun(2, "run", deck, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertRegex(proc.stderr, r"warning: global tier: planning (takes [0-9.]+ ms per step, over half a "
+                                          r"step|took longer than a step)")
+
     def test_ppo_scheduler_emulated_p4(self):
         with tempfile.TemporaryDirectory() as tmp:
             deck = os.path.join(tmp, "ppo.yaml")
@@ -246,6 +262,7 @@ noise: {kind: straggler, straggler_rank: 2, straggler_factor: 1.5}
             self.assertEqual(len(summary["scheduler"]["latency_ms"]), 2)
             self.assertTrue(all(0 < x < 1000 for x in summary["scheduler"]["latency_ms"]))
             self.assertIn("global tier: 2 steps ran its orders", proc.stderr + proc.stdout)
+            self.assertNotIn("warning: global tier", proc.stderr)  # planning ~1 ms against a step of tens
             with open_trace(os.path.join(tmp, "run", "trace.h5")) as t:
                 ev = t["events"][:]
             compute = ev[ev["kind"] <= 3]

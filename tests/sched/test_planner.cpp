@@ -124,6 +124,31 @@ TEST(PlanAhead, BackgroundReturnsBeforeThePlanIsDone) {
   EXPECT_EQ(planner.seen_events, 3u);
 }
 
+// A plan that takes longer than a step holds the caller in after_step: the wait is measured (the run warns
+// when it is large); Inline planning is the caller's own time, never a wait.
+TEST(PlanAhead, WaitsForALatePlanAreCounted) {
+  struct Slow final : sched::OrderPlanner {
+    const char* name() const override { return "slow"; }
+    sched::Schedule initial_order() override { return named("initial"); }
+    sched::Schedule next_order(const sched::StepObservation&) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return named("planned");
+    }
+  };
+  for (Threading threading : {Threading::Inline, Threading::Background}) {
+    Slow planner;
+    sched::PlanAhead ahead(planner, 4, threading);
+    ahead.after_step(0, named("initial"), events_of(0));
+    ASSERT_TRUE(ahead.after_step(1, named("initial"), events_of(1)).has_value());  // at once: the plan is in flight
+    ahead.finish();
+    if (threading == Threading::Inline) {
+      EXPECT_EQ(ahead.waited_ms(), 0.0);
+    } else {
+      EXPECT_GT(ahead.waited_ms(), 0.0);
+    }
+  }
+}
+
 TEST(PlanAhead, PlannerErrorsSurface) {
   // Background: from the after_step that would have returned the order. Inline: at once.
   for (Threading threading : {Threading::Inline, Threading::Background}) {

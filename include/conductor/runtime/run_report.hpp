@@ -26,6 +26,7 @@ namespace conductor::runtime {
 struct PlannerFigures {
   int orders_from_policy = 0;
   std::vector<double> latency_ms;
+  double waited_ms = 0;  // rank 0's waits for plans not done in time (PlanAhead::waited_ms)
 };
 
 // What the ranks measured in a step beyond the events (NaN where the backend has no math).

@@ -76,6 +76,9 @@ class PlanAhead {
   const std::vector<double>& latency_ms() const { return latency_ms_; }
   // Steps that ran an order the planner computed (after_step's answers).
   int orders_from_planner() const { return orders_from_planner_; }
+  // Background: how long after_step waited for plans not done by the end of the step after the one they were
+  // planned from (the caller's step stalls meanwhile: a plan that takes longer than a step), in ms, in all.
+  double waited_ms() const { return waited_ms_; }
 
  private:
   struct Planned {
@@ -88,6 +91,7 @@ class PlanAhead {
   std::future<Planned> planning_;
   std::vector<double> latency_ms_;
   int orders_from_planner_ = 0;
+  double waited_ms_ = 0;
 };
 
 }  // namespace conductor::sched
