@@ -211,6 +211,14 @@ class Loader {
       problems_.push_back("command line '" + text + "': cannot parse the value: " + e.msg);
       return;
     }
+    if (const std::size_t hash = comment_start(value_text); hash != std::string::npos) {
+      // YAML drops a ' #' and what follows as a comment: on a command line that is part of a value (a path).
+      problems_.push_back("command line '" + text + "': " + path + ": the value '" + value_text + "' holds ' #', " +
+                          "where YAML starts a comment (the value would be '" +
+                          value_text.substr(0, value_text.find_last_not_of(" \t", hash - 1) + 1) +
+                          "'); quote it: " + path + "='\"" + value_text + "\"'");
+      return;
+    }
     if (!value.IsNull() && !value.IsScalar() && !value.IsSequence()) {
       // YAML reads `file:` or `a: b` as a mapping: the colon, not the key, is what went wrong.
       problems_.push_back("command line '" + text + "': " + path + ": the value '" + value_text +
@@ -239,6 +247,24 @@ class Loader {
     node.remove(parts.back());
     node[parts.back()] = value;
     override_of_[path] = text;
+  }
+
+  // Where YAML starts a comment in an override's value text ('#' after a space or a tab, outside quotes: the
+  // value parsed from the text before it is the value parsed from all of it), or npos.
+  static std::size_t comment_start(const std::string& value_text) {
+    for (std::size_t i = 1; i < value_text.size(); ++i) {
+      if (value_text[i] != '#' || (value_text[i - 1] != ' ' && value_text[i - 1] != '\t')) continue;
+      try {
+        const YAML::Node all = YAML::Load(value_text), before = YAML::Load(value_text.substr(0, i));
+        YAML::Emitter a, b;
+        a << YAML::Flow << all;
+        b << YAML::Flow << before;
+        if (std::string(a.c_str()) == b.c_str()) return i;
+      } catch (const YAML::Exception&) {
+        // The text before it is not a value of its own (an open quote or bracket): not a comment's start.
+      }
+    }
+    return std::string::npos;
   }
 
   // Replaces map[key] (a section) by a shallow copy of itself, so that writing into it cannot reach a section

@@ -73,6 +73,17 @@ class DeckLoading(FaultCase):
         self.assertFault(r, 2, r"schedule\.kind: the value 'file:' reads as a YAML mapping .*quote a value with a "
                          r"colon: schedule\.kind='\"file:\"'")
 
+    def test_override_value_with_a_comment(self):
+        # ' #' starts a YAML comment: 'pol/x #y.pt' was read as 'pol/x' without a word. Quoted, '#' is kept.
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        r = run1("validate", deck, "scheduler.policy=pol/x #y.pt")
+        self.assertFault(r, 2, r"scheduler\.policy: the value 'pol/x #y\.pt' holds ' #', where YAML starts a "
+                         r"comment \(the value would be 'pol/x'\); quote it: scheduler\.policy='\"pol/x #y\.pt\"'")
+        for ok in ('"pol/x #y.pt"', "pol/x#y.pt"):
+            r = run1("validate", deck, "scheduler.policy=" + ok)
+            self.assertEqual(r.code, 0, r.text)
+            self.assertIn("policy: " + ok, r.text)
+
     def test_run_name_is_one_folder_name(self):
         # The default run.output is runs/<run.name>: '..' put a run's files in the working folder, '' in runs/.
         deck = self.write("ok.yaml", "run: {name: ok}\n")
