@@ -12,6 +12,7 @@
 #include "conductor/config/deck_compare.hpp"
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
 
 namespace conductor::cli {
@@ -20,9 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Anything but a lock file (util/folder_lock.hpp: a run folder may also be the checkpoint folder).
 bool holds_anything(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_directory(dir, ec) && !fs::is_empty(dir, ec) && !ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != kFolderLockName) return true;
+  }
+  return false;
 }
 
 std::string read_text(const fs::path& path) {
@@ -315,6 +321,7 @@ void create_run_folder(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw InputError("run.output = '" + dir.string() + "': cannot create the folder: " + ec.message());
+  lock_folder(dir, "run.output");
 }
 
 }  // namespace conductor::cli

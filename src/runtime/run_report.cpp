@@ -15,6 +15,7 @@
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sim/summary_json.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/progress.hpp"
 #include "conductor/util/text_file.hpp"
@@ -208,6 +209,7 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw InputError("run.output = '" + dir_.string() + "': cannot create the folder: " + ec.message());
+  lock_folder(dir_, "run.output");
   // A resumed run (e.g. a requeued Slurm job) continues its trace (docs/trace.md, "Resumed runs"): opened first,
   // so a trace that cannot be continued is refused before resolved.yaml or the metrics change.
   const std::string trace_path = (dir_ / "trace.h5").string();

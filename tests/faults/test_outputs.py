@@ -2,6 +2,7 @@
 """Fault suite: output protection and size guards. A run never writes over another run's results unless told to
 (run.overwrite) or resuming; nothing in the folder changes before every input passed its checks; unwritable
 folders and decks too large for the machine are refused at start with exit 2."""
+import fcntl
 import hashlib
 import os
 import time
@@ -49,6 +50,21 @@ class Outputs(FaultCase):
         r = mpirun(2, "run", deck, "run.steps=2", "run.overwrite=true")
         self.assertEqual(r.code, 0, r.text)
         self.assertNotEqual(digests(self.out)["resolved.yaml"], before["resolved.yaml"])
+
+    def test_a_folder_being_written_is_refused(self):
+        # Another process writes the folder now (it holds the lock, as a running command does): run and simulate
+        # into it are refused, even with run.overwrite, and change nothing; once it is released they proceed.
+        deck, before = self.first_run()
+        with open(os.path.join(self.out, ".conductor.lock"), "a") as lock:
+            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for r in (mpirun(2, "run", deck, "run.overwrite=true"),
+                      run1("simulate", deck, "run.output=" + self.out, "run.overwrite=true")):
+                self.assertFault(r, 2, r"run\.output = '%s' is being written by another conductor command now "
+                                 r"\(process %d\); nothing was written" % (self.out, os.getpid()))
+                self.assertEqual(digests(self.out), before)
+        # A lock file left by a command that ended holds no lock.
+        r = mpirun(2, "run", deck, "run.overwrite=true")
+        self.assertEqual(r.code, 0, r.text)
 
     def test_simulate_has_its_own_folder(self):
         deck = os.path.join(self.tmp.name, "sim.yaml")
