@@ -13,6 +13,7 @@
 
 #include "conductor/plan/flops.hpp"
 #include "conductor/runtime/clock.hpp"
+#include "conductor/sched/planner.hpp"
 #include "conductor/sim/summary_json.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
@@ -281,23 +282,9 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
                   "rank 0 waited %.3f ms in all for plans)",
                   planner.orders_from_policy, latency, planner.waited_ms);
     log::info(line);
-    // A plan that takes longer than a step holds rank 0 at the end of the step that needs it, and the pipeline
-    // with it: said when it cost more than 1% of the run's step time.
-    const double steps_ms = measured_.mean_makespan_ms * steps_done;
-    if (planner.waited_ms > 0.01 * steps_ms) {
-      std::snprintf(line, sizeof line,
-                    "global tier: planning took longer than a step (mean %.1f ms against a mean step of %.1f ms), so "
-                    "rank 0 waited %.1f ms for plans, %.1f%% of the steps' time; lower scheduler.verify_samples",
-                    latency, measured_.mean_makespan_ms, planner.waited_ms, 100.0 * planner.waited_ms / steps_ms);
-      log::warn(line);
-    } else if (latency > 0.5 * measured_.mean_makespan_ms) {
-      // Busy most of each step: harmless with a core to itself, else it takes turns with rank 0's own work.
-      std::snprintf(line, sizeof line,
-                    "global tier: planning takes %.1f ms per step, over half a step (%.1f ms): rank 0's planner "
-                    "thread needs a core of its own, or it slows the steps; lower scheduler.verify_samples",
-                    latency, measured_.mean_makespan_ms);
-      log::warn(line);
-    }
+    const std::string warning =
+        sched::planning_warning(latency, measured_.mean_makespan_ms, planner.waited_ms, steps_done);
+    if (!warning.empty()) log::warn(warning);
   }
   const bool has_loss = std::isfinite(final_loss);
   char line[256];

@@ -1,6 +1,7 @@
 #include "conductor/sched/planner.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 namespace conductor::sched {
@@ -42,6 +43,26 @@ std::optional<Schedule> PlanAhead::after_step(int step, const Schedule& ran, std
     planning_ = done.get_future();
   }
   return next;
+}
+
+std::string planning_warning(double latency, double step, double waited, int steps) {
+  char line[320];
+  const double steps_ms = step * steps;
+  if (steps_ms > 0 && waited > 0.01 * steps_ms) {
+    std::snprintf(line, sizeof line,
+                  "global tier: planning took longer than a step (mean %.1f ms against a mean step of %.1f ms), so "
+                  "rank 0 waited %.1f ms for plans, %.1f%% of the steps' time; lower scheduler.verify_samples",
+                  latency, step, waited, 100.0 * waited / steps_ms);
+    return line;
+  }
+  if (step > 0 && latency > 0.5 * step) {
+    std::snprintf(line, sizeof line,
+                  "global tier: planning takes %.1f ms per step, over half a step (%.1f ms): rank 0's planner thread "
+                  "needs a core of its own, or it slows the steps; lower scheduler.verify_samples",
+                  latency, step);
+    return line;
+  }
+  return "";
 }
 
 void PlanAhead::finish() {

@@ -205,7 +205,7 @@ class GlobalTierTest(unittest.TestCase):
     """scheduler.kind: ppo at run time: rank 0 computes each next order from the measured step and broadcasts it."""
 
     def test_simulate_json_with_the_global_tier_is_json(self):
-        # The module's "global tier: PATH" line goes to stderr: simulate --json's stdout stays one JSON object.
+        # The module's "global tier: PATH" line (now a debug line, on stderr) came before the JSON on stdout.
         with tempfile.TemporaryDirectory() as tmp:
             deck = os.path.join(tmp, "ppo.yaml")
             with open(deck, "w") as f:
@@ -215,23 +215,6 @@ class GlobalTierTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             summary = json.loads(proc.stdout)
             self.assertEqual(summary["steps"][0]["step"], 0)
-            self.assertIn("global tier: ", proc.stderr)
-
-    def test_a_planner_busy_most_of_a_step_is_told(self):
-        # 1024 microbatches of 10 us ops and 64 verification draws: planning takes several steps' time, which a
-        # user must hear of (the planner thread needs a core of its own, or it slows the steps).
-        with tempfile.TemporaryDirectory() as tmp:
-            deck = os.path.join(tmp, "ppo.yaml")
-            with open(deck, "w") as f:
-                f.write("backend: emulated\nrun: {steps: 4, output: %s}\n"
-                        "parallel: {pipeline: 2, microbatches: 1024}\nschedule: {kind: zb-2p, execution: strict}\n"
-                        "scheduler: {kind: ppo, verify_samples: 64}\ntrace: {enabled: false}\n"
-                        "cost: {forward: 0.01, backward_input: 0.01, backward_weight: 0.01, comm: 0.001}\n"
-                        % os.path.join(tmp, "run"))
-            proc, _ = mpirun(2, "run", deck, timeout=240)
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            self.assertRegex(proc.stderr, r"warning: global tier: planning (takes [0-9.]+ ms per step, over half a "
-                                          r"step|took longer than a step)")
 
     def test_ppo_scheduler_emulated_p4(self):
         with tempfile.TemporaryDirectory() as tmp:

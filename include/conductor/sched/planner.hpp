@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "conductor/sched/schedule.hpp"
@@ -50,6 +51,11 @@ class StaticPlanner final : public OrderPlanner {
 // Builds the planner of a run from the generated schedule (rank 0 of the runtime calls it once). An empty
 // factory means the static order without replanning.
 using PlannerFactory = std::function<std::unique_ptr<OrderPlanner>(const Schedule& generated)>;
+
+// What a run says when its planner costs the steps time (empty: nothing): rank 0 waited for plans over 1% of the
+// steps' time (a plan takes longer than a step), or planning takes over half a step (the planner thread is busy
+// most of each step: it needs a core of its own, or it slows the steps). Means in ms; `steps` steps ran.
+std::string planning_warning(double mean_latency_ms, double mean_step_ms, double waited_ms, int steps);
 
 // The control loop of the global tier, written once for `conductor run` and `conductor simulate`. After step
 // k ran order O_k and measured its events, after_step(k, ...) returns the order of step k+1: the one planned
