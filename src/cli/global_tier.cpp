@@ -1,15 +1,23 @@
 #include "conductor/cli/global_tier.hpp"
 
 #include <dlfcn.h>
+#include <elf.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/run_folder.hpp"
+#include "conductor/cli/size_guard.hpp"
 #include "conductor/plugin/global_tier.hpp"
+#include "conductor/policy/env.hpp"
+#include "conductor/runtime/stop_signal.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
@@ -41,12 +49,89 @@ std::vector<std::filesystem::path> module_candidates() {
   return paths;
 }
 
+// Why `path` cannot be a complete 64-bit ELF shared object, or "" when its ELF header and the tables it points to
+// lie within the file. dlopen maps a file by its program headers, past the file's end when it was truncated (a
+// copy cut short, a full disk): touching those pages is a SIGBUS, not an error dlopen could report.
+std::string elf_problem(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "not a regular file";
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return "cannot be read (" + ec.message() + ")";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::string("cannot be opened (") + std::strerror(errno) + ")";
+  auto truncated = [&](unsigned long long needs) {
+    return "truncated or not a shared library (size " + std::to_string(size) + " bytes, its ELF header needs " +
+           std::to_string(needs) + ")";
+  };
+  Elf64_Ehdr eh{};
+  f.read(reinterpret_cast<char*>(&eh), sizeof eh);
+  const auto got = static_cast<std::size_t>(f.gcount());
+  if (got < SELFMAG || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+    return "not a shared library (it does not start with an ELF header; size " + std::to_string(size) + " bytes)";
+  if (got < sizeof eh) return truncated(sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64)
+    return "not a 64-bit shared library (ELF class " + std::to_string(eh.e_ident[EI_CLASS]) + ")";
+  if (eh.e_type != ET_DYN) return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
+  // The end of every range the header names: the section and program header tables and each segment's bytes.
+  // Offsets come from the file: summed in 128 bits, so a damaged header cannot wrap around.
+  using u128 = unsigned __int128;
+  u128 needs = sizeof eh;
+  needs = std::max<u128>(needs, u128(eh.e_shoff) + u128(eh.e_shnum) * eh.e_shentsize);
+  needs = std::max<u128>(needs, u128(eh.e_phoff) + u128(eh.e_phnum) * eh.e_phentsize);
+  auto clamp = [](u128 v) { return static_cast<unsigned long long>(std::min<u128>(v, ~0ULL)); };
+  if (needs > size) return truncated(clamp(needs));
+  if (eh.e_phentsize < sizeof(Elf64_Phdr) && eh.e_phnum > 0)
+    return "not a shared library (program header entries of " + std::to_string(eh.e_phentsize) + " bytes)";
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    f.seekg(static_cast<std::streamoff>(eh.e_phoff + static_cast<std::uint64_t>(i) * eh.e_phentsize));
+    f.read(reinterpret_cast<char*>(&ph), sizeof ph);
+    if (!f) return truncated(clamp(needs));
+    needs = std::max<u128>(needs, u128(ph.p_offset) + ph.p_filesz);
+  }
+  if (needs > size) return truncated(clamp(needs));
+  return "";
+}
+
+// `conductor train-policy`'s size guard, before anything is loaded or written: the simulation of the deck's step
+// as `simulate` estimates it (without trace events: train-policy writes no trace), then an iteration's
+// experience: up to one decision per op of each of ppo.episodes episodes, each recorded (policy::Decision) and
+// copied into the update's tensors. InputError above the limit (run.memory_limit_gb, else MemAvailable).
+void check_train_policy_size(const config::Deck& deck) {
+  config::Deck untraced = deck;
+  untraced.trace.enabled = false;
+  check_simulate_size(untraced, 0);
+  constexpr double kBytesPerDecision =
+      sizeof(policy::Decision) +
+      4.0 * (policy::kMaxCandidates * policy::kNumFeatures + policy::kMaxCandidates + policy::kNumGlobal + 2);
+  const double ops = static_cast<double>(deck.parallel.pipeline) * deck.parallel.microbatches *
+                     deck.parallel.virtual_chunks * 3;  // F, B and W: an upper bound for every schedule
+  const double bytes = ops * deck.policy.episodes * kBytesPerDecision;
+  std::string source;
+  const std::uint64_t limit = memory_limit_bytes(deck, source);
+  if (limit == 0 || bytes <= static_cast<double>(limit)) return;
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "train-policy needs about %.3g GB of memory for an iteration's experience (up to %.0f decisions: "
+                "parallel.pipeline %d x microbatches %d x virtual %d x 3 ops x ppo.episodes %d, %.0f bytes each), "
+                "above the limit of %.3g GB set by %s; make the pipeline, the microbatch count or ppo.episodes "
+                "smaller",
+                bytes / 1e9, ops * deck.policy.episodes, deck.parallel.pipeline, deck.parallel.microbatches,
+                deck.parallel.virtual_chunks, deck.policy.episodes, kBytesPerDecision, static_cast<double>(limit) / 1e9,
+                source.c_str());
+  throw InputError(text);
+}
+
 // One module per process, loaded on first use and never unloaded: planners it made live until exit.
 const plugin::GlobalTier& load_global_tier(const std::string& what) {
   std::string tried;
   for (const auto& path : module_candidates()) {
     if (!std::filesystem::exists(path)) {
       tried += "\n  " + path.string() + ": not there";
+      continue;
+    }
+    if (const std::string problem = elf_problem(path); !problem.empty()) {
+      tried += "\n  " + path.string() + ": " + problem;
       continue;
     }
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -64,8 +149,9 @@ const plugin::GlobalTier& load_global_tier(const std::string& what) {
                kGitRevision + ")";
       continue;  // dlclose would be fine here, but a module refused stays harmlessly mapped
     }
-    table->attach({mpi::world_rank(), mpi::world_size(), static_cast<int>(log::level())});
-    log::note("global tier: " + path.string());
+    table->attach({mpi::world_rank(), mpi::world_size(), static_cast<int>(log::level()), &runtime::stop_requested,
+                   &runtime::stop_signal_number});
+    log::debug("global tier: " + path.string());
     return *table;
   }
   throw Error(what + " needs the global tier's module " + plugin::kModuleName +
@@ -106,8 +192,14 @@ sched::PlannerFactory planner_factory(const plan::Plan& plan) {
 int cmd_train_policy(const Invocation& inv) {
 #if CONDUCTOR_HAVE_POLICY
   const config::Deck deck = load_deck(inv, config::Command::TrainPolicy);
-  // Before LibTorch is loaded or anything written: another run's results in run.output are never replaced.
+  // Before LibTorch is loaded or anything written: a deck too large for the machine is refused as `simulate`
+  // refuses it (the episodes simulate the deck's step), and another run's results in run.output are never
+  // replaced.
+  check_train_policy_size(deck);
   check_run_output(deck, config::Command::TrainPolicy);
+  // SIGTERM/SIGINT (and the others `run` handles) ask the training to stop: it leaves run.output as it was
+  // (plugin/train_policy.cpp). Installed before the module loads, so a signal while LibTorch starts is kept.
+  runtime::install_stop_handlers();
   return global_tier("conductor train-policy").train_policy(deck);
 #else
   // The command stays listed and says why it fails.

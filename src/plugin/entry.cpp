@@ -8,7 +8,10 @@
 namespace conductor::plugin {
 namespace {
 
+HostState g_host;
+
 void attach(const HostState& host) {
+  g_host = host;
   log::set_rank(host.rank, host.world);
   log::set_level(static_cast<log::Level>(host.log_level));
 }
@@ -18,6 +21,9 @@ std::unique_ptr<sched::OrderPlanner> make_planner(const plan::Plan& plan, const 
 }
 
 }  // namespace
+
+const HostState& host_state() { return g_host; }
+
 }  // namespace conductor::plugin
 
 extern "C" __attribute__((visibility("default"))) const conductor::plugin::GlobalTier* conductor_global_tier_v1() {

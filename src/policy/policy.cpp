@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -167,7 +170,7 @@ void verify_body(const std::string& path, const std::map<std::string, std::strin
 
 }  // namespace
 
-void save_policy(const Policy& p, const std::string& path) {
+void write_policy_file(const Policy& p, const std::string& path) {
   const int H = p.hidden;
   torch::serialize::OutputArchive ar;
   ar.write("actor.l1.weight", tensor_of(p.w1, {H, kNumFeatures}));
@@ -185,21 +188,36 @@ void save_policy(const Policy& p, const std::string& path) {
   ar.write("critic.l3.bias", torch::full({1}, p.cb3));
   std::ostringstream body;
   ar.save_to(body);
+  const std::string b = body.str();
+  std::ostringstream header;
+  header << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
+         << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << " body_bytes=" << b.size()
+         << " body_crc32=" << util::crc32_hex(util::crc32(b.data(), b.size())) << "\n";
+  const std::string bytes = header.str() + b;
+  // stdio rather than a stream, for errno: the error says why (a full disk, a file-size limit, a folder there).
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error("cannot write policy file '" + path + "': " + std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    const std::string reason = std::strerror(written ? errno : err);
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // never a half-written policy left behind
+    throw Error("cannot write policy file '" + path + "': " + reason);
+  }
+}
+
+void save_policy(const Policy& p, const std::string& path) {
   // Write to a temporary name and rename, so a crash never leaves a half-written policy under the real name.
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("cannot write policy file '" + tmp + "'");
-    const std::string b = body.str();
-    f << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
-      << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << " body_bytes=" << b.size()
-      << " body_crc32=" << util::crc32_hex(util::crc32(b.data(), b.size())) << "\n";
-    f.write(b.data(), static_cast<std::streamsize>(b.size()));
-    if (!f) throw Error("cannot write policy file '" + tmp + "'");
-  }
+  write_policy_file(p, tmp);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  }
 }
 
 namespace {
@@ -256,41 +274,74 @@ Policy policy_of_header(const std::string& path, const std::map<std::string, std
   return p;
 }
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// LibTorch's (c10's) message, made fit for a user: its first line, without c10's "(Could this error message be
+// improved? ...)" plea, the "Exception raised from" location or a stack trace, and its internal checks said in
+// words ("Expected hasRecord("version") to be true, but got false." is an archive without a 'version' record).
+std::string torch_reason(const std::exception& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));
+  for (const char* cut : {"(Could this error message", "Exception raised from"}) {
+    if (const auto at = what.find(cut); at != std::string::npos) what.erase(at);
+  }
+  const std::string has_record = "Expected hasRecord(\"";
+  if (const auto at = what.find(has_record); at != std::string::npos) {
+    const auto start = at + has_record.size();
+    const auto end = what.find('"', start);
+    if (end != std::string::npos) return "it has no '" + what.substr(start, end - start) + "' record";
+  }
+  while (!what.empty() && (what.back() == ' ' || what.back() == '.')) what.pop_back();
+  return what.empty() ? "LibTorch gave no reason" : what;
+}
+
 // The networks' tensors from the (checksummed) body, each of its expected shape.
 void read_tensors(const std::string& path, const std::string& body, Policy& p) {
   const int H = p.hidden;
+  std::istringstream bs(body);
+  torch::serialize::InputArchive ar;
   try {
-    std::istringstream bs(body);
-    torch::serialize::InputArchive ar;
     ar.load_from(bs);
-    auto read = [&](const char* name, std::vector<std::int64_t> shape) {
-      torch::Tensor t;
-      ar.read(name, t);
+  } catch (const std::exception& e) {
+    throw InputError("policy file '" + path + "' is corrupt: its tensor archive is not a LibTorch archive (" +
+                     torch_reason(e) + ")");
+  }
+  auto read = [&](const char* name, std::vector<std::int64_t> shape) {
+    torch::Tensor t;
+    try {
+      if (!ar.try_read(name, t)) {
+        throw InputError("policy file '" + path + "' is corrupt: its tensor archive has no tensor '" + name + "'");
+      }
       if (t.sizes().vec() != shape) {
-        throw InputError("policy file '" + path + "' is corrupt: tensor '" + name + "' has the wrong shape");
+        throw InputError("policy file '" + path + "' is corrupt: tensor '" + name + "' has shape " +
+                         shape_text(t.sizes().vec()) + ", the header's sizes (hidden=" + std::to_string(H) + ") need " +
+                         shape_text(shape));
       }
       return detail::flat(t);
-    };
-    p.w1 = read("actor.l1.weight", {H, kNumFeatures});
-    p.b1 = read("actor.l1.bias", {H});
-    p.w2 = read("actor.l2.weight", {H, H});
-    p.b2 = read("actor.l2.bias", {H});
-    p.w3 = read("actor.l3.weight", {1, H});
-    p.b3 = read("actor.l3.bias", {1})[0];
-    p.skip = read("actor.skip.weight", {1, kNumFeatures});
-    p.c1 = read("critic.l1.weight", {H, kNumGlobal});
-    p.cb1 = read("critic.l1.bias", {H});
-    p.c2 = read("critic.l2.weight", {H, H});
-    p.cb2 = read("critic.l2.bias", {H});
-    p.c3 = read("critic.l3.weight", {1, H});
-    p.cb3 = read("critic.l3.bias", {1})[0];
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    throw InputError("policy file '" + path + "' is corrupt: its tensor archive cannot be read (" + what + ")");
-  }
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw InputError("policy file '" + path + "' is corrupt: its tensor '" + name + "' cannot be read (" +
+                       torch_reason(e) + ")");
+    }
+  };
+  p.w1 = read("actor.l1.weight", {H, kNumFeatures});
+  p.b1 = read("actor.l1.bias", {H});
+  p.w2 = read("actor.l2.weight", {H, H});
+  p.b2 = read("actor.l2.bias", {H});
+  p.w3 = read("actor.l3.weight", {1, H});
+  p.b3 = read("actor.l3.bias", {1})[0];
+  p.skip = read("actor.skip.weight", {1, kNumFeatures});
+  p.c1 = read("critic.l1.weight", {H, kNumGlobal});
+  p.cb1 = read("critic.l1.bias", {H});
+  p.c2 = read("critic.l2.weight", {H, H});
+  p.cb2 = read("critic.l2.bias", {H});
+  p.c3 = read("critic.l3.weight", {1, H});
+  p.cb3 = read("critic.l3.bias", {1})[0];
 }
 
 }  // namespace

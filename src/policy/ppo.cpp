@@ -134,11 +134,13 @@ int sample_candidate(const Policy& pol, const Decision& d, std::mt19937_64& rng)
 
 // Runs the iteration's episodes with the sampling policy; the makespans (sampled, heuristic, greedy) go to stats.
 // `work` (one rank's step of work) scales the rewards.
-void collect(const TrainSetup& su, const Policy& pol, double work, std::mt19937_64& rng, Experience& x,
-             IterationStats& stats) {
+// Returns false when `stop` ended it early (the experience is then incomplete).
+bool collect(const TrainSetup& su, const Policy& pol, double work, std::mt19937_64& rng, Experience& x,
+             IterationStats& stats, const std::function<bool()>& stop) {
   const config::PolicyConfig& c = su.ppo;
   const int v = su.base.v;
   for (int e = 0; e < c.episodes; ++e) {
+    if (stop && stop()) return false;
     const EpisodeDraw draw = make_draw(su, rng);
     const auto compute = draw_compute(draw, v);
     const auto comm = draw_comm(draw);
@@ -159,6 +161,7 @@ void collect(const TrainSetup& su, const Policy& pol, double work, std::mt19937_
     }
     x.episode_last.push_back(static_cast<int>(x.dec.size()) - 1);
   }
+  return true;
 }
 
 // The decisions as tensors: candidates' features X [N, C, F], their mask [N, C], global features G [N, G] and
@@ -276,7 +279,8 @@ struct Learner {
 
 }  // namespace
 
-TrainResult train_ppo(const TrainSetup& su, const std::function<void(const IterationStats&)>& on_iteration) {
+TrainResult train_ppo(const TrainSetup& su, const std::function<void(const IterationStats&)>& on_iteration,
+                      const std::function<bool()>& stop) {
   const config::PolicyConfig& c = su.ppo;
   const auto t0 = std::chrono::steady_clock::now();
   torch::set_num_threads(1);
@@ -292,7 +296,10 @@ TrainResult train_ppo(const TrainSetup& su, const std::function<void(const Itera
     x.clear();
     IterationStats stats;
     stats.iteration = it;
-    collect(su, pol, work, rng, x, stats);
+    if (!collect(su, pol, work, rng, x, stats, stop)) {
+      result.stopped = true;
+      break;
+    }
     stats.decisions = static_cast<int>(x.dec.size());
     if (!x.dec.empty()) learner.update(x, c, stats);
     stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -45,9 +45,6 @@ void info(const std::string& message) {
     std::fflush(stdout);
   }
 }
-void note(const std::string& message) {
-  if (g_level >= Level::Info && g_rank == 0) emit(stderr, "", message);
-}
 void debug(const std::string& message) {
   if (g_level >= Level::Debug) emit(stderr, "debug: ", message);
 }

@@ -41,7 +41,7 @@ grep -q "overall bubble ratio" "$tmp/bubbles.txt" || { cat "$tmp/bubbles.txt"; f
   fail "conductor-analysis timeline"
 [[ -s timeline.png ]] || fail "timeline wrote no PNG"
 if [[ ${CONDUCTOR_HAVE_POLICY:-1} == 1 ]]; then
-  "$prefix/bin/conductor" simulate "$share/inputs/quickstart.yaml" run.steps=2 scheduler.kind=ppo run.output=ppo \
+  CONDUCTOR_LOG=debug "$prefix/bin/conductor" simulate "$share/inputs/quickstart.yaml" run.steps=2 scheduler.kind=ppo run.output=ppo \
     >"$tmp/ppo.log" 2>&1 || { cat "$tmp/ppo.log"; fail "the installed binary did not find the shipped policy"; }
   # The global tier is a module the binary loads when used: the installed one, not the build's.
   grep -q "global tier: $prefix/lib/conductor/libconductor_global_tier.so" "$tmp/ppo.log" ||

@@ -327,6 +327,28 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
                InputError);
 }
 
+// A header whose sizes disagree with its (checksummed) body: the error gives both shapes, the body's and the one
+// the header's hidden width needs (it said only "has the wrong shape").
+TEST(PolicyFile, WrongShapeNamesBothShapes) {
+  const std::string good = temp_path("shape-good.pt");
+  policy::save_policy(policy::Policy::initial(8, sched::Hint::BFW, 1), good);
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes.replace(bytes.find(" hidden=8 "), 10, " hidden=16 ");  // the body (and its CRC-32) unchanged
+  const std::string wide = temp_path("shape-wide.pt");
+  std::ofstream(wide, std::ios::binary) << bytes;
+  try {
+    policy::load_policy(wide);
+    ADD_FAILURE() << "no error for " << wide;
+  } catch (const InputError& e) {
+    const std::string f = std::to_string(policy::kNumFeatures);
+    EXPECT_NE(std::string(e.what()).find("'" + wide + "' is corrupt: tensor 'actor.l1.weight' has shape [8, " + f +
+                                         "], the header's sizes (hidden=16) need [16, " + f + "]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid
 // order no worse than its heuristic by more than a few percent, noise-free.
 TEST(PolicyShipped, LoadsAndCarriesOverToP8) {

@@ -15,15 +15,18 @@
 
 namespace conductor::plugin {
 
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;  // 2: HostState carries the binary's stop-signal state
 inline constexpr const char* kEntrySymbol = "conductor_global_tier_v1";
 inline constexpr const char* kModuleName = "libconductor_global_tier.so";
 
-// What the module's copy of util::log must share with the binary's (rank prefix, level).
+// What the module's copy of util::log must share with the binary's (rank prefix, level), and the binary's
+// SIGTERM/SIGINT state (runtime/stop_signal.hpp: the handlers are the binary's, the module has no copy of them).
 struct HostState {
   int rank = 0;
   int world = 1;
   int log_level = 0;
+  bool (*stop_requested)() = nullptr;  // a stop signal arrived (null: never)
+  int (*stop_signal)() = nullptr;      // which one (0 if none)
 };
 
 struct GlobalTier {
@@ -38,8 +41,9 @@ struct GlobalTier {
   int (*train_policy)(const config::Deck& deck) = nullptr;
 };
 
-// Defined in the module (plugin/entry.cpp).
+// Defined in the module (plugin/train_policy.cpp, plugin/entry.cpp).
 int train_policy(const config::Deck& deck);
+const HostState& host_state();  // as the binary attached it
 
 }  // namespace conductor::plugin
 

@@ -42,7 +42,11 @@ struct Policy {
   int greedy(const Decision& d) const;               // argmax (first on ties)
 };
 
+// Writes `path` through a temporary (path + ".tmp", renamed into place); Error naming the file and the reason.
 void save_policy(const Policy& policy, const std::string& path);
+// Writes the policy file at `path` itself (no rename: train-policy moves its files into place together); Error
+// naming the file and the reason (strerror), with nothing left at `path`.
+void write_policy_file(const Policy& policy, const std::string& path);
 // Throws InputError naming the file when it is missing, not a policy file, corrupt (size or CRC-32 of the body
 // unlike its header's), or written with another feature version than kFeatureVersion.
 Policy load_policy(const std::string& path);

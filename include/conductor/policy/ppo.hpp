@@ -46,10 +46,14 @@ struct IterationStats {
 
 struct TrainResult {
   Policy policy;
-  std::vector<IterationStats> curve;
+  std::vector<IterationStats> curve;  // the iterations done
+  bool stopped = false;               // `stop` said so before ppo.iterations were done (policy: as it was then)
 };
 
-TrainResult train_ppo(const TrainSetup& setup, const std::function<void(const IterationStats&)>& on_iteration = {});
+// `stop`, when given, is asked between episodes: true ends the training early (TrainResult::stopped), with the
+// iterations done so far in the curve.
+TrainResult train_ppo(const TrainSetup& setup, const std::function<void(const IterationStats&)>& on_iteration = {},
+                      const std::function<bool()>& stop = {});
 
 // One episode's op durations: cost x per-rank factors x per-op gaussian noise of `level` (hash of seed).
 struct EpisodeDraw {

@@ -15,9 +15,7 @@ void set_level(Level level);
 
 void error(const std::string& message);
 void warn(const std::string& message);
-void info(const std::string& message);  // rank 0 only
-// Rank 0 only, on stderr: what a command used (a module, a file), kept out of its stdout (simulate --json).
-void note(const std::string& message);
+void info(const std::string& message);   // rank 0 only
 void debug(const std::string& message);  // every rank, tagged
 
 }  // namespace conductor::log
