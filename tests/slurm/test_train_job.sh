@@ -274,15 +274,32 @@ start_now() {
   done
 }
 
+# Submits train-cpu.sbatch for the test deck: NAME's run folder OUTPUT, OVERRIDES, its log $work/NAME-<id>.log;
+# prints the job id (the caller exits when there is none: `id=$(submit_train ...) || exit 1`).
+submit_train() { # NAME OUTPUT OVERRIDES
+  local id
+  id=$(env DECK="$deck" OUTPUT="$2" CONDUCTOR_BINARY="$bin" OVERRIDES="$3" \
+    sbatch --parsable --ntasks="$ntasks" --output="$work/$1-%j.log" "$src/jobs/train-cpu.sbatch")
+  [[ $id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the $1 job: '$id'"
+  echo "$id"
+}
+
+# Waits up to SECONDS for a line of LOG matching the grep pattern; else fails saying WHAT did not happen.
+wait_for_line() { # LOG PATTERN SECONDS WHAT
+  local deadline=$((SECONDS + $3))
+  until grep -q "$2" "$1" 2>/dev/null; do
+    [[ $SECONDS -lt $deadline ]] || fail "$4 within $3 s"
+    sleep 0.02
+  done
+}
+
 # Requeue (issue 17): a running train job requeued with `scontrol requeue` restarts, resumes from its run
 # folder's latest checkpoint, continues its trace, and ends with the losses of an uninterrupted run (strict
 # execution: the same numerics at every run).
 if [[ $mode == run ]]; then
   rq_out=$work/requeue
   rq_overrides="run.steps=120 checkpoint.every=1 schedule.execution=strict"
-  rq_id=$(env DECK="$deck" OUTPUT="$rq_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$rq_overrides" \
-    sbatch --parsable --ntasks="$ntasks" --output="$work/requeue-%j.log" "$src/jobs/train-cpu.sbatch")
-  [[ $rq_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the requeue job: '$rq_id'"
+  rq_id=$(submit_train requeue "$rq_out" "$rq_overrides") || exit 1
   deadline=$((SECONDS + 60))
   until [[ -f $rq_out/checkpoints/latest ]]; do
     [[ $SECONDS -lt $deadline ]] || fail "the requeue job wrote no checkpoint within 60 s"
@@ -315,15 +332,9 @@ if [[ $mode == run ]]; then
   tl_out=$work/timelimit
   tl_steps=200  # the stop comes after the first step or so (16 ms each): 200 leave seconds to spare
   tl_overrides="run.steps=$tl_steps schedule.execution=strict"
-  tl_id=$(env DECK="$deck" OUTPUT="$tl_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
-    sbatch --parsable --ntasks="$ntasks" --output="$work/timelimit-%j.log" "$src/jobs/train-cpu.sbatch")
-  [[ $tl_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the time-limit job: '$tl_id'"
+  tl_id=$(submit_train timelimit "$tl_out" "$tl_overrides") || exit 1
   tl_log=$work/timelimit-$tl_id.log
-  deadline=$((SECONDS + 60))
-  until grep -q '^conductor-job: running: ' "$tl_log" 2>/dev/null; do
-    [[ $SECONDS -lt $deadline ]] || fail "the time-limit job launched no run within 60 s"
-    sleep 0.02
-  done
+  wait_for_line "$tl_log" '^conductor-job: running: ' 60 "the time-limit job launched no run"
   scancel -b -s TERM "$tl_id" && sleep 0.05 && scancel -b -s TERM "$tl_id" || fail "scancel -b -s TERM $tl_id failed"
   say "signalled the batch shell of job $tl_id twice (SIGTERM, 50 ms apart)"
   deadline=$((SECONDS + 60))
@@ -355,15 +366,9 @@ if [[ $mode == run ]]; then
   # must live to write the end of the log (before: tee died of the SIGTERM, the shell of SIGPIPE, the launch
   # stamp stayed behind). The job is cancelled, not requeued.
   sc_out=$work/scancel
-  sc_id=$(env DECK="$deck" OUTPUT="$sc_out" CONDUCTOR_BINARY="$bin" OVERRIDES="$tl_overrides" \
-    sbatch --parsable --ntasks="$ntasks" --output="$work/scancel-%j.log" "$src/jobs/train-cpu.sbatch")
-  [[ $sc_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id for the scancel job: '$sc_id'"
+  sc_id=$(submit_train scancel "$sc_out" "$tl_overrides") || exit 1
   sc_log=$work/scancel-$sc_id.log
-  deadline=$((SECONDS + 60))
-  until grep -q '^step    3/' "$sc_log" 2>/dev/null; do
-    [[ $SECONDS -lt $deadline ]] || fail "the scancel job ran no step within 60 s"
-    sleep 0.05
-  done
+  wait_for_line "$sc_log" '^step    3/' 60 "the scancel job ran no step"
   scancel "$sc_id" || fail "scancel $sc_id failed"
   wait_gone "$sc_id" 60 "the cancelled job"
   ending="^conductor-job: ('run' stopped cleanly before its last step|error: 'run' failed with exit code)"
