@@ -393,24 +393,44 @@ def idle_split(trace, step, figures=None):
 HELP_OF = {"HELP_F": "F", "HELP_B": "B", "HELP_W": "W", "HELP_BW": "BW"}
 
 
+def group_ids(columns):
+    """One integer per row, equal for rows whose values agree in every one of `columns` (equal-length 1-D
+    arrays): a composite key made usable by numpy (bincount, indexing) without one Python tuple per row."""
+    n = len(columns[0]) if columns else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(columns[::-1])
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for c in columns:
+        c = np.asarray(c)[order]
+        new[1:] |= c[1:] != c[:-1]
+    ids = np.empty(n, dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
+
+
 def help_links(trace, events):
     """[(help_row, owner_row)] for every HELP_* row of `events` (one step's rows, or all): the owner's op is the
     row of rank = the help's peer with the same step, stage, microbatch and the kind it helped with; owner_row is
-    None where that op is not in `events`."""
-    owners = {}
-    for i in range(len(events)):
-        kind = trace.kind_name(events["kind"][i])
-        if kind in ("F", "B", "W", "BW"):
-            owners[(int(events["step"][i]), int(events["rank"][i]), int(events["stage"][i]),
-                    int(events["microbatch"][i]), kind)] = i
-    out = []
-    for i in range(len(events)):
-        base = HELP_OF.get(trace.kind_name(events["kind"][i]))
-        if base is not None:
-            key = (int(events["step"][i]), int(events["peer"][i]), int(events["stage"][i]),
-                   int(events["microbatch"][i]), base)
-            out.append((i, owners.get(key)))
-    return out
+    None where that op is not in `events` (the last such row where several match)."""
+    codes = trace.kind_codes
+    base_of = {codes[h]: codes[b] for h, b in HELP_OF.items() if h in codes and b in codes}
+    kind = events["kind"]
+    helps = np.nonzero(np.isin(kind, list(base_of)))[0]
+    if len(helps) == 0:
+        return []
+    # Vectorised over rows (a 64-rank trace has ~10^6): the key (step, rank, stage, microbatch, kind) of every
+    # owner candidate and of every help (rank = its peer, kind = the kind it helped with) as one group number.
+    owners = np.nonzero(np.isin(kind, [codes[k] for k in COMPUTE_KINDS]))[0]
+    help_base = np.array([base_of[int(k)] for k in kind[helps]], dtype=np.int64)
+    ids = group_ids([np.concatenate((events[f][owners], events[f][helps])).astype(np.int64)
+                     for f in ("step", "stage", "microbatch")] +
+                    [np.concatenate((events["rank"][owners], events["peer"][helps])).astype(np.int64),
+                     np.concatenate((kind[owners].astype(np.int64), help_base))])
+    owner_of = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(owner_of, ids[:len(owners)], owners)  # rows ascend: the last owner row of a key wins
+    return [(h, None if o < 0 else o) for h, o in zip(helps.tolist(), owner_of[ids[len(owners):]].tolist())]
 
 
 def migration_split(trace, events):

@@ -8,17 +8,36 @@ import argparse
 import os
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conductor_trace as ct  # noqa: E402
 
 COLOURS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868", "BW": "#C44E52", "SEND": "#8C8C8C", "RECV": "#B0B0B0"}
 
 
+# Hatches of compute bars: plain, an op that gave slices away (migrated), slices for another rank's op (a help).
+# The bars of one hatch are one collection, drawn in this order (matplotlib takes one hatch per collection, the
+# colours and edges per bar): one artist per bar took over 14 CPU minutes for the ~10^5 ops of a step of a
+# 64-rank trace. So a migrated op's black outline lies over the white edge of a bar that touches it.
+HATCHES = (None, "///", "xx")
+
+
 def draw(trace, step, output, comm=False, dpi=120, width=None):
+    """Draws step `step` of `trace` into the image file `output` (figure())."""
+    fig = figure(trace, step, comm, width)
+    import matplotlib.pyplot as plt  # after figure(), which selects the Agg backend
+    try:
+        ct.save_figure(fig, output, dpi)
+    finally:
+        plt.close(fig)
+
+
+def figure(trace, step, comm=False, width=None):
+    """The chart of step `step` as a matplotlib figure (the caller closes it); one axes, laid out."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     fig_s = ct.step_figures(trace, step)
     world = trace.world_size
@@ -28,35 +47,11 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
     unit, scale = ("ms", 1e6) if span >= 1e6 else ("us", 1e3)
     w = width or min(24.0, 8.0 + 0.08 * len(ev) / max(1, world))
     fig, ax = plt.subplots(figsize=(w, 1.0 + 0.6 * world))
-    compute = trace.compute_mask(ev)
-    migrated_any = False
-
-    def middle(i):
-        return ((int(ev["start_ns"][i]) + int(ev["end_ns"][i])) / 2 - t0) / scale, int(ev["rank"][i])
-
-    for i in range(len(ev)):
-        kind = trace.kind_name(ev["kind"][i])
-        r = int(ev["rank"][i])
-        x0 = (int(ev["start_ns"][i]) - t0) / scale
-        dx = max((int(ev["end_ns"][i]) - int(ev["start_ns"][i])) / scale, 0.0)
-        if compute[i]:
-            helped = ct.HELP_OF.get(kind)  # slices of another rank's op of this kind
-            mig = bool(ev["migrated"][i])
-            migrated_any |= mig
-            ax.broken_barh([(x0, dx)], (r - 0.4, 0.8), facecolors=COLOURS.get(helped or kind, "#999999"),
-                           edgecolors="black" if mig else "white", linewidth=1.5 if mig else 0.5,
-                           hatch=("xx" if helped else "///") if mig else None)
-            # microbatch number (and a help's owner), if the bar is wide enough for it
-            if dx / (span / scale) > 0.012:
-                label = ("r%d:%d" % (int(ev["peer"][i]), int(ev["microbatch"][i])) if helped
-                         else str(int(ev["microbatch"][i])))
-                ax.text(x0 + dx / 2, r, label, ha="center", va="center", fontsize=7, color="white")
-        elif comm:
-            ax.broken_barh([(x0, dx)], (r + 0.42, 0.08), facecolors=COLOURS.get(kind, "#999999"))
-    for h, o in ct.help_links(trace, ev):  # a help and the op it computed slices of
-        if o is not None:
-            ax.annotate("", xy=middle(o), xytext=middle(h),
-                        arrowprops=dict(arrowstyle="-", linestyle=":", color="black", linewidth=0.8))
+    bars = _bars(trace, ev, t0, scale)
+    _draw_compute(ax, bars, span / scale)
+    if comm:
+        _draw_comm(ax, bars)
+    _draw_help_links(ax, trace, ev, t0, scale)
     ax.set_ylim(world - 0.5, -0.5)
     ax.set_yticks(range(world))
     ax.set_yticklabels(["rank %d" % r for r in range(world)])
@@ -66,21 +61,91 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
     ax.set_title("%s  step %d: %s, %s, %s backend, %d ranks; makespan %.3f %s, bubble %.1f%%" % (
         os.path.basename(trace.path), step, a["schedule"], a["execution"], a["backend"], world,
         span / scale, unit, 100 * fig_s["bubble_ratio"]), fontsize=9)
+    ax.legend(handles=_legend(trace, ev, bars, comm), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+              frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _bars(trace, ev, t0, scale):
+    """One bar per row of `ev` as columns: x0 and dx (time since t0 in units of `scale` ns), rank, kind (name),
+    helped (the kind a HELP_* row computed slices of, else None), migrated, compute."""
+    start, end = ev["start_ns"].astype(np.int64), ev["end_ns"].astype(np.int64)
+    names = {int(c): trace.kind_name(c) for c in np.unique(ev["kind"])}
+    kinds = [names[c] for c in ev["kind"].tolist()]
+    return {"x0": (start - t0) / scale, "dx": np.maximum((end - start) / scale, 0.0),
+            "rank": ev["rank"].astype(np.int64), "kind": kinds, "helped": [ct.HELP_OF.get(k) for k in kinds],
+            "migrated": ev["migrated"] != 0, "microbatch": ev["microbatch"].tolist(), "peer": ev["peer"].tolist(),
+            "compute": trace.compute_mask(ev)}
+
+
+def _rectangles(x0, dx, y0, height):
+    """Closed rectangles [(x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0)] as ax.broken_barh makes them, as an
+    (n, 5, 2) array for a PolyCollection."""
+    x1, y1 = x0 + dx, y0 + height
+    return np.stack([np.stack(p, axis=-1) for p in ((x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0))], axis=1)
+
+
+def _draw_compute(ax, bars, width):
+    """Compute bars (rows rank +- 0.4) in their kind's colour, one collection per hatch (HATCHES), and the
+    microbatch number (a help: r<owner>:<microbatch>) on every bar wider than 1.2% of the axis `width`."""
+    from matplotlib.collections import PolyCollection
+    rows = np.nonzero(bars["compute"])[0]
+    helped = [bars["helped"][i] for i in rows]
+    mig = bars["migrated"][rows]
+    hatch = [(("xx" if h else "///") if m else None) for h, m in zip(helped, mig.tolist())]
+    for style in HATCHES:
+        pick = [n for n, h in enumerate(hatch) if h == style]
+        if not pick:
+            continue
+        i = rows[pick]
+        colours = [COLOURS.get(helped[n] or bars["kind"][rows[n]], "#999999") for n in pick]
+        verts = _rectangles(bars["x0"][i], bars["dx"][i], bars["rank"][i] - 0.4, 0.8)
+        ax.add_collection(PolyCollection(verts, facecolors=colours, hatch=style,
+                                         edgecolors=["black" if m else "white" for m in mig[pick]],
+                                         linewidths=[1.5 if m else 0.5 for m in mig[pick]]))
+    wide = rows[bars["dx"][rows] / width > 0.012]  # room for the label
+    for i in wide.tolist():
+        label = ("r%d:%d" % (bars["peer"][i], bars["microbatch"][i]) if bars["helped"][i]
+                 else str(bars["microbatch"][i]))
+        ax.text(bars["x0"][i] + bars["dx"][i] / 2, bars["rank"][i], label, ha="center", va="center", fontsize=7,
+                color="white")
+
+
+def _draw_comm(ax, bars):
+    """Transfers as thin bars (rank + 0.42 .. + 0.5) in their kind's colour, one collection in row order."""
+    from matplotlib.collections import PolyCollection
+    i = np.nonzero(~bars["compute"])[0]
+    if len(i):
+        verts = _rectangles(bars["x0"][i], bars["dx"][i], bars["rank"][i] + 0.42, 0.08)
+        ax.add_collection(PolyCollection(verts, facecolors=[COLOURS.get(bars["kind"][n], "#999999") for n in i]))
+
+
+def _draw_help_links(ax, trace, ev, t0, scale):
+    """A dotted line from the middle of every help to the middle of the op it computed slices of. Both ends lie
+    inside the axes, so the lines are left out of tight_layout's bounding boxes: the layout is the same, and
+    measuring thousands of arrows (a 64-rank migration trace) took longer than drawing them."""
+    mid = ((ev["start_ns"].astype(np.int64) + ev["end_ns"]) / 2 - t0) / scale
+    rank = ev["rank"]
+    for h, o in ct.help_links(trace, ev):
+        if o is not None:
+            ax.annotate("", xy=(mid[o], rank[o]), xytext=(mid[h], rank[h]),
+                        arrowprops=dict(arrowstyle="-", linestyle=":", color="black", linewidth=0.8)
+                        ).set_in_layout(False)
+
+
+def _legend(trace, ev, bars, comm):
+    from matplotlib.patches import Patch
     handles = [Patch(facecolor=COLOURS[k], label=k) for k in ct.COMPUTE_KINDS
                if trace.kind_codes.get(k) is not None and (ev["kind"] == trace.kind_codes[k]).any()]
-    if migrated_any:
+    if (bars["migrated"] & bars["compute"]).any():
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="gave slices"))
-    if any(ct.HELP_OF.get(trace.kind_name(k)) for k in ev["kind"]):
+    if any(bars["helped"]):
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="xx", label="slices for rN (owner)"))
     if comm:
         handles += [Patch(facecolor=COLOURS[k], label=k) for k in ("SEND", "RECV")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    try:
-        ct.save_figure(fig, output, dpi)
-    finally:
-        plt.close(fig)
+    return handles
 
 
 def main(argv=None):

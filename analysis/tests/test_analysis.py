@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 import numpy as np
 
@@ -663,6 +664,22 @@ class MigrationRows(TempDirCase):
         with open(out) as f:
             self.assertRegex(f.read(), r"\n +1 .* 0\.050 +0\.000\n")  # rank 1: helped 50 ns, recovered 0 (us)
 
+    def test_links_of_helps_without_their_owner_op(self):
+        """A help whose owner's op is not in the rows (another stage, or the owner's op of another kind) has no
+        link; two helps of one op both link to it."""
+        ev = tracegen.ev
+        rows = tracegen.example_events() + [ev(0, 1, "HELP_B", 1, 505, 510, 530, stage=0, peer=0, migrated=1),
+                                            ev(0, 1, "HELP_B", 1, 505, 530, 560, stage=0, peer=0, migrated=1),
+                                            ev(0, 1, "HELP_W", 1, 505, 560, 570, stage=0, peer=0, migrated=1),
+                                            ev(0, 0, "HELP_F", 0, 0, 200, 210, stage=1, peer=1, migrated=1),
+                                            ev(0, 0, "HELP_F", 0, 0, 210, 220, stage=0, peer=1, migrated=1)]
+        tracegen.write_trace(self.p, rows, [tracegen.step_row(0, 600, 0.3, 430.0)])
+        trace = ct.load(self.p)
+        f0_rank1 = [i for i, r in enumerate(rows) if r[1] == 1 and r[5] == tracegen.KINDS["F"] and r[4] == 0][0]
+        n = len(tracegen.example_events())
+        self.assertEqual(ct.help_links(trace, trace.events),
+                         [(n, self.owner), (n + 1, self.owner), (n + 2, None), (n + 3, f0_rank1), (n + 4, None)])
+
     def test_perfetto_flows_out_and_back(self):
         events, origin = perfetto.convert(self.trace)
         flows = [(e["ph"], e["pid"], e["ts"]) for e in events if e.get("cat") == "migration"]
@@ -685,6 +702,129 @@ class MigrationRows(TempDirCase):
         out = self.path("tl.png")
         self.assertEqual(timeline.main([self.p, "-o", out]), 0)
         self.assertGreater(os.path.getsize(out), 1000)
+
+
+class LargeTraces(TempDirCase):
+    """What keeps the tools fast on a 64-rank trace (10^6 rows), checked without timing anything (speed is
+    measured by bench/bench_analysis.py): timeline draws a bounded number of artists whatever the number of ops,
+    and perfetto streams its events into the file, a batch at a time, with the bytes json.dump wrote from one list
+    of every event (the events of the test trace below, as that version wrote them, are pinned here)."""
+
+    def many_ops_trace(self, ops_per_rank=1500, world=4):
+        """One step of `world` ranks, each running ops_per_rank 10 ns ops back to back (every 50th migrated) and
+        one wide op (wide enough for a label), a SEND/RECV per op, and two helps with their owners' ops."""
+        ev, rows = tracegen.ev, []
+        kinds = ("F", "B", "W")
+        for r in range(world):
+            t = 0
+            for n in range(ops_per_rank):
+                rows.append(ev(0, r, kinds[n % 3], n, t, t, t + 10, migrated=int(n % 50 == 7)))
+                t += 10
+            rows.append(ev(0, r, "F", ops_per_rank, t, t, t + 1000))
+            for n in range(ops_per_rank // 3):
+                peer = (r + 1) % world
+                rows.append(ev(0, r, "SEND", n, 30 * n, 30 * n, 30 * n + 5, peer=peer, stage=r, bytes_=64))
+                rows.append(ev(0, peer, "RECV", n, 30 * n, 30 * n, 30 * n + 5, peer=r, stage=r + 1, bytes_=64))
+        rows.append(ev(0, 1, "HELP_F", 3, 0, 20, 25, stage=0, peer=0, migrated=1))  # owner: rank 0's F3
+        rows.append(ev(0, 2, "HELP_W", 5, 0, 20, 25, stage=1, peer=1, migrated=1))  # owner: rank 1's W5
+        p = self.path("many.h5")
+        tracegen.write_trace(p, rows, [tracegen.step_row(0, 10 * ops_per_rank + 1000, 0.1, 1.0)], world_size=world)
+        return ct.load(p), len(rows)
+
+    def test_timeline_draws_many_ops_with_few_artists(self):
+        import matplotlib.pyplot as plt
+        trace, n_rows = self.many_ops_trace()
+        fig = timeline.figure(trace, 0, comm=True)
+        try:
+            ax = fig.axes[0]
+            # one collection per hatch (plain, gave slices, helps) and one for the transfers; a bar is a path
+            self.assertEqual(len(ax.collections), 4)
+            self.assertEqual([c.get_hatch() for c in ax.collections[:3]], [None, "///", "xx"])
+            self.assertEqual(sum(len(c.get_paths()) for c in ax.collections), n_rows)
+            self.assertEqual(len(ax.patches), 0)
+            # a label on each rank's wide op, none on the narrow ones; one dotted line per help
+            labels = [t for t in ax.texts if t.get_text()]
+            self.assertEqual(sorted(t.get_text() for t in labels), ["1500"] * trace.world_size)
+            self.assertEqual(len(ax.texts) - len(labels), 2)
+        finally:
+            plt.close(fig)
+
+    def golden_trace(self):
+        """MigrationRows' trace plus two overlapping transfers and an ANNOUNCE (ProfilerExport's)."""
+        ev = tracegen.ev
+        rows = tracegen.example_events() + [ev(0, 1, "HELP_B", 1, 505, 510, 560, stage=0, peer=0, migrated=1,
+                                               bytes_=2048),
+                                            ev(0, 0, "SEND", 1, 105, 105, 300, peer=1, bytes_=4096),
+                                            ev(0, 1, "RECV", 1, 50, 50, 300, peer=0, bytes_=4096),
+                                            ev(0, 1, "ANNOUNCE", 1, 250, 60, 200, peer=0)]
+        step = tracegen.step_row(0, 600, 1 - 830 / 1200, 430.0, loss=2.5) + ((1 - 400 / 600 + 1 - 430 / 440) / 2,)
+        p = self.path("golden.h5")
+        tracegen.write_trace(p, rows, [step])
+        return p
+
+    # Events of golden_trace() as perfetto.py wrote them before it streamed (json.dump of one list): key order,
+    # number formatting, ids, streams. The whole file: 13 M, 32 X (16 rows), 2 X (ProfilerStep), 4 s/f pairs,
+    # 18 C, M M X (the steps process).
+    GOLDEN = (
+        '{"ph": "M", "name": "thread_name", "pid": 1, "tid": 10, "args": {"name": "stream 10 (announce)"}}',
+        '{"ph": "X", "name": "F0", "cat": "kernel", "pid": 0, "tid": 7, "ts": 0.0, "dur": 0.1, "args": {"step": 0, '
+        '"stage": 0, "chunk": 0, "microbatch": 0, "ready_ns": 0, "wait_ns": 0, "bytes": 0, "correlation": 1, '
+        '"device": 0, "stream": 7, "migrated": 0}}',
+        '{"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0, '
+        '"args": {"correlation": 1, "op": "F0"}}',
+        '{"ph": "X", "name": "HELP_B1 for r0", "cat": "kernel", "pid": 1, "tid": 7, "ts": 0.51, "dur": 0.05, "args": '
+        '{"step": 0, "stage": 0, "chunk": 0, "microbatch": 1, "ready_ns": 505, "wait_ns": 0, "bytes": 2048, '
+        '"correlation": 13, "device": 1, "stream": 7, "migrated": 1, "owner": 0}}',
+        '{"ph": "X", "name": "ncclKernel_SendRecv SEND to r1 mb1", "cat": "kernel", "pid": 0, "tid": 9, "ts": 0.105, '
+        '"dur": 0.195, "args": {"step": 0, "stage": 0, "chunk": 0, "microbatch": 1, "ready_ns": 105, "wait_ns": 0, '
+        '"bytes": 4096, "correlation": 14, "device": 0, "stream": 9, "peer": 1}}',
+        '{"ph": "X", "name": "ProfilerStep#0", "cat": "user_annotation", "pid": 1, "tid": 0, "ts": 0.0, "dur": 0.56, '
+        '"args": {"step": 0}}',
+        '{"ph": "f", "bp": "e", "id": 2, "name": "transfer", "cat": "transfer", "pid": 1, "tid": 9, "ts": 0.299, '
+        '"args": {"step": 0, "microbatch": 1, "bytes": 4096}}',
+        '{"ph": "s", "id": 4, "name": "migration", "cat": "migration", "pid": 1, "tid": 7, "ts": 0.559, "args": '
+        '{"step": 0, "microbatch": 1, "slices": 1, "bytes": 2048}}',
+        '{"ph": "C", "name": "ready ops", "pid": 1, "ts": 0.505, "args": {"ops": 1}}',
+        '{"ph": "X", "name": "step 0", "cat": "step", "pid": 2, "tid": 0, "ts": 0.0, "dur": 0.6, "args": '
+        '{"makespan_ns": 600, "bubble_ratio": 0.30833333333333335, "samples_per_s": 6666666.666666666, "loss": 2.5}}',
+    )
+
+    def test_perfetto_streams_the_same_json(self):
+        p = self.golden_trace()
+        trace = ct.load(p)
+        events, origin = perfetto.convert(trace)
+        self.assertEqual("".join(e["ph"] for e in events), "M" * 13 + "X" * 34 + "sf" * 4 + "C" * 18 + "MMX")
+        out, per = self.path("g.json"), self.path("ranks")
+        made, written = [], []  # made[k]: events written to the main file when event k was made
+        real_iter, real_add = perfetto.iter_events, perfetto._JsonDocument.add
+
+        def counting_iter(*args):
+            for e in real_iter(*args):
+                made.append(len(written))
+                yield e
+
+        def counting_add(doc, batch):
+            if doc.f.name == out:
+                written.extend(batch)
+            real_add(doc, batch)
+        with unittest.mock.patch.object(perfetto, "CHUNK", 4), \
+                unittest.mock.patch.object(perfetto, "MAX_OPEN_FILES", 1), \
+                unittest.mock.patch.object(perfetto, "iter_events", counting_iter), \
+                unittest.mock.patch.object(perfetto._JsonDocument, "add", counting_add), \
+                contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(perfetto.main([p, "-o", out, "--per-rank", per]), 0)
+        # streamed: the first pass (the main file, rank 0's) wrote every batch of 4 before it made the next event
+        self.assertEqual(made[:len(events)], [n - n % 4 for n in range(len(events))])
+        self.assertEqual(written, [json.dumps(e) for e in events])
+        with open(out) as f:
+            text = f.read()
+        self.assertEqual(text, json.dumps(perfetto.document(trace, events, origin, 0)))  # what json.dump wrote
+        for line in self.GOLDEN:
+            self.assertIn(line, text)
+        for r in range(trace.world_size):  # one pass per rank (MAX_OPEN_FILES = 1): each file as json.dump wrote
+            with open(os.path.join(per, "rank%d.json" % r)) as f:
+                self.assertEqual(f.read(), json.dumps(perfetto.document(trace, [e for e in events if e["pid"] == r],
+                                                                        origin, r)))
 
 
 def sweep_trace(path, name, schedule, noise, makespans, seed=0):
