@@ -26,7 +26,10 @@
 // costs), and ZB-V against its Table 8 (docs/schedules.md).
 // (9) --schedules [DECK...]: migration's gain under ZB-2p, ZB-1p, 1F1B-interleaved and 1F1B (10% jitter, deck and
 // balanced splits), beside the Conductor paper's Megatron-LM throughput table (docs/migration.md).
-// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] |
+// (10) --wide: issue 13's first goal beyond the decks: backfill over strict for every generator x p in
+// {4, 8, 16, 32, 64} x m in {p, 2p, 4p} x four cost shapes (uniform, W < F, comm = F, a heavy last stage) x the
+// grid's noises, 3 seeds x 5 steps; the cells below the goal, the lowest five.
+// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] | --wide |
 //                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |
 //                   --migration-run DECK jitter|straggler [KEY=VALUE...] | --schedules [DECK...]]   (--quick skips
 //        p=1024; --speed runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
@@ -474,6 +477,87 @@ void grid(const std::string& inputs) {
       "\n%d cells. bfw: %d below 0.998, %d noise-free below 1.000, speedup %.3f .. %.3f. backfill: %d below 0.998, "
       "%d noise-free below 1.000, speedup %.3f .. %.3f\n",
       cells, below998[0], below1_free[0], lo[0], hi[0], below998[1], below1_free[1], lo[1], hi[1]);
+}
+
+// ---- (10) --wide: issue 13's first goal beyond the decks ----
+
+// The cost keys of one of the goal's cost shapes at pipeline size p: uniform, W < F, comm-heavy (comm = F), and a
+// heavy last stage (the last rank 1.5x F and B, 1.2x W).
+std::vector<std::string> shape_costs(const std::string& shape, int p) {
+  const auto last = [p](double others, double last_one) {
+    std::string list = "[";
+    for (int r = 0; r < p; ++r) {
+      if (r) list += ',';
+      list += std::to_string(r + 1 < p ? others : last_one);
+    }
+    return list + "]";
+  };
+  if (shape == "uniform") return {"cost.forward=1", "cost.backward_input=1", "cost.backward_weight=1", "cost.comm=0"};
+  if (shape == "W<F") return {"cost.forward=1", "cost.backward_input=1", "cost.backward_weight=0.5", "cost.comm=0"};
+  if (shape == "comm=F") return {"cost.forward=1", "cost.backward_input=1", "cost.backward_weight=1", "cost.comm=1"};
+  return {"cost.forward=" + last(1, 1.5), "cost.backward_input=" + last(1, 1.5), "cost.backward_weight=" + last(1, 1.2),
+          "cost.comm=0.02"};
+}
+
+// Every generator x p in {4, 8, 16, 32, 64} x m in {p, 2p, 4p} x four cost shapes x the grid's noises, on a deck
+// of cost keys alone: the default readiness policy (backfill) over strict, mean of 3 seeds x 5 steps (noise-free:
+// one). Prints the cells below the goal (0.998, noise-free 1.000 to 1e-9), the five lowest, the count and the refusals
+// (a generator that has no schedule for the shape, e.g. dualpipev with m < 2p).
+void wide() {
+  const int seeds = 3, steps = 5;
+  const std::string text = "run: {name: wide}\n";
+  const std::vector<std::string> kinds = {"gpipe", "1f1b", "1f1b-interleaved", "zb-h1",    "zb-h2", "zb-1p",
+                                          "zb-2p", "zb-v", "zb-v-greedy",      "dualpipev"};
+  struct Cell {
+    double x;
+    std::string name;
+  };
+  std::vector<Cell> cells;
+  int below = 0, refused = 0;
+  std::printf("## wide grid: backfill (default) over strict, mean makespan over %d seeds x %d steps\n\n", seeds, steps);
+  for (const std::string& kind : kinds) {
+    const bool two = kind == "1f1b-interleaved" || kind == "zb-v" || kind == "zb-v-greedy" || kind == "dualpipev";
+    for (int p : {4, 8, 16, 32, 64}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        for (const char* shape : {"uniform", "W<F", "comm=F", "heavy last"}) {
+          for (const auto& noise : grid_noises()) {
+            std::vector<std::string> o = {"schedule.kind=" + kind, "parallel.pipeline=" + std::to_string(p),
+                                          "parallel.microbatches=" + std::to_string(m),
+                                          std::string("parallel.virtual=") + (two ? "2" : "1")};
+            for (const std::string& c : shape_costs(shape, p)) o.push_back(c);
+            o.insert(o.end(), noise.overrides.begin(), noise.overrides.end());
+            const bool free = noise.name == "none";
+            const auto with = [&](const char* execution) {
+              std::vector<std::string> e = o;
+              e.push_back(std::string("schedule.execution=") + execution);
+              return deck_makespan("wide", text, e, free ? 1 : seeds, steps);
+            };
+            char name[160];
+            std::snprintf(name, sizeof name, "%s p=%d m=%d %s %s", kind.c_str(), p, m, shape, noise.name.c_str());
+            double x = 0;
+            try {
+              x = with("strict") / with("readiness");
+            } catch (const InputError&) {
+              ++refused;
+              continue;
+            }
+            cells.push_back({x, name});
+            // A noise-free tie may differ in the last bits: op times summed in another order (1e-9: a tie).
+            if (x < (free ? 1.0 - 1e-9 : 0.998)) {
+              ++below;
+              std::printf("below the goal: %s: %.9f\n", name, x);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::sort(cells.begin(), cells.end(), [](const Cell& a, const Cell& b) { return a.x < b.x; });
+  std::printf("\nlowest:\n");
+  for (std::size_t i = 0; i < cells.size() && i < 5; ++i)
+    std::printf("  %.4f  %s\n", cells[i].x, cells[i].name.c_str());
+  std::printf("\n%zu cells (%d refused by their generator): %d below the goal (0.998; noise-free 1.000)\n",
+              cells.size(), refused, below);
 }
 
 void heavy(const std::string& inputs) {
@@ -1010,6 +1094,10 @@ static int run(int argc, char** argv) {
     }
     at_scale_header();
     at_scale(p, m, argc > 4 ? std::atoi(argv[4]) : (p >= 1024 ? 1 : 5));
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--wide") == 0) {
+    wide();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--grid") == 0) {
