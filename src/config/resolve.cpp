@@ -209,13 +209,16 @@ plan::Costs costs_from_model(const Deck& d) {
 
 namespace {
 
+// The paths `pattern` names: itself when it exists as written (a literal path wins over its reading as a glob:
+// 'run[1]/x.bin' read a file 'run1/x.bin'), else its glob's matches, sorted. Every match, a file or not: the
+// deck's check refuses the others by name (a glob skipped a dangling link or a folder without a word).
 std::vector<std::string> glob_files(const std::string& pattern) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(pattern, ec))) return {pattern};
   std::vector<std::string> out;
   glob_t g{};
   if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-    for (std::size_t i = 0; i < g.gl_pathc; i++) {
-      if (std::filesystem::is_regular_file(g.gl_pathv[i])) out.emplace_back(g.gl_pathv[i]);
-    }
+    for (std::size_t i = 0; i < g.gl_pathc; i++) out.emplace_back(g.gl_pathv[i]);
   }
   globfree(&g);
   std::sort(out.begin(), out.end());

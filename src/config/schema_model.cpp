@@ -88,11 +88,15 @@ void add_model_fields(std::vector<Field>& f) {
       "data.path", [](Deck & d) -> auto& { return d.data.path; },
       "Training data: a file or glob (`file`: read as bytes, needs model.vocab >= 256; `llmc`: shards such as "
       "`fineweb_train_*.bin`, in sorted order), or a Megatron dataset prefix or glob of prefixes (`megatron`: "
-      "the path without .bin/.idx). Every token id must be below model.vocab."));
+      "the path without .bin/.idx). A path that exists as written is read as is ('[' and '*' included); every "
+      "match of a glob must be a file (a dangling link or a folder is refused, not skipped), and every shard of "
+      "one token type (llm.c's GPT-2 uint16 and Llama-3 uint32 are not mixed). Every token id must be below "
+      "model.vocab."));
   f.push_back(field<std::string>(
       "data.valid_path", [](Deck & d) -> auto& { return d.data.valid_path; },
-      "Validation data in data.source's format (file, glob or prefix as data.path); empty: the last "
-      "data.valid_fraction of each training file (synthetic: a separate stream of the same source)."));
+      "Validation data in data.source's format (file, glob or prefix as data.path), none of data.path's files; "
+      "empty: the last data.valid_fraction of each training file (synthetic: a separate stream of the same "
+      "source)."));
   f.push_back(field<double>(
                   "data.valid_fraction", [](Deck & d) -> auto& { return d.data.valid_fraction; },
                   "Tail of each training file held out for validation when data.valid_path is empty (never "
@@ -207,6 +211,26 @@ namespace {
 
 // data.* and eval.*: the files exist and the keys fit together; the files' contents (headers, token ids against
 // model.vocab) are checked where they are read (model/data.hpp).
+namespace {
+
+// Why `file` (a data file a path named) cannot be read as one, or "".
+std::string not_a_data_file(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(file, ec), target = fs::status(file, ec);
+  if (fs::is_regular_file(target)) return "";
+  if (fs::is_symlink(link) && !fs::exists(target)) {
+    std::error_code rc;
+    return "a symbolic link to '" + fs::read_symlink(file, rc).string() + "', which does not exist";
+  }
+  if (!fs::exists(target)) return "which does not exist";
+  if (fs::is_directory(target)) return "which is a folder, not a data file";
+  if (fs::is_fifo(target)) return "which is a named pipe, not a data file (it is read from memory maps)";
+  return "which is a device or socket, not a data file";
+}
+
+}  // namespace
+
 void finalize_data(const Deck& deck, const std::string& src, std::vector<std::string>& problems) {
   const DataConfig& d = deck.data;
   // A path the user named but the trainer would not read: training on synthetic tokens instead gives a
@@ -231,15 +255,38 @@ void finalize_data(const Deck& deck, const std::string& src, std::vector<std::st
   const std::string noun = d.source == "file"   ? "file"
                            : d.source == "llmc" ? "file (llm.c token shards)"
                                                 : "Megatron dataset (PREFIX.idx + PREFIX.bin)";
+  const auto files_of = [&](const char* key, const std::string& path) {
+    const std::vector<std::string> files = expand_data_path(d.source, path);
+    if (files.empty()) problems.push_back(src + ": " + key + " = '" + path + "' matches no " + noun);
+    // Each match must be a file the trainer can read (a Megatron prefix: its .idx and .bin), named when not.
+    for (const std::string& f : files) {
+      for (const std::string& file : d.source == "megatron" ? std::vector{f + ".idx", f + ".bin"} : std::vector{f}) {
+        if (const std::string why = not_a_data_file(file); !why.empty())
+          problems.push_back(src + ": " + key + " = '" + path + "' names '" + file + "', " + why);
+      }
+    }
+    return files;
+  };
+  std::vector<std::string> train;
   if (d.path.empty()) {
     problems.push_back(src + ": data.source = " + d.source + " needs data.path (" + what + ")");
-  } else if (d.source == "file" && !std::filesystem::is_regular_file(d.path)) {
-    problems.push_back(src + ": data.path = '" + d.path + "' is not a readable file");
-  } else if (expand_data_path(d.source, d.path).empty()) {
-    problems.push_back(src + ": data.path = '" + d.path + "' matches no " + noun);
+  } else {
+    train = files_of("data.path", d.path);
   }
-  if (!d.valid_path.empty() && expand_data_path(d.source, d.valid_path).empty()) {
-    problems.push_back(src + ": data.valid_path = '" + d.valid_path + "' matches no " + noun);
+  if (!d.valid_path.empty()) {
+    for (const std::string& v : files_of("data.valid_path", d.valid_path)) {
+      const auto same = std::find_if(train.begin(), train.end(), [&](const std::string& t) {
+        std::error_code ec;
+        return std::filesystem::equivalent(t + (d.source == "megatron" ? ".bin" : ""),
+                                           v + (d.source == "megatron" ? ".bin" : ""), ec);
+      });
+      if (same != train.end()) {
+        problems.push_back(src + ": data.valid_path = '" + d.valid_path + "' names '" + v +
+                           "', which data.path names too ('" + *same +
+                           "'): the validation loss would be measured on training tokens; hold data out with "
+                           "data.valid_fraction instead, or name other files");
+      }
+    }
   }
   if (!d.valid_path.empty() && d.valid_fraction > 0) {
     problems.push_back(src +

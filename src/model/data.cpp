@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "conductor/util/error.hpp"
 
@@ -77,8 +78,20 @@ void DataSource::load_files(const plan::Plan& plan) {
     throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
   }
   const int window = seq_len_ + 1;
+  // Every file's tokens of one type: llm.c's GPT-2 (uint16) and Llama-3 (uint32) shards come from different
+  // tokenizers, so one run mixing them trains on ids that mean different words.
+  std::optional<TokenSpan> first;
+  const auto same_type = [&](const TokenSpan& run, const char* key) {
+    if (!first) first = run;
+    if (run.type != first->type) {
+      throw InputError(std::string(key) + ": '" + run.name() + "' holds " + type_name(run.type) + " tokens, '" +
+                       first->name() + "' " + type_name(first->type) +
+                       " tokens: shards of two tokenizers; use files of one");
+    }
+  };
   for (const std::string& f : d.train_files) {
     TokenSpan run = read_run(source_, f);
+    same_type(run, "data.path");
     check_token_ids(run, vocab_, "data.path");
     const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
     if (held_out > 0) valid_.add(run.slice(run.count - held_out, held_out), window);
@@ -86,6 +99,7 @@ void DataSource::load_files(const plan::Plan& plan) {
   }
   for (const std::string& f : d.valid_files) {
     TokenSpan run = read_run(source_, f);
+    same_type(run, "data.valid_path");
     check_token_ids(run, vocab_, "data.valid_path");
     valid_.add(std::move(run), window);
   }

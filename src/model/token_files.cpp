@@ -81,10 +81,37 @@ std::string printable(const unsigned char* p, std::size_t n) {
   return s;
 }
 
+// What a path that is not a regular file is, for messages.
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a named pipe";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
 }  // namespace
 
+const char* type_name(TokenType type) {
+  switch (type) {
+    case TokenType::u8: return "uint8";
+    case TokenType::i8: return "int8";
+    case TokenType::i16: return "int16";
+    case TokenType::u16: return "uint16";
+    case TokenType::i32: return "int32";
+    case TokenType::u32: return "uint32";
+    case TokenType::i64: return "int64";
+  }
+  return "?";
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Checked before opening: opening a named pipe waits for a writer (every rank hung on a FIFO as PREFIX.bin).
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
+    throw InputError(quoted(path) + " is not a regular file (" + file_kind(before.st_mode) + ")");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -1,6 +1,8 @@
 // Tokenized data on disk (llm.c shards, Megatron indexed datasets), the validation split and the validation loss.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -71,7 +73,7 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 TEST(DataFiles, LlmcShardsAreReadAsWindowsInsideOneShard) {
   const std::string dir = temp_dir("llmc");
   write_llmc(dir + "/train_000.bin", positions(0, 200, 4096));
-  write_llmc(dir + "/train_001.bin", positions(1000, 300, 4096), 20240801, 7, 4);  // Llama 3 layout, uint32
+  write_llmc(dir + "/train_001.bin", positions(1000, 300, 4096));
   const config::Deck deck = file_deck("llmc", dir + "/train_*.bin");
   ASSERT_EQ(config::resolve(deck).data.train_files.size(), 2u);
   DataSource src(config::resolve(deck));
@@ -274,4 +276,73 @@ TEST(DataFiles, ValidationLossLeavesTrainingUnchanged) {
   for (int b = 0; b < 2; b++) by_hand += m.eval_forward(0, b, nullptr, nullptr);
   EXPECT_EQ(loss, by_hand / 2);
   EXPECT_NEAR(loss, std::log(static_cast<double>(deck.model.vocab)), 0.5);  // near-uniform predictions at init
+}
+
+TEST(DataFiles, LlamaThreeShardsAreUint32AndNotMixedWithGptTwo) {
+  const std::string dir = temp_dir("llama");
+  write_llmc(dir + "/l_000.bin", positions(1000, 300, 4096), 20240801, 7, 4);  // Llama 3 layout, uint32
+  DataSource alone(config::resolve(file_deck("llmc", dir + "/l_*.bin")));
+  std::vector<int> in, tg;
+  alone.microbatch(0, 0, in, tg);
+  for (int s : row_starts(in, tg, model_test::tiny_deck().model.seq_len)) EXPECT_GE(s, 1000);
+  // A GPT-2 shard (uint16) beside it: two tokenizers' ids in one stream, refused naming both files.
+  write_llmc(dir + "/l_001.bin", positions(0, 300, 4096));
+  const std::string e = error_of(file_deck("llmc", dir + "/l_*.bin"));
+  EXPECT_TRUE(has(e, "data.path: '" + dir + "/l_001.bin' holds uint16 tokens, '" + dir +
+                         "/l_000.bin' uint32 tokens: shards of two tokenizers"))
+      << e;
+}
+
+namespace {
+// The deck's problems for data keys given as YAML (every check of `conductor validate`), "" when none.
+std::string deck_problems(const std::string& data_yaml) {
+  config::LoadOptions o;
+  o.source_name = "deck.yaml";
+  o.command = config::Command::Simulate;
+  try {
+    config::parse_deck("model: {vocab: 4096}\ndata: " + data_yaml + "\n", o);
+  } catch (const DeckError& e) {
+    std::string all;
+    for (const auto& p : e.problems()) all += p + "\n";
+    return all;
+  }
+  return "";
+}
+}  // namespace
+
+// A literal path wins over its glob reading; a glob's match that is no file is named, not skipped; validation
+// files that are training files are refused; a named pipe is refused before it is opened (every rank hung).
+TEST(DataFiles, PathsNameExactlyTheFilesTheyRead) {
+  namespace fs = std::filesystem;
+  const std::string dir = temp_dir("paths");
+  fs::create_directories(dir + "/run[1]");
+  fs::create_directories(dir + "/run1");
+  write_llmc(dir + "/run[1]/x.bin", positions(2000, 300, 4096));
+  write_llmc(dir + "/run1/x.bin", positions(0, 300, 4096));
+  EXPECT_EQ(config::expand_data_path("llmc", dir + "/run[1]/x.bin"), std::vector<std::string>{dir + "/run[1]/x.bin"});
+
+  write_llmc(dir + "/s_000.bin", positions(0, 300, 4096));
+  fs::create_symlink(dir + "/gone.bin", dir + "/s_001.bin");
+  fs::create_directories(dir + "/s_002.bin");
+  const std::string e = deck_problems("{source: llmc, path: '" + dir + "/s_*.bin'}");
+  EXPECT_TRUE(has(e, "names '" + dir + "/s_001.bin', a symbolic link to '" + dir + "/gone.bin', which does not exist"))
+      << e;
+  EXPECT_TRUE(has(e, "names '" + dir + "/s_002.bin', which is a folder, not a data file")) << e;
+
+  const std::string overlap =
+      deck_problems("{source: llmc, path: '" + dir + "/run1/*.bin', valid_path: '" + dir + "/run1/x.bin'}");
+  EXPECT_TRUE(has(overlap, "which data.path names too")) << overlap;
+  EXPECT_EQ(deck_problems("{source: llmc, path: '" + dir + "/run1/x.bin', valid_path: '" + dir + "/s_000.bin'}"), "");
+
+  write_megatron(dir + "/m", {{1, 2, 3}});
+  fs::remove(dir + "/m.bin");
+  ASSERT_EQ(::mkfifo((dir + "/m.bin").c_str(), 0600), 0);
+  const std::string fifo = deck_problems("{source: megatron, path: '" + dir + "/m'}");
+  EXPECT_TRUE(has(fifo, "names '" + dir + "/m.bin', which is a named pipe")) << fifo;
+  try {
+    MappedFile f(dir + "/m.bin");
+    FAIL() << "a named pipe was opened";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "is not a regular file (a named pipe)")) << e.what();
+  }
 }

@@ -12,9 +12,10 @@ namespace conductor::config {
 
 plan::Plan resolve(const Deck& deck);
 
-// The files a data path names for data.source `source`, sorted: a file or glob (file, llmc: the matching
-// regular files), or a Megatron dataset prefix or glob of prefixes (megatron: each prefix whose .idx exists;
-// a trailing .bin or .idx is dropped). Empty when nothing matches.
+// The files a data path names for data.source `source`, sorted: a file or glob (file, llmc: the path itself when
+// it exists as written, else the glob's matches, files or not: the deck's check refuses what is not a file), or
+// a Megatron dataset prefix or glob of prefixes (megatron: each prefix whose .idx exists; a trailing .bin or .idx
+// is dropped). Empty when nothing matches.
 std::vector<std::string> expand_data_path(const std::string& source, const std::string& path);
 
 // Pieces of resolve(), for the deck's own derived keys (finalize_sched writes them back for resolved.yaml).

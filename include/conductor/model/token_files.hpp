@@ -32,6 +32,7 @@ class MappedFile {
 };
 
 enum class TokenType { u8, i8, i16, u16, i32, u32, i64 };
+const char* type_name(TokenType type);  // "uint16", ...
 
 // A contiguous run of little-endian tokens inside a mapped file.
 struct TokenSpan {
