@@ -108,22 +108,28 @@ cj_deck_value() {
 # `scancel -b -s TERM`. The batch scripts remember one from their first line on (a trap of their own until
 # jobs/common.sh is sourced, then cj_catch_term's): one before the launch starts nothing (cj_launch: exit 3,
 # requeued as after a clean stop); one after it is forwarded to scripts/conductor-launch (cj_run_forwarding_term),
-# once that can take it. CJ_GOT_TERM=1 once one came.
+# once that can take it. CJ_GOT_TERM=1 once one came. CJ_LAUNCHING=1 once the last check before the launch has
+# passed: a signal from then on is forwarded to the run, which is started all the same.
 CJ_GOT_TERM=${CJ_GOT_TERM:-0}
 CJ_CHILD=""
 CJ_FORWARDED=0
+CJ_LAUNCHING=0
 cj_catch_term() { trap cj_on_term TERM; }
 cj_on_term() {
   CJ_GOT_TERM=1
   if [[ -z $CJ_CHILD ]]; then
-    cj_log "SIGTERM before the run started: it will not be started"
+    if [[ $CJ_LAUNCHING == 1 ]]; then
+      cj_log "SIGTERM while the run is being launched: it is passed on to the run once that can take it"
+    else
+      cj_log "SIGTERM before the run started: it will not be started"
+    fi
     return 0
   fi
   cj_log "SIGTERM: asking the run to checkpoint and stop"
   cj_forward_term
 }
 # One SIGTERM to the launched command, once it handles SIGTERM (a script in its first milliseconds does not yet:
-# the signal would kill it and leave the run going).
+# the signal would kill it and leave the run going; cj_wait_catches_term).
 cj_forward_term() {
   CJ_FORWARDED=1
   cj_wait_catches_term "$CJ_CHILD"
@@ -143,11 +149,23 @@ cj_catches_term() {
   return 1
 }
 
-# cj_wait_catches_term PID: waits (up to 10 s, while it lives) until process PID handles SIGTERM.
+# cj_execed PID: whether process PID, a child of this shell, runs its own program already: its command line is no
+# longer this shell's. Between the fork and the exec it is a copy of this shell, and carries this shell's own TERM
+# trap (SigCgt says it handles SIGTERM) until bash resets its signals for the exec: a SIGTERM then is lost, or,
+# once they are reset and before the launched script sets its trap, kills it (exit 143). Builtins only.
+cj_execed() {
+  local -a own=() child=()
+  mapfile -d '' -t own 2>/dev/null <"/proc/$$/cmdline"
+  mapfile -d '' -t child 2>/dev/null <"/proc/$1/cmdline" || return 1
+  ((${#child[@]} > 0)) && [[ ${child[*]} != "${own[*]}" ]]
+}
+
+# cj_wait_catches_term PID: waits (up to 10 s, while it lives) until process PID, launched by this shell, has
+# started its program (cj_execed) and handles SIGTERM.
 cj_wait_catches_term() {
   local tries
   for ((tries = 0; tries < 500; tries++)); do
-    cj_catches_term "$1" && return 0
+    cj_execed "$1" && cj_catches_term "$1" && return 0
     kill -0 "$1" 2>/dev/null || return 0
     sleep 0.02
   done
@@ -163,7 +181,10 @@ cj_run_forwarding_term() {
   "$@" &
   CJ_CHILD=$!
   # A SIGTERM between the last check before the launch and now found no command to forward to.
-  [[ $CJ_GOT_TERM == 1 && $CJ_FORWARDED == 0 ]] && cj_forward_term
+  if [[ $CJ_GOT_TERM == 1 && $CJ_FORWARDED == 0 ]]; then
+    cj_log "SIGTERM came during the launch: asking the run to checkpoint and stop"
+    cj_forward_term
+  fi
   while kill -0 "$CJ_CHILD" 2>/dev/null; do
     wait "$CJ_CHILD" || true # returns early when the trap runs (set -e must not end the script there)
   done
@@ -466,6 +487,7 @@ cj_launch() {
   # would run a trap only after it ended.
   [[ $command == run && -n ${SLURM_JOB_ID:-} ]] || trap - TERM
   [[ $CJ_GOT_TERM == 1 && $dry != 1 ]] && cj_stopped_before_launch "$command" "$output"
+  [[ $dry == 1 ]] || CJ_LAUNCHING=1 # from here on, a SIGTERM is passed on to the run (cj_on_term)
   cj_log "running: $(cj_quote "${cmd[@]}")"
   if [[ $dry == 1 ]]; then
     cj_log "DRY_RUN=1: not launched; nothing written to $output"

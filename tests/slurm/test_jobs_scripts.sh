@@ -285,6 +285,27 @@ else
   bad "a fresh job stopped before the launch was not requeued, or wrote more than its log: $(cat early.log; ls -A outF)"
 fi
 
+# A stop signal at the moment of the launch (after the last check before it, before the launched command has set
+# its trap): forwarded once the command runs and handles SIGTERM, so the run still stops gracefully (exit 3). A
+# child forked by the batch shell carries the shell's own TERM trap until it execs (SigCgt says "handled"), and a
+# SIGTERM sent then was lost, or killed the launcher once bash had reset its signals (exit 143: the Slurm test's
+# time-limit stop under load). Each round forwards a SIGTERM that came before the child existed.
+printf '#!/bin/bash\nsleep 0.02\ntrap "exit 3" TERM\nsleep 0.2 &\nwait $!\nexit 0\n' >late-trap
+chmod +x late-trap
+rcs=$(bash -c 'source "$1/jobs/common.sh"
+  for ((i = 0; i < 20; i++)); do
+    CJ_CHILD="" CJ_FORWARDED=0 CJ_GOT_TERM=1 CJ_LAUNCHING=1
+    cj_run_forwarding_term "$2" >/dev/null
+    echo -n "$CJ_RC "
+  done' _ "$src" "$work/late-trap")
+[[ $rcs == "$(printf '3 %.0s' {1..20})" ]] && ok ||
+  bad "a SIGTERM forwarded as the launch command starts did not stop it gracefully (exit 3 each): $rcs"
+# The batch shell says what a SIGTERM before the launched command exists does: before the last check, the run is
+# not started; after it, the run is started and the signal passed on (it used to say "will not be started").
+msg=$(bash -c 'source "$1/jobs/common.sh"; cj_on_term; CJ_LAUNCHING=1; cj_on_term' _ "$src")
+[[ $msg == *"SIGTERM before the run started: it will not be started"*"SIGTERM while the run is being launched: it is passed on"* ]] &&
+  ok || bad "the batch shell's SIGTERM messages before and during the launch are wrong: $msg"
+
 # --- sweep.sbatch: ids 0..n-1 map one-to-one onto decks x schedules x executions x noises
 export SWEEP_DECKS="inputs/quickstart.yaml $src/tests/slurm/tiny.yaml" SWEEP_SCHEDULES="1f1b zb-h1 gpipe"
 export SWEEP_EXECUTIONS="strict readiness:bfw" SWEEP_NOISES="none jitter10 congestion" SWEEP_DIR=$work/sweep
