@@ -26,6 +26,7 @@
 #include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/progress.hpp"
+#include "conductor/util/text_file.hpp"
 
 namespace conductor::plugin {
 
@@ -117,12 +118,6 @@ class OutFile {
   std::FILE* f_;
 };
 
-void write_whole(const fs::path& path, const std::string& text) {
-  OutFile f(path);
-  f.write(text);
-  f.close();
-}
-
 bool stop_requested() {
   const HostState& host = host_state();
   return host.stop_requested && host.stop_requested();
@@ -163,7 +158,7 @@ int train_policy(const config::Deck& deck) {
   // policy.pt last: a folder whose policy.pt is this run's holds every other file of this run.
   const std::vector<std::string> names = {"resolved.yaml", "curve.csv", "summary.csv", "summary.txt", "policy.pt"};
   files.check_destinations(names);  // before the training: a folder named policy.pt would only fail at the end
-  write_whole(files.stage("resolved.yaml"), config::resolved_yaml(deck));
+  write_text_file(files.stage("resolved.yaml"), config::resolved_yaml(deck));
 
   const policy::TrainSetup setup = policy::setup_from_deck(deck);
   char line[512];
@@ -210,8 +205,8 @@ int train_policy(const config::Deck& deck) {
     return stopped(out, "while evaluating the trained policy (all " + std::to_string(iterations) + " iterations done)");
   }
   const std::string table = policy::format_table(rows);
-  write_whole(files.stage("summary.csv"), policy::to_csv(rows));
-  write_whole(files.stage("summary.txt"), table);
+  write_text_file(files.stage("summary.csv"), policy::to_csv(rows));
+  write_text_file(files.stage("summary.txt"), table);
   policy::write_policy_file(result.policy, files.stage("policy.pt").string());
   files.commit();
   log::info("wrote " + (out / "policy.pt").string() + ", " + (out / "curve.csv").string() + ", summary.csv, " +

@@ -5,17 +5,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "conductor/util/error.hpp"
 
 namespace conductor {
 
 void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw Error("cannot write '" + path.string() + "'");
+  // stdio rather than a stream, for errno: the error says why (a full disk, a file-size limit).
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw Error("cannot write '" + path.string() + "': " + std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !written)
+    throw Error("cannot write '" + path.string() + "': " + std::strerror(written ? errno : err));
 }
 
 namespace {
