@@ -18,7 +18,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw Error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) +
+  throw Error(std::string("cuBLAS error ") + cublas().status_name(status) + " (" + cublas().status_string(status) +
               ") in " + call + " at " + file + ":" + std::to_string(line));
 }
 
@@ -57,6 +57,7 @@ void* Scratch::get(std::size_t bytes, cudaStream_t stream) {
 
 // ------------------------------------------------------------------------------------------------ backend
 CudaBackend::CudaBackend(const CudaOptions& options) : Backend(kernel_table()), options_(options) {
+  cx_.blas = &cublas();  // first: a missing cuBLAS is said before any device resource is made
   if (options_.device >= 0) cudaCheck(cudaSetDevice(options_.device));
   cudaCheck(cudaGetDevice(&device_));
   // Keep freed pool memory in the process (default threshold 0 returns it to the driver at every
@@ -67,11 +68,11 @@ CudaBackend::CudaBackend(const CudaOptions& options) : Backend(kernel_table()), 
   cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   cudaCheck(cudaStreamCreateWithFlags(&cx_.stream, cudaStreamNonBlocking));
   cx_.precision = options_.precision;
-  cublasCheck(cublasCreate(&cx_.cublas));
-  cublasCheck(cublasSetStream(cx_.cublas, cx_.stream));
+  cublasCheck(cx_.blas->create(&cx_.cublas));
+  cublasCheck(cx_.blas->set_stream(cx_.cublas, cx_.stream));
   // fp32 reference results need exact fp32 products; TF32 is opt-in (and used by bf16 for attention's products).
   const bool tf32 = options_.tf32 || options_.precision == Precision::bf16;
-  cublasCheck(cublasSetMathMode(cx_.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  cublasCheck(cx_.blas->set_math_mode(cx_.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   cudaCheck(cudaMallocHost(&cx_.host_result, sizeof(double)));
 }
 
@@ -79,7 +80,7 @@ CudaBackend::~CudaBackend() {
   // Best effort: nothing here may throw. Queued work finishes before the stream is destroyed.
   if (cx_.stream) cudaStreamSynchronize(cx_.stream);
   if (cx_.host_result) cudaFreeHost(cx_.host_result);
-  if (cx_.cublas) cublasDestroy(cx_.cublas);
+  if (cx_.cublas) cx_.blas->destroy(cx_.cublas);
   // The scratch areas are freed on the stream, so before the stream goes.
   cx_.operand_a.reset();
   cx_.operand_b.reset();

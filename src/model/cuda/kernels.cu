@@ -617,10 +617,10 @@ void sgemm_strided(CudaContext& cx, float* c, int ldc, long long stride_c, Strid
   const cublasOperation_t op_a = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (batch == 1) {
-    cublasCheck(cublasSgemm(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, a.p, a.ld, &beta, c, ldc));
+    cublasCheck(cx.blas->sgemm(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, a.p, a.ld, &beta, c, ldc));
   } else {
-    cublasCheck(cublasSgemmStridedBatched(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, b.stride, a.p, a.ld,
-                                          a.stride, &beta, c, ldc, stride_c, batch));
+    cublasCheck(cx.blas->sgemm_strided_batched(cx.cublas, op_b, op_a, n, m, k, &alpha, b.p, b.ld, b.stride, a.p, a.ld,
+                                               a.stride, &beta, c, ldc, stride_c, batch));
   }
 }
 
@@ -647,9 +647,9 @@ void gemm(CudaContext& cx, float* c, const float* a, const float* b, int m, int 
   void* b16 = cx.operand_b.get(nb * 2, cx.stream);
   to_bf16(a16, a, na, cx.stream);
   to_bf16(b16, b, nb, cx.stream);
-  cublasCheck(cublasGemmEx(cx.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                           &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
-                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  cublasCheck(cx.blas->gemm_ex(cx.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                               m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 int sum_squares_blocks(std::size_t N) {

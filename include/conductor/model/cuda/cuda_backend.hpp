@@ -13,6 +13,7 @@
 #include <string>
 
 #include "conductor/model/backend.hpp"
+#include "conductor/model/cuda/cublas_library.hpp"
 
 namespace conductor::model::cuda {
 
@@ -49,6 +50,7 @@ class Scratch {
 // What the CUDA kernels (kernels.cu) use of their backend: its stream, cuBLAS handle, precision and scratch.
 struct CudaContext {
   cudaStream_t stream = nullptr;
+  const CublasApi* blas = nullptr;  // cuBLAS, opened with the first backend (cublas_library.hpp)
   cublasHandle_t cublas = nullptr;
   Precision precision = Precision::fp32;
   Scratch operand_a, operand_b;   // bf16 copies of GEMM operands
