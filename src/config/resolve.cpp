@@ -313,7 +313,8 @@ plan::Plan resolve(const Deck& d) {
   out.eval = plan::Eval{d.eval.every, d.eval.batches};
   out.optim = resolved_optim(d);
   out.runtime = plan::Runtime{d.runtime.watchdog_s, resolved_peak_tflops(d)};
-  out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep};
+  out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep,
+                                    d.checkpoint.allow_data_change};
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};
   out.cuda = plan::Cuda{d.cuda.tf32, d.cuda.allow_gpu_sharing, d.cuda.transport, d.cuda.queue_depth};
   out.scheduler = plan::GlobalTier{d.scheduler.kind, d.policy.path, d.policy.ema, d.policy.verify_samples};

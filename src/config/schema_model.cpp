@@ -170,6 +170,11 @@ void add_model_fields(std::vector<Field>& f) {
       "checkpoint.resume", [](Deck & d) -> auto& { return d.checkpoint.resume; },
       "Checkpoint to resume from (weights, optimizer state, step): a checkpoint root (its `latest` step) or "
       "one step folder; every file is checked against the manifest first. Empty: start from the initialisation."));
+  f.push_back(field<bool>(
+      "checkpoint.allow_data_change", [](Deck & d) -> auto& { return d.checkpoint.allow_data_change; },
+      "Resume although the data files differ from those the checkpoint's run read (its manifest records each "
+      "file's size and CRC-32): a warning names them. false: such a resume is refused, naming the file and what "
+      "differs (the resumed run would train on other tokens than an uninterrupted one)."));
 }
 
 namespace {

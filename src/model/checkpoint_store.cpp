@@ -18,6 +18,38 @@ namespace {
 
 constexpr const char* kManifestMagic = "conductor-checkpoint 1";
 
+// A data file's path as the last field of a manifest line: a backslash and a newline escaped.
+std::string escaped(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+bool unescape(const std::string& text, std::string& path) {
+  path.clear();
+  for (std::size_t i = 0; i < text.size(); i++) {
+    if (text[i] != '\\') {
+      path += text[i];
+      continue;
+    }
+    if (++i == text.size()) return false;
+    if (text[i] == 'n')
+      path += '\n';
+    else if (text[i] == '\\')
+      path += '\\';
+    else
+      return false;
+  }
+  return true;
+}
+
 void write_text_durably(const fs::path& path, const std::string& text) {
   util::write_file_durably(path.string(), text.data(), text.size());
 }
@@ -102,6 +134,11 @@ std::string manifest_text(const Manifest& m) {
   if (m.skipped_nonfinite > 0) o << "skipped_nonfinite " << m.skipped_nonfinite << "\n";
   for (const auto& f : m.files)
     o << "file " << f.name << " crc32 " << util::crc32_hex(f.crc32) << " bytes " << f.bytes << "\n";
+  if (m.data_recorded) {
+    o << "data_files " << m.data.size() << "\n";
+    for (const auto& d : m.data)
+      o << "data bytes " << d.bytes << " crc32 " << util::crc32_hex(d.crc32) << " path " << escaped(d.path) << "\n";
+  }
   return o.str();
 }
 
@@ -118,7 +155,7 @@ Manifest read_manifest(const std::string& step_dir) {
     return InputError("checkpoint manifest '" + path + "' line " + std::to_string(line_no) + ": " + why);
   };
   Manifest m;
-  int seen = 0;
+  int seen = 0, data_files = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line_no == 1) {
@@ -137,11 +174,25 @@ Manifest read_manifest(const std::string& step_dir) {
       m.files.push_back(f);
       continue;
     }
+    if (key == "data") {
+      // "data bytes N crc32 0xXXXXXXXX path PATH": the path is the rest of the line (it may hold spaces).
+      DataFileIdentity d;
+      std::string bytes_word, crc_word, crc, path_word;
+      words >> bytes_word >> d.bytes >> crc_word >> crc >> path_word;
+      std::string rest;
+      std::getline(words, rest);
+      if (!words.eof() || bytes_word != "bytes" || crc_word != "crc32" || path_word != "path" ||
+          !util::parse_crc32_hex(crc, d.crc32) || rest.size() < 2 || rest[0] != ' ' ||
+          !unescape(rest.substr(1), d.path))
+        throw bad("expected 'data bytes N crc32 0xXXXXXXXX path PATH'");
+      m.data.push_back(d);
+      continue;
+    }
     int value = 0;
     words >> value;
     if (!words) throw bad("expected '" + key + " <integer>'");
     // Steps done count from 0, and the shape from 1: a negative step would resume before the first step.
-    const bool count = key == "step" || key == "skipped_nonfinite";
+    const bool count = key == "step" || key == "skipped_nonfinite" || key == "data_files";
     if (value < (count ? 0 : 1)) throw bad(key + " " + std::to_string(value) + " is below " + (count ? "0" : "1"));
     if (key == "step")
       m.step = value, seen |= 1;
@@ -153,6 +204,8 @@ Manifest read_manifest(const std::string& step_dir) {
       m.num_virtual_stages = value, seen |= 8;
     else if (key == "skipped_nonfinite")
       m.skipped_nonfinite = value;
+    else if (key == "data_files")
+      data_files = value, m.data_recorded = true;
     else
       throw bad("unknown key '" + key + "'");
   }
@@ -161,6 +214,10 @@ Manifest read_manifest(const std::string& step_dir) {
     throw InputError("checkpoint manifest '" + path +
                      "' is incomplete (needs step, pipeline, virtual, "
                      "virtual_stages and at least one file line)");
+  if (static_cast<std::size_t>(data_files) != m.data.size() || (!m.data_recorded && !m.data.empty())) {
+    throw InputError("checkpoint manifest '" + path + "' says data_files " + std::to_string(data_files) + " but has " +
+                     std::to_string(m.data.size()) + " data lines");
+  }
   return m;
 }
 
@@ -169,6 +226,34 @@ const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_
     if (f.name == name) return f;
   }
   throw InputError("checkpoint '" + step_dir + "': " + kManifestName + " lists no file '" + name + "'");
+}
+
+std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& then,
+                                          const std::vector<DataFileIdentity>& now) {
+  const auto find = [](const std::vector<DataFileIdentity>& in, const std::string& path) -> const DataFileIdentity* {
+    for (const auto& d : in) {
+      if (d.path == path) return &d;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> out;
+  for (const auto& n : now) {
+    const DataFileIdentity* t = find(then, n.path);
+    const std::string name = "'" + n.path + "'";
+    if (!t) {
+      out.push_back(name + " is new (not read by the checkpoint's run)");
+    } else if (t->bytes != n.bytes) {
+      out.push_back(name + " has " + std::to_string(n.bytes) + " bytes now, " + std::to_string(t->bytes) + " then");
+    } else if (t->crc32 != n.crc32) {
+      out.push_back(name + " has other contents (CRC-32 " + util::crc32_hex(n.crc32) + " now, " +
+                    util::crc32_hex(t->crc32) + " then, the same " + std::to_string(n.bytes) + " bytes)");
+    }
+  }
+  for (const auto& t : then) {
+    if (!find(now, t.path))
+      out.push_back("'" + t.path + "' is no longer read (" + std::to_string(t.bytes) + " bytes then)");
+  }
+  return out;
 }
 
 void probe_checkpoint_root(const std::string& root, const std::string& probe_name) {
@@ -226,6 +311,8 @@ void write_checkpoint(const StageModel& model, const std::string& root, int step
   m.pipeline = pipeline;
   m.virtual_chunks = virtual_chunks;
   m.num_virtual_stages = model.num_virtual_stages();
+  m.data_recorded = true;
+  m.data = model.data().files();
   try {
     m.files = model.save_checkpoint(begin_step(root, step), step);
     commit_step(root, m, keep);

@@ -67,8 +67,7 @@ void DataSource::Corpus::copy_window(std::size_t w, int window, int* tokens) con
   // The run holding window w: the last run whose first window is <= w (runs too short for a window hold none).
   const auto it = std::upper_bound(windows_before.begin(), windows_before.end(), w);
   const std::size_t r = static_cast<std::size_t>(it - windows_before.begin()) - 1;
-  const std::size_t start = w - windows_before[r];
-  for (int t = 0; t < window; t++) tokens[t] = static_cast<int>(runs[r].at(start + static_cast<std::size_t>(t)));
+  runs[r].copy(w - windows_before[r], static_cast<std::size_t>(window), tokens);
 }
 
 void DataSource::load_files(const plan::Plan& plan) {
@@ -92,7 +91,7 @@ void DataSource::load_files(const plan::Plan& plan) {
   for (const std::string& f : d.train_files) {
     TokenSpan run = read_run(source_, f);
     same_type(run, "data.path");
-    check_token_ids(run, vocab_, "data.path");
+    files_.push_back(scan_token_file(run, vocab_, "data.path"));
     const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
     if (held_out > 0) valid_.add(run.slice(run.count - held_out, held_out), window);
     train_.add(run.slice(0, run.count - held_out), window);
@@ -100,7 +99,7 @@ void DataSource::load_files(const plan::Plan& plan) {
   for (const std::string& f : d.valid_files) {
     TokenSpan run = read_run(source_, f);
     same_type(run, "data.valid_path");
-    check_token_ids(run, vocab_, "data.valid_path");
+    files_.push_back(scan_token_file(run, vocab_, "data.valid_path"));
     valid_.add(std::move(run), window);
   }
   const auto too_short = [&](const std::string& key, const std::vector<std::string>& files, const char* part) {
@@ -148,9 +147,39 @@ void DataSource::fill(const std::function<void(int, int*)>& row_of, std::vector<
   }
 }
 
+void DataSource::fill_checked(const std::function<std::string()>& where, const std::function<void(int, int*)>& row_of,
+                              std::vector<int>& inputs, std::vector<int>& targets) const {
+  try {
+    fill(row_of, inputs, targets);
+  } catch (const InputError& e) {
+    const std::string message =
+        where() + ": " + e.what() + "; restore the file (or its copy as it was) and resume from the last checkpoint";
+    std::lock_guard<std::mutex> lock(read_errors_->mutex);
+    if (!read_errors_->deferred) throw InputError(message);
+    if (read_errors_->first.empty()) read_errors_->first = message;
+    std::fill(inputs.begin(), inputs.end(), 0);
+    std::fill(targets.begin(), targets.end(), 0);
+  }
+}
+
+void DataSource::defer_read_errors() const {
+  std::lock_guard<std::mutex> lock(read_errors_->mutex);
+  read_errors_->deferred = true;
+}
+
+std::string DataSource::read_error() const {
+  std::lock_guard<std::mutex> lock(read_errors_->mutex);
+  return read_errors_->first;
+}
+
 void DataSource::microbatch(int step, int mb, std::vector<int>& inputs, std::vector<int>& targets) const {
-  fill([&](int b, int* tokens) { row(mix(mix(mix(seed_, static_cast<std::uint64_t>(step)), mb), b), tokens); }, inputs,
-       targets);
+  const auto row_of = [&](int b, int* tokens) {
+    row(mix(mix(mix(seed_, static_cast<std::uint64_t>(step)), mb), b), tokens);
+  };
+  if (source_ == "synthetic") return fill(row_of, inputs, targets);
+  fill_checked(
+      [&] { return "data.path: step " + std::to_string(step + 1) + " (microbatch " + std::to_string(mb) + ")"; },
+      row_of, inputs, targets);
 }
 
 void DataSource::valid_microbatch(int batch, std::vector<int>& inputs, std::vector<int>& targets) const {
@@ -162,12 +191,12 @@ void DataSource::valid_microbatch(int batch, std::vector<int>& inputs, std::vect
     return;
   }
   if (valid_.windows() == 0) throw InputError("no validation data: set data.valid_path or data.valid_fraction");
-  fill(
-      [&](int b, int* tokens) {
-        const std::size_t k = static_cast<std::size_t>(batch) * static_cast<std::size_t>(batch_) + b;
-        valid_.copy_window(k * static_cast<std::size_t>(seq_len_) % valid_.windows(), seq_len_ + 1, tokens);
-      },
-      inputs, targets);
+  fill_checked([&] { return "validation batch " + std::to_string(batch); },
+               [&](int b, int* tokens) {
+                 const std::size_t k = static_cast<std::size_t>(batch) * static_cast<std::size_t>(batch_) + b;
+                 valid_.copy_window(k * static_cast<std::size_t>(seq_len_) % valid_.windows(), seq_len_ + 1, tokens);
+               },
+               inputs, targets);
 }
 
 double DataSource::empirical_unigram_entropy(int steps, int microbatches) const {

@@ -2,10 +2,12 @@
 #include "conductor/model/token_files.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -105,47 +107,109 @@ const char* type_name(TokenType type) {
   return "?";
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+namespace {
+
+// open() of a data file; a run over more shards than the soft limit of open files raises it to the hard limit
+// once (every file stays open for the run: what it reads is the file it checked, even if it is replaced).
+int open_data_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == EMFILE) {
+    struct rlimit lim {};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      lim.rlim_cur = lim.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    }
+    if (fd < 0 && errno == EMFILE) {
+      throw InputError("cannot open " + quoted(path) +
+                       ": too many open files (every data file stays open during the run; raise `ulimit -n`)");
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
+DataFile::DataFile(const std::string& path) : path_(path) {
   // Checked before opening: opening a named pipe waits for a writer (every rank hung on a FIFO as PREFIX.bin).
   struct stat before {};
   if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
     throw InputError(quoted(path) + " is not a regular file (" + file_kind(before.st_mode) + ")");
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
+  fd_ = open_data_file(path);
+  if (fd_ < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
     throw InputError(quoted(path) + " is not a regular file");
   }
   size_ = static_cast<std::size_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+}
+
+DataFile::~DataFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DataFile::read(std::size_t offset, std::size_t n, void* out) const {
+  auto* p = static_cast<unsigned char*>(out);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (got > 0) {
+      done += static_cast<std::size_t>(got);
+      continue;
+    }
     const int err = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) throw InputError("cannot map " + quoted(path) + ": " + std::strerror(err));
-    data_ = static_cast<const unsigned char*>(p);
-  } else {
-    ::close(fd);
+    if (got < 0 && err == EINTR) continue;
+    if (got < 0) {
+      throw InputError("cannot read " + quoted(path_) + " at byte " + num(offset + done) + ": " + std::strerror(err));
+    }
+    struct stat st {};
+    const std::string now = ::fstat(fd_, &st) == 0 ? num(static_cast<std::uint64_t>(st.st_size)) + " bytes" : "shorter";
+    throw InputError(quoted(path_) + " is now " + now + ", but " + num(n) + " bytes at offset " + num(offset) +
+                     " are needed; it had " + num(size_) +
+                     " bytes when the run opened it (truncated or rewritten while the run reads it)");
   }
 }
 
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+namespace {
+
+template <class T>
+void decode(const unsigned char* p, std::size_t n, int* out) {
+  for (std::size_t i = 0; i < n; i++) out[i] = static_cast<int>(static_cast<std::int64_t>(load<T>(p + i * sizeof(T))));
 }
+
+}  // namespace
 
 std::int64_t TokenSpan::at(std::size_t i) const {
-  const unsigned char* p = file->data() + offset + i * width(type);
+  unsigned char b[8];
+  file->read(offset + i * width(type), width(type), b);
   switch (type) {
-    case TokenType::u8: return *p;
-    case TokenType::i8: return load<std::int8_t>(p);
-    case TokenType::i16: return load<std::int16_t>(p);
-    case TokenType::u16: return load<std::uint16_t>(p);
-    case TokenType::i32: return load<std::int32_t>(p);
-    case TokenType::u32: return load<std::uint32_t>(p);
-    case TokenType::i64: return load<std::int64_t>(p);
+    case TokenType::u8: return b[0];
+    case TokenType::i8: return load<std::int8_t>(b);
+    case TokenType::i16: return load<std::int16_t>(b);
+    case TokenType::u16: return load<std::uint16_t>(b);
+    case TokenType::i32: return load<std::int32_t>(b);
+    case TokenType::u32: return load<std::uint32_t>(b);
+    case TokenType::i64: return load<std::int64_t>(b);
   }
   return 0;
+}
+
+void TokenSpan::copy(std::size_t begin, std::size_t n, int* out) const {
+  const std::size_t w = width(type);
+  thread_local std::vector<unsigned char> buf;
+  buf.resize(n * w);
+  file->read(offset + begin * w, n * w, buf.data());
+  const unsigned char* p = buf.data();
+  switch (type) {
+    case TokenType::u8: decode<std::uint8_t>(p, n, out); break;
+    case TokenType::i8: decode<std::int8_t>(p, n, out); break;
+    case TokenType::i16: decode<std::int16_t>(p, n, out); break;
+    case TokenType::u16: decode<std::uint16_t>(p, n, out); break;
+    case TokenType::i32: decode<std::int32_t>(p, n, out); break;
+    case TokenType::u32: decode<std::uint32_t>(p, n, out); break;
+    case TokenType::i64: decode<std::int64_t>(p, n, out); break;
+  }
 }
 
 TokenSpan TokenSpan::slice(std::size_t begin, std::size_t n) const {
@@ -158,21 +222,23 @@ TokenSpan TokenSpan::slice(std::size_t begin, std::size_t n) const {
 
 TokenSpan read_bytes_file(const std::string& path) {
   TokenSpan s;
-  s.file = std::make_shared<const MappedFile>(path);
+  s.file = std::make_shared<const DataFile>(path);
   s.count = s.file->size();
   return s;
 }
 
 TokenSpan read_llmc_shard(const std::string& path) {
   TokenSpan s;
-  s.file = std::make_shared<const MappedFile>(path);
-  const MappedFile& f = *s.file;
+  s.file = std::make_shared<const DataFile>(path);
+  const DataFile& f = *s.file;
   if (f.size() < kLlmcHeaderBytes) {
     throw InputError(quoted(path) + " is " + num(f.size()) + " bytes, shorter than the " + num(kLlmcHeaderBytes) +
                      "-byte header (256 int32) of an llm.c token shard");
   }
-  const auto magic = load<std::int32_t>(f.data()), version = load<std::int32_t>(f.data() + 4),
-             tokens = load<std::int32_t>(f.data() + 8);
+  unsigned char header[12];
+  f.read(0, sizeof header, header);
+  const auto magic = load<std::int32_t>(header), version = load<std::int32_t>(header + 4),
+             tokens = load<std::int32_t>(header + 8);
   int expected_version = 0;
   if (magic == kLlmcMagicGpt2) {
     expected_version = 1;
@@ -207,25 +273,51 @@ struct MegatronIndex {
   std::uint64_t tokens = 0;
 };
 
-void check_megatron_documents(const MappedFile& f, const unsigned char* docs, std::uint64_t d, std::uint64_t s) {
+// The values of an array of little-endian T at `offset` of a file, read in pieces of up to 64 Ki values.
+template <class T>
+class Values {
+ public:
+  Values(const DataFile& f, std::size_t offset, std::uint64_t n) : f_(f), offset_(offset), n_(n) {}
+  T operator[](std::uint64_t i) {
+    if (i < begin_ || i >= begin_ + have_) {
+      begin_ = i;
+      have_ = std::min<std::uint64_t>(kPiece, n_ - i);
+      buf_.resize(static_cast<std::size_t>(have_) * sizeof(T));
+      f_.read(offset_ + static_cast<std::size_t>(i) * sizeof(T), buf_.size(), buf_.data());
+    }
+    return load<T>(buf_.data() + static_cast<std::size_t>(i - begin_) * sizeof(T));
+  }
+
+ private:
+  static constexpr std::uint64_t kPiece = 1 << 16;
+  const DataFile& f_;
+  std::size_t offset_;
+  std::uint64_t n_, begin_ = 0, have_ = 0;
+  std::vector<unsigned char> buf_;
+};
+
+void check_megatron_documents(const DataFile& f, std::size_t offset, std::uint64_t d, std::uint64_t s) {
+  Values<std::int64_t> docs(f, offset, d);
+  std::int64_t prev = 0;
   for (std::uint64_t i = 0; i < d; i++) {
-    const auto v = load<std::int64_t>(docs + i * 8);
-    const auto prev = i == 0 ? std::int64_t{0} : load<std::int64_t>(docs + (i - 1) * 8);
+    const std::int64_t v = docs[i];
     const bool bad = (i == 0 && v != 0) || v < prev || static_cast<std::uint64_t>(v) > s ||
                      (i + 1 == d && v != static_cast<std::int64_t>(s));
     if (bad) {
       throw InputError(quoted(f.path()) + ": document index " + num(i) + " is " + std::to_string(v) +
                        "; the document indices must rise from 0 to the sequence count " + num(s));
     }
+    prev = v;
   }
 }
 
-MegatronIndex read_megatron_index(const MappedFile& f) {
+MegatronIndex read_megatron_index(const DataFile& f) {
   if (f.size() < kMegatronHeaderBytes) {
     throw InputError(quoted(f.path()) + " is " + num(f.size()) + " bytes, shorter than the " +
                      num(kMegatronHeaderBytes) + "-byte header of a Megatron indexed-dataset index");
   }
-  const unsigned char* p = f.data();
+  unsigned char p[kMegatronHeaderBytes];
+  f.read(0, sizeof p, p);
   if (std::memcmp(p, kMegatronMagic, sizeof kMegatronMagic) != 0) {
     throw InputError(quoted(f.path()) + " is not a Megatron indexed-dataset index: it starts with \"" +
                      printable(p, 9) + "\", expected \"MMIDIDX\\x00\\x00\"");
@@ -246,12 +338,12 @@ MegatronIndex read_megatron_index(const MappedFile& f) {
                      " document indices, which need " + (need == ~std::uint64_t{0} ? "more" : num(need)) +
                      " bytes, but the file has " + num(f.size()) + " (truncated?)");
   }
-  const unsigned char* sizes = p + kMegatronHeaderBytes;
-  const unsigned char* pointers = sizes + 4 * s;
+  Values<std::int32_t> sizes(f, kMegatronHeaderBytes, s);
+  Values<std::int64_t> pointers(f, kMegatronHeaderBytes + 4 * s, s);
   const std::size_t w = width(index.type);
   for (std::uint64_t i = 0; i < s; i++) {
-    const auto size = load<std::int32_t>(sizes + i * 4);
-    const auto pointer = load<std::int64_t>(pointers + i * 8);
+    const std::int32_t size = sizes[i];
+    const std::int64_t pointer = pointers[i];
     if (size < 0 || pointer != static_cast<std::int64_t>(index.tokens * w)) {
       throw InputError(quoted(f.path()) + ": sequence " + num(i) + " has " + std::to_string(size) + " tokens at byte " +
                        std::to_string(pointer) + ", expected a size >= 0 at byte " + num(index.tokens * w) +
@@ -259,17 +351,17 @@ MegatronIndex read_megatron_index(const MappedFile& f) {
     }
     index.tokens += static_cast<std::uint64_t>(size);
   }
-  check_megatron_documents(f, pointers + 8 * s, d, s);
+  check_megatron_documents(f, kMegatronHeaderBytes + 12 * s, d, s);
   return index;
 }
 
 }  // namespace
 
 TokenSpan read_megatron_dataset(const std::string& prefix) {
-  const MappedFile idx(prefix + ".idx");
+  const DataFile idx(prefix + ".idx");
   const MegatronIndex index = read_megatron_index(idx);
   TokenSpan s;
-  s.file = std::make_shared<const MappedFile>(prefix + ".bin");
+  s.file = std::make_shared<const DataFile>(prefix + ".bin");
   s.type = index.type;
   s.count = index.tokens;
   const std::uint64_t need = index.tokens * width(index.type);
@@ -281,23 +373,40 @@ TokenSpan read_megatron_dataset(const std::string& prefix) {
   return s;
 }
 
-void check_token_ids(const TokenSpan& span, int vocab, const std::string& key) {
-  const unsigned char* p = span.file->data() + span.offset;
-  std::size_t bad = span.count;
-  switch (span.type) {
-    case TokenType::u8: bad = first_outside<std::uint8_t>(p, span.count, vocab); break;
-    case TokenType::i8: bad = first_outside<std::int8_t>(p, span.count, vocab); break;
-    case TokenType::i16: bad = first_outside<std::int16_t>(p, span.count, vocab); break;
-    case TokenType::u16: bad = first_outside<std::uint16_t>(p, span.count, vocab); break;
-    case TokenType::i32: bad = first_outside<std::int32_t>(p, span.count, vocab); break;
-    case TokenType::u32: bad = first_outside<std::uint32_t>(p, span.count, vocab); break;
-    case TokenType::i64: bad = first_outside<std::int64_t>(p, span.count, vocab); break;
+DataFileIdentity scan_token_file(const TokenSpan& span, int vocab, const std::string& key) {
+  const DataFile& f = *span.file;
+  const std::size_t w = width(span.type), begin = span.offset, end = span.offset + span.count * w;
+  constexpr std::size_t kPiece = std::size_t{1} << 20;  // a multiple of every token width, as span.offset is
+  std::vector<unsigned char> buf(std::min(kPiece, f.size()));
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < f.size(); at += kPiece) {
+    const std::size_t n = std::min(kPiece, f.size() - at);
+    f.read(at, n, buf.data());
+    crc = ::crc32(crc, buf.data(), static_cast<uInt>(n));
+    // The tokens of the span in this piece.
+    const std::size_t lo = std::max(at, begin), hi = std::min(at + n, end);
+    if (lo >= hi) continue;
+    const unsigned char* p = buf.data() + (lo - at);
+    const std::size_t count = (hi - lo) / w;
+    std::size_t bad = count;
+    switch (span.type) {
+      case TokenType::u8: bad = first_outside<std::uint8_t>(p, count, vocab); break;
+      case TokenType::i8: bad = first_outside<std::int8_t>(p, count, vocab); break;
+      case TokenType::i16: bad = first_outside<std::int16_t>(p, count, vocab); break;
+      case TokenType::u16: bad = first_outside<std::uint16_t>(p, count, vocab); break;
+      case TokenType::i32: bad = first_outside<std::int32_t>(p, count, vocab); break;
+      case TokenType::u32: bad = first_outside<std::uint32_t>(p, count, vocab); break;
+      case TokenType::i64: bad = first_outside<std::int64_t>(p, count, vocab); break;
+    }
+    if (bad == count) continue;
+    const std::size_t token = (lo - begin) / w + bad;
+    throw InputError(key + ": " + quoted(span.name()) + " holds token id " + std::to_string(span.at(token)) +
+                     " (token " + num(span.first + token) +
+                     " of the file), outside model.vocab = " + std::to_string(vocab) +
+                     ": every token id must be in [0, model.vocab); set model.vocab to the "
+                     "tokenizer's vocabulary (50257 for GPT-2)");
   }
-  if (bad == span.count) return;
-  throw InputError(key + ": " + quoted(span.name()) + " holds token id " + std::to_string(span.at(bad)) + " (token " +
-                   num(span.first + bad) + " of the file), outside model.vocab = " + std::to_string(vocab) +
-                   ": every token id must be in [0, model.vocab); set model.vocab to the "
-                   "tokenizer's vocabulary (50257 for GPT-2)");
+  return DataFileIdentity{f.path(), f.size(), static_cast<std::uint32_t>(crc)};
 }
 
 }  // namespace conductor::model

@@ -4,8 +4,10 @@
 
 #include "collective.hpp"
 #include "conductor/model/checkpoint.hpp"
+#include "conductor/model/stage.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
 
 namespace conductor::runtime {
@@ -54,6 +56,40 @@ std::vector<model::CheckpointFile> parse_entries(const std::string& text) {
   return files;
 }
 
+// "a; b; c and 2 more": at most `most` differences.
+std::string listed(const std::vector<std::string>& items, std::size_t most) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < most; i++) out += (i ? "; " : "") + items[i];
+  if (items.size() > most) out += " and " + std::to_string(items.size() - most) + " more";
+  return out;
+}
+
+// The data files this run opened against the checkpoint's record of its run's: a resumed run continues the data
+// stream only over the same tokens. A difference is refused (InputError) unless checkpoint.allow_data_change,
+// which warns; a checkpoint without the record (written before it existed) resumes with a warning.
+void check_resumed_data(const plan::Plan& plan, const model::Manifest& m, const std::string& step_dir,
+                        const std::vector<model::DataFileIdentity>& now) {
+  const std::string named = "checkpoint.resume = '" + step_dir + "'";
+  if (!m.data_recorded) {
+    if (!now.empty()) {
+      log::warn(named + ": its manifest has no record of the data files (written by an older conductor), so this " +
+                "run's data files are not compared with those the checkpoint's run read");
+    }
+    return;
+  }
+  const std::vector<std::string> differ = model::data_differences(m.data, now);
+  if (differ.empty()) return;
+  if (plan.checkpoint.allow_data_change) {
+    log::warn(named + ": resuming on data files that differ from those the checkpoint's run read (" +
+              listed(differ, 4) +
+              "), as checkpoint.allow_data_change = true allows; the steps from here differ from an uninterrupted run");
+    return;
+  }
+  throw InputError(named + ": the data files differ from those the checkpoint's run read: " + listed(differ, 4) +
+                   "; the resumed run would train on other tokens than an uninterrupted one. Restore the files, or " +
+                   "set checkpoint.allow_data_change=true to resume on the data as it is now");
+}
+
 }  // namespace
 
 void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
@@ -86,9 +122,14 @@ Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model,
                        ": nothing left to run (raise run.steps to train further)");
     }
   });
-  // Every rank checked this manifest in load_checkpoint; its count of skipped steps is the run's so far.
+  // Every rank checked this manifest in load_checkpoint; its count of skipped steps is the run's so far. Rank 0
+  // compares its record of the data files with the files this run opened (every rank opened the same ones).
   int skipped = 0;
-  collectively(comm, kExitUsage, [&] { skipped = model::read_manifest(step_dir).skipped_nonfinite; });
+  collectively(comm, kExitUsage, [&] {
+    const model::Manifest m = model::read_manifest(step_dir);
+    skipped = m.skipped_nonfinite;
+    if (rank == 0) check_resumed_data(plan, m, step_dir, model->data().files());
+  });
   return Resumed{step, skipped};
 }
 
@@ -112,6 +153,8 @@ void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model
       m.num_virtual_stages = model.num_virtual_stages();
       m.skipped_nonfinite = skipped_nonfinite;
       m.files = parse_entries(all);
+      m.data_recorded = true;
+      m.data = model.data().files();
       model::commit_step(root, m, plan.checkpoint.keep);
     });
   } catch (const CollectiveExit&) {

@@ -176,6 +176,8 @@ class Training {
   void report_reruns();
   void report_backup_size();
   void checkpoint_if_due(int step, bool stopping, bool last);
+  bool asks_to_stop() const;
+  void check_data_reads();
   void replan(int step, std::vector<trace::OpEvent> all);
   void finish();
 
@@ -222,6 +224,9 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   const std::vector<std::string> hosts = gather_hostnames(rank_, size_, comm);
 
   collectively(comm, kExitUsage, [&] { compute_ = make_compute(plan, order_, rank_, *noise_, comm); });
+  // A data file truncated under the run: the rank that reads it asks the step to stop and every rank ends with its
+  // message after the step (check_data_reads), instead of that rank throwing while its peers wait on it.
+  if (compute_->model()) compute_->model()->data().defer_read_errors();
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
   Resumed resumed;
@@ -314,7 +319,8 @@ Training::After Training::step_synchronously(int step) {
   maybe_inject_failure(rank_, step);
   StepOutcome so = executor_->run_step(step, order_);
   count_migration(so);
-  const StepNumbers numbers = reducer_->reduce(step, stop_requested(), *watchdog_);
+  const StepNumbers numbers = reducer_->reduce(step, asks_to_stop(), *watchdog_);
+  if (numbers.stop) check_data_reads();  // before the update: a step read from a truncated file is not taken
   const Judgement j = judge(numbers, step);
   if (j.verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(j.norm, step);
   std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
@@ -336,6 +342,7 @@ Training::After Training::conclude(int step, const StepNumbers& numbers, Nonfini
   double valid_loss = std::numeric_limits<double>::quiet_NaN();
   if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
     valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
+    check_data_reads();  // its validation batches too
   }
   if (report_) {
     StepFigures figures;
@@ -427,7 +434,7 @@ void Training::post(int step, StepOutcome so) {
   posted_->peaks[0] = so.peak_memory;
   posted_->peaks[1] = compute_->peak_memory_bytes();
   ship_events(step, *posted_);  // before the reduction: its completion then means every rank's events are sent
-  reducer_->start(step, stop_requested(), posted_->pending);
+  reducer_->start(step, asks_to_stop(), posted_->pending);
   backup_bytes_ = compute_->keep_backup();
   compute_->optimizer_step_unclipped(step);
 }
@@ -437,6 +444,7 @@ void Training::post(int step, StepOutcome so) {
 Training::After Training::settle(bool& rolled_back) {
   Posted& p = *posted_;
   const StepNumbers numbers = reducer_->finish(p.pending, *watchdog_);
+  if (numbers.stop) check_data_reads();
   const Judgement j = judge(numbers, p.step);
   rolled_back = j.verdict != NonfiniteGuard::Verdict::Update || j.clipped;
   if (rolled_back) {
@@ -568,6 +576,22 @@ void Training::checkpoint_if_due(int step, bool stopping, bool last) {
                   " after the update; stopping without writing the checkpoint");
   });
   save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_);
+}
+
+// A stop signal, or a data read of this rank's that failed during the step (model/data.hpp): either asks every
+// rank to stop, through the step's reduction (no collective of its own).
+bool Training::asks_to_stop() const {
+  return stop_requested() || (compute_->model() && !compute_->model()->data().read_error().empty());
+}
+
+// Collective: when a rank's data read failed (a file truncated or rewritten while the run reads it), every rank
+// ends with that rank's message (exit 1) before the step is recorded, taken or checkpointed; the steps before it
+// are in the trace and the metrics, and the last checkpoint is untouched.
+void Training::check_data_reads() {
+  collectively(comm_, kExitFailure, [&] {
+    if (!compute_->model()) return;
+    if (const std::string error = compute_->model()->data().read_error(); !error.empty()) throw Error(error);
+  });
 }
 
 // The global tier (rank 0) plans while the ranks train: the order computed from step k's timings is ready by the

@@ -245,3 +245,64 @@ TEST(CheckpointSteps, FailedWriteNamesFileAndReason) {
     EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
   }
 }
+
+// The manifest records the data files the run read (size and CRC-32 of each); a path is the rest of its line,
+// so spaces survive, and a newline or backslash is escaped. A manifest written before the record existed reads
+// as data_recorded false (and resumes: the runtime warns).
+TEST(CheckpointSteps, ManifestRecordsTheDataFiles) {
+  const std::string root = fresh_dir("data_record");
+  four_steps(root, 2);
+  const std::string step = root + "/step-000004";
+  Manifest synthetic = read_manifest(step);
+  EXPECT_TRUE(synthetic.data_recorded);
+  EXPECT_TRUE(synthetic.data.empty());
+  EXPECT_NE(read_text(fs::path(step) / "manifest.txt").find("\ndata_files 0\n"), std::string::npos);
+
+  Manifest m = synthetic;
+  m.data = {{"/data/fine web/train_000.bin", 200001024, 0x1a2b3c4d}, {"odd\\name\nx.bin", 7, 0}};
+  const std::string text = manifest_text(m);
+  EXPECT_NE(text.find("data_files 2\ndata bytes 200001024 crc32 0x1a2b3c4d path /data/fine web/train_000.bin\n"
+                      "data bytes 7 crc32 0x00000000 path odd\\\\name\\nx.bin\n"),
+            std::string::npos)
+      << text;
+  {
+    std::ofstream out(fs::path(step) / "manifest.txt", std::ios::trunc);
+    out << text;
+  }
+  const Manifest back = read_manifest(step);
+  ASSERT_EQ(back.data.size(), 2u);
+  EXPECT_EQ(back.data[0].path, "/data/fine web/train_000.bin");
+  EXPECT_EQ(back.data[0].bytes, 200001024u);
+  EXPECT_EQ(back.data[0].crc32, 0x1a2b3c4du);
+  EXPECT_EQ(back.data[1].path, "odd\\name\nx.bin");
+
+  std::string old = text.substr(0, text.find("data_files"));
+  {
+    std::ofstream out(fs::path(step) / "manifest.txt", std::ios::trunc);
+    out << old;
+  }
+  EXPECT_FALSE(read_manifest(step).data_recorded);
+  {
+    std::ofstream out(fs::path(step) / "manifest.txt", std::ios::trunc);
+    out << old << "data_files 2\ndata bytes 7 crc32 0x00000000 path x.bin\n";
+  }
+  EXPECT_NE(input_error([&] { read_manifest(step); }).find("says data_files 2 but has 1 data lines"),
+            std::string::npos);
+  {
+    std::ofstream out(fs::path(step) / "manifest.txt", std::ios::trunc);
+    out << old << "data_files 1\ndata bytes 7 crc32 0x00000000 path\n";
+  }
+  EXPECT_NE(input_error([&] { read_manifest(step); }).find("expected 'data bytes N crc32 0xXXXXXXXX path PATH'"),
+            std::string::npos);
+}
+
+TEST(CheckpointSteps, DataDifferencesNameTheFileAndWhatDiffers) {
+  const std::vector<DataFileIdentity> then = {{"a.bin", 100, 1}, {"b.bin", 200, 2}, {"c.bin", 300, 3}};
+  EXPECT_TRUE(data_differences(then, then).empty());
+  const std::vector<DataFileIdentity> now = {{"a.bin", 100, 9}, {"b.bin", 50, 2}, {"d.bin", 10, 4}};
+  EXPECT_EQ(data_differences(then, now),
+            (std::vector<std::string>{
+                "'a.bin' has other contents (CRC-32 0x00000009 now, 0x00000001 then, the same 100 bytes)",
+                "'b.bin' has 50 bytes now, 200 then", "'d.bin' is new (not read by the checkpoint's run)",
+                "'c.bin' is no longer read (300 bytes then)"}));
+}

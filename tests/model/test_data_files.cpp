@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "conductor/config/schema.hpp"
 #include "conductor/model/reference.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
 #include "token_file_writers.hpp"
@@ -340,9 +342,73 @@ TEST(DataFiles, PathsNameExactlyTheFilesTheyRead) {
   const std::string fifo = deck_problems("{source: megatron, path: '" + dir + "/m'}");
   EXPECT_TRUE(has(fifo, "names '" + dir + "/m.bin', which is a named pipe")) << fifo;
   try {
-    MappedFile f(dir + "/m.bin");
+    DataFile f(dir + "/m.bin");
     FAIL() << "a named pipe was opened";
   } catch (const InputError& e) {
     EXPECT_TRUE(has(e.what(), "is not a regular file (a named pipe)")) << e.what();
   }
+}
+
+// A shard cut short while a run reads it (a shorter file copied over it) was read through a mapping: the next
+// window past the new end killed the process with SIGBUS (no message). Now a read is one InputError naming the
+// file, the step, the bytes asked for and the file's size now; after defer_read_errors() it is recorded instead
+// (the runtime ends every rank with it) and the rows read are token 0.
+TEST(DataFiles, ShardTruncatedUnderTheRunIsAnErrorNamingIt) {
+  const std::string dir = temp_dir("truncated");
+  const std::string shard = dir + "/train_000.bin";
+  write_llmc(shard, positions(0, 3000, 4096));
+  const config::Deck deck = file_deck("llmc", shard);
+  DataSource src(config::resolve(deck)), deferred(config::resolve(deck));
+  deferred.defer_read_errors();
+  std::vector<int> in, tg;
+  src.microbatch(0, 0, in, tg);
+  row_starts(in, tg, deck.model.seq_len);
+  truncate_to(shard, 1024 + 2 * 10);  // the header and 10 tokens: every window now ends past the end
+  std::string message;
+  try {
+    src.microbatch(3, 1, in, tg);
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(
+      has(message, "data.path: step 4 (microbatch 1): '" + shard + "' is now 1044 bytes, but 14 bytes at offset"))
+      << message;
+  EXPECT_TRUE(has(message, "it had 7024 bytes when the run opened it (truncated or rewritten while the run reads it)"))
+      << message;
+
+  EXPECT_EQ(deferred.read_error(), "");
+  deferred.microbatch(3, 1, in, tg);
+  EXPECT_TRUE(has(deferred.read_error(), "data.path: step 4 (microbatch 1): '" + shard + "' is now 1044 bytes"))
+      << deferred.read_error();
+  EXPECT_EQ(std::count(in.begin(), in.end(), 0) + std::count(tg.begin(), tg.end(), 0),
+            static_cast<std::ptrdiff_t>(in.size() + tg.size()));
+  deferred.microbatch(5, 0, in, tg);  // the first error is kept
+  EXPECT_TRUE(has(deferred.read_error(), "step 4 (microbatch 1)")) << deferred.read_error();
+}
+
+// What a checkpoint records of the data: per file read, its path as data.path gave it, its size and the CRC-32 of
+// the whole file (megatron: PREFIX.bin), in the order read (training files, then validation files).
+TEST(DataFiles, FilesAreIdentifiedBySizeAndCrc) {
+  const std::string dir = temp_dir("identity");
+  write_llmc(dir + "/train_000.bin", positions(0, 300, 4096));
+  write_llmc(dir + "/train_001.bin", positions(7, 500, 4096));
+  write_llmc(dir + "/val.bin", positions(3, 400, 4096));
+  config::Deck deck = file_deck("llmc", dir + "/train_*.bin");
+  deck.data.valid_path = dir + "/val.bin";
+  const DataSource src(config::resolve(deck));
+  ASSERT_EQ(src.files().size(), 3u);
+  const std::vector<std::string> names = {dir + "/train_000.bin", dir + "/train_001.bin", dir + "/val.bin"};
+  for (std::size_t i = 0; i < names.size(); i++) {
+    const auto bytes = util::read_file_bytes(names[i]);
+    EXPECT_EQ(src.files()[i].path, names[i]);
+    EXPECT_EQ(src.files()[i].bytes, bytes.size());
+    EXPECT_EQ(src.files()[i].crc32, util::crc32(bytes.data(), bytes.size())) << names[i];
+  }
+  std::vector<std::vector<int>> docs(3, positions(0, 50, 4096));
+  write_megatron(dir + "/m", docs);
+  const DataSource m(config::resolve(file_deck("megatron", dir + "/m")));
+  ASSERT_EQ(m.files().size(), 1u);
+  EXPECT_EQ(m.files()[0].path, dir + "/m.bin");
+  EXPECT_EQ(m.files()[0].bytes, 300u);
+  EXPECT_TRUE(DataSource(config::resolve(model_test::tiny_deck())).files().empty());  // synthetic
 }

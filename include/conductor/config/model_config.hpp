@@ -50,6 +50,7 @@ struct CheckpointConfig {
   int every = 0;       // write every N steps (0 = only after the last step)
   int keep = 2;        // complete steps kept under path (0 = all)
   std::string resume;  // a checkpoint root (its `latest`) or a step folder; "" = start from the initialisation
+  bool allow_data_change = false;  // resume although the data files differ from the checkpoint's record of them
 };
 
 }  // namespace conductor::config

@@ -2,7 +2,8 @@
 // Checkpoints as atomic, verified steps (docs/design.md, "Checkpoints"). Layout under checkpoint.path:
 //
 //   <root>/step-000012/vstage_<vs>.h5     one HDF5 file per virtual stage (StageModel::save_checkpoint)
-//   <root>/step-000012/manifest.txt       step, world shape, CRC-32 and size of every file: the commit mark
+//   <root>/step-000012/manifest.txt       step, world shape, CRC-32 and size of every file: the commit mark; the
+//                                         size and CRC-32 of every data file the run read (a resume compares them)
 //   <root>/latest                         "step-000012": the newest complete step (replaced by rename)
 //   <root>/.step-000014.partial/          a step being written; never read, removed on the next attempt
 //
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "conductor/model/token_files.hpp"
 
 namespace conductor::model {
 
@@ -33,6 +36,10 @@ struct Manifest {
   // only when above 0, so older manifests read as 0.
   int skipped_nonfinite = 0;
   std::vector<CheckpointFile> files;
+  // The data files the run read, as they were when it opened them (DataSource::files(); none for synthetic
+  // data). A manifest written before they were recorded has no `data_files` line: data_recorded false.
+  bool data_recorded = false;
+  std::vector<DataFileIdentity> data;
 };
 
 inline constexpr const char* kManifestName = "manifest.txt";
@@ -53,6 +60,12 @@ Manifest read_manifest(const std::string& step_dir);
 std::string manifest_text(const Manifest& m);
 // The manifest's entry for `name`; InputError naming the manifest when it has none.
 const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name);
+// The data files that differ between a checkpoint's record (`then`) and this run's (`now`), by path, one text
+// each: "'PATH' has 4096 bytes now, 8192 then", "'PATH' has other contents (CRC-32 0x... now, 0x... then, the
+// same 8192 bytes)", "'PATH' is no longer read (8192 bytes then)", "'PATH' is new (not read by the
+// checkpoint's run)". Empty when they are the same.
+std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& then,
+                                          const std::vector<DataFileIdentity>& now);
 
 // checkpoint.path before training: creates it and writes/removes a probe file; InputError (exit 2) naming
 // checkpoint.path and the system's reason when it cannot be written.

@@ -9,9 +9,13 @@
 //              a window of seq_len + 1 tokens inside one run, at a position drawn from (seed, step, microbatch,
 //              row). Validation rows are consecutive windows (stride seq_len) of data.valid_path's runs, or of
 //              the last data.valid_fraction of each training file (then held out of training).
+//              A window is read from its file when drawn (token_files.hpp: pread, never a mapping): a file
+//              truncated under the run is an InputError naming it, the step and the bytes, or, after
+//              defer_read_errors(), a recorded error (the runtime ends every rank with it after the step).
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,16 @@ class DataSource {
   // loss given the previous token. NaN for file data.
   double empirical_conditional_entropy(int steps, int microbatches) const;
 
+  // The data files read (data.path's, then data.valid_path's; empty for synthetic), as they were when opened:
+  // what a checkpoint records of its data (model/checkpoint.hpp).
+  const std::vector<DataFileIdentity>& files() const { return files_; }
+  // From now on a read that fails (a data file truncated while the run reads it) does not throw: the rows it
+  // would fill are token 0, and read_error() holds the first such error, naming the file, the step and the bytes.
+  // The runtime turns it into one collective error after the step (a rank that threw mid-step would leave its
+  // peers waiting on it). Without this call microbatch() and valid_microbatch() throw InputError instead.
+  void defer_read_errors() const;
+  std::string read_error() const;  // "" while every read succeeded
+
  private:
   // The token runs of a file-backed source and the number of seq_len + 1 windows that start in each.
   struct Corpus {
@@ -50,11 +64,21 @@ class DataSource {
   void row(std::uint64_t stream, int* tokens) const;  // seq_len + 1 tokens
   // inputs / targets of one microbatch whose row b (seq_len + 1 tokens) row_of(b, tokens) writes.
   void fill(const std::function<void(int, int*)>& row_of, std::vector<int>& inputs, std::vector<int>& targets) const;
+  // fill() whose read errors are prefixed with where() (the step or validation batch), thrown or recorded.
+  void fill_checked(const std::function<std::string()>& where, const std::function<void(int, int*)>& row_of,
+                    std::vector<int>& inputs, std::vector<int>& targets) const;
+  struct ReadErrors {
+    std::mutex mutex;
+    bool deferred = false;
+    std::string first;
+  };
   std::string source_;
   int batch_, seq_len_, vocab_;
   std::uint64_t seed_;
   std::vector<int> successors_;  // [vocab][4] (synthetic)
   Corpus train_, valid_;         // file, llmc, megatron
+  std::vector<DataFileIdentity> files_;
+  std::unique_ptr<ReadErrors> read_errors_ = std::make_unique<ReadErrors>();
 };
 
 // Whether the validation loss is computed after step `step` (0-based): every eval.every steps and after the last.

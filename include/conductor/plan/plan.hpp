@@ -138,7 +138,8 @@ struct Checkpoint {
   std::string path;  // "" = none written
   int every = 0;     // 0 = after the last step only
   std::string resume;
-  int keep = 2;  // complete steps kept (0: all)
+  int keep = 2;                    // complete steps kept (0: all)
+  bool allow_data_change = false;  // resume although the data files differ from the checkpoint's record
 };
 
 struct Trace {

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Fault suite, token data files: a shard truncated while a run reads it (it was memory-mapped: SIGBUS, a core
+dump, no message, the trace left open) ends every rank with one message naming the file, and the trace keeps the
+steps done; a resume refuses data files that changed since its checkpoint was written (it trained on other tokens
+without a word), unless checkpoint.allow_data_change, and still resumes a checkpoint written before the record."""
+import os
+import random
+import re
+import shutil
+import struct
+import tempfile
+import time
+import unittest
+
+import h5py
+
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, Background, FaultCase, mpirun
+
+CPU = "backend: cpu\n"
+
+
+def write_llmc(path, n, seed=1):
+    """An llm.c GPT-2 shard of n uint16 tokens below 64 (any model.vocab >= 64 reads it)."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack("<%dH" % n, *[rnd.randrange(64) for _ in range(n)]))
+
+
+def open_trace(path):
+    try:
+        return h5py.File(path, "r")
+    except OSError:
+        return h5py.File(path, "r", swmr=True)  # a killed writer's mark; every flushed step is whole
+
+
+class DataFiles(FaultCase):
+    def shard(self, name="train_000.bin", n=200000, seed=1):
+        path = os.path.join(self.tmp.name, name)
+        write_llmc(path, n, seed)
+        return path
+
+    def data_deck(self, shard, steps):
+        return self.deck(steps=steps, extra=CPU + "data: {source: llmc, path: '%s'}\n" % shard)
+
+    def test_shard_truncated_mid_run(self):
+        shard = self.shard()
+        run = Background([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", self.data_deck(shard, 100000)])
+        self.addCleanup(run.kill)
+        run.wait_steps(3)
+        with open(shard, "r+b") as f:  # cut in place, as a shorter file copied over it is
+            f.truncate(os.path.getsize(shard) // 2)
+        start = time.monotonic()
+        try:
+            run.proc.wait(timeout=EXIT_DEADLINE_S + 30)
+        finally:
+            run.kill()
+        r = run.result(start)
+        self.assertFault(r, 1, r"data\.path: step \d+ \(microbatch \d+\): '%s' is now 200512 bytes, but \d+ bytes "
+                               r"at offset \d+ are needed; it had 401024 bytes when the run opened it" % re.escape(shard))
+        self.assertEqual(len([l for l in r.err.splitlines() if "error:" in l]), 1, r.text)
+        self.assertNotEqual(r.code, 135, "SIGBUS")
+        # Every rank is gone (mpiexec returned), and the trace holds exactly the steps the run printed.
+        done = [int(m.group(1)) for m in re.finditer(r"^step +(\d+)/", r.out, re.M)]
+        self.assertGreaterEqual(len(done), 3)
+        with open_trace(os.path.join(self.out, "trace.h5")) as t:
+            steps = [int(s) for s in t["steps"]["step"] if s >= 0]
+        self.assertEqual(steps, [s - 1 for s in done])
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertEqual(len(f.readlines()), len(done))
+
+    def checkpointed(self):
+        """A run of 3 steps on one shard with its checkpoint root; returns (shard, root)."""
+        shard = self.shard()
+        root = os.path.join(self.tmp.name, "ck")
+        r = mpirun(2, "run", self.data_deck(shard, 3), "checkpoint.path=" + root)
+        self.assertEqual(r.code, 0, r.text)
+        with open(os.path.join(root, "step-000003", "manifest.txt")) as f:
+            self.assertIn("data_files 1\ndata bytes 401024 crc32 0x", f.read())
+        return shard, root
+
+    def resume(self, shard, root, *keys):
+        self.out = tempfile.mkdtemp(dir=self.tmp.name)
+        os.rmdir(self.out)
+        return mpirun(2, "run", self.data_deck(shard, 5), "checkpoint.resume=" + root, *keys)
+
+    def test_resume_refuses_changed_data(self):
+        shard, root = self.checkpointed()
+        saved = shard + ".saved"
+        shutil.copy(shard, saved)
+        # Unchanged: resumes, and says nothing about the data.
+        r = self.resume(shard, root)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertNotRegex(r.text, r"data files")
+        # The same size, other tokens (re-tokenized): refused before any step, naming the file and the CRC-32s.
+        write_llmc(shard, 200000, seed=2)
+        r = self.resume(shard, root)
+        self.assertFault(r, 2, r"checkpoint\.resume = '.*step-000003': the data files differ from those the "
+                               r"checkpoint's run read: '%s' has other contents \(CRC-32 0x[0-9a-f]{8} now, "
+                               r"0x[0-9a-f]{8} then, the same 401024 bytes\); .* set checkpoint\.allow_data_change"
+                               r"=true" % re.escape(shard))
+        self.assertNotRegex(r.text, r"step +\d+/", "a step ran on the changed data")
+        self.assertFalse(os.path.exists(self.out), "the refused run wrote its output folder")
+        # Another size: named with both sizes.
+        write_llmc(shard, 150000)
+        r = self.resume(shard, root)
+        self.assertFault(r, 2, r"'%s' has 301024 bytes now, 401024 then" % re.escape(shard))
+        # Accepted on request, with one warning naming it.
+        r = self.resume(shard, root, "checkpoint.allow_data_change=true")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"warning: .*resuming on data files that differ .*'%s' has 301024 bytes now"
+                         % re.escape(shard))
+        shutil.copy(saved, shard)
+        self.assertEqual(self.resume(shard, root).code, 0)
+
+    def test_checkpoint_without_data_record_resumes(self):
+        # A checkpoint written before the record existed (no data_files line): resumed, with a warning.
+        shard, root = self.checkpointed()
+        manifest = os.path.join(root, "step-000003", "manifest.txt")
+        with open(manifest) as f:
+            lines = [l for l in f if not l.startswith("data")]
+        with open(manifest, "w") as f:
+            f.writelines(lines)
+        r = self.resume(shard, root)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"warning: checkpoint\.resume = '.*step-000003': its manifest has no record of "
+                                 r"the data files")
+        self.assertRegex(r.text, r"step +5/5")
+
+
+if __name__ == "__main__":
+    unittest.main()
