@@ -94,9 +94,10 @@ test-tsan-policy: deps
 	. $(TSAN_BUILD)-policy/tests/sanitizer_env.sh && CONDUCTOR_BINARY=$(CURDIR)/$(TSAN_BUILD)-policy/conductor \
 	  OMP_NUM_THREADS=1 MPIEXEC=mpiexec /usr/bin/python3 tests/runtime/test_runtime.py GlobalTierTest
 
-# Regenerates the shipped PPO policy (minutes on 2 cores) from its deck.
+# Regenerates the shipped PPO policy (minutes on 2 cores) from its deck; $(BUILD)/policy-default is its scratch
+# folder, replaced each time (run.overwrite=true).
 policy: build
-	$(BUILD)/conductor train-policy inputs/policies/default.yaml run.output=$(BUILD)/policy-default
+	$(BUILD)/conductor train-policy inputs/policies/default.yaml run.output=$(BUILD)/policy-default run.overwrite=true
 	cp $(BUILD)/policy-default/policy.pt inputs/policies/default.pt
 
 bench: deps build

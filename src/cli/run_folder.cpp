@@ -72,12 +72,13 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
 
 namespace {
 
-// The files each command writes in run.output; the same deck again may rewrite them (simulate and train-policy
-// are deterministic), but not a folder that also holds another command's results (a measured run's trace).
+// The files a command may write again in run.output without run.overwrite: simulate's, from the same deck (the
+// simulation is deterministic, so the same bytes), never in a folder that also holds another command's results (a
+// measured run's trace). None for train-policy: its folder holds what a user keeps of a training (policy.pt, maybe
+// already in use as scheduler.policy, curve.csv with its wall times, summaries and notes edited by hand), so
+// training again there replaces them only with run.overwrite.
 std::vector<std::string> files_written(config::Command command) {
   if (command == config::Command::Simulate) return {"trace.h5", "summary.json", "resolved.yaml"};
-  if (command == config::Command::TrainPolicy)
-    return {"resolved.yaml", "policy.pt", "curve.csv", "summary.csv", "summary.txt"};
   return {};
 }
 
@@ -277,6 +278,11 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
     return std::find(mine.begin(), mine.end(), f) != mine.end();
   });
   if (only_mine && has_deck && config::deck_differences(config::to_yaml(deck), there, {}).empty()) return;
+  if (command == config::Command::TrainPolicy && std::find(found.begin(), found.end(), "policy.pt") != found.end()) {
+    throw InputError("run.output = '" + dir.string() + "' already holds a trained policy (" + joined(found) +
+                     "), which train-policy would replace; nothing was written. Choose another run.output (or " +
+                     "run.name), move those files away, or set run.overwrite=true to replace them");
+  }
   throw InputError("run.output = '" + dir.string() + "' already holds the results of another run (" + joined(found) +
                    "); nothing was written. Choose another run.output (or run.name), move those files away, or " +
                    "set run.overwrite=true to replace them" +

@@ -182,7 +182,8 @@ int cmd_simulate(const Invocation& inv) {
   sim::finish_run(run, schedule.p);
 
   const double limit = options.memory_limit;
-  const std::string json = sim::dump_json(sim::summary_json(run, plan, schedule, limit));
+  const std::string json =
+      sim::dump_json(sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr));
   write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

@@ -31,7 +31,8 @@ void add_core_fields(std::vector<Field>& f) {
       "(trace.h5, summary.json, metrics.jsonl, resolved.yaml, a trained policy, checkpoints); false: such a "
       "command is refused before it writes anything. Resuming (checkpoint.resume set) continues its own run's "
       "folder (its resolved.yaml this deck but for run.steps, run.output and checkpoint.*) and checkpoint root; "
-      "simulate and train-policy may rewrite a folder holding only their own results of this very deck."));
+      "simulate may rewrite a folder holding only its own results of this very deck; train-policy replaces a "
+      "trained policy (even of this very deck) only with run.overwrite."));
   f.push_back(field<double>(
                   "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },
                   "Size guard: a deck whose estimated memory (simulator: schedule, engine state and "

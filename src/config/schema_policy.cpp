@@ -8,7 +8,8 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
       "scheduler.policy", [](Deck & d) -> auto& { return d.policy.path; },
       "Policy file of `scheduler.kind: ppo` (written by `conductor train-policy`); empty = "
-      "the shipped inputs/policies/default.pt."));
+      "the shipped inputs/policies/default.pt. Set with another scheduler.kind, which reads no policy, the deck is "
+      "refused."));
   f.push_back(field<double>(
                   "scheduler.ema", [](Deck & d) -> auto& { return d.policy.ema; },
                   "ppo scheduler: weight of the last step's measured op times in the online cost "
@@ -89,6 +90,14 @@ void add_policy_fields(std::vector<Field>& f) {
 }
 
 void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
+  // Only the ppo scheduler reads a policy file: beside another kind it was ignored, and the run it named was not
+  // the one made (as schedule.placement beside a generator).
+  if (!deck.policy.path.empty() && deck.scheduler.kind != "ppo") {
+    problems.push_back(options.source_name + ": scheduler.policy = '" + deck.policy.path +
+                       "' applies to scheduler.kind ppo only, and scheduler.kind = " + deck.scheduler.kind +
+                       " reads no policy; set scheduler.kind=ppo to run that policy, or leave scheduler.policy "
+                       "empty (scheduler.policy='')");
+  }
   const auto& lv = deck.policy.noise_levels;
   if (lv.size() != 2 || lv[0] > lv[1]) {
     std::string got;

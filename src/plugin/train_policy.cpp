@@ -2,7 +2,8 @@
 // simulator (policy/ppo.hpp). Part of the global tier's module (plugin/global_tier.hpp).
 // Writes to run.output: resolved.yaml, policy.pt (the policy file), curve.csv (one row per iteration) and
 // summary.csv / summary.txt (the trained policy against the deck's generator order, strict and readiness, under
-// the deck's noise model).
+// the deck's noise model). A run.output that already holds a trained policy is refused unless run.overwrite is set
+// (cli/run_folder.hpp), even when that training was this very deck's.
 // Every file is written under a temporary name (NAME.tmp beside it; curve.csv.tmp grows an iteration at a time)
 // and the five are moved into place together once all are written, policy.pt last: a stop signal (SIGTERM,
 // SIGINT: the binary's handlers, runtime/stop_signal.hpp), a write error or any other failure leaves run.output
@@ -21,6 +22,7 @@
 #include "conductor/policy/compare.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
 #include "conductor/util/format.hpp"
@@ -143,6 +145,21 @@ int stopped(const fs::path& out, const std::string& when) {
   return kExitStopped;
 }
 
+// The command checked run.output before this module was loaded (cli/run_folder.hpp: a previous training's files
+// are replaced only with run.overwrite); checked again under the folder's lock, as a training into the same folder
+// may have finished in between.
+void check_nothing_to_replace(const fs::path& out, const std::vector<std::string>& names) {
+  std::string found;
+  for (const auto& name : names) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(out / name, ec))) found += (found.empty() ? "" : ", ") + name;
+  }
+  if (found.empty()) return;
+  throw InputError("run.output = '" + out.string() + "' already holds a trained policy (" + found +
+                   "), which train-policy would replace; nothing was written. Choose another run.output (or "
+                   "run.name), move those files away, or set run.overwrite=true to replace them");
+}
+
 }  // namespace
 
 int train_policy(const config::Deck& deck) {
@@ -158,6 +175,7 @@ int train_policy(const config::Deck& deck) {
   // policy.pt last: a folder whose policy.pt is this run's holds every other file of this run.
   const std::vector<std::string> names = {"resolved.yaml", "curve.csv", "summary.csv", "summary.txt", "policy.pt"};
   files.check_destinations(names);  // before the training: a folder named policy.pt would only fail at the end
+  if (!deck.run.overwrite) check_nothing_to_replace(out, names);
   write_text_file(files.stage("resolved.yaml"), config::resolved_yaml(deck));
 
   const policy::TrainSetup setup = policy::setup_from_deck(deck);
@@ -175,7 +193,7 @@ int train_policy(const config::Deck& deck) {
       "iteration,decisions,sampled_makespan_ms,greedy_makespan_ms,heuristic_makespan_ms,policy_loss,"
       "value_loss,entropy,seconds\n");
   Progress progress("train-policy", "iterations", iterations);  // on stderr, at most once a second
-  const auto result = policy::train_ppo(
+  auto result = policy::train_ppo(
       setup,
       [&](const policy::IterationStats& s) {
         progress.update(s.iteration + 1);
@@ -207,6 +225,14 @@ int train_policy(const config::Deck& deck) {
   const std::string table = policy::format_table(rows);
   write_text_file(files.stage("summary.csv"), policy::to_csv(rows));
   write_text_file(files.stage("summary.txt"), table);
+  // Its training deck's identity in its header, which a run it drives records in summary.json (`policy`):
+  // resolved.yaml's deck but for where the files went (run.output, run.overwrite at their defaults), so the same
+  // training into another folder writes the same policy file.
+  config::Deck trained_on = deck;
+  trained_on.run.output.clear();
+  trained_on.run.overwrite = false;
+  const std::string text = config::to_yaml(trained_on);
+  result.policy.deck_crc32 = util::crc32_hex(util::crc32(text.data(), text.size()));
   policy::write_policy_file(result.policy, files.stage("policy.pt").string());
   files.commit();
   log::info("wrote " + (out / "policy.pt").string() + ", " + (out / "curve.csv").string() + ", summary.csv, " +

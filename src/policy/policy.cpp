@@ -191,7 +191,8 @@ void write_policy_file(const Policy& p, const std::string& path) {
   const std::string b = body.str();
   std::ostringstream header;
   header << kMagic << " feature_version=" << kFeatureVersion << " features=" << kNumFeatures << " global=" << kNumGlobal
-         << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic) << " body_bytes=" << b.size()
+         << " hidden=" << H << " heuristic=" << sched::to_string(p.heuristic)
+         << (p.deck_crc32.empty() ? "" : " deck_crc32=" + p.deck_crc32) << " body_bytes=" << b.size()
          << " body_crc32=" << util::crc32_hex(util::crc32(b.data(), b.size())) << "\n";
   const std::string bytes = header.str() + b;
   // stdio rather than a stream, for errno: the error says why (a full disk, a file-size limit, a folder there).
@@ -271,6 +272,14 @@ Policy policy_of_header(const std::string& path, const std::map<std::string, std
   } catch (const InputError&) {
     throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
   }
+  if (const auto d = kv.find("deck_crc32"); d != kv.end()) {
+    std::uint32_t crc = 0;
+    if (!util::parse_crc32_hex(d->second, crc)) {
+      throw InputError("policy file '" + path + "' is corrupt: its header's deck_crc32 = '" + d->second +
+                       "' is no CRC-32 (0x and 8 lowercase hex digits)");
+    }
+    p.deck_crc32 = util::crc32_hex(crc);
+  }
   return p;
 }
 
@@ -346,7 +355,7 @@ void read_tensors(const std::string& path, const std::string& body, Policy& p) {
 
 }  // namespace
 
-Policy load_policy(const std::string& path) {
+Policy load_policy(const std::string& path, sched::PolicySource* source) {
   if (!std::filesystem::exists(path)) {
     throw InputError("policy file '" + path +
                      "' cannot be opened (no such file); train one with `conductor train-policy DECK` or set "
@@ -355,7 +364,8 @@ Policy load_policy(const std::string& path) {
   // Read whole, after read_text_input's checks: a folder, a device or a file far larger than any policy (hidden
   // <= 256: a few MB) is named as such instead of "not a conductor policy" or a read that never ends.
   constexpr std::uintmax_t kMaxPolicyBytes = 64u << 20;
-  std::istringstream f(read_text_input(path, "policy file", kMaxPolicyBytes));
+  const std::string bytes = read_text_input(path, "policy file", kMaxPolicyBytes);
+  std::istringstream f(bytes);
   const std::map<std::string, std::string> kv = read_header(path, f);
   Policy p = policy_of_header(path, kv);
   std::string body((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -367,6 +377,14 @@ Policy load_policy(const std::string& path) {
     }
   }
   p.prepare();
+  if (source) {
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+    source->path = ec ? path : absolute.lexically_normal().string();
+    source->bytes = bytes.size();
+    source->crc32 = util::crc32_hex(util::crc32(bytes.data(), bytes.size()));
+    source->deck_crc32 = p.deck_crc32;
+  }
   return p;
 }
 

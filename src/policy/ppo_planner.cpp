@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -36,8 +37,9 @@ void single_threaded_inference() {
 
 class PpoPlanner final : public sched::OrderPlanner {
  public:
-  PpoPlanner(const plan::Plan& resolved, sched::Schedule generated, Policy policy)
-      : policy_(std::move(policy)), base_(std::move(generated)), estimate_(resolved.costs) {
+  PpoPlanner(const plan::Plan& resolved, sched::Schedule generated, Policy policy,
+             std::optional<sched::PolicySource> source = std::nullopt)
+      : policy_(std::move(policy)), source_(std::move(source)), base_(std::move(generated)), estimate_(resolved.costs) {
     const int p = base_.p, v = base_.v;
     // Per-rank vectors, so per-rank estimates can replace them.
     sched::CostModel c = estimate_;
@@ -63,6 +65,7 @@ class PpoPlanner final : public sched::OrderPlanner {
     seed_ = resolved.run.seed;
   }
   const char* name() const override { return "ppo"; }
+  const sched::PolicySource* policy_source() const override { return source_ ? &*source_ : nullptr; }
 
   sched::Schedule initial_order() override {
     const auto t0 = Clock::now();
@@ -180,6 +183,7 @@ class PpoPlanner final : public sched::OrderPlanner {
   }
 
   Policy policy_;
+  std::optional<sched::PolicySource> source_;  // the file the policy was loaded from
   sched::Schedule base_;
   sched::CostModel estimate_;
   EnvOptions env_;
@@ -194,7 +198,9 @@ class PpoPlanner final : public sched::OrderPlanner {
 }  // namespace
 
 std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated) {
-  return std::make_unique<PpoPlanner>(plan, generated, load_policy(resolve_policy_path(plan.scheduler.policy_path)));
+  sched::PolicySource source;
+  Policy policy = load_policy(resolve_policy_path(plan.scheduler.policy_path), &source);
+  return std::make_unique<PpoPlanner>(plan, generated, std::move(policy), std::move(source));
 }
 
 std::unique_ptr<sched::OrderPlanner> make_ppo_planner(const plan::Plan& plan, const sched::Schedule& generated,

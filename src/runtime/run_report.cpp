@@ -268,8 +268,8 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
   metrics_.close();
   sim::finish_run(measured_, world_size_);
   const double final_loss = losses_.empty() ? std::numeric_limits<double>::quiet_NaN() : losses_.back();
-  const sim::TrainingFigures training{first_step_, losses_, planner.orders_from_policy, planner.latency_ms,
-                                      valid_losses_};
+  const sim::TrainingFigures training{first_step_,        losses_,       planner.orders_from_policy,
+                                      planner.latency_ms, valid_losses_, planner.policy};
   write_text_file(dir_ / "summary.json",
                   sim::dump_json(sim::summary_json(measured_, plan_, order, memory_limit, training)) + "\n");
   if (!planner.latency_ms.empty()) {

@@ -614,7 +614,7 @@ void Training::finish() {
   PlannerFigures figures;
   if (ahead_) {
     ahead_->finish();  // stopped early: let the planner finish before reading its figures
-    figures = {ahead_->orders_from_planner(), ahead_->latency_ms(), ahead_->waited_ms()};
+    figures = {ahead_->orders_from_planner(), ahead_->latency_ms(), ahead_->waited_ms(), planner_->policy_source()};
   }
   report_->finish(order_, memory_limit_, outcome_.steps_done, figures);
 }

@@ -38,7 +38,8 @@ Json migration_json(const RunResult& run, const plan::Migration& m) {
 
 }  // namespace
 
-Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit) {
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
+                  const sched::PolicySource* policy) {
   Json out;
   out["makespan_ms"] = run.mean_makespan_ms;
   out["bubble_ratio"] = run.mean_bubble_ratio;
@@ -54,6 +55,13 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   out["virtual"] = schedule.v;
   out["memory_limit"] = memory_limit;
   out["noise"] = {{"kind", plan.noise.kind}, {"level", plan.noise.level}, {"seed", plan.noise.seed}};
+  // Which policy planned the orders: only where one did (scheduler.kind ppo).
+  if (policy && plan.scheduler.kind == "ppo") {
+    out["policy"] = {{"path", policy->path},
+                     {"bytes", policy->bytes},
+                     {"crc32", policy->crc32},
+                     {"deck_crc32", policy->deck_crc32.empty() ? Json() : Json(policy->deck_crc32)}};
+  }
   out["num_steps"] = run.steps.size();
   out["busy_ms"] = run.mean_busy_ms;
   out["idle_ms"] = run.mean_idle_ms;
@@ -75,7 +83,7 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
 
 Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
                   const TrainingFigures& training) {
-  Json out = summary_json(run, plan, schedule, memory_limit);
+  Json out = summary_json(run, plan, schedule, memory_limit, training.policy);
   out["scheduler"] = {{"kind", plan.scheduler.kind},
                       {"orders_from_policy", training.orders_from_policy},
                       {"latency_ms", training.scheduler_latency_ms}};

@@ -120,6 +120,29 @@ class CliTest(unittest.TestCase):
         self.assertRegex(lines[0], r"^train-policy: 1/2 iterations \( +50%\), elapsed [0-9.]+ s, ETA [0-9.]+ s$")
         self.assertRegex(lines[1], r"^train-policy: 2/2 iterations \(100%\), elapsed .*, ETA 0\.0 s$")
 
+    def test_policy_only_with_ppo(self):
+        # scheduler.policy beside a kind that reads no policy was ignored: the run said nothing and ran without it.
+        # Refused where it was set, naming the key, the kind and the kind that uses it; empty, or with ppo, it is fine.
+        static = self.deck("scheduler: {kind: static, policy: mine.pt}\n")
+        proc = conductor("validate", static)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn(static + ": scheduler.policy = 'mine.pt' applies to scheduler.kind ppo only, and "
+                      "scheduler.kind = static reads no policy; set scheduler.kind=ppo to run that policy, or leave "
+                      "scheduler.policy empty", proc.stderr)
+        ppo = self.deck("scheduler: {kind: ppo}\n", "ppo.yaml")
+        proc = conductor("validate", ppo, "scheduler.policy=mine.pt", "scheduler.kind=static")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("command line 'scheduler.policy=mine.pt': scheduler.policy = 'mine.pt' applies to "
+                      "scheduler.kind ppo only", proc.stderr)
+        out = os.path.join(self.tmp.name, "sim")
+        proc = conductor("simulate", static, "run.output=" + out, "run.steps=1")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertFalse(os.path.exists(out))
+        for args in ((ppo, "scheduler.policy=mine.pt"), (static, "scheduler.policy="),
+                     (static, "scheduler.policy=''")):
+            proc = conductor("validate", *args)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+
     def test_misspelled_section(self):
         path = self.deck("run:\n  steps: 2\nschedul:\n  kind: 1f1b\n")
         proc = conductor("validate", path)

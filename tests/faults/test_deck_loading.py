@@ -75,7 +75,7 @@ class DeckLoading(FaultCase):
 
     def test_override_value_with_a_comment(self):
         # ' #' starts a YAML comment: 'pol/x #y.pt' was read as 'pol/x' without a word. Quoted, '#' is kept.
-        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        deck = self.write("ok.yaml", "run: {name: ok}\nscheduler: {kind: ppo}\n")
         r = run1("validate", deck, "scheduler.policy=pol/x #y.pt")
         self.assertFault(r, 2, r"scheduler\.policy: the value 'pol/x #y\.pt' holds ' #', where YAML starts a "
                          r"comment \(the value would be 'pol/x'\); quote it: scheduler\.policy='\"pol/x #y\.pt\"'")

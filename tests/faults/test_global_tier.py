@@ -5,6 +5,7 @@ byte, no temporaries) with one message; a deck too large for the machine is refu
 a policy file whose archive LibTorch cannot read gets our words, not c10's. Skipped in a build without the
 module (-DCONDUCTOR_POLICY=OFF)."""
 import fcntl
+import json
 import os
 import re
 import resource
@@ -14,7 +15,7 @@ import time
 import unittest
 import zlib
 
-from faultlib import BIN, EXIT_DEADLINE_S, RAW_DUMP, Background, FaultCase, run1
+from faultlib import BIN, EXIT_DEADLINE_S, RAW_DUMP, Background, FaultCase, mpirun, run1
 
 MODULE = os.path.join(os.path.dirname(os.path.abspath(BIN)), "libconductor_global_tier.so")
 SOURCE = os.environ.get("CONDUCTOR_SOURCE_DIR",
@@ -143,6 +144,85 @@ class GlobalTier(FaultCase):
             self.assertFault(res, 2, r"run\.output = '%s' is being written by another conductor command now "
                              r"\(process %d\)" % (re.escape(self.out), os.getpid()))
         self.assertUnchanged(before)
+
+    def test_a_trained_policy_is_replaced_only_with_overwrite(self):
+        """train-policy again into a folder holding a trained policy of the very same deck replaced every file
+        (policy.pt perhaps in use as scheduler.policy, curve.csv's wall times, a summary.txt the user edited),
+        exit 0. Now it is refused (exit 2), naming the folder and the files, and changes nothing; an empty folder
+        is fine, and run.overwrite=true replaces them."""
+        deck = self.ppo_deck()
+        os.makedirs(self.out)  # an empty folder: no previous results
+        self.previous_run(deck)
+        with open(os.path.join(self.out, "summary.txt"), "a") as f:
+            f.write("notes: the policy of the paper's figure 3\n")
+        before = self.snapshot()
+        for extra in ((), ("ppo.seed=8",)):
+            res = run1("train-policy", deck, *extra, timeout=120)
+            self.assertFault(res, 2, r"run\.output = '%s' already holds a trained policy \(resolved\.yaml, "
+                             r"policy\.pt, curve\.csv, summary\.csv, summary\.txt\), which train-policy would "
+                             r"replace; nothing was written\..*set run\.overwrite=true to replace them"
+                             % re.escape(self.out))
+            self.assertNotIn("iter ", res.text)  # refused before training
+            self.assertUnchanged(before)
+        res = run1("train-policy", deck, "run.overwrite=true", timeout=120)
+        self.assertEqual(res.code, 0, res.text)
+        with open(os.path.join(self.out, "summary.txt")) as f:
+            self.assertNotIn("notes:", f.read())
+
+    # ---- the policy a run used, in summary.json ---------------------------------------------------------
+
+    def test_summary_names_the_policy(self):
+        """summary.json of a ppo run did not say which policy planned its orders. Now `policy` holds the file's
+        absolute path, size and CRC-32 and its training deck's CRC-32 (the deck in resolved.yaml beside it), for
+        `simulate` and `run` alike; absent for scheduler.kind static."""
+        deck = self.ppo_deck()
+        self.previous_run(deck)
+        policy = os.path.join(self.out, "policy.pt")
+        with open(policy, "rb") as f:
+            data = f.read()
+        # The training deck: resolved.yaml without its comment lines, where the files went at the defaults.
+        with open(os.path.join(self.out, "resolved.yaml")) as f:
+            trained_on = "".join(l for l in f if not l.startswith("#"))
+        self.assertIn("  output: %s\n  overwrite: false\n" % self.out, trained_on)
+        trained_on = trained_on.replace("  output: %s\n" % self.out, '  output: ""\n')
+        want = {"path": policy, "bytes": len(data), "crc32": "0x%08x" % zlib.crc32(data),
+                "deck_crc32": "0x%08x" % zlib.crc32(trained_on.encode())}
+
+        def summary(folder):
+            with open(os.path.join(folder, "summary.json")) as f:
+                return json.load(f)
+
+        sim = os.path.join(self.tmp.name, "sim")
+        res = run1("simulate", deck, "run.output=" + sim, "run.steps=3", "scheduler.policy=" + policy)
+        self.assertEqual(res.code, 0, res.text)
+        self.assertEqual(summary(sim)["policy"], want)
+        # As given relative to the working folder: recorded absolute.
+        rel = os.path.join(self.tmp.name, "sim-rel")
+        res = run1("simulate", deck, "run.output=" + rel, "run.steps=1", "scheduler.policy=out/policy.pt",
+                   cwd=self.tmp.name)
+        self.assertEqual(res.code, 0, res.text)
+        self.assertEqual(summary(rel)["policy"]["path"], policy)
+        # The shipped policy, found by default: written before deck_crc32, so its training deck is null.
+        shipped = os.path.join(os.path.realpath(SOURCE), "inputs", "policies", "default.pt")
+        res = run1("simulate", deck, "run.output=" + sim + "-shipped", "run.steps=1", cwd=SOURCE)
+        self.assertEqual(res.code, 0, res.text)
+        with open(shipped, "rb") as f:
+            shipped_bytes = f.read()
+        got = summary(sim + "-shipped")["policy"]
+        self.assertEqual((got["path"], got["crc32"]), (shipped, "0x%08x" % zlib.crc32(shipped_bytes)))
+        if b"deck_crc32=" not in shipped_bytes.split(b"\n", 1)[0]:
+            self.assertIsNone(got["deck_crc32"])
+        res = run1("simulate", deck, "run.output=" + sim + "-static", "run.steps=1", "scheduler.kind=static")
+        self.assertEqual(res.code, 0, res.text)
+        self.assertNotIn("policy", summary(sim + "-static"))
+        # conductor run (rank 0 writes summary.json) records the same.
+        measured = os.path.join(self.tmp.name, "run")
+        res = mpirun(2, "run", deck, "backend=emulated", "parallel.pipeline=2", "parallel.microbatches=4",
+                     "run.steps=3", "run.output=" + measured, "scheduler.policy=" + policy)
+        self.assertEqual(res.code, 0, res.text)
+        got = summary(measured)
+        self.assertEqual(got["scheduler"]["kind"], "ppo")
+        self.assertEqual(got["policy"], want)
 
     # ---- train-policy: the size guard ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 
 using namespace conductor;
@@ -325,6 +326,49 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
   config::Deck deck = deck_of({"scheduler.kind=ppo", "scheduler.policy=" + other});
   EXPECT_THROW(policy::make_ppo_planner(config::resolve(deck), sched::make_schedule(config::resolve(deck))),
                InputError);
+}
+
+// What a run records of the policy that drove it (summary.json `policy`): the planner built from a file names the
+// file (absolute), its size and the CRC-32 of the very bytes read, and the training deck's CRC-32 from the header
+// (train-policy writes it; null in the summary for a file without it). A damaged deck_crc32 is a corrupt header.
+TEST(PolicyFile, PlannerNamesItsPolicyFile) {
+  policy::Policy pol = policy::Policy::initial(8, sched::Hint::BFW, 1);
+  pol.deck_crc32 = "0x0badf00d";
+  const std::string path = temp_path("identity.pt");
+  policy::save_policy(pol, path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.substr(0, bytes.find('\n')).find(" deck_crc32=0x0badf00d "), std::string::npos);
+
+  const config::Deck deck = deck_of({"scheduler.kind=ppo", "scheduler.policy=" + path});
+  const plan::Plan plan = config::resolve(deck);
+  const auto planner = policy::make_ppo_planner(plan, sched::make_schedule(plan));
+  const sched::PolicySource* source = planner->policy_source();
+  ASSERT_NE(source, nullptr);
+  EXPECT_EQ(source->path, fs::absolute(path).lexically_normal().string());
+  EXPECT_EQ(source->bytes, bytes.size());
+  EXPECT_EQ(source->crc32, util::crc32_hex(util::crc32(bytes.data(), bytes.size())));
+  EXPECT_EQ(source->deck_crc32, "0x0badf00d");
+  // A policy given in memory has no file to name; a file without deck_crc32 names none.
+  EXPECT_EQ(policy::make_ppo_planner(plan, sched::make_schedule(plan), pol)->policy_source(), nullptr);
+  const std::string plain = temp_path("identity-plain.pt");
+  policy::save_policy(policy::Policy::initial(8, sched::Hint::BFW, 1), plain);
+  sched::PolicySource plain_source;
+  EXPECT_EQ(policy::load_policy(plain, &plain_source).deck_crc32, "");
+  EXPECT_EQ(plain_source.deck_crc32, "");
+
+  std::string damaged = bytes;
+  damaged.replace(damaged.find("deck_crc32=0x0badf00d"), 21, "deck_crc32=0xnotahex");
+  const std::string bad = temp_path("identity-bad.pt");
+  std::ofstream(bad, std::ios::binary) << damaged;
+  try {
+    policy::load_policy(bad);
+    ADD_FAILURE() << "no error for " << bad;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + bad + "' is corrupt: its header's deck_crc32 = '0xnotahex'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A header whose sizes disagree with its (checksummed) body: the error gives both shapes, the body's and the one

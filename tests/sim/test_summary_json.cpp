@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <regex>
@@ -171,6 +172,28 @@ TEST(SummaryJson, BytesThatAreNotUtf8DoNotBreakTheFile) {
   EXPECT_EQ(j["name"], "run-\xef\xbf\xbd");  // U+FFFD
 }
 
+// `policy`: the policy file a ppo run's planner loaded, as it names it (deck_crc32 null when the file has none); no
+// key for another kind, nor without a policy file (a policy given in memory).
+TEST(SummaryJson, PolicyOfAPpoRunOnly) {
+  const Simulated s = simulate_deck();
+  plan::Plan plan = config::resolve(s.deck);
+  const sched::PolicySource policy{"/runs/tp/policy.pt", 16870, "0x03661a6f", "0xfeda9285"};
+  EXPECT_FALSE(written(sim::summary_json(s.run, plan, s.schedule, s.options.memory_limit, &policy)).contains("policy"));
+  plan.scheduler.kind = "ppo";
+  EXPECT_FALSE(written(sim::summary_json(s.run, plan, s.schedule, s.options.memory_limit)).contains("policy"));
+  const std::string text = sim::dump_json(sim::summary_json(s.run, plan, s.schedule, s.options.memory_limit, &policy));
+  EXPECT_EQ(json::parse(text)["policy"], json::parse(R"({"path": "/runs/tp/policy.pt", "bytes": 16870,
+                                         "crc32": "0x03661a6f", "deck_crc32": "0xfeda9285"})"));
+  const std::vector<std::string> order = keys_of(text);
+  EXPECT_EQ(*(std::find(order.begin(), order.end(), "noise") + 1), "policy");  // docs/trace.md's order
+  sim::TrainingFigures training;
+  const sched::PolicySource older{"/shipped.pt", 10, "0x0000000a", ""};
+  training.policy = &older;
+  EXPECT_TRUE(
+      written(sim::summary_json(s.run, plan, s.schedule, s.options.memory_limit, training))["policy"]["deck_crc32"]
+          .is_null());
+}
+
 // docs/trace.md documents summary.json: its tables list exactly the keys written.
 TEST(SummaryJson, DocsListEveryKey) {
   std::ifstream doc(std::string(CONDUCTOR_TEST_SOURCE_DIR) + "/docs/trace.md");
@@ -187,8 +210,12 @@ TEST(SummaryJson, DocsListEveryKey) {
     documented.insert((*it)[1]);
 
   const Simulated s = simulate_deck();
-  const sim::Json summary =
-      sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit, sim::TrainingFigures{});
+  plan::Plan ppo = config::resolve(s.deck);  // with the keys of scheduler.kind ppo (policy)
+  ppo.scheduler.kind = "ppo";
+  const sched::PolicySource policy{"/p/policy.pt", 1, "0x00000001", ""};
+  sim::TrainingFigures training;
+  training.policy = &policy;
+  const sim::Json summary = sim::summary_json(s.run, ppo, s.schedule, s.options.memory_limit, training);
   std::set<std::string> written_keys;
   for (const auto& item : summary.items()) written_keys.insert(item.key());
   EXPECT_EQ(documented, written_keys);

@@ -15,7 +15,8 @@
 
 namespace conductor::plugin {
 
-inline constexpr int kAbiVersion = 2;  // 2: HostState carries the binary's stop-signal state
+// 2: HostState carries the binary's stop-signal state; 3: OrderPlanner::policy_source (a virtual the binary calls)
+inline constexpr int kAbiVersion = 3;
 inline constexpr const char* kEntrySymbol = "conductor_global_tier_v1";
 inline constexpr const char* kModuleName = "libconductor_global_tier.so";
 

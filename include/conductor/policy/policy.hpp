@@ -8,14 +8,18 @@
 // PPO learns corrections to it (heuristic-guided, as the Conductor paper does).
 //
 // File format (save_policy / load_policy): one text line
-//   conductor-policy feature_version=V features=F global=G hidden=H heuristic=bfw body_bytes=N body_crc32=0x...\n
+//   conductor-policy feature_version=V features=F global=G hidden=H heuristic=bfw [deck_crc32=0x...]
+//   body_bytes=N body_crc32=0x...\n   (one line)
 // followed by a LibTorch archive (torch::serialize) of the actor and critic tensors (the body; its size and
-// CRC-32 are checked before LibTorch reads it).
+// CRC-32 are checked before LibTorch reads it). deck_crc32 (train-policy's files have it; older files do not) is
+// the CRC-32 of the deck the policy was trained on: resolved.yaml beside it without its leading comment lines, and
+// with run.output "" and run.overwrite false (where the files went is no part of the training).
 #include <string>
 #include <vector>
 
 #include "conductor/policy/env.hpp"
 #include "conductor/sched/arbiter.hpp"
+#include "conductor/sched/planner.hpp"
 
 namespace conductor::policy {
 
@@ -28,6 +32,9 @@ struct Policy {
   // Critic (training only; kept in the file so training can be inspected): [hidden][kNumGlobal], ...
   std::vector<float> c1, cb1, c2, cb2, c3;
   float cb3 = 0.0f;
+  // The training deck's CRC-32 ("0x1a2b3c4d", the header's deck_crc32); "" when unknown (a file written before it,
+  // a policy trained outside train-policy).
+  std::string deck_crc32;
 
   // Transposed copies of w1 and w2 ([in][out], so the per-candidate loops vectorize); prepare() builds them
   // (to_policy and load_policy call it).
@@ -48,8 +55,10 @@ void save_policy(const Policy& policy, const std::string& path);
 // naming the file and the reason (strerror), with nothing left at `path`.
 void write_policy_file(const Policy& policy, const std::string& path);
 // Throws InputError naming the file when it is missing, not a policy file, corrupt (size or CRC-32 of the body
-// unlike its header's), or written with another feature version than kFeatureVersion.
-Policy load_policy(const std::string& path);
+// unlike its header's, a deck_crc32 that is no CRC-32), or written with another feature version than
+// kFeatureVersion. With `source`, also what a run records of the file (its absolute path, size and CRC-32 of the
+// very bytes read, and deck_crc32).
+Policy load_policy(const std::string& path, sched::PolicySource* source = nullptr);
 
 // scheduler.policy = "" resolves to the shipped default: inputs/policies/default.pt under the current
 // directory, else under a directory above the binary's (build/..), or its share/conductor/ (an installed tree:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
+#include "conductor/sched/planner.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/simulator.hpp"
 #include "conductor/trace/event.hpp"
@@ -26,7 +27,8 @@ namespace conductor::runtime {
 struct PlannerFigures {
   int orders_from_policy = 0;
   std::vector<double> latency_ms;
-  double waited_ms = 0;  // rank 0's waits for plans not done in time (PlanAhead::waited_ms)
+  double waited_ms = 0;                         // rank 0's waits for plans not done in time (PlanAhead::waited_ms)
+  const sched::PolicySource* policy = nullptr;  // the planner's policy file (OrderPlanner::policy_source)
 };
 
 // What the ranks measured in a step beyond the events (NaN where the backend has no math).

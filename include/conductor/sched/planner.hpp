@@ -5,6 +5,7 @@
 // k+1 and never stalls the pipeline. Planners: StaticPlanner here (the generator's order every step) and the
 // PPO planner of the policy layer (policy/ppo_planner.hpp, LibTorch), which only the `conductor` command
 // wires in; runtime and sim know this interface alone.
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
@@ -25,10 +26,20 @@ struct StepObservation {
   const std::vector<trace::OpEvent>* events = nullptr;
 };
 
+// The policy file a planner's orders come from, as a run records it (summary.json `policy`, docs/trace.md).
+struct PolicySource {
+  std::string path;         // the file opened: scheduler.policy, or the shipped default found (absolute)
+  std::uint64_t bytes = 0;  // its size
+  std::string crc32;        // CRC-32 of its bytes as read ("0x1a2b3c4d", util/checksum.hpp)
+  std::string deck_crc32;   // its header's deck_crc32: the training deck's (policy/policy.hpp); "" when absent
+};
+
 class OrderPlanner {
  public:
   virtual ~OrderPlanner() = default;
   virtual const char* name() const = 0;
+  // The policy file behind the orders; nullptr for a planner without one (static, a policy given in memory).
+  virtual const PolicySource* policy_source() const { return nullptr; }
   // The order of step 0.
   virtual Schedule initial_order() = 0;
   // The order of a later step (obs.step + 2 in PlanAhead). Must keep p, m, v and the placement; the runtime

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
+#include "conductor/sched/planner.hpp"
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/simulator.hpp"
 
@@ -19,8 +20,11 @@ using Json = nlohmann::ordered_json;
 // The run's means (makespan_ms, bubble_ratio, stage_bubble_ratio, lower_bound_ms, makespan_over_lower_bound,
 // throughput), the settings they came from (schedule, execution, hint, pipeline, microbatches, virtual,
 // memory_limit, noise), num_steps, per-rank busy_ms, idle_ms and peak_memory, and steps: [{step, makespan_ms,
-// bubble_ratio, stage_bubble_ratio, lower_bound_ms, throughput}].
-Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit);
+// bubble_ratio, stage_bubble_ratio, lower_bound_ms, throughput}]; with scheduler.kind ppo, policy: {path, bytes,
+// crc32, deck_crc32} of the policy file that planned the orders (`policy`, the planner's policy_source(); deck_crc32
+// null when the file does not say), absent for other kinds.
+Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Schedule& schedule, double memory_limit,
+                  const sched::PolicySource* policy = nullptr);
 
 // What `conductor run` measures beyond the simulator's figures.
 struct TrainingFigures {
@@ -29,6 +33,7 @@ struct TrainingFigures {
   int orders_from_policy = 0;                          // steps that ran an order the global tier computed
   std::vector<double> scheduler_latency_ms;            // wall time of each next_order
   std::vector<std::pair<int, double>> valid_losses{};  // (step, validation loss) per evaluation (eval.every)
+  const sched::PolicySource* policy = nullptr;         // the global tier's policy file (scheduler.kind ppo)
 };
 
 // The simulator's summary above plus scheduler: {kind, orders_from_policy, latency_ms}, backend, first_step,
