@@ -1,6 +1,10 @@
 # The two commands users need: `make run` and `make test`. Both install missing Debian packages first.
 BUILD     ?= build
 JOBS      ?= $(shell nproc)
+# ctest runs twice as many tests as cores: most of a test's time waits on the processes it starts (mpiexec and its
+# ranks, a Slurm cluster, a stop's deadline), so on 2 cores -j 4 ends the suite about a minute sooner than -j 2
+# (CPU time about 290 s of a 400 s run at -j 2).
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 NP        ?= 4
 DECK      ?= inputs/quickstart.yaml
 # `make run` replaces the previous quickstart results (`conductor run` itself refuses to write over a run).
@@ -41,7 +45,7 @@ build-tests: configure
 	cmake --build $(BUILD) -j $(JOBS) --target conductor_tests
 
 test: deps build-tests
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) --timeout 600
 
 # The fault suite alone (tests/faults): bad input, killed ranks, full disks, signals; part of `make test` too.
 test-faults: build-tests
