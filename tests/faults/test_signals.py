@@ -171,7 +171,9 @@ class Signals(FaultCase):
         # 12 s steps: the abort must come long before the step would end.
         run, ranks = self.start(factor=1000, env=dict(os.environ, CONDUCTOR_LAUNCH_GRACE_S="0.5"))
         start = time.monotonic()
-        for pause in (0.05, 1.0, 0):
+        # The third signal must come after the first has reached the ranks (the launcher swallows repeats while it
+        # delivers): under load (a sanitizer build beside a compile) that took over 1 s, so 2.5 s.
+        for pause in (0.05, 2.5, 0):
             os.kill(run.proc.pid, signal.SIGTERM)
             time.sleep(pause)
         res, exited = run.finish(start, ranks)
