@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "conductor/sched/engine.hpp"
@@ -16,19 +17,24 @@ namespace conductor::sched {
 
 namespace {
 
-// torch's letter of an op kind: its B is the full backward, its I the backward for the input (conductor's B).
-char torch_letter(OpKind kind) {
+// torch's letters for the op kinds. Since torch 2.6: F, I (the backward for the input, conductor's B), W, and B
+// for the full backward. torch 2.5 wrote B for the backward (for the input when the schedule splits it: a W of
+// the same stage and microbatch follows) and BW for the full backward; such files read too (Letters::Torch25).
+enum class Letters { Torch26, Torch25 };
+
+std::string torch_letter(OpKind kind, Letters letters = Letters::Torch26) {
+  const bool old = letters == Letters::Torch25;
   switch (kind) {
-    case OpKind::F: return 'F';
-    case OpKind::B: return 'I';
-    case OpKind::W: return 'W';
-    case OpKind::BW: return 'B';
+    case OpKind::F: return "F";
+    case OpKind::B: return old ? "B" : "I";
+    case OpKind::W: return "W";
+    case OpKind::BW: return old ? "BW" : "B";
   }
-  return '?';
+  return "?";
 }
 
-std::string torch_name(const Schedule& s, int rank, const Action& a) {
-  return std::to_string(s.stage_of(rank, a.chunk)) + torch_letter(a.kind) + std::to_string(a.microbatch);
+std::string torch_name(const Schedule& s, int rank, const Action& a, Letters letters = Letters::Torch26) {
+  return std::to_string(s.stage_of(rank, a.chunk)) + torch_letter(a.kind, letters) + std::to_string(a.microbatch);
 }
 
 std::string trim(const std::string& text) {
@@ -43,12 +49,15 @@ struct CsvAction {
   OpKind kind = OpKind::F;
   int microbatch = 0;    // -1: none (a runtime action such as 0UNSHARD)
   bool runtime = false;  // torch's runtime action: range-checked, then skipped
+  std::string letter;    // as written: F, I, W, B or BW (torch 2.5's full backward)
 };
 
 // torch's action types that are not computations: its runtime format (`_dump_csv(..., format="compute_comms")`)
 // adds them around the compute actions, without reordering those; the compute-only format has none.
 bool is_runtime_type(const std::string& type) {
-  static const char* const kTypes[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+  // SEND_F_RECV_B and SEND_B_RECV_F: torch 2.5's batched pairs.
+  static const char* const kTypes[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD",   "SEND_F",       "RECV_F",
+                                       "SEND_B",  "RECV_B",  "SEND_F_RECV_B", "SEND_B_RECV_F"};
   return std::any_of(std::begin(kTypes), std::end(kTypes), [&](const char* t) { return type == t; });
 }
 
@@ -92,9 +101,11 @@ std::string parse_single(const std::string& tok, CsvAction& out, bool in_pair = 
            "' is one of torch's runtime actions (communication, resharding), which an OVERLAP_F_B pair cannot hold: "
            "a pair names two compute actions, F and I, W or B";
   }
-  if (type.size() != 1 || std::string("FIWB").find(type[0]) == std::string::npos)
+  if (type != "BW" && (type.size() != 1 || std::string("FIWB").find(type[0]) == std::string::npos))
     return "unknown action '" + printable(tok) + "': " + kExpected;
+  // B is the full backward until the file's letters are known (resolve_letters: torch 2.5's B with a W).
   out.kind = type[0] == 'F' ? OpKind::F : type[0] == 'I' ? OpKind::B : type[0] == 'W' ? OpKind::W : OpKind::BW;
+  out.letter = type;
   if (j == tok.size()) return "action '" + printable(tok) + "' has no microbatch: " + kExpected;
   long long mb = 0;
   while (j < tok.size() && std::isdigit(static_cast<unsigned char>(tok[j]))) mb = append_digit(mb, tok[j++]);
@@ -184,6 +195,39 @@ Placement infer_placement(const std::vector<Located>& all, int p, int v, const s
   throw InputError(why);
 }
 
+// Which torch's letters the file uses, and its B actions read accordingly. torch 2.5 wrote B for the backward,
+// which was for the input alone when the schedule split it (a W of the same stage and microbatch follows), and BW
+// for the full backward; torch 2.6 and later write I for the backward for the input and B for the full one, so a
+// B and a W of the same stage and microbatch cannot both be there. A file is torch 2.5's when it has a BW or
+// (without any I) a B with a W of its stage and microbatch; its Bs with a W then read as backwards for the input
+// (a B without one stays the full backward, as torch 2.5 ran it). I and BW in one file mix the two: refused.
+Letters resolve_letters(std::vector<Located>& all, const std::string& source) {
+  const Located* i_at = nullptr;
+  const Located* bw_at = nullptr;
+  std::set<std::pair<int, int>> with_w;  // (stage, microbatch) of the Ws
+  for (const Located& x : all) {
+    if (x.action.letter == "I" && !i_at) i_at = &x;
+    if (x.action.letter == "BW" && !bw_at) bw_at = &x;
+    if (x.action.kind == OpKind::W) with_w.emplace(x.action.stage, x.action.microbatch);
+  }
+  auto split = [&](const Located& x) {
+    return x.action.letter == "B" && with_w.count({x.action.stage, x.action.microbatch}) > 0;
+  };
+  if (i_at && bw_at) {
+    throw InputError(source + ": rank " + std::to_string(bw_at->rank) + ", position " + std::to_string(bw_at->field) +
+                     ": BW is torch 2.5's full backward, but the file also has I (rank " + std::to_string(i_at->rank) +
+                     ", position " + std::to_string(i_at->field) +
+                     "), torch 2.6's backward for the input, whose full backward is B: one file uses one version's "
+                     "letters");
+  }
+  const bool torch25 = bw_at || (!i_at && std::any_of(all.begin(), all.end(), split));
+  if (!torch25) return Letters::Torch26;
+  for (Located& x : all) {
+    if (split(x)) x.action.kind = OpKind::B;
+  }
+  return Letters::Torch25;
+}
+
 }  // namespace
 
 void write_torch_csv(std::ostream& out, const Schedule& s) {
@@ -221,7 +265,7 @@ std::string to_torch_csv(const Schedule& s) {
 }
 
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
-                         std::vector<std::vector<int>>* field_of) {
+                         CsvReading* reading) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -273,6 +317,7 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
       }
     }
   }
+  const Letters letters = resolve_letters(all, source);
   Schedule s;
   s.p = shape.p;
   s.m = shape.m;
@@ -280,7 +325,10 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
   s.name = source;
   s.placement = shape.placement ? *shape.placement : infer_placement(all, shape.p, shape.v, source);
   s.ranks.resize(static_cast<std::size_t>(s.p));
-  if (field_of) field_of->assign(static_cast<std::size_t>(s.p), {});
+  if (reading) {
+    reading->field_of.assign(static_cast<std::size_t>(s.p), {});
+    reading->torch25_letters = letters == Letters::Torch25;
+  }
   for (const auto& x : all) {
     if (s.rank_of(x.action.stage) != x.rank) {
       throw InputError(source + ": rank " + std::to_string(x.rank) + ", position " + std::to_string(x.field) +
@@ -288,7 +336,7 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
                        std::to_string(s.rank_of(x.action.stage)) + " under " + to_string(s.placement) + " placement");
     }
     s.ranks[x.rank].push_back(Action{x.action.kind, x.action.microbatch, s.chunk_of(x.action.stage)});
-    if (field_of) (*field_of)[x.rank].push_back(x.field);
+    if (reading) reading->field_of[static_cast<std::size_t>(x.rank)].push_back(x.field);
   }
   return s;
 }
@@ -311,11 +359,12 @@ Schedule import_schedule(const std::string& path, const ScheduleShape& shape, do
   const std::string text = read_schedule_file(path);
   Schedule s;
   Naming naming;
-  std::vector<std::vector<int>> field_of;
+  CsvReading reading;
   if (is_torch_csv(path, text)) {
-    s = parse_torch_csv(text, path, shape, &field_of);
-    naming.action = [&s](int rank, const Action& x) { return torch_name(s, rank, x); };
-    naming.position = [&field_of](int rank, int index) { return field_of[rank][index]; };
+    s = parse_torch_csv(text, path, shape, &reading);
+    const Letters letters = reading.torch25_letters ? Letters::Torch25 : Letters::Torch26;
+    naming.action = [&s, letters](int rank, const Action& x) { return torch_name(s, rank, x, letters); };
+    naming.position = [&reading](int rank, int index) { return reading.field_of[rank][index]; };
   } else {
     s = parse_text(text, path);
     if (s.p != shape.p || s.m != shape.m || s.v != shape.v) {

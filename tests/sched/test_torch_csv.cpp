@@ -71,10 +71,10 @@ TEST(TorchCsv, ExportsTheLockStepGrid) {
 
 TEST(TorchCsv, ReadsTorchFields) {
   // Idle fields, spaces, quotes, CRLF line ends, an OVERLAP_F_B pair and a trailing blank line.
-  std::vector<std::vector<int>> field_of;
+  CsvReading reading;
   const std::string text =
       "0F0,0F1,,\"0I0\",(0W0;0F2)OVERLAP_F_B,0I1,0W1,,,0B2\r\n,1F0, 1I0 ,1F1,1I1,1W0,1W1,1F2,1B2\r\n\n";
-  const Schedule s = parse_torch_csv(text, "t.csv", ScheduleShape{2, 3, 1, std::nullopt}, &field_of);
+  const Schedule s = parse_torch_csv(text, "t.csv", ScheduleShape{2, 3, 1, std::nullopt}, &reading);
   EXPECT_EQ(s.ranks[0], (std::vector<Action>{{OpKind::F, 0, 0},
                                              {OpKind::F, 1, 0},
                                              {OpKind::B, 0, 0},
@@ -83,9 +83,10 @@ TEST(TorchCsv, ReadsTorchFields) {
                                              {OpKind::B, 1, 0},
                                              {OpKind::W, 1, 0},
                                              {OpKind::BW, 2, 0}}));
-  EXPECT_EQ(field_of[0], (std::vector<int>{0, 1, 3, 4, 4, 5, 6, 9}));
+  EXPECT_EQ(reading.field_of[0], (std::vector<int>{0, 1, 3, 4, 4, 5, 6, 9}));
+  EXPECT_FALSE(reading.torch25_letters);
   EXPECT_EQ(s.ranks[1].front(), (Action{OpKind::F, 0, 0}));
-  EXPECT_EQ(field_of[1].front(), 1);
+  EXPECT_EQ(reading.field_of[1].front(), 1);
   EXPECT_TRUE(validate(s, 0, 0).ok) << validate(s, 0, 0).message();
 }
 
@@ -127,6 +128,43 @@ TEST(TorchCsv, RuntimeFormatReadsAsItsComputeOnlyActions) {
     ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size()) << r;
     for (std::size_t i = 0; i < a.ranks[r].size(); ++i) EXPECT_EQ(to_string(a.ranks[r][i]), to_string(b.ranks[r][i]));
   }
+}
+
+// torch 2.5 wrote B for the backward (for the input when a W of its stage and microbatch follows) and BW for the
+// full backward, with batched SEND_F_RECV_B / SEND_B_RECV_F transfers in its runtime format. Before, such a file
+// was refused ("2W0 splits a backward that position 5 already runs as BW").
+TEST(TorchCsv, ReadsTorch25Letters) {
+  // p = 2, v = 2 (loop): stages 0 and 2 split their backward, stages 1 and 3 run it whole.
+  const ScheduleShape shape{2, 2, 2, std::nullopt};
+  const std::string now =
+      "0F0,0F1,2F0,2F1,,,2I0,2W0,2I1,2W1,,,0I0,0W0,0I1,0W1\n"
+      ",1F0,1F1,3F0,3B0,3F1,3B1,,,1B0,,1B1\n";
+  const std::string then =
+      "0F0,0F1,2F0,0SEND_F_RECV_B1,2F1,,,2B0,2W0,2B1,2W1,,,0B0,0W0,0B1,0W1\n"
+      ",1F0,1F1,3F0,3BW0,3F1,1SEND_B_RECV_F0,3BW1,,,1BW0,,1BW1\n";
+  const Schedule a = import_schedule(write_temp("now.csv", now), shape, 0, 0);
+  const Schedule b = import_schedule(write_temp("then.csv", then), shape, 0, 0);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r], b.ranks[r]) << "rank " << r;
+  EXPECT_EQ(b.ranks[0][4], (Action{OpKind::B, 0, 1}));   // 2B0 with 2W0: the backward for the input
+  EXPECT_EQ(b.ranks[1][3], (Action{OpKind::BW, 0, 1}));  // 3BW0: the full backward
+  CsvReading reading;
+  (void)parse_torch_csv(then, "then.csv", shape, &reading);
+  EXPECT_TRUE(reading.torch25_letters);
+  // Without a BW, a B with a W of its stage and microbatch alone marks torch 2.5's letters; a B without one
+  // stays the full backward.
+  const std::string then_b =
+      "0F0,0F1,2F0,2F1,,,2B0,2W0,2B1,2W1,,,0B0,0W0,0B1,0W1\n"
+      ",1F0,1F1,3F0,3B0,3F1,3B1,,,1B0,,1B1\n";
+  const Schedule c = import_schedule(write_temp("then_b.csv", then_b), shape, 0, 0);
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r], c.ranks[r]) << "rank " << r;
+  // Messages name actions in the file's letters.
+  EXPECT_EQ(import_error("0F0,,,0B0,0W0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "invalid schedule: rank 1, end of list: missing the backward of stage 1, microbatch 0 (1B0+1W0 or 1BW0)");
+  // One file, one version's letters.
+  EXPECT_EQ(import_error("0F0,,,0I0,0W0\n,1F0,1BW0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "rank 1, position 2: BW is torch 2.5's full backward, but the file also has I (rank 0, position 3), "
+            "torch 2.6's backward for the input, whose full backward is B: one file uses one version's letters");
 }
 
 TEST(TorchCsvErrors, RuntimeActionInsideAPairIsRefused) {

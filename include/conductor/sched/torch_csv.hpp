@@ -38,10 +38,15 @@ void write_torch_csv(std::ostream& out, const Schedule& s);
 
 // Parses torch's CSV against the deck's shape. Structure only (the rank count, each field, stage to rank under
 // the placement): import_schedule() also validates. Throws InputError "source: rank R, position P: reason" with P
-// the 0-based field (column) of the line, empty fields counted. `field_of`, when given, receives for each rank
-// the field of each action in the returned list (both actions of an OVERLAP_F_B pair share their field).
+// the 0-based field (column) of the line, empty fields counted. `reading`, when given, receives for each rank
+// the field of each action in the returned list (both actions of an OVERLAP_F_B pair share their field), and
+// whether the file has torch 2.5's letters (B for the backward, split when a W follows; BW the full backward).
+struct CsvReading {
+  std::vector<std::vector<int>> field_of;
+  bool torch25_letters = false;
+};
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
-                         std::vector<std::vector<int>>* field_of = nullptr);
+                         CsvReading* reading = nullptr);
 
 // True when `path` names a CSV: a .csv extension, or text whose first non-blank line is not a line of the text
 // form (no '#' comment or key word) and holds a ',' or an action with a torch kind.
