@@ -221,17 +221,33 @@ namespace {
 // Why `file` (a data file a path named) cannot be read as one, or "".
 std::string not_a_data_file(const std::string& file) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status link = fs::symlink_status(file, ec), target = fs::status(file, ec);
+  std::error_code ec, target_ec;
+  const fs::file_status link = fs::symlink_status(file, ec), target = fs::status(file, target_ec);
   if (fs::is_regular_file(target)) return "";
   if (fs::is_symlink(link) && !fs::exists(target)) {
     std::error_code rc;
-    return "a symbolic link to '" + fs::read_symlink(file, rc).string() + "', which does not exist";
+    const std::string to = fs::read_symlink(file, rc).string();
+    if (target_ec == std::errc::too_many_symbolic_link_levels)
+      return "a symbolic link to '" + to + "' in a loop of links (it never reaches a file)";
+    return "a symbolic link to '" + to + "', which does not exist";
   }
   if (!fs::exists(target)) return "which does not exist";
   if (fs::is_directory(target)) return "which is a folder, not a data file";
-  if (fs::is_fifo(target)) return "which is a named pipe, not a data file (it is read from memory maps)";
+  if (fs::is_fifo(target)) return "which is a named pipe, not a data file (its tokens are read by offset)";
   return "which is a device or socket, not a data file";
+}
+
+// Where a path that matched nothing was looked for: a leading ~ is no home folder here (a deck is not a shell),
+// and a relative path starts at the working folder, which a job script may have changed.
+std::string path_hint(const std::string& path) {
+  if (!path.empty() && path[0] == '~')
+    return " (a leading ~ is not expanded: a deck is not read by a shell; write the folder out)";
+  if (!path.empty() && path[0] != '/') {
+    std::error_code ec;
+    const std::string cwd = std::filesystem::current_path(ec).string();
+    if (!ec) return " (a relative path, looked for from the working folder " + cwd + ")";
+  }
+  return "";
 }
 
 }  // namespace
@@ -262,7 +278,7 @@ void finalize_data(const Deck& deck, const std::string& src, std::vector<std::st
                                                 : "Megatron dataset (PREFIX.idx + PREFIX.bin)";
   const auto files_of = [&](const char* key, const std::string& path) {
     const std::vector<std::string> files = expand_data_path(d.source, path);
-    if (files.empty()) problems.push_back(src + ": " + key + " = '" + path + "' matches no " + noun);
+    if (files.empty()) problems.push_back(src + ": " + key + " = '" + path + "' matches no " + noun + path_hint(path));
     // Each match must be a file the trainer can read (a Megatron prefix: its .idx and .bin), named when not.
     for (const std::string& f : files) {
       for (const std::string& file : d.source == "megatron" ? std::vector{f + ".idx", f + ".bin"} : std::vector{f}) {

@@ -330,6 +330,24 @@ TEST(DataFiles, PathsNameExactlyTheFilesTheyRead) {
   EXPECT_TRUE(has(e, "names '" + dir + "/s_001.bin', a symbolic link to '" + dir + "/gone.bin', which does not exist"))
       << e;
   EXPECT_TRUE(has(e, "names '" + dir + "/s_002.bin', which is a folder, not a data file")) << e;
+  // A loop of links: before, it read as a link to a file that does not exist.
+  fs::create_symlink(dir + "/loop_b.bin", dir + "/loop_a.bin");
+  fs::create_symlink(dir + "/loop_a.bin", dir + "/loop_b.bin");
+  const std::string loop = deck_problems("{source: llmc, path: '" + dir + "/loop_a.bin'}");
+  EXPECT_TRUE(has(loop, "names '" + dir + "/loop_a.bin', a symbolic link to '" + dir +
+                            "/loop_b.bin' in a loop of links (it never reaches a file)"))
+      << loop;
+  // A path that matches nothing says where it was looked for: ~ is not a shell's, a relative path starts at the
+  // working folder.
+  const std::string home = deck_problems("{source: llmc, path: '~/shards/*.bin'}");
+  EXPECT_TRUE(has(home,
+                  "data.path = '~/shards/*.bin' matches no file (llm.c token shards) (a leading ~ is not "
+                  "expanded: a deck is not read by a shell; write the folder out)"))
+      << home;
+  const std::string relative = deck_problems("{source: llmc, path: 'no_such_folder/*.bin'}");
+  EXPECT_TRUE(
+      has(relative, "(a relative path, looked for from the working folder " + fs::current_path().string() + ")"))
+      << relative;
 
   const std::string overlap =
       deck_problems("{source: llmc, path: '" + dir + "/run1/*.bin', valid_path: '" + dir + "/run1/x.bin'}");
