@@ -5,14 +5,16 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/fd.hpp"
 
 namespace conductor::model {
 
@@ -135,25 +137,19 @@ DataFile::DataFile(const std::string& path) : path_(path) {
   if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
     throw InputError(quoted(path) + " is not a regular file (" + file_kind(before.st_mode) + ")");
   }
-  fd_ = open_data_file(path);
-  if (fd_ < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
+  util::Fd fd(open_data_file(path));
+  if (fd.get() < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    throw InputError(quoted(path) + " is not a regular file");
-  }
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw InputError(quoted(path) + " is not a regular file");
+  fd_ = std::move(fd);
   size_ = static_cast<std::size_t>(st.st_size);
-}
-
-DataFile::~DataFile() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 void DataFile::read(std::size_t offset, std::size_t n, void* out) const {
   auto* p = static_cast<unsigned char*>(out);
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t got = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    const ssize_t got = ::pread(fd_.get(), p + done, n - done, static_cast<off_t>(offset + done));
     if (got > 0) {
       done += static_cast<std::size_t>(got);
       continue;
@@ -164,7 +160,8 @@ void DataFile::read(std::size_t offset, std::size_t n, void* out) const {
       throw InputError("cannot read " + quoted(path_) + " at byte " + num(offset + done) + ": " + std::strerror(err));
     }
     struct stat st {};
-    const std::string now = ::fstat(fd_, &st) == 0 ? num(static_cast<std::uint64_t>(st.st_size)) + " bytes" : "shorter";
+    const std::string now =
+        ::fstat(fd_.get(), &st) == 0 ? num(static_cast<std::uint64_t>(st.st_size)) + " bytes" : "shorter";
     throw InputError(quoted(path_) + " is now " + now + ", but " + num(n) + " bytes at offset " + num(offset) +
                      " are needed; it had " + num(size_) +
                      " bytes when the run opened it (truncated or rewritten while the run reads it)");
@@ -378,11 +375,11 @@ DataFileIdentity scan_token_file(const TokenSpan& span, int vocab, const std::st
   const std::size_t w = width(span.type), begin = span.offset, end = span.offset + span.count * w;
   constexpr std::size_t kPiece = std::size_t{1} << 20;  // a multiple of every token width, as span.offset is
   std::vector<unsigned char> buf(std::min(kPiece, f.size()));
-  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::uint32_t crc = 0;
   for (std::size_t at = 0; at < f.size(); at += kPiece) {
     const std::size_t n = std::min(kPiece, f.size() - at);
     f.read(at, n, buf.data());
-    crc = ::crc32(crc, buf.data(), static_cast<uInt>(n));
+    crc = util::crc32(buf.data(), n, crc);
     // The tokens of the span in this piece.
     const std::size_t lo = std::max(at, begin), hi = std::min(at + n, end);
     if (lo >= hi) continue;
@@ -406,7 +403,7 @@ DataFileIdentity scan_token_file(const TokenSpan& span, int vocab, const std::st
                      ": every token id must be in [0, model.vocab); set model.vocab to the "
                      "tokenizer's vocabulary (50257 for GPT-2)");
   }
-  return DataFileIdentity{f.path(), f.size(), static_cast<std::uint32_t>(crc)};
+  return DataFileIdentity{f.path(), f.size(), crc};
 }
 
 }  // namespace conductor::model

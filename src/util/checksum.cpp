@@ -7,29 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <utility>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/fd.hpp"
 
 namespace conductor::util {
 
 namespace {
-
-// Closes a file descriptor on every path out (the checked close of the success path resets it first).
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
   throw Error("cannot " + what + " '" + path + "': " + std::strerror(errno));
@@ -37,8 +21,8 @@ class Fd {
 
 }  // namespace
 
-std::uint32_t crc32(const void* data, std::size_t bytes) {
-  return static_cast<std::uint32_t>(::crc32_z(0L, static_cast<const Bytef*>(data), bytes));
+std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t previous) {
+  return static_cast<std::uint32_t>(::crc32_z(previous, static_cast<const Bytef*>(data), bytes));
 }
 
 std::string crc32_hex(std::uint32_t crc) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/fd.hpp"
 
 namespace conductor {
 
@@ -23,14 +24,6 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 }
 
 namespace {
-
-// A file descriptor, closed when it goes out of scope.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // The rest of `fd` to its end, refused once it holds more than max_bytes (`too_large` says so).
 std::string read_all(int fd, const std::string& named, std::uintmax_t max_bytes, const std::string& too_large) {
@@ -51,9 +44,9 @@ std::string read_all(int fd, const std::string& named, std::uintmax_t max_bytes,
 constexpr int kPipeWaitMs = 10'000;
 
 std::string read_pipe(const std::string& path, const std::string& named, std::uintmax_t max_bytes) {
-  const Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (f.fd < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
-  pollfd pfd{f.fd, POLLIN, 0};
+  const util::Fd f(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (f.get() < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+  pollfd pfd{f.get(), POLLIN, 0};
   int ready = 0;
   do {
     ready = ::poll(&pfd, 1, kPipeWaitMs);
@@ -63,8 +56,8 @@ std::string read_pipe(const std::string& path, const std::string& named, std::ui
                      std::to_string(kPipeWaitMs / 1000) + " s; give a file");
   }
   // Data or the writer's end: read on, blocking, to the end.
-  ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
-  return read_all(f.fd, named, max_bytes,
+  ::fcntl(f.get(), F_SETFL, ::fcntl(f.get(), F_GETFL) & ~O_NONBLOCK);
+  return read_all(f.get(), named, max_bytes,
                   named + " holds more than " + std::to_string(max_bytes) + " bytes, the most it may hold");
 }
 
@@ -83,9 +76,9 @@ std::string read_text_input(const std::string& path, const std::string& what, st
   const std::string too_large = named + " holds more than " + std::to_string(max_bytes) + " bytes, the most a " + what +
                                 " may hold (it is read whole)";
   if (fs::is_regular_file(status) && fs::file_size(path, ec) > max_bytes) throw InputError(too_large);
-  const Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
-  return read_all(f.fd, named, max_bytes, too_large);
+  const util::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f.get() < 0) throw InputError("cannot read " + named + ": " + std::strerror(errno));
+  return read_all(f.get(), named, max_bytes, too_large);
 }
 
 }  // namespace conductor

@@ -42,6 +42,19 @@ std::string temp_path(const std::string& name) {
   return (dir / name).string();
 }
 
+// Writes a policy file's `bytes`, damaged, to temp_path(name) and expects load_policy to refuse it with an
+// InputError saying "'PATH' is corrupt: " and then `what`.
+void expect_corrupt(const std::string& name, const std::string& bytes, const std::string& what) {
+  const std::string path = temp_path(name);
+  std::ofstream(path, std::ios::binary) << bytes;
+  try {
+    policy::load_policy(path);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + path + "' is corrupt: " + what), std::string::npos) << e.what();
+  }
+}
+
 // A list that runs each microbatch's F, B, W back to back: read as a readiness hint ("schedule" ranking) it
 // makes a rank run a heavy W before the F the next stage is waiting for. B first, then F, W filling idle time
 // (bfw) is the known better order here.
@@ -359,16 +372,7 @@ TEST(PolicyFile, PlannerNamesItsPolicyFile) {
 
   std::string damaged = bytes;
   damaged.replace(damaged.find("deck_crc32=0x0badf00d"), 21, "deck_crc32=0xnotahex");
-  const std::string bad = temp_path("identity-bad.pt");
-  std::ofstream(bad, std::ios::binary) << damaged;
-  try {
-    policy::load_policy(bad);
-    ADD_FAILURE() << "no error for " << bad;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'" + bad + "' is corrupt: its header's deck_crc32 = '0xnotahex'"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_corrupt("identity-bad.pt", damaged, "its header's deck_crc32 = '0xnotahex'");
 }
 
 // A header whose sizes disagree with its (checksummed) body: the error gives both shapes, the body's and the one
@@ -379,18 +383,10 @@ TEST(PolicyFile, WrongShapeNamesBothShapes) {
   std::ifstream in(good, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   bytes.replace(bytes.find(" hidden=8 "), 10, " hidden=16 ");  // the body (and its CRC-32) unchanged
-  const std::string wide = temp_path("shape-wide.pt");
-  std::ofstream(wide, std::ios::binary) << bytes;
-  try {
-    policy::load_policy(wide);
-    ADD_FAILURE() << "no error for " << wide;
-  } catch (const InputError& e) {
-    const std::string f = std::to_string(policy::kNumFeatures);
-    EXPECT_NE(std::string(e.what()).find("'" + wide + "' is corrupt: tensor 'actor.l1.weight' has shape [8, " + f +
-                                         "], the header's sizes (hidden=16) need [16, " + f + "]"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string f = std::to_string(policy::kNumFeatures);
+  expect_corrupt(
+      "shape-wide.pt", bytes,
+      "tensor 'actor.l1.weight' has shape [8, " + f + "], the header's sizes (hidden=16) need [16, " + f + "]");
 }
 
 // The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid

@@ -17,13 +17,14 @@
 #include <memory>
 #include <string>
 
+#include "conductor/util/fd.hpp"
+
 namespace conductor::model {
 
 // A data file, open for reading for the lifetime of the object.
 class DataFile {
  public:
   explicit DataFile(const std::string& path);  // throws InputError naming the file and the system's reason
-  ~DataFile();
   DataFile(const DataFile&) = delete;
   DataFile& operator=(const DataFile&) = delete;
   std::size_t size() const { return size_; }  // bytes when it was opened
@@ -34,7 +35,7 @@ class DataFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  util::Fd fd_;
   std::size_t size_ = 0;
 };
 

@@ -9,7 +9,9 @@
 
 namespace conductor::util {
 
-std::uint32_t crc32(const void* data, std::size_t bytes);
+// The CRC-32 of `bytes` bytes at `data`. Incremental: passing the CRC-32 of the bytes before them as `previous`
+// gives the CRC-32 of the whole (a file checksummed in pieces); 0 starts afresh.
+std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t previous = 0);
 // "0x1a2b3c4d": the form manifests and sidecar files hold.
 std::string crc32_hex(std::uint32_t crc);
 // Parses crc32_hex's form; false when `text` is not one.

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
 #include <optional>
 #include <type_traits>
 
@@ -70,11 +69,10 @@ CublasApi load_cublas(const std::vector<std::string>& candidates) {
 }
 
 const CublasApi& cublas() {
-  static std::mutex mutex;
-  static std::optional<CublasApi> api;
-  const std::lock_guard lock(mutex);
-  if (!api) api = load_cublas(cublas_candidates());
-  return *api;
+  // Initialised once, thread-safely; an initialiser that throws leaves it uninitialised, so every call until one
+  // loads cuBLAS tries again and throws the same error.
+  static const CublasApi api = load_cublas(cublas_candidates());
+  return api;
 }
 
 }  // namespace conductor::model::cuda
