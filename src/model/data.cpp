@@ -88,8 +88,16 @@ void DataSource::load_files(const plan::Plan& plan) {
                        " tokens: shards of two tokenizers; use files of one");
     }
   };
+  // A file's own errors (its header, its size) name the key that listed it, as its token checks do.
+  const auto read_keyed = [&](const std::string& f, const char* key) {
+    try {
+      return read_run(source_, f);
+    } catch (const InputError& e) {
+      throw InputError(std::string(key) + ": " + e.what());
+    }
+  };
   for (const std::string& f : d.train_files) {
-    TokenSpan run = read_run(source_, f);
+    TokenSpan run = read_keyed(f, "data.path");
     same_type(run, "data.path");
     files_.push_back(scan_token_file(run, vocab_, "data.path"));
     const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
@@ -97,7 +105,7 @@ void DataSource::load_files(const plan::Plan& plan) {
     train_.add(run.slice(0, run.count - held_out), window);
   }
   for (const std::string& f : d.valid_files) {
-    TokenSpan run = read_run(source_, f);
+    TokenSpan run = read_keyed(f, "data.valid_path");
     same_type(run, "data.valid_path");
     files_.push_back(scan_token_file(run, vocab_, "data.valid_path"));
     valid_.add(std::move(run), window);

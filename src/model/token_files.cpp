@@ -330,7 +330,13 @@ MegatronIndex read_megatron_index(const DataFile& f) {
   const auto s = load<std::uint64_t>(p + 18), d = load<std::uint64_t>(p + 26);
   const std::uint64_t limit = f.size();  // each entry takes at least 4 bytes: counts above size are truncation
   const std::uint64_t need = s > limit || d > limit ? ~std::uint64_t{0} : kMegatronHeaderBytes + 12 * s + 8 * d;
-  if (need > f.size() || d == 0) {
+  if (d == 0) {
+    // Megatron's builder always writes the first document's start (0), so no index has none: not truncation.
+    throw InputError(quoted(f.path()) + ": the header says " + num(s) +
+                     " sequences and 0 document indices; an index lists at least the first document's start "
+                     "(0): not written by Megatron's builder, or its header is damaged");
+  }
+  if (need > f.size()) {
     throw InputError(quoted(f.path()) + ": the header says " + num(s) + " sequences and " + num(d) +
                      " document indices, which need " + (need == ~std::uint64_t{0} ? "more" : num(need)) +
                      " bytes, but the file has " + num(f.size()) + " (truncated?)");
@@ -341,10 +347,20 @@ MegatronIndex read_megatron_index(const DataFile& f) {
   for (std::uint64_t i = 0; i < s; i++) {
     const std::int32_t size = sizes[i];
     const std::int64_t pointer = pointers[i];
-    if (size < 0 || pointer != static_cast<std::int64_t>(index.tokens * w)) {
-      throw InputError(quoted(f.path()) + ": sequence " + num(i) + " has " + std::to_string(size) + " tokens at byte " +
-                       std::to_string(pointer) + ", expected a size >= 0 at byte " + num(index.tokens * w) +
-                       " (sequences stored back to back, as Megatron's builder writes them)");
+    if (size < 0) {
+      throw InputError(quoted(f.path()) + ": sequence " + num(i) + " has " + std::to_string(size) +
+                       " tokens; a size is >= 0");
+    }
+    if (pointer != static_cast<std::int64_t>(index.tokens * w)) {
+      // Sequences are stored back to back (as Megatron's builder writes them), so a start off the previous
+      // sequence's end is either that one's size or this one's pointer: both are named.
+      const std::string after = i == 0 ? "the first sequence starts at byte 0"
+                                       : "sequence " + num(i - 1) + " (" + std::to_string(sizes[i - 1]) +
+                                             " tokens from byte " + std::to_string(pointers[i - 1]) +
+                                             ") ends at byte " + num(index.tokens * w);
+      throw InputError(quoted(f.path()) + ": sequence " + num(i) + " starts at byte " + std::to_string(pointer) +
+                       ", but " + after + " (sequences stored back to back, as Megatron's builder writes them: " +
+                       (i == 0 ? "its pointer" : "that size or this pointer") + " is wrong)");
     }
     index.tokens += static_cast<std::uint64_t>(size);
   }

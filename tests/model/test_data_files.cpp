@@ -156,6 +156,11 @@ TEST(DataFiles, TokenIdsMustBeBelowVocab) {
   deck.data.valid_path = dir + "/a.bin";
   deck.model.vocab = 60;
   EXPECT_TRUE(has(error_of(deck), "data.valid_path: '" + dir + "/a.bin' holds token id 50256")) << error_of(deck);
+  // So is a header error (before, it named the file alone, so a shard in both globs read as a training file's).
+  std::ofstream(dir + "/short.bin") << "not a shard";
+  deck.data.valid_path = dir + "/short.bin";
+  EXPECT_TRUE(has(error_of(deck), "data.valid_path: '" + dir + "/short.bin' is 11 bytes, shorter than the"))
+      << error_of(deck);
 }
 
 TEST(DataFiles, BadLlmcShardsNameFileAndExpectation) {
@@ -211,9 +216,29 @@ TEST(DataFiles, BadMegatronDatasetsNameFileAndExpectation) {
       << error_of(deck);
   write_megatron(p, docs);
   patch(p + ".idx", 34 + 8 + 8, std::string("\x10\0\0\0\0\0\0\0", 8));  // the second sequence's pointer
+  EXPECT_TRUE(has(error_of(deck), "data.path: '" + p +
+                                      ".idx': sequence 1 starts at byte 16, but sequence 0 (30 tokens from byte 0) "
+                                      "ends at byte 60 (sequences stored back to back, as Megatron's builder writes "
+                                      "them: that size or this pointer is wrong)"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 34, std::string("\x1f", 1));  // the first sequence's size: 31, so the second starts late
   EXPECT_TRUE(has(error_of(deck), "'" + p +
-                                      ".idx': sequence 1 has 20 tokens at byte 16, expected a size >= 0 at "
-                                      "byte 60"))
+                                      ".idx': sequence 1 starts at byte 60, but sequence 0 (31 tokens from "
+                                      "byte 0) ends at byte 62"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 34 + 8, std::string("\x02", 1));  // the first sequence's pointer
+  EXPECT_TRUE(has(error_of(deck), "'" + p +
+                                      ".idx': sequence 0 starts at byte 2, but the first sequence starts at "
+                                      "byte 0 (sequences stored back to back, as Megatron's builder writes "
+                                      "them: its pointer is wrong)"))
+      << error_of(deck);
+  write_megatron(p, docs);
+  patch(p + ".idx", 26, std::string("\0", 1));  // no document index
+  EXPECT_TRUE(has(error_of(deck), "'" + p +
+                                      ".idx': the header says 2 sequences and 0 document indices; an index "
+                                      "lists at least the first document's start (0)"))
       << error_of(deck);
   write_megatron(p, docs);
   patch(p + ".idx", 34 + 24 + 16, std::string("\x01", 1));  // the last document index
