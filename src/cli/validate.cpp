@@ -5,6 +5,7 @@
 #include "conductor/cli/run_folder.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/model/data.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
@@ -49,10 +50,15 @@ void print_keys() {
 
 // The deck's schedule, built as every command builds it: a list that cannot be made (a memory limit below what
 // it holds, a schedule file that does not fit the deck, a search that finds nothing) is a problem of the deck,
-// found here rather than by the command it was meant for. Prints the message; false then.
-bool schedule_builds(const config::Deck& deck) {
+// found here rather than by the command it was meant for; and its data files' headers. Prints the message;
+// false then.
+bool deck_builds(const config::Deck& deck) {
   try {
-    (void)sched::make_schedule(config::resolve(deck));
+    const plan::Plan plan = config::resolve(deck);
+    (void)sched::make_schedule(plan);
+    // The data files' headers too (not their tokens: a shard of gigabytes would take seconds per rank), so a
+    // shard that is not one fails here, before a job with it waits in a queue.
+    model::check_data_headers(plan.data);
     return true;
   } catch (const InputError& e) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
@@ -69,7 +75,7 @@ int cmd_validate(const Invocation& inv) {
   }
   if (!inv.has_flag("--output-for")) {
     const config::Deck deck = load_deck(inv, config::Command::Validate);
-    if (!schedule_builds(deck)) return kExitUsage;
+    if (!deck_builds(deck)) return kExitUsage;
     std::fputs(config::to_yaml(deck).c_str(), stdout);
     return 0;
   }
@@ -94,7 +100,7 @@ int cmd_validate(const Invocation& inv) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
     return kExitUsage;
   }
-  if (!schedule_builds(deck)) return kExitUsage;
+  if (!deck_builds(deck)) return kExitUsage;
   std::fputs(config::to_yaml(deck).c_str(), stdout);
   return 0;
 }

@@ -50,11 +50,26 @@ TokenSpan read_run(const std::string& source, const std::string& path) {
   return read_bytes_file(path);
 }
 
+// A file's own errors (its header, its size) name the key that listed it, as its token checks do.
+TokenSpan read_keyed(const std::string& source, const std::string& path, const char* key) {
+  try {
+    return read_run(source, path);
+  } catch (const InputError& e) {
+    throw InputError(std::string(key) + ": " + e.what());
+  }
+}
+
 std::string listed(const std::vector<std::string>& files) {
   return files.size() == 1 ? "'" + files[0] + "'" : std::to_string(files.size()) + " files";
 }
 
 }  // namespace
+
+void check_data_headers(const plan::Data& data) {
+  if (data.source == "synthetic") return;
+  for (const std::string& f : data.train_files) (void)read_keyed(data.source, f, "data.path");
+  for (const std::string& f : data.valid_files) (void)read_keyed(data.source, f, "data.valid_path");
+}
 
 void DataSource::Corpus::add(TokenSpan run, int window) {
   if (windows_before.empty()) windows_before.push_back(0);
@@ -88,16 +103,8 @@ void DataSource::load_files(const plan::Plan& plan) {
                        " tokens: shards of two tokenizers; use files of one");
     }
   };
-  // A file's own errors (its header, its size) name the key that listed it, as its token checks do.
-  const auto read_keyed = [&](const std::string& f, const char* key) {
-    try {
-      return read_run(source_, f);
-    } catch (const InputError& e) {
-      throw InputError(std::string(key) + ": " + e.what());
-    }
-  };
   for (const std::string& f : d.train_files) {
-    TokenSpan run = read_keyed(f, "data.path");
+    TokenSpan run = read_keyed(source_, f, "data.path");
     same_type(run, "data.path");
     files_.push_back(scan_token_file(run, vocab_, "data.path"));
     const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
@@ -105,7 +112,7 @@ void DataSource::load_files(const plan::Plan& plan) {
     train_.add(run.slice(0, run.count - held_out), window);
   }
   for (const std::string& f : d.valid_files) {
-    TokenSpan run = read_keyed(f, "data.valid_path");
+    TokenSpan run = read_keyed(source_, f, "data.valid_path");
     same_type(run, "data.valid_path");
     files_.push_back(scan_token_file(run, vocab_, "data.valid_path"));
     valid_.add(std::move(run), window);

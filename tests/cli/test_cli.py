@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The conductor command line: subcommands, --help, --version, usage errors, deck errors (exit 2)."""
 import os
+import struct
 import subprocess
 import tempfile
 import unittest
@@ -68,6 +69,25 @@ class CliTest(unittest.TestCase):
         again = conductor("validate", self.deck(proc.stdout, "resolved.yaml"))
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout, proc.stdout)
+
+    def test_validate_reads_data_headers(self):
+        # A shard that is not one fails validate (the job scripts' check), not the run after a queue wait; the
+        # tokens themselves are checked when a run opens the files.
+        def shard(name, magic):
+            path = os.path.join(self.tmp.name, name)
+            with open(path, "wb") as f:
+                f.write(struct.pack("<256i", magic, 1, 200, *([0] * 253)) + struct.pack("<200H", *range(200)))
+            return path
+
+        good, bad = shard("good.bin", 20240520), shard("bad.bin", 20240521)
+        deck = self.deck("run: {}\n")
+        ok = conductor("validate", deck, "data.source=llmc", "data.path=" + good)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        for paths in (["data.path=" + bad], ["data.path=" + good, "data.valid_path=" + bad]):
+            proc = conductor("validate", deck, "data.source=llmc", *paths)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            key = paths[-1].split("=")[0]
+            self.assertIn(key + ": '" + bad + "' is not an llm.c token shard: header magic 20240521", proc.stderr)
 
     def test_resolved_numbers_are_shortest_text(self):
         # A double prints as the shortest text that reads back the same: 0.006, not 0.0060000000000000001.

@@ -24,6 +24,12 @@
 
 namespace conductor::model {
 
+// The data files' headers (llm.c shards) and indexes (Megatron datasets, with their .bin's size) read and
+// checked without their tokens: what `conductor validate` checks before a job waits in a queue. Throws
+// InputError naming the key (data.path or data.valid_path) and the file; the token ids are checked when a run
+// opens the files (DataSource).
+void check_data_headers(const plan::Data& data);
+
 class DataSource {
  public:
   explicit DataSource(const plan::Plan& plan);
