@@ -1,5 +1,6 @@
 #include "conductor/cli/cli.hpp"
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -214,7 +215,12 @@ int main(int argc, char** argv) {
   const bool needs_deck = !(spec->name == "validate" && inv.has_flag("--keys"));
   if (needs_deck && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
 
+  hdf5::skip_teardown_at_exit();
   hdf5::never_print_errors();
+  // A file-size limit (ulimit -f, a job's RLIMIT_FSIZE) ends a process with SIGXFSZ by default: no message, no
+  // summary, a half-written trace. Ignored, the write fails with EFBIG, which every writer reports naming the file
+  // (as a full disk), collectively.
+  std::signal(SIGXFSZ, SIG_IGN);
   // A stop asked for while the run starts (MPI start-up, loading, a checkpoint's check) is kept, not fatal: the
   // run then stops after its first step, as after any other (scripts/conductor-launch signals as soon as the
   // ranks exist).

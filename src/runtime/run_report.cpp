@@ -1,10 +1,12 @@
 #include "conductor/runtime/run_report.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <limits>
@@ -240,7 +242,12 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   if (writer_) {
     writer_->append_events(all);
     writer_->append_step(rec);
-    writer_->flush();
+    try {
+      writer_->flush();
+    } catch (const Error& e) {
+      // The steps before this one stay in the file (each was flushed whole); which step failed is the news.
+      throw Error("step " + std::to_string(step + 1) + ": " + e.what());
+    }
   }
   measured_.steps.push_back(step_result(rec, compute_events, world_size_, figures.peak_activations));
   losses_.push_back(figures.loss);
@@ -256,8 +263,12 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   d.mfu = step_s > 0 && peak_flops_ > 0 ? model_flops_per_step_ / step_s / peak_flops_ : 0.0;
   d.peak_memory_gb = max_of(figures.peak_memory_bytes) * 1e-9;
   d.peak_activations = max_of(figures.peak_activations);
+  errno = 0;
   metrics_ << metrics_line(step, rec, figures, d) << '\n' << std::flush;
-  if (!metrics_) throw Error((dir_ / "metrics.jsonl").string() + ": cannot write");
+  if (!metrics_) {
+    throw Error("step " + std::to_string(step + 1) + ": " + (dir_ / "metrics.jsonl").string() + ": cannot write" +
+                (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
+  }
   if ((step + 1) % plan_.run.log_every == 0 || step + 1 == plan_.run.steps)
     log::info(step_line(step, plan_.run.steps, rec, figures, d, has_math_));
 }

@@ -166,6 +166,8 @@ class Training {
   Judgement judge(const StepNumbers& numbers, int step);
   After conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict, std::vector<trace::OpEvent> all,
                  const std::vector<double>& peaks);
+  void record(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict,
+              const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks, double loss, double valid_loss);
   void post(int step, StepOutcome so);
   void count_migration(const StepOutcome& so);
   After settle(bool& rolled_back);
@@ -334,6 +336,29 @@ Training::After Training::step_synchronously(int step) {
   return conclude(step, numbers, j.verdict, std::move(all), peaks);
 }
 
+// Rank 0's record of a step: the trace, metrics.jsonl, the step line, and what the non-finite guard says.
+void Training::record(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict,
+                      const std::vector<trace::OpEvent>& all, const std::vector<double>& peaks, double loss,
+                      double valid_loss) {
+  StepFigures figures;
+  figures.loss = loss;
+  figures.valid_loss = valid_loss;
+  if (compute_->payload_floats() > 0) {
+    figures.grad_norm = std::sqrt(numbers.grad_sq_norm);
+    figures.learning_rate = model::learning_rate(plan_.optim, step);
+  }
+  for (int r = 0; r < size_; ++r) {
+    figures.peak_activations.push_back(peaks[2 * static_cast<std::size_t>(r)]);
+    figures.peak_memory_bytes.push_back(peaks[2 * static_cast<std::size_t>(r) + 1]);
+  }
+  report_->record_step(step, all, figures);
+  if (verdict != NonfiniteGuard::Verdict::Update) {
+    (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
+  } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {
+    log::warn(warning);
+  }
+}
+
 // A step's numbers are in and its update final: validation, the record (rank 0), checkpoint, replanning, stop.
 Training::After Training::conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict,
                                    std::vector<trace::OpEvent> all, const std::vector<double>& peaks) {
@@ -344,25 +369,11 @@ Training::After Training::conclude(int step, const StepNumbers& numbers, Nonfini
     valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
     check_data_reads();  // its validation batches too
   }
-  if (report_) {
-    StepFigures figures;
-    figures.loss = loss;
-    figures.valid_loss = valid_loss;
-    if (has_math) {
-      figures.grad_norm = std::sqrt(numbers.grad_sq_norm);
-      figures.learning_rate = model::learning_rate(plan_.optim, step);
-    }
-    for (int r = 0; r < size_; ++r) {
-      figures.peak_activations.push_back(peaks[2 * static_cast<std::size_t>(r)]);
-      figures.peak_memory_bytes.push_back(peaks[2 * static_cast<std::size_t>(r) + 1]);
-    }
-    report_->record_step(step, all, figures);
-    if (verdict != NonfiniteGuard::Verdict::Update) {
-      (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
-    } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {
-      log::warn(warning);
-    }
-  }
+  // Rank 0 records the step; a write it cannot make (a full disk, a file-size limit) ends every rank with its
+  // message (exit 1), as a data read does, rather than rank 0 aborting the job mid-collective.
+  collectively(comm_, kExitFailure, [&] {
+    if (report_) record(step, numbers, verdict, all, peaks, loss, valid_loss);
+  });
   outcome_.steps_done = step + 1 - first_step_;
   if (verdict == NonfiniteGuard::Verdict::Stop) {
     outcome_.nonfinite = true;  // the step is in the trace; the model is not updated and not checkpointed

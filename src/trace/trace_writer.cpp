@@ -300,6 +300,9 @@ struct TraceWriter::Impl {
   std::vector<OpEvent> pending_events;
   std::vector<StepRecord> pending_steps;
   std::vector<unsigned char> packed;  // reused
+  // A write or flush failed (a full disk, a file-size limit): reported once, by the call that failed; close()
+  // then only lets go of the file (writing on would fail again and report the same thing twice).
+  bool failed = false;
 };
 
 TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(std::make_unique<Impl>()) {
@@ -469,6 +472,16 @@ void TraceWriter::append_step(const StepRecord& step) {
 
 void TraceWriter::flush() {
   Impl& m = live("flush");
+  if (m.failed) throw Error("trace " + m.path + ": flush after a failed write");
+  try {
+    write_pending(m);
+  } catch (...) {
+    m.failed = true;
+    throw;
+  }
+}
+
+void TraceWriter::write_pending(Impl& m) {
   h5::Silence silence;
   // Events reach the disk before the step rows that summarize them (two flushes): a killed run's file
   // never holds a row in /steps whose events are missing from /events.
@@ -490,6 +503,15 @@ void TraceWriter::flush() {
 
 void TraceWriter::close() {
   if (!impl_ || !impl_->file.valid()) return;
+  if (impl_->failed) {
+    // What was written before the failure stays in the file; its close may fail the same way, and is not news.
+    h5::Silence silence;
+    impl_->events.dset.reset();
+    impl_->steps.dset.reset();
+    (void)impl_->file.reset();
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
   flush();
   h5::Silence silence;
   Impl& m = *impl_;

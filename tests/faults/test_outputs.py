@@ -5,10 +5,12 @@ folders and decks too large for the machine are refused at start with exit 2."""
 import fcntl
 import hashlib
 import os
+import resource
+import subprocess
 import time
 import unittest
 
-from faultlib import FaultCase, mpirun, run1
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, FaultCase, Result, mpirun, run1
 
 
 def digests(folder):
@@ -191,6 +193,49 @@ class Outputs(FaultCase):
         self.assertFault(r, 2, r"the run needs about [0-9.e+]+ GB of memory on this node \(2 ranks; rank 0: .* "
                          r"parameters .*above the limit of 0\.001 GB set by run\.memory_limit_gb")
         self.assertFalse(os.path.exists(self.out))
+
+
+def limited(limit_bytes):
+    """preexec_fn: a file-size limit (ulimit -f) for the process it starts."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+
+class WritesRefused(FaultCase):
+    """A write the system refuses (a file-size limit here; a full disk takes the same path with another errno):
+    one message naming the file and the step, exit 1 on every rank, what was written before kept. Before, SIGXFSZ
+    killed the process without a word, and with the signal ignored HDF5's error stack reached the user and its exit
+    handler crashed (SIGSEGV)."""
+
+    def test_simulate_trace(self):
+        deck = self.deck(steps=400)
+        start = time.monotonic()
+        proc = subprocess.run([BIN, "simulate", deck], capture_output=True, text=True, timeout=60,
+                              preexec_fn=limited(40960))
+        r = Result(proc, time.monotonic() - start)
+        self.assertFault(r, 1, r"error: trace %s/trace\.h5: \w+ failed: cannot write: File too large \(the "
+                         r"process's file-size limit: ulimit -f\)" % self.out)
+        self.assertEqual(r.err.count("error:"), 1, r.err)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "resolved.yaml")))
+
+    def run_limited_rank0(self, limit, *args):
+        # Rank 0 alone is limited (MPI's shared-memory transport writes files of its own: tcp instead).
+        wrapper = 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then ulimit -f %d; fi; exec "$0" "$@"' % (limit // 1024)
+        cmd = [MPIEXEC, "-n", "2", "--oversubscribe", "--mca", "btl", "self,tcp", "/bin/sh", "-c", wrapper, BIN,
+               "run", *args]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXIT_DEADLINE_S + 60)
+        return Result(proc, time.monotonic() - start)
+
+    def test_run_trace_ends_every_rank(self):
+        r = self.run_limited_rank0(60 * 1024, self.deck(steps=400))
+        self.assertFault(r, 1, r"error: step \d+: trace %s/trace\.h5: \w+ failed: cannot write: File too large"
+                         % self.out)
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertGreater(len(f.readlines()), 0)  # the steps before it were recorded
+
+    def test_run_metrics(self):
+        r = self.run_limited_rank0(8192, self.deck(steps=400), "trace.enabled=false")
+        self.assertFault(r, 1, r"error: step \d+: %s/metrics\.jsonl: cannot write: File too large" % self.out)
 
 
 if __name__ == "__main__":

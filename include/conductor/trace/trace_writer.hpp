@@ -48,6 +48,7 @@ class TraceWriter {
  private:
   struct Impl;
   Impl& live(const char* what) const;  // the open file's state, or throws
+  static void write_pending(Impl& m);  // flush()'s writes
   std::unique_ptr<Impl> impl_;
 };
 

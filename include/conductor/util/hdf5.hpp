@@ -47,6 +47,12 @@ class Handle {
 // printed only while automatic error printing is on.
 inline void never_print_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+// For the whole process, called before any other HDF5 call: HDF5 does not close what is still open when the
+// process exits. Every file is closed by its handle before that; one left open is one whose close already failed
+// (a write refused: a full disk, a file-size limit), and HDF5 1.10's second attempt from its exit handler
+// crashed the process (SIGSEGV in H5F__close_cb) after the run had reported the failure.
+inline void skip_teardown_at_exit() { H5dont_atexit(); }
+
 // While alive, HDF5 does not print its error stack to stderr (we turn failures into our own messages).
 class Silence {
  public:
@@ -83,6 +89,29 @@ inline std::string last_error() {
   std::string out;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, detail::collect_error, &out);
   return out.empty() ? std::string("no detail from HDF5") : out;
+}
+
+// The operating system's reason when HDF5's current error stack carries one (its file driver reports a failed
+// read or write as "... errno = 28, error message = 'No space left on device', buf = ..."), else "". That is
+// the whole story of a full disk or a file-size limit; the rest of the stack is HDF5's internals and a dump of
+// pointers and byte counts.
+inline std::string os_error() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* err, void* client) -> herr_t {
+        auto* text = static_cast<std::string*>(client);
+        if (!text->empty() || err->desc == nullptr) return 0;
+        const std::string desc = err->desc;
+        const std::string key = "error message = '";
+        const auto at = desc.find(key);
+        if (at == std::string::npos) return 0;
+        const auto end = desc.find('\'', at + key.size());
+        if (end != std::string::npos) *text = desc.substr(at + key.size(), end - at - key.size());
+        return 0;
+      },
+      &out);
+  return out;
 }
 
 // Only the innermost message of HDF5's current error stack (e.g. "incorrect metadata checksum after all read
