@@ -7,6 +7,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
 
@@ -94,8 +95,13 @@ void check_resumed_data(const plan::Plan& plan, const model::Manifest& m, const 
 
 void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
   const int rank = rank_of(comm);
-  collectively(comm, kExitUsage,
-               [&] { model::probe_checkpoint_root(plan.checkpoint.path, ".probe-rank" + std::to_string(rank)); });
+  collectively(comm, kExitUsage, [&] {
+    model::probe_checkpoint_root(plan.checkpoint.path, ".probe-rank" + std::to_string(rank));
+    // One run writes a checkpoint root at a time: two jobs given the same checkpoint.path (a sweep's deck, a
+    // requeued job beside a still-running attempt) would interleave their steps and `latest`. The command's
+    // check refuses a root that already holds checkpoints; this lock also covers one that has none yet.
+    if (rank == 0) lock_folder(plan.checkpoint.path, "checkpoint.path");
+  });
 }
 
 Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm) {

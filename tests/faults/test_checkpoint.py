@@ -65,7 +65,7 @@ class Checkpoints(FaultCase):
         self.assertEqual(snapshot(root), before)
 
     def test_layout_after_a_run(self):
-        self.assertEqual(sorted(os.listdir(self.good)), ["latest", "step-000002", "step-000003"])
+        self.assertEqual(sorted(os.listdir(self.good)), [".conductor.lock", "latest", "step-000002", "step-000003"])
         with open(os.path.join(self.good, "latest")) as f:
             self.assertEqual(f.read(), "step-000003\n")
 
@@ -133,7 +133,8 @@ class Checkpoints(FaultCase):
         r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.path=" + root, "checkpoint.every=1",
                    "checkpoint.keep=1")
         self.assertFault(r, 1, r"checkpoint step 2: cannot write '.*vstage_\d\.h5': No space left on device")
-        self.assertEqual(sorted(os.listdir(root)), ["latest", "step-000001"])  # the partial step is gone
+        # The partial step is gone.
+        self.assertEqual(sorted(os.listdir(root)), [".conductor.lock", "latest", "step-000001"])
         # The step before is intact: it resumes and trains on.
         shutil.copytree(root, os.path.join(self.tmp.name, "saved"))
         self.out = os.path.join(self.tmp.name, "out2")

@@ -68,6 +68,23 @@ class Outputs(FaultCase):
         r = mpirun(2, "run", deck, "run.overwrite=true")
         self.assertEqual(r.code, 0, r.text)
 
+    def test_a_checkpoint_root_being_written_is_refused(self):
+        # Two jobs with one checkpoint.path (a sweep's deck): the second is refused while the first writes it, also
+        # before the first has written a step (the command's check sees no checkpoints then), and writes nothing.
+        ckpt = os.path.join(self.tmp.name, "ckpt")
+        os.makedirs(ckpt)
+        deck = self.deck(steps=1)
+        with open(os.path.join(ckpt, ".conductor.lock"), "a") as lock:
+            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            r = mpirun(2, "run", deck, "checkpoint.path=" + ckpt)
+            self.assertFault(r, 2, r"checkpoint\.path = '%s' is being written by another conductor command now "
+                             r"\(process %d\); nothing was written" % (ckpt, os.getpid()))
+            self.assertEqual(sorted(os.listdir(ckpt)), [".conductor.lock"])
+            self.assertFalse(os.path.exists(os.path.join(self.out, "trace.h5")))
+        r = mpirun(2, "run", deck, "checkpoint.path=" + ckpt)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertTrue(os.path.exists(os.path.join(ckpt, "latest")))
+
     def test_simulate_has_its_own_folder(self):
         deck = os.path.join(self.tmp.name, "sim.yaml")
         with open(deck, "w") as f:
@@ -114,7 +131,7 @@ class Outputs(FaultCase):
                    "run.output=" + os.path.join(self.tmp.name, "resumed"), "checkpoint.resume=" + ours,
                    "checkpoint.path=" + theirs, "checkpoint.every=1")
         self.assertFault(r, 2, r"checkpoint\.path = '%s' already holds checkpoints of another run" % theirs)
-        self.assertEqual(sorted(os.listdir(theirs)), ["latest"] + sorted(before))
+        self.assertEqual(sorted(os.listdir(theirs)), [".conductor.lock", "latest"] + sorted(before))
         self.assertEqual({d: digests(os.path.join(theirs, d)) for d in before}, before)
         # Continuing the resumed checkpoints in their own root is what a requeued job does: allowed.
         r = mpirun(2, "run", self.deck(steps=2, extra="backend: cpu\n", name="ours.yaml"),
