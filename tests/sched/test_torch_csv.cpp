@@ -43,6 +43,12 @@ std::string import_error(const std::string& text, ScheduleShape shape, const std
   return "no error";
 }
 
+// Two imports of one schedule written two ways hold the same per-rank lists.
+void expect_same_lists(const Schedule& a, const Schedule& b) {
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r], b.ranks[r]) << "rank " << r;
+}
+
 }  // namespace
 
 TEST(TorchCsv, RoundTripsEveryGenerator) {
@@ -121,13 +127,8 @@ TEST(TorchCsv, RuntimeFormatReadsAsItsComputeOnlyActions) {
   const std::string runtime =
       "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0RECV_B1,0I1,0W1,0REDUCE_GRAD\n"
       ",1RECV_F0,1F0,1I0,1SEND_B0,1W0,1RECV_F1,1F1,1I1,1SEND_B1,1W1,1RESHARD\n";
-  const Schedule a = import_schedule(write_temp("compute.csv", compute), shape, 0, 0);
-  const Schedule b = import_schedule(write_temp("runtime.csv", runtime), shape, 0, 0);
-  ASSERT_EQ(a.ranks.size(), b.ranks.size());
-  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
-    ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size()) << r;
-    for (std::size_t i = 0; i < a.ranks[r].size(); ++i) EXPECT_EQ(to_string(a.ranks[r][i]), to_string(b.ranks[r][i]));
-  }
+  expect_same_lists(import_schedule(write_temp("compute.csv", compute), shape, 0, 0),
+                    import_schedule(write_temp("runtime.csv", runtime), shape, 0, 0));
 }
 
 // torch 2.5 wrote B for the backward (for the input when a W of its stage and microbatch follows) and BW for the
@@ -144,8 +145,7 @@ TEST(TorchCsv, ReadsTorch25Letters) {
       ",1F0,1F1,3F0,3BW0,3F1,1SEND_B_RECV_F0,3BW1,,,1BW0,,1BW1\n";
   const Schedule a = import_schedule(write_temp("now.csv", now), shape, 0, 0);
   const Schedule b = import_schedule(write_temp("then.csv", then), shape, 0, 0);
-  ASSERT_EQ(a.ranks.size(), b.ranks.size());
-  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r], b.ranks[r]) << "rank " << r;
+  expect_same_lists(a, b);
   EXPECT_EQ(b.ranks[0][4], (Action{OpKind::B, 0, 1}));   // 2B0 with 2W0: the backward for the input
   EXPECT_EQ(b.ranks[1][3], (Action{OpKind::BW, 0, 1}));  // 3BW0: the full backward
   CsvReading reading;
@@ -156,8 +156,7 @@ TEST(TorchCsv, ReadsTorch25Letters) {
   const std::string then_b =
       "0F0,0F1,2F0,2F1,,,2B0,2W0,2B1,2W1,,,0B0,0W0,0B1,0W1\n"
       ",1F0,1F1,3F0,3B0,3F1,3B1,,,1B0,,1B1\n";
-  const Schedule c = import_schedule(write_temp("then_b.csv", then_b), shape, 0, 0);
-  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r], c.ranks[r]) << "rank " << r;
+  expect_same_lists(a, import_schedule(write_temp("then_b.csv", then_b), shape, 0, 0));
   // Messages name actions in the file's letters.
   EXPECT_EQ(import_error("0F0,,,0B0,0W0\n,1F0\n", ScheduleShape{2, 1, 1, std::nullopt}),
             "invalid schedule: rank 1, end of list: missing the backward of stage 1, microbatch 0 (1B0+1W0 or 1BW0)");
