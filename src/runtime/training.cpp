@@ -180,6 +180,7 @@ class Training {
   void checkpoint_if_due(int step, bool stopping, bool last);
   bool asks_to_stop() const;
   void check_data_reads();
+  std::string record_error_;  // rank 0: why a step's record (trace, metrics) could not be written
   void replan(int step, std::vector<trace::OpEvent> all);
   void finish();
 
@@ -293,6 +294,7 @@ RunOutcome Training::run() {
       if (step_synchronously(step) == After::Stop) break;
     }
   }
+  check_data_reads();  // a record of the last step that failed has no next step to stop
   finish();
   return outcome_;
 }
@@ -369,11 +371,16 @@ Training::After Training::conclude(int step, const StepNumbers& numbers, Nonfini
     valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
     check_data_reads();  // its validation batches too
   }
-  // Rank 0 records the step; a write it cannot make (a full disk, a file-size limit) ends every rank with its
-  // message (exit 1), as a data read does, rather than rank 0 aborting the job mid-collective.
-  collectively(comm_, kExitFailure, [&] {
-    if (report_) record(step, numbers, verdict, all, peaks, loss, valid_loss);
-  });
+  // Rank 0 records the step. A write it cannot make (a full disk, a file-size limit) is kept and ends every rank
+  // with its message (exit 1) through the next step's reduction, as a failed data read does: no collective of its
+  // own (one per step would hold back the next step's start under post-validation), no MPI_Abort mid-collective.
+  if (report_ && record_error_.empty()) {
+    try {
+      record(step, numbers, verdict, all, peaks, loss, valid_loss);
+    } catch (const Error& e) {
+      record_error_ = e.what();
+    }
+  }
   outcome_.steps_done = step + 1 - first_step_;
   if (verdict == NonfiniteGuard::Verdict::Stop) {
     outcome_.nonfinite = true;  // the step is in the trace; the model is not updated and not checkpointed
@@ -592,7 +599,8 @@ void Training::checkpoint_if_due(int step, bool stopping, bool last) {
 // A stop signal, or a data read of this rank's that failed during the step (model/data.hpp): either asks every
 // rank to stop, through the step's reduction (no collective of its own).
 bool Training::asks_to_stop() const {
-  return stop_requested() || (compute_->model() && !compute_->model()->data().read_error().empty());
+  return stop_requested() || !record_error_.empty() ||
+         (compute_->model() && !compute_->model()->data().read_error().empty());
 }
 
 // Collective: when a rank's data read failed (a file truncated or rewritten while the run reads it), every rank
@@ -600,6 +608,7 @@ bool Training::asks_to_stop() const {
 // are in the trace and the metrics, and the last checkpoint is untouched.
 void Training::check_data_reads() {
   collectively(comm_, kExitFailure, [&] {
+    if (!record_error_.empty()) throw Error(record_error_);  // rank 0's record of a step (conclude)
     if (!compute_->model()) return;
     if (const std::string error = compute_->model()->data().read_error(); !error.empty()) throw Error(error);
   });
