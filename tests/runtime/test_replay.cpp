@@ -229,7 +229,10 @@ TEST(Replay, WrongOptionsDiverge) {
     for (auto& o : strict) o.execution = sched::Execution::Strict;
     any_diverged |= !sim::replay_step(order, strict, t.events, step).same;
   }
-  ASSERT_TRUE(any_reordered) << "noise did not reorder any op: the case tests nothing";
+  // Whether the straggler's noise reorders anything depends on the machine's load (under ctest -j4 on 2 cores it
+  // sometimes evened the ranks out): without a reordered op the comparison below could not fail, so the case is
+  // skipped, not passed.
+  if (!any_reordered) GTEST_SKIP() << "noise did not reorder any op on this run: nothing to compare";
   EXPECT_TRUE(any_diverged);
   std::filesystem::remove_all(out);
 }
