@@ -179,7 +179,7 @@ class Training {
   void report_backup_size();
   void checkpoint_if_due(int step, bool stopping, bool last);
   bool asks_to_stop() const;
-  void check_data_reads();
+  void check_deferred_errors();
   std::string record_error_;  // rank 0: why a step's record (trace, metrics) could not be written
   void replan(int step, std::vector<trace::OpEvent> all);
   void finish();
@@ -197,6 +197,7 @@ class Training {
   std::optional<sim::NoiseModel> noise_;
   std::optional<CommonClock> clock_;
   std::unique_ptr<Compute> compute_;
+  bool has_math_ = false;            // the backend computes losses and gradients (an emulated one only sleeps)
   std::optional<RunReport> report_;  // rank 0
   int first_step_ = 0;
   std::optional<mpi::DupComm> control_comm_, data_comm_;
@@ -227,8 +228,9 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   const std::vector<std::string> hosts = gather_hostnames(rank_, size_, comm);
 
   collectively(comm, kExitUsage, [&] { compute_ = make_compute(plan, order_, rank_, *noise_, comm); });
+  has_math_ = compute_->payload_floats() > 0;
   // A data file truncated under the run: the rank that reads it asks the step to stop and every rank ends with its
-  // message after the step (check_data_reads), instead of that rank throwing while its peers wait on it.
+  // message after the step (check_deferred_errors), instead of that rank throwing while its peers wait on it.
   if (compute_->model()) compute_->model()->data().defer_read_errors();
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
@@ -239,7 +241,7 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
   // command checked beforehand that it holds no other run's results and can be written).
   collectively(comm, kExitUsage, [&] {
-    if (rank_ == 0) report_.emplace(plan, order_, size_, first_step_, hosts, compute_->payload_floats() > 0);
+    if (rank_ == 0) report_.emplace(plan, order_, size_, first_step_, hosts, has_math_);
   });
   open_data_plane();
   Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
@@ -294,7 +296,7 @@ RunOutcome Training::run() {
       if (step_synchronously(step) == After::Stop) break;
     }
   }
-  check_data_reads();  // a record of the last step that failed has no next step to stop
+  check_deferred_errors();  // a record of the last step that failed has no next step to stop
   finish();
   return outcome_;
 }
@@ -304,7 +306,7 @@ RunOutcome Training::run() {
 Training::Judgement Training::judge(const StepNumbers& numbers, int step) {
   Judgement j;
   const int nonfinite_rank = numbers.nonfinite_stage >= 0 ? order_.rank_of(numbers.nonfinite_stage) : -1;
-  j.verdict = nonfinite_->judge(numbers, step, nonfinite_rank, compute_->payload_floats() > 0);
+  j.verdict = nonfinite_->judge(numbers, step, nonfinite_rank, has_math_);
   j.norm = std::sqrt(numbers.grad_sq_norm);
   j.clipped = j.verdict == NonfiniteGuard::Verdict::Update && model::clipping_applies(plan_.optim, j.norm);
   return j;
@@ -324,7 +326,7 @@ Training::After Training::step_synchronously(int step) {
   StepOutcome so = executor_->run_step(step, order_);
   count_migration(so);
   const StepNumbers numbers = reducer_->reduce(step, asks_to_stop(), *watchdog_);
-  if (numbers.stop) check_data_reads();  // before the update: a step read from a truncated file is not taken
+  if (numbers.stop) check_deferred_errors();  // before the update: a step read from a truncated file is not taken
   const Judgement j = judge(numbers, step);
   if (j.verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(j.norm, step);
   std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
@@ -345,7 +347,7 @@ void Training::record(int step, const StepNumbers& numbers, NonfiniteGuard::Verd
   StepFigures figures;
   figures.loss = loss;
   figures.valid_loss = valid_loss;
-  if (compute_->payload_floats() > 0) {
+  if (has_math_) {
     figures.grad_norm = std::sqrt(numbers.grad_sq_norm);
     figures.learning_rate = model::learning_rate(plan_.optim, step);
   }
@@ -364,12 +366,11 @@ void Training::record(int step, const StepNumbers& numbers, NonfiniteGuard::Verd
 // A step's numbers are in and its update final: validation, the record (rank 0), checkpoint, replanning, stop.
 Training::After Training::conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict,
                                    std::vector<trace::OpEvent> all, const std::vector<double>& peaks) {
-  const bool has_math = compute_->payload_floats() > 0;
-  const double loss = has_math ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
+  const double loss = has_math_ ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
   double valid_loss = std::numeric_limits<double>::quiet_NaN();
   if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
     valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
-    check_data_reads();  // its validation batches too
+    check_deferred_errors();  // its validation batches too
   }
   // Rank 0 records the step. A write it cannot make (a full disk, a file-size limit) is kept and ends every rank
   // with its message (exit 1) through the next step's reduction, as a failed data read does: no collective of its
@@ -462,7 +463,7 @@ void Training::post(int step, StepOutcome so) {
 Training::After Training::settle(bool& rolled_back) {
   Posted& p = *posted_;
   const StepNumbers numbers = reducer_->finish(p.pending, *watchdog_);
-  if (numbers.stop) check_data_reads();
+  if (numbers.stop) check_deferred_errors();
   const Judgement j = judge(numbers, p.step);
   rolled_back = j.verdict != NonfiniteGuard::Verdict::Update || j.clipped;
   if (rolled_back) {
@@ -603,10 +604,11 @@ bool Training::asks_to_stop() const {
          (compute_->model() && !compute_->model()->data().read_error().empty());
 }
 
-// Collective: when a rank's data read failed (a file truncated or rewritten while the run reads it), every rank
-// ends with that rank's message (exit 1) before the step is recorded, taken or checkpointed; the steps before it
-// are in the trace and the metrics, and the last checkpoint is untouched.
-void Training::check_data_reads() {
+// Collective: errors a rank keeps until every rank can hear them. A failed data read (a file truncated or
+// rewritten while the run reads it) or rank 0's failed record of a step (conclude): every rank ends with that
+// rank's message (exit 1) before the step is recorded, taken or checkpointed; the steps before it are in the
+// trace and the metrics, and the last checkpoint is untouched.
+void Training::check_deferred_errors() {
   collectively(comm_, kExitFailure, [&] {
     if (!record_error_.empty()) throw Error(record_error_);  // rank 0's record of a step (conclude)
     if (!compute_->model()) return;

@@ -91,29 +91,6 @@ inline std::string last_error() {
   return out.empty() ? std::string("no detail from HDF5") : out;
 }
 
-// The operating system's reason when HDF5's current error stack carries one (its file driver reports a failed
-// read or write as "... errno = 28, error message = 'No space left on device', buf = ..."), else "". That is
-// the whole story of a full disk or a file-size limit; the rest of the stack is HDF5's internals and a dump of
-// pointers and byte counts.
-inline std::string os_error() {
-  std::string out;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned, const H5E_error2_t* err, void* client) -> herr_t {
-        auto* text = static_cast<std::string*>(client);
-        if (!text->empty() || err->desc == nullptr) return 0;
-        const std::string desc = err->desc;
-        const std::string key = "error message = '";
-        const auto at = desc.find(key);
-        if (at == std::string::npos) return 0;
-        const auto end = desc.find('\'', at + key.size());
-        if (end != std::string::npos) *text = desc.substr(at + key.size(), end - at - key.size());
-        return 0;
-      },
-      &out);
-  return out;
-}
-
 // Only the innermost message of HDF5's current error stack (e.g. "incorrect metadata checksum after all read
 // attempts"): what went wrong, without the calls it went wrong in.
 inline std::string innermost_error() {
@@ -127,6 +104,20 @@ inline std::string innermost_error() {
       },
       &out);
   return out.empty() ? std::string("no detail from HDF5") : out;
+}
+
+// The operating system's reason when HDF5's current error stack carries one (its file driver reports a failed
+// read or write as "... errno = 28, error message = 'No space left on device', buf = ..."), else "". That is
+// the whole story of a full disk or a file-size limit; the rest of the stack is HDF5's internals and a dump of
+// pointers and byte counts.
+inline std::string os_error() {
+  // The driver's "errno = ..." entry is the innermost one: it is where the write failed.
+  const std::string desc = innermost_error();
+  const std::string key = "error message = '";
+  const auto at = desc.find(key);
+  if (at == std::string::npos) return "";
+  const auto end = desc.find('\'', at + key.size());
+  return end == std::string::npos ? "" : desc.substr(at + key.size(), end - at - key.size());
 }
 
 }  // namespace conductor::hdf5
