@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "conductor/config/deck_compare.hpp"
 #include "conductor/model/checkpoint.hpp"
@@ -21,12 +22,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Anything but a lock file (util/folder_lock.hpp: a run folder may also be the checkpoint folder).
+// probe_writable's file, there for an instant: every rank probes checkpoint.path while rank 0 checks it.
+constexpr std::string_view kWriteProbePrefix = ".conductor-write-probe-";
+
+// Anything but a lock file (util/folder_lock.hpp: a run folder may also be the checkpoint folder) or another
+// rank's (or job's) write probe: a probe seen at the wrong instant refused a run into an empty checkpoint.path.
 bool holds_anything(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename() != kFolderLockName) return true;
+    const std::string name = entry.path().filename().string();
+    if (name != kFolderLockName && !name.starts_with(kWriteProbePrefix)) return true;
   }
   return false;
 }
@@ -298,7 +304,7 @@ void probe_writable(const std::string& key, const fs::path& dir) {
                      "be created there");
   }
   // A real write rather than access(2): root passes every permission check, but not a read-only mount.
-  const fs::path probe = at / (".conductor-write-probe-" + std::to_string(::getpid()));
+  const fs::path probe = at / (std::string(kWriteProbePrefix) + std::to_string(::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     throw InputError(key + " = '" + dir.string() + "': cannot write in '" + at.string() + "' (" + std::strerror(errno) +

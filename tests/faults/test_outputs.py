@@ -81,6 +81,9 @@ class Outputs(FaultCase):
                              r"\(process %d\); nothing was written" % (ckpt, os.getpid()))
             self.assertEqual(sorted(os.listdir(ckpt)), [".conductor.lock"])
             self.assertFalse(os.path.exists(os.path.join(self.out, "trace.h5")))
+        # Every rank probes checkpoint.path with a file of its own while rank 0 checks that it holds nothing: another
+        # rank's probe, seen at that instant (under load), refused the run. Here one stays there throughout.
+        open(os.path.join(ckpt, ".conductor-write-probe-999999"), "w").close()
         r = mpirun(2, "run", deck, "checkpoint.path=" + ckpt)
         self.assertEqual(r.code, 0, r.text)
         self.assertTrue(os.path.exists(os.path.join(ckpt, "latest")))
