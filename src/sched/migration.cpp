@@ -111,6 +111,40 @@ double Migration::step_of(const Reach& r, int k, double lo, double hi) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const Reach& r, double estimate, double slice,
+                                              int most, const HelpOffer& offer) const {
+  // The owner's part, estimate - k slice, falls with k and the helper's, fixed + k per_slice, grows (both
+  // monotone in floating point too), so the op's end, the larger of the two, falls and then rises: it is least
+  // at the last level where the owner's part is still the larger, or the next. The crossing in closed form
+  // finds that level; each side is then evaluated as split() computes it, and the level moved by one while the
+  // crossing's rounding put it on the wrong side. Ties go to the fewest slices (the fewest bytes).
+  const auto owner = [&](int k) { return estimate - k * slice; };
+  const auto helper = [&](int k) { return help_time(c, slice, k, offer); };
+  const double crossing = std::floor((estimate - r.fixed) / (slice + r.per_slice));
+  int k = std::isnan(crossing) ? 1 : static_cast<int>(std::clamp(crossing, 1.0, static_cast<double>(most)));
+  double help = helper(k);
+  while (k > 1 && help > owner(k)) help = helper(--k);
+  double next = k < most ? helper(k + 1) : 0.0;
+  while (k < most && owner(k + 1) > next) {
+    help = next;
+    ++k;
+    next = k < most ? helper(k + 1) : 0.0;
+  }
+  // Now the owner's part is the larger at k (or k = 1), the helper's at k + 1 (or k = most).
+  const double end = std::max(owner(k), help);
+  if (k < most) {
+    const double after = std::max(owner(k + 1), next);
+    if (after < end) return {k + 1, after};
+  }
+  return {k, end};
+}
+
+int Migration::most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const {
+  const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
+  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return 0;
+  return std::min(slices_at(reach(c, estimate * c.sliced_fraction / slices_, now, offer), estimate), slices_);
+}
+
 Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
                           Search search) const {
   Offload alone;
@@ -118,6 +152,22 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
   if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0 || offers.empty()) return alone;
   const double slice = estimate * c.sliced_fraction / slices_;
+  const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
+  if (max_helpers_ == 1 && search == Search::Direct) {
+    // One helper per op (the default): each offer's own best split (closed form, best_slices), the earliest end
+    // among them (ties: the first offered), if it ends the op sooner than alone.
+    int best_k = 0;
+    double best_end = estimate - gain_needed;
+    std::size_t best_offer = 0;
+    for (std::size_t i = 0; i < offers.size(); ++i) {
+      const Reach r = reach(c, slice, now, offers[i]);
+      const int most = std::min(slices_at(r, estimate), slices_);
+      if (most <= 0) continue;
+      const auto [k, end] = best_slices(c, r, estimate, slice, most, offers[i]);
+      if (k > 0 && end < best_end) best_k = k, best_end = end, best_offer = i;
+    }
+    return best_k > 0 ? split(kind, estimate, best_k, offers[best_offer]) : alone;
+  }
   // The earliest end tau of the op: each offer takes the most slices it can finish within tau, the owner the
   // rest (at most every slice moves); tau is feasible when the owner's part fits too. Feasibility grows with tau,
   // so bisect on it; the best `max_helpers_` offers at tau are the ones that take the most slices (ties: the
@@ -211,7 +261,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   // Several helpers share the slices, and the bisection decides.
   const auto locate = [&]() {
     double least = std::numeric_limits<double>::quiet_NaN();
-    if (search != Search::Located || (live.size() != 1 && n != 1)) return least;
+    if (search == Search::Bisection || (live.size() != 1 && n != 1)) return least;
     for (const Candidate& x : live) {
       const double own = locate_one(x);
       if (std::isnan(own)) return own;
@@ -258,7 +308,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
         // threshold at every midpoint (lo is below it, hi at or above), so the rest of the bisection is settled
         // as above, or this loop without the bookkeeping.
         const double need = estimate - slice * at_lo;
-        if (search == Search::Located && settles_at(need)) {
+        if (search != Search::Bisection && settles_at(need)) {
           hi = need;
           break;
         }
@@ -342,7 +392,6 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
       best.more.push_back(h);
     }
   }
-  const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
   if (best.helper >= 0 && best.op_time < estimate - gain_needed) return best;
   return alone;
 }

@@ -285,20 +285,19 @@ TEST(Migration, DecisionMatchesBruteForceOverRandomOffers) {
   }
 }
 
-// The located threshold (Migration::Search::Located: the bisection's outcome from the least feasible tau, found
-// in closed form and checked to the ulp) against the bisection at every midpoint, over random offers, estimates
-// and costs, one to six offers and one to four helpers per op (one helper: the least of the candidates' own
-// thresholds; several: the bisection itself): the same decision to the bit.
-TEST(Migration, LocatedThresholdEqualsTheBisection) {
-  plan::Migration m = unit_migration();
-  m.memory_unit_bytes.assign(8, 1e6);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  int migrated = 0;
-  for (int trial = 0; trial < 6000; ++trial) {
+// A random decision: 1-40 slices, any max_fraction, random slice costs, one to six offers with random windows,
+// memory, speeds and replicas. helpers: per op (0: random, 1-4).
+struct RandomDecision {
+  Migration mig;
+  double now = 0, estimate = 0;
+  std::vector<HelpOffer> offers;
+  RandomDecision(std::mt19937& rng, int helpers) {
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    plan::Migration m = unit_migration();
+    m.memory_unit_bytes.assign(8, 1e6);
     m.slices = 1 + static_cast<int>(40 * u(rng));
     m.max_fraction = 0.1 + 0.9 * u(rng);
-    m.helpers = 1 + static_cast<int>(4 * u(rng));
+    m.helpers = helpers > 0 ? helpers : 1 + static_cast<int>(4 * u(rng));
     plan::SliceCosts c;
     c.sliced_fraction = 0.2 + 0.8 * u(rng);
     c.bytes_fixed = 2e6 * u(rng);
@@ -307,9 +306,8 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
     c.messages = static_cast<int>(3 * u(rng));
     c.helper_factor = 0.8 + 0.4 * u(rng);
     m.ops.assign(8, {c, c, c});
-    const Migration mig(m, straggling_costs(), 1, 1);
-    const double now = 5 * u(rng), estimate = 0.2 + 20 * u(rng);
-    std::vector<HelpOffer> offers;
+    mig = Migration(m, straggling_costs(), 1, 1);
+    now = 5 * u(rng), estimate = 0.2 + 20 * u(rng);
     const int count = 1 + static_cast<int>(6 * u(rng));
     for (int q = 0; q < count; ++q) {
       HelpOffer o;
@@ -320,7 +318,22 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
       o.replica = u(rng) < 0.3;
       offers.push_back(o);
     }
-    const Offload a = mig.decide(OpKind::F, now, estimate, offers);
+  }
+};
+
+// The located threshold (Migration::Search::Located: the bisection's outcome from the least feasible tau, found
+// in closed form and checked to the ulp) against the bisection at every midpoint, over random offers, estimates
+// and costs, one to six offers and one to four helpers per op (one helper: the least of the candidates' own
+// thresholds; several: the bisection itself): the same decision to the bit.
+TEST(Migration, LocatedThresholdEqualsTheBisection) {
+  std::mt19937 rng(7);
+  int migrated = 0;
+  for (int trial = 0; trial < 6000; ++trial) {
+    const RandomDecision r(rng, 0);
+    const Migration& mig = r.mig;
+    const double now = r.now, estimate = r.estimate;
+    const std::vector<HelpOffer>& offers = r.offers;
+    const Offload a = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Located);
     const Offload b = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Bisection);
     const std::string at = "trial " + std::to_string(trial);
     ASSERT_EQ(a.parts().size(), b.parts().size()) << at;
@@ -335,6 +348,48 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
     migrated += a.helper >= 0 ? 1 : 0;
   }
   EXPECT_GT(migrated, 300);  // the grid exercises the decisions that move slices, not only "alone"
+}
+
+// The default decision with one helper per op (Migration::Search::Direct: each offer's best split in closed
+// form) against every split of every offer, over random offers, estimates and costs: the earliest end (ties: the
+// first offer, then the fewest slices), and "alone" where no split ends the op sooner. The bisection, whose end
+// is within 1e-7 of the op's time of the least, ends no sooner.
+TEST(Migration, DirectDecisionIsTheBestSplit) {
+  std::mt19937 rng(11);
+  int migrated = 0, alone = 0;
+  for (int trial = 0; trial < 6000; ++trial) {
+    const RandomDecision r(rng, 1);
+    const Migration& mig = r.mig;
+    const double now = r.now, estimate = r.estimate;
+    const std::vector<HelpOffer>& offers = r.offers;
+    Offload best;
+    best.op_time = estimate - 1e-9 * std::max(1.0, estimate);
+    for (const HelpOffer& o : offers) {
+      for (int k = 1; k <= mig.most_slices(OpKind::F, now, estimate, o); ++k) {
+        const Offload s = mig.split(OpKind::F, estimate, k, o);
+        if (s.op_time < best.op_time) best = s;
+      }
+    }
+    const Offload d = mig.decide(OpKind::F, now, estimate, offers);
+    const Offload b = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Bisection);
+    const std::string at = "trial " + std::to_string(trial);
+    EXPECT_EQ(d.helper, best.helper) << at;
+    if (best.helper < 0) {
+      EXPECT_EQ(d.op_time, estimate) << at;
+      EXPECT_EQ(b.helper, -1) << at;
+      ++alone;
+      continue;
+    }
+    EXPECT_EQ(d.slices, best.slices) << at;
+    EXPECT_EQ(d.op_time, best.op_time) << at;
+    EXPECT_EQ(d.bytes, best.bytes) << at;
+    EXPECT_LE(d.op_time, b.op_time) << at;
+    EXPECT_LE(b.op_time, d.op_time + 1e-7 * estimate) << at;
+    ++migrated;
+  }
+  // The grid exercises both outcomes.
+  EXPECT_GT(migrated, 300);
+  EXPECT_GT(alone, 300);
 }
 
 // The engine builds the input chains from its producers' links (each op's cross-rank consumer): the same chains

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "conductor/plan/plan.hpp"
@@ -73,11 +74,17 @@ class Migration {
   int max_helpers() const { return max_helpers_; }
   // The op of `kind`, estimated to take `estimate` alone, starting at `now`: the offload among `offers` (up to
   // migration.helpers of them, each within its window, memory and max_fraction) that ends the op earliest.
-  // How decide() finds the op's earliest end: the threshold located where it can be (the bisection's outcome
-  // from it, the same to the bit), or the bisection at every midpoint (the reference the tests hold it to).
-  enum class Search { Located, Bisection };
+  // How decide() finds the op's earliest end. Direct (the default): with one helper per op, each candidate's
+  // best number of slices in closed form, the exact optimum; with several, as Located. Located: the bisection's
+  // threshold located where it can be (the bisection's outcome from it, the same to the bit). Bisection: the
+  // bisection on the op's end at every midpoint (to 1e-7 of the op's time; the reference the tests hold the
+  // others to).
+  enum class Search { Direct, Located, Bisection };
   Offload decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
-                 Search search = Search::Located) const;
+                 Search search = Search::Direct) const;
+  // The most slices of the op `offer` can take: within its window and memory, max_fraction and the op's time
+  // alone (0: none).
+  int most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const;
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
 
@@ -109,6 +116,10 @@ class Migration {
     double fixed = 0, per_slice = 0, window = 0, cap = 0;
   };
   Reach reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const;
+  // One helper's best split of an op: the k in 1 .. most (most >= 1, within its reach) whose op ends earliest
+  // (ties: the fewest), and that end.
+  std::pair<int, double> best_slices(const plan::SliceCosts& c, const Reach& r, double estimate, double slice, int most,
+                                     const HelpOffer& offer) const;
   // The most slices an offer can take within `tau` ms of help (0: none). Inline: the decision's bisection calls it.
   static int slices_at(const Reach& r, double tau) {
     const double bound = std::min(tau, r.window) - r.fixed;
