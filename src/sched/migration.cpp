@@ -116,24 +116,16 @@ std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const R
   // The owner's part, estimate - k slice, falls with k and the helper's, fixed + k per_slice, grows (both
   // monotone in floating point too), so the op's end, the larger of the two, falls and then rises: it is least
   // at the last level where the owner's part is still the larger, or the next. The crossing in closed form
-  // finds that level; each side is then evaluated as split() computes it, and the level moved by one while the
-  // crossing's rounding put it on the wrong side. Ties go to the fewest slices (the fewest bytes).
-  const auto owner = [&](int k) { return estimate - k * slice; };
-  const auto helper = [&](int k) { return help_time(c, slice, k, offer); };
+  // finds that level to within rounding, which can put it one level off only where the two parts are equal to
+  // a few ulps: there both levels end within the rounding of each other and the one below ends a slice later, so
+  // comparing the level with the next, each evaluated as split() computes it, is exact. Ties go to the fewest
+  // slices (the fewest bytes).
+  const auto end_at = [&](int k) { return std::max(estimate - k * slice, help_time(c, slice, k, offer)); };
   const double crossing = std::floor((estimate - r.fixed) / (slice + r.per_slice));
-  int k = std::isnan(crossing) ? 1 : static_cast<int>(std::clamp(crossing, 1.0, static_cast<double>(most)));
-  double help = helper(k);
-  while (k > 1 && help > owner(k)) help = helper(--k);
-  double next = k < most ? helper(k + 1) : 0.0;
-  while (k < most && owner(k + 1) > next) {
-    help = next;
-    ++k;
-    next = k < most ? helper(k + 1) : 0.0;
-  }
-  // Now the owner's part is the larger at k (or k = 1), the helper's at k + 1 (or k = most).
-  const double end = std::max(owner(k), help);
+  const int k = std::isnan(crossing) ? 1 : static_cast<int>(std::clamp(crossing, 1.0, static_cast<double>(most)));
+  const double end = end_at(k);
   if (k < most) {
-    const double after = std::max(owner(k + 1), next);
+    const double after = end_at(k + 1);
     if (after < end) return {k + 1, after};
   }
   return {k, end};
@@ -142,15 +134,18 @@ std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const R
 int Migration::most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const {
   const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
   if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return 0;
-  return std::min(slices_at(reach(c, estimate * c.sliced_fraction / slices_, now, offer), estimate), slices_);
+  return most_of(reach(c, estimate * c.sliced_fraction / slices_, now, offer), estimate);
 }
 
 Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
                           Search search) const {
-  Offload alone;
-  alone.op_time = alone.owner_time = estimate;
+  const auto alone = [estimate] {
+    Offload o;
+    o.op_time = o.owner_time = estimate;
+    return o;
+  };
   const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
-  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0 || offers.empty()) return alone;
+  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0 || offers.empty()) return alone();
   const double slice = estimate * c.sliced_fraction / slices_;
   const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
   if (max_helpers_ == 1 && search == Search::Direct) {
@@ -161,12 +156,12 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     std::size_t best_offer = 0;
     for (std::size_t i = 0; i < offers.size(); ++i) {
       const Reach r = reach(c, slice, now, offers[i]);
-      const int most = std::min(slices_at(r, estimate), slices_);
+      const int most = most_of(r, estimate);
       if (most <= 0) continue;
-      const auto [k, end] = best_slices(c, r, estimate, slice, most, offers[i]);
-      if (k > 0 && end < best_end) best_k = k, best_end = end, best_offer = i;
+      const auto [k, end] = best_slices(c, r, estimate, slice, most, offers[i]);  // k >= 1
+      if (end < best_end) best_k = k, best_end = end, best_offer = i;
     }
-    return best_k > 0 ? split(kind, estimate, best_k, offers[best_offer]) : alone;
+    return best_k > 0 ? split(kind, estimate, best_k, offers[best_offer]) : alone();
   }
   // The earliest end tau of the op: each offer takes the most slices it can finish within tau, the owner the
   // rest (at most every slice moves); tau is feasible when the owner's part fits too. Feasibility grows with tau,
@@ -194,7 +189,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     x.k_lo = slices_at(x.reach, 0.0);
     live.push_back(x);
   }
-  if (live.empty()) return alone;
+  if (live.empty()) return alone();
   const std::size_t n = std::min<std::size_t>(offers.size(), static_cast<std::size_t>(max_helpers_));
   // The slices moved at a bracket end (field: k_lo, k_hi or k_mid): min(slices, the sum of the n largest k).
   auto total = [&](int Candidate::*field) {
@@ -376,7 +371,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     --last->k;
     --moved;
   }
-  Offload best = alone;
+  Offload best = alone();
   best.owner_time = estimate - moved * slice;
   best.op_time = best.owner_time;
   for (const std::size_t j : order) {
@@ -393,7 +388,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     }
   }
   if (best.helper >= 0 && best.op_time < estimate - gain_needed) return best;
-  return alone;
+  return alone();
 }
 
 std::vector<HelpPart> Offload::parts() const {

@@ -351,45 +351,84 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
 }
 
 // The default decision with one helper per op (Migration::Search::Direct: each offer's best split in closed
-// form) against every split of every offer, over random offers, estimates and costs: the earliest end (ties: the
-// first offer, then the fewest slices), and "alone" where no split ends the op sooner. The bisection, whose end
-// is within 1e-7 of the op's time of the least, ends no sooner.
+// form) against every split of every offer: the earliest end (ties: the first offer, then the fewest slices),
+// and "alone" where no split ends the op sooner. The bisection, whose end is within 1e-7 of the op's time of the
+// least, ends no sooner. Returns whether the op moves slices.
+bool expect_direct_is_best(const Migration& mig, double now, double estimate, const std::vector<HelpOffer>& offers,
+                           const std::string& at) {
+  Offload best;
+  best.op_time = estimate - 1e-9 * std::max(1.0, estimate);
+  for (const HelpOffer& o : offers) {
+    for (int k = 1; k <= mig.most_slices(OpKind::F, now, estimate, o); ++k) {
+      const Offload s = mig.split(OpKind::F, estimate, k, o);
+      if (s.op_time < best.op_time) best = s;
+    }
+  }
+  const Offload d = mig.decide(OpKind::F, now, estimate, offers);
+  const Offload b = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Bisection);
+  EXPECT_EQ(d.helper, best.helper) << at;
+  if (best.helper < 0) {
+    EXPECT_EQ(d.op_time, estimate) << at;
+    EXPECT_EQ(b.helper, -1) << at;
+    return false;
+  }
+  EXPECT_EQ(d.slices, best.slices) << at;
+  EXPECT_EQ(d.op_time, best.op_time) << at;
+  EXPECT_EQ(d.bytes, best.bytes) << at;
+  EXPECT_LE(d.op_time, b.op_time) << at;
+  EXPECT_LE(b.op_time, d.op_time + 1e-7 * estimate) << at;
+  return true;
+}
+
+// Over random offers, estimates and costs.
 TEST(Migration, DirectDecisionIsTheBestSplit) {
   std::mt19937 rng(11);
   int migrated = 0, alone = 0;
   for (int trial = 0; trial < 6000; ++trial) {
     const RandomDecision r(rng, 1);
-    const Migration& mig = r.mig;
-    const double now = r.now, estimate = r.estimate;
-    const std::vector<HelpOffer>& offers = r.offers;
-    Offload best;
-    best.op_time = estimate - 1e-9 * std::max(1.0, estimate);
-    for (const HelpOffer& o : offers) {
-      for (int k = 1; k <= mig.most_slices(OpKind::F, now, estimate, o); ++k) {
-        const Offload s = mig.split(OpKind::F, estimate, k, o);
-        if (s.op_time < best.op_time) best = s;
-      }
-    }
-    const Offload d = mig.decide(OpKind::F, now, estimate, offers);
-    const Offload b = mig.decide(OpKind::F, now, estimate, offers, Migration::Search::Bisection);
-    const std::string at = "trial " + std::to_string(trial);
-    EXPECT_EQ(d.helper, best.helper) << at;
-    if (best.helper < 0) {
-      EXPECT_EQ(d.op_time, estimate) << at;
-      EXPECT_EQ(b.helper, -1) << at;
-      ++alone;
-      continue;
-    }
-    EXPECT_EQ(d.slices, best.slices) << at;
-    EXPECT_EQ(d.op_time, best.op_time) << at;
-    EXPECT_EQ(d.bytes, best.bytes) << at;
-    EXPECT_LE(d.op_time, b.op_time) << at;
-    EXPECT_LE(b.op_time, d.op_time + 1e-7 * estimate) << at;
-    ++migrated;
+    const bool moved = expect_direct_is_best(r.mig, r.now, r.estimate, r.offers, "trial " + std::to_string(trial));
+    (moved ? migrated : alone) += 1;
   }
   // The grid exercises both outcomes.
   EXPECT_GT(migrated, 300);
   EXPECT_GT(alone, 300);
+}
+
+// On the knife's edge: estimates within a few ulps of where the owner's part at some k equals the helper's at k
+// (the closed-form crossing then rounds to either side of the level) or at k + 1 (the two levels tie, and the
+// fewest slices win). Random costs rarely land there.
+TEST(Migration, DirectDecisionIsTheBestSplitWhereThePartsCross) {
+  std::mt19937 rng(13);
+  int edges = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    RandomDecision r(rng, 1);
+    HelpOffer o = r.offers.front();
+    o.until = std::numeric_limits<double>::infinity();
+    o.memory_free = std::numeric_limits<double>::infinity();
+    const int most = r.mig.most_slices(OpKind::F, r.now, r.estimate, o);
+    if (most < 2) continue;
+    const int k = 1 + static_cast<int>(rng() % static_cast<unsigned>(most - 1));
+    for (const int d : {0, 1}) {
+      // The owner's part at k less the helper's at k + d grows with the estimate where it crosses at all:
+      // bisect to the adjacent doubles.
+      const auto gap = [&](double e) {
+        return r.mig.split(OpKind::F, e, k, o).owner_time - r.mig.split(OpKind::F, e, k + d, o).help_time;
+      };
+      double lo = 1e-6, hi = 1e4;
+      if (!(gap(lo) < 0 && gap(hi) > 0)) continue;
+      for (double mid = lo + (hi - lo) / 2; mid > lo && mid < hi; mid = lo + (hi - lo) / 2)
+        (gap(mid) < 0 ? lo : hi) = mid;
+      ++edges;
+      double e = lo;
+      for (int j = 0; j < 3; ++j) e = std::nextafter(e, 0.0);
+      for (int j = 0; j < 7; ++j, e = std::nextafter(e, 1e300)) {
+        const std::string at = "trial " + std::to_string(trial) + ", k " + std::to_string(k) + "+" + std::to_string(d) +
+                               ", ulp " + std::to_string(j);
+        expect_direct_is_best(r.mig, r.now, e, {o}, at);
+      }
+    }
+  }
+  EXPECT_GT(edges, 1000);
 }
 
 // The engine builds the input chains from its producers' links (each op's cross-rank consumer): the same chains

@@ -127,6 +127,8 @@ class Migration {
     const double k = std::min(r.cap, std::floor(bound / r.per_slice + 1e-12));
     return k > 0 ? static_cast<int>(k) : 0;
   }
+  // The most slices `r` can take of an op that takes `estimate` alone: within its reach and the op's slices.
+  int most_of(const Reach& r, double estimate) const { return std::min(slices_at(r, estimate), slices_); }
   // The least tau in (lo, hi] at which `r` takes k slices, given that it takes fewer at lo and k at hi (NaN when
   // a close guess and a few ulps around it do not find it: the caller evaluates instead).
   static double step_of(const Reach& r, int k, double lo, double hi);
