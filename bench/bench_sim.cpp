@@ -411,7 +411,7 @@ double blocking_baseline(const std::string& path, const std::string& text, std::
 }
 
 struct Modes {
-  double strict = 0, bfw = 0, backfill = 0;
+  double strict = 0, bfw = 0, backfill = 0, critical = 0;
   // The mean over steps of the busiest rank's work (the same draws in every mode): no order is faster.
   double lower_bound = 0;
 };
@@ -426,7 +426,8 @@ Modes three_modes(const std::string& path, const std::string& text, const std::v
     return deck_makespan(path, text, o, seeds, steps, nullptr, &lower_bound);
   };
   const double strict = with("strict", "schedule"), bfw = with("readiness", "bfw");
-  return {strict, bfw, with("readiness", "backfill"), lower_bound};
+  const double backfill = with("readiness", "backfill");
+  return {strict, bfw, backfill, with("readiness", "critical"), lower_bound};
 }
 
 std::vector<std::string> kind_overrides(const std::string& kind) {
@@ -446,11 +447,11 @@ void grid(const std::string& inputs) {
   const int seeds = 5, steps = 10;
   std::printf(
       "## grid: readiness vs strict on the decks (mean makespan ms over %d seeds x %d steps; speedup = strict / "
-      "readiness)\n\n| deck | schedule | noise | strict | bfw | backfill | bfw x | backfill x |\n"
-      "|---|---|---|---|---|---|---|---|\n",
+      "readiness)\n\n| deck | schedule | noise | strict | bfw | backfill | critical | bfw x | backfill x | critical x "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n",
       seeds, steps);
-  int below998[2] = {0, 0}, below1_free[2] = {0, 0}, cells = 0;
-  double lo[2] = {1e9, 1e9}, hi[2] = {0, 0};
+  int below998[3] = {0, 0, 0}, below1_free[3] = {0, 0, 0}, cells = 0;
+  double lo[3] = {1e9, 1e9, 1e9}, hi[3] = {0, 0, 0};
   for (const auto& deck : kGridDecks) {
     const std::string path = inputs + "/" + deck + ".yaml";
     const std::string text = read_text(path);
@@ -459,24 +460,26 @@ void grid(const std::string& inputs) {
         std::vector<std::string> base = kind_overrides(kind);
         base.insert(base.end(), noise.overrides.begin(), noise.overrides.end());
         const Modes m = three_modes(path, text, base, noise.name == "none" ? 1 : seeds, steps);
-        const double x[2] = {m.strict / m.bfw, m.strict / m.backfill};
-        for (int k = 0; k < 2; ++k) {
+        const double x[3] = {m.strict / m.bfw, m.strict / m.backfill, m.strict / m.critical};
+        for (int k = 0; k < 3; ++k) {
           below998[k] += x[k] < 0.998;
           below1_free[k] += noise.name == "none" && x[k] < 1.0;
           lo[k] = std::min(lo[k], x[k]);
           hi[k] = std::max(hi[k], x[k]);
         }
         ++cells;
-        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n", deck.c_str(), kind.c_str(),
-                    noise.name.c_str(), m.strict, m.bfw, m.backfill, x[0], x[1]);
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f |\n", deck.c_str(), kind.c_str(),
+                    noise.name.c_str(), m.strict, m.bfw, m.backfill, m.critical, x[0], x[1], x[2]);
         std::fflush(stdout);
       }
     }
   }
   std::printf(
       "\n%d cells. bfw: %d below 0.998, %d noise-free below 1.000, speedup %.3f .. %.3f. backfill: %d below 0.998, "
-      "%d noise-free below 1.000, speedup %.3f .. %.3f\n",
-      cells, below998[0], below1_free[0], lo[0], hi[0], below998[1], below1_free[1], lo[1], hi[1]);
+      "%d noise-free below 1.000, speedup %.3f .. %.3f. critical: %d below 0.998, %d noise-free below 1.000, "
+      "speedup %.3f .. %.3f\n",
+      cells, below998[0], below1_free[0], lo[0], hi[0], below998[1], below1_free[1], lo[1], hi[1], below998[2],
+      below1_free[2], lo[2], hi[2]);
 }
 
 // ---- (10) --wide: issue 13's first goal beyond the decks ----
@@ -566,8 +569,9 @@ void heavy(const std::string& inputs) {
       "\n## heavy variability (mean makespan ms over %d seeds x %d steps; speedup = strict / readiness; goal: "
       ">= 1.15x language, >= 1.5x multimodal; blocking: the fixed order with blocking exchanges, RRFP's kind of "
       "baseline, not ours; ceiling x: strict / the busiest rank's work per step, more than any order of the same "
-      "draws can gain)\n\n| deck | schedule | noise | strict | bfw | backfill | bfw x | backfill x | ceiling x | "
-      "blocking | bfw x blocking | backfill x blocking |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "draws can gain)\n\n| deck | schedule | noise | strict | bfw | backfill | critical | bfw x | backfill x | "
+      "critical x | ceiling x | blocking | bfw x blocking | backfill x blocking | critical x blocking "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       seeds, steps);
   const std::vector<GridNoise> noises = {
       {"lognormal 1.0", {"noise.kind=[lognormal]", "noise.level=1.0"}},
@@ -586,13 +590,13 @@ void heavy(const std::string& inputs) {
         base.insert(base.end(), noise.overrides.begin(), noise.overrides.end());
         const Modes m = three_modes(path, text, base, seeds, steps);
         const double blk = blocking_baseline(path, text, base, seeds, steps, m.strict);
-        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f |", deck.c_str(), kind.c_str(),
-                    noise.name.c_str(), m.strict, m.bfw, m.backfill, m.strict / m.bfw, m.strict / m.backfill,
-                    m.strict / m.lower_bound);
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %.3f |", deck.c_str(),
+                    kind.c_str(), noise.name.c_str(), m.strict, m.bfw, m.backfill, m.critical, m.strict / m.bfw,
+                    m.strict / m.backfill, m.strict / m.critical, m.strict / m.lower_bound);
         if (std::isnan(blk)) {
-          std::printf(" deadlock: its lists need lookahead exchanges | | |\n");  // interleaved (Megatron's own)
+          std::printf(" deadlock: its lists need lookahead exchanges | | | |\n");  // interleaved (Megatron's own)
         } else {
-          std::printf(" %.1f | %.3f | %.3f |\n", blk, blk / m.bfw, blk / m.backfill);
+          std::printf(" %.1f | %.3f | %.3f | %.3f |\n", blk, blk / m.bfw, blk / m.backfill, blk / m.critical);
         }
         std::fflush(stdout);
       }

@@ -81,8 +81,8 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
                   "ppo.heuristic", [](Deck & d) -> auto& { return d.policy.heuristic; },
                   "Ranking the policy is guided by (its rank is a feature; the untrained policy "
-                  "follows it): schedule, bf or bfw.")
-                  .one_of({"schedule", "bf", "bfw"}));
+                  "follows it): schedule, bf, bfw or critical.")
+                  .one_of({"schedule", "bf", "bfw", "critical"}));
   f.push_back(field<int>(
                   "ppo.eval_steps", [](Deck & d) -> auto& { return d.policy.eval_steps; },
                   "Simulated steps per method in the summary against the baselines.")

@@ -38,8 +38,10 @@ void add_sched_fields(std::vector<Field>& f) {
           "against the list): `schedule` (list order; wins under heavy variability on zero-bubble lists), `bf` "
           "(B and W before F: for lists without a W split (GPipe, 1F1B, interleaved); with split W it starves the "
           "next stage), `bfw` (B, then F, W fills idle time: the most under heavy variability on zero-bubble "
-          "lists, up to 1.56x, but below 0.998 of strict in 40 of `bench_sim --grid`'s 64 cells).")
-          .one_of({"schedule", "bf", "bfw", "backfill"}));
+          "lists, up to 1.56x, but below 0.998 of strict in 40 of `bench_sim --grid`'s 64 cells), `critical` (ops "
+          "another rank waits for first, B or F in list order, then the rank's own B and F, W only into idle "
+          "time: the most under heavy variability on every list of `bench_sim --heavy`).")
+          .one_of({"schedule", "bf", "bfw", "backfill", "critical"}));
   f.push_back(field<std::string>(
                   "schedule.placement", [](Deck & d) -> auto& { return d.schedule.placement; },
                   "Which rank holds each virtual stage of a `file:` schedule: `loop` (stage % p), `v` (two chunks "

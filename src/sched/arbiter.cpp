@@ -34,7 +34,8 @@ Hint parse_hint(const std::string& s) {
   if (s == "bf") return Hint::BF;
   if (s == "bfw") return Hint::BFW;
   if (s == "backfill") return Hint::Backfill;
-  throw InputError("schedule.hint must be schedule, bf, bfw or backfill, got '" + s + "'");
+  if (s == "critical") return Hint::Critical;
+  throw InputError("schedule.hint must be schedule, bf, bfw, backfill or critical, got '" + s + "'");
 }
 
 const char* to_string(Execution e) { return e == Execution::Strict ? "strict" : "readiness"; }
@@ -44,6 +45,7 @@ const char* to_string(Hint h) {
     case Hint::BF: return "bf";
     case Hint::BFW: return "bfw";
     case Hint::Backfill: return "backfill";
+    case Hint::Critical: return "critical";
   }
   return "?";
 }
@@ -90,8 +92,7 @@ void Arbiter::reset() {
     slot_[i].started = 0;
     slot_[i].done = 0;
   }
-  heap_b_.clear();
-  heap_f_.clear();
+  for (int r = 0; r < 2; ++r) heap_b_[r].clear(), heap_f_[r].clear();
   heap_w_.clear();
   newly_ready_.clear();
   fenwick_.assign(n + 1, 0.0);
@@ -127,9 +128,9 @@ void Arbiter::satisfy(int index) {
   newly_ready_.push_back(index);
   ++num_ready_;
   switch ((*actions_)[index].kind) {
-    case OpKind::F: heap_push(heap_f_, index); break;
+    case OpKind::F: heap_push(heap_f_[sl.remote_out], index); break;
     case OpKind::W: heap_push(heap_w_, index); break;
-    default: heap_push(heap_b_, index); break;
+    default: heap_push(heap_b_[sl.remote_out], index); break;
   }
 }
 
@@ -145,15 +146,30 @@ int Arbiter::pick(Execution mode, Hint hint) const {
     if (cursor_ >= size()) return -1;
     return (slot_[cursor_].deps == 0 && fits(cursor_)) ? cursor_ : -1;
   }
-  const int b = heap_b_.empty() ? kNone : heap_b_.front();
-  const int w = heap_w_.empty() ? kNone : heap_w_.front();
-  // Only the earliest ready F can fit: a later one's reservation includes the earlier (unstarted) one.
-  const int f = (!heap_f_.empty() && fits(heap_f_.front())) ? heap_f_.front() : kNone;
+  const auto front = [](const std::vector<int>& h) { return h.empty() ? kNone : h.front(); };
+  const int b = std::min(front(heap_b_[0]), front(heap_b_[1]));
+  const int w = front(heap_w_);
+  // Only the earliest ready F can fit: a later one's reservation includes the earlier (unstarted) one. The
+  // earliest of each class can, for critical's ranking (the later of the two only if the earlier would fit too).
+  const int f_of[2] = {front(heap_f_[0]), front(heap_f_[1])};
+  const int first_f = std::min(f_of[0], f_of[1]);
+  const int f = first_f != kNone && fits(first_f) ? first_f : kNone;
   int best = kNone;
   switch (hint) {
     case Hint::Schedule: best = std::min({b, f, w}); break;
     case Hint::BF: best = (b != kNone || w != kNone) ? std::min(b, w) : f; break;
     case Hint::BFW: best = b != kNone ? b : f != kNone ? f : w; break;
+    case Hint::Critical: {
+      // An op another rank waits for (a B on the backward chain, an F feeding the next stage) before the rank's
+      // own B or F (the first stage's B, the last stage's F), each class in list order, and W only into idle
+      // time. Within a class the list's order, not B first: bfw's B-first delays the F the next stage idles
+      // for, and the first stage's own B the F that feeds the whole pipeline.
+      const int remote_f = f_of[1] != kNone && fits(f_of[1]) ? f_of[1] : kNone;
+      const int local_f = f_of[0] != kNone && fits(f_of[0]) ? f_of[0] : kNone;
+      const int remote = std::min(front(heap_b_[1]), remote_f), local = std::min(front(heap_b_[0]), local_f);
+      best = remote != kNone ? remote : local != kNone ? local : w;
+      break;
+    }
     case Hint::Backfill: {
       std::vector<int> ranked;
       candidates(mode, hint, ranked);
@@ -175,10 +191,11 @@ void Arbiter::candidates(Execution mode, Hint hint, std::vector<int>& out) const
     if (hint == Hint::Schedule) return 0;
     if (hint == Hint::BF) return k == OpKind::F ? 1 : 0;
     if (hint == Hint::Backfill) return slot_[i].remote_out ? 0 : 1;  // unblock another rank first
+    if (hint == Hint::Critical) return slot_[i].remote_out ? 0 : k == OpKind::W ? 2 : 1;
     return k == OpKind::F ? 1 : k == OpKind::W ? 2 : 0;
   };
   std::vector<std::pair<int, int>> keyed;  // (class, position)
-  for (const auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
+  for (const auto* h : {&heap_b_[0], &heap_b_[1], &heap_f_[0], &heap_f_[1], &heap_w_}) {
     for (int i : *h) {
       if (!slot_[i].started && fits(i)) keyed.emplace_back(rank_class(i), i);
     }
@@ -188,7 +205,7 @@ void Arbiter::candidates(Execution mode, Hint hint, std::vector<int>& out) const
 }
 
 void Arbiter::clean_heaps() {
-  for (auto* h : {&heap_b_, &heap_f_, &heap_w_}) {
+  for (auto* h : {&heap_b_[0], &heap_b_[1], &heap_f_[0], &heap_f_[1], &heap_w_}) {
     while (!h->empty() && slot_[h->front()].started) heap_pop(*h);
   }
 }

@@ -62,8 +62,20 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, LossEquality,
 
 INSTANTIATE_TEST_SUITE_P(ReadinessHints, LossEquality,
                          ::testing::Combine(::testing::Values("zb-2p"), ::testing::Values("readiness"),
-                                            ::testing::Values("bf", "bfw", "backfill")),
+                                            ::testing::Values("bf", "bfw", "backfill", "critical")),
                          [](const auto& info) { return "zb_2p_" + std::get<2>(info.param); });
+
+// critical ranks by whether an op feeds another rank, which differs between a rank's chunks on these lists.
+INSTANTIATE_TEST_SUITE_P(CriticalOnChunks, LossEquality,
+                         ::testing::Combine(::testing::Values("zb-v", "1f1b-interleaved"),
+                                            ::testing::Values("readiness"), ::testing::Values("critical")),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_critical";
+                           for (auto& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
 
 // model.layers_per_stage: balanced moves layers between ranks (a large vocabulary makes the LM-head stage heavy,
 // so the split is not the even one); the math must not change.

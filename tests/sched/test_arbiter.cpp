@@ -1,6 +1,8 @@
 // The arbiter: strict vs readiness picks, hint rankings, the memory reservation rule, same-rank delivery.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "conductor/sched/arbiter.hpp"
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/generators.hpp"
@@ -66,6 +68,58 @@ TEST(Arbiter, HintsRankReadyWork) {
   st.complete(1);                                          // F1 -> B1 ready
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::BFW), 5);  // B1 before F2 and W0
   EXPECT_EQ(st.pick(Execution::Readiness, Hint::BF), 4);   // W0 (position 4) before B1 (5)
+}
+
+// critical: an op another rank waits for first (list order among them, B or F alike), then the rank's own B or F,
+// W last. On ZB-H1 (p = 3) the first stage's B feeds no one and its F feeds the pipeline; a middle stage's B and F
+// both feed a neighbour.
+TEST(Arbiter, CriticalRanksWorkAnotherRankWaitsForFirst) {
+  const Schedule s = zb_h1(3, 6);
+  Arbiter first(s, 0, 100, 0);
+  const int b0 = first.backward_index(0, 0);
+  int next_f = -1;  // the first F listed after B0
+  for (int i = 0; i < first.size(); ++i) {
+    if (first.actions()[i].kind != OpKind::F) continue;
+    if (i < b0) {
+      first.start(i);
+      first.complete(i);
+    } else if (next_f < 0) {
+      next_f = i;
+    }
+  }
+  first.input_arrived(b0);
+  ASSERT_TRUE(first.is_ready(b0) && first.is_ready(next_f));
+  ASSERT_FALSE(first.feeds_another_rank(b0));
+  ASSERT_TRUE(first.feeds_another_rank(next_f));
+  EXPECT_EQ(first.pick(Execution::Readiness, Hint::Schedule), b0);
+  EXPECT_EQ(first.pick(Execution::Readiness, Hint::BFW), b0);
+  EXPECT_EQ(first.pick(Execution::Readiness, Hint::Critical), next_f);  // the F rank 1 waits for
+  first.start(b0);
+  first.complete(b0);  // W0 ready
+  const int w0 = first.index_of(OpKind::W, 0, 0);
+  std::vector<int> ranked;
+  first.candidates(Execution::Readiness, Hint::Critical, ranked);
+  ASSERT_GE(ranked.size(), 2u);  // the ready forwards (they fit: the limit is ample), in list order, then W0
+  EXPECT_EQ(ranked.front(), next_f);
+  EXPECT_EQ(ranked.back(), w0);
+  EXPECT_TRUE(std::is_sorted(ranked.begin(), ranked.end() - 1));
+  EXPECT_EQ(first.pick(Execution::Readiness, Hint::Critical), next_f);
+
+  // A middle stage: F1 (listed before B0) and B0 both ready: list order, where bfw takes B0.
+  Arbiter middle(s, 1, 100, 0);
+  const int f0 = middle.index_of(OpKind::F, 0, 0), f1 = middle.index_of(OpKind::F, 0, 1);
+  const int mb0 = middle.backward_index(0, 0);
+  middle.input_arrived(f0);
+  middle.start(f0);
+  middle.complete(f0);
+  middle.input_arrived(f1);
+  middle.input_arrived(mb0);
+  ASSERT_LT(f1, mb0);
+  ASSERT_TRUE(middle.feeds_another_rank(f1) && middle.feeds_another_rank(mb0));
+  EXPECT_EQ(middle.pick(Execution::Readiness, Hint::BFW), mb0);
+  EXPECT_EQ(middle.pick(Execution::Readiness, Hint::Critical), f1);
+  EXPECT_EQ(parse_hint("critical"), Hint::Critical);
+  EXPECT_STREQ(to_string(Hint::Critical), "critical");
 }
 
 TEST(Arbiter, MemoryLimitAndReservation) {

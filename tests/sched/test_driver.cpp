@@ -29,7 +29,7 @@ DriverOptions options(Execution execution, Hint hint, double memory_limit = 2) {
 }  // namespace
 
 TEST(RankDriver, CandidatesStartWithTheArbitersChoiceAndAllMayStart) {
-  for (const Hint hint : {Hint::Schedule, Hint::BF, Hint::BFW}) {
+  for (const Hint hint : {Hint::Schedule, Hint::BF, Hint::BFW, Hint::Critical}) {
     for (const Schedule& s : {zb_h1(4, 8), one_f_one_b(4, 8), interleaved_1f1b(4, 8, 2),
                               zb_v(4, 8, uniform_cost(1, 1, 1), default_memory_limit("zb-v", 4, 8, 2))}) {
       std::mt19937 rng(7);

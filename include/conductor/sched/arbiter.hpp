@@ -43,10 +43,10 @@
 namespace conductor::sched {
 
 enum class Execution : std::int8_t { Strict = 0, Readiness = 1 };
-enum class Hint : std::int8_t { Schedule = 0, BF = 1, BFW = 2, Backfill = 3 };
+enum class Hint : std::int8_t { Schedule = 0, BF = 1, BFW = 2, Backfill = 3, Critical = 4 };
 
 Execution parse_execution(const std::string& s);  // "strict" | "readiness"; InputError otherwise
-Hint parse_hint(const std::string& s);            // "schedule" | "bf" | "bfw" | "backfill"; InputError otherwise
+Hint parse_hint(const std::string& s);  // "schedule" | "bf" | "bfw" | "backfill" | "critical"; InputError otherwise
 const char* to_string(Execution e);
 const char* to_string(Hint h);
 
@@ -123,7 +123,9 @@ class Arbiter {
   };
   std::vector<std::int32_t> deps0_;
   std::vector<Slot> slot_;
-  std::vector<int> heap_b_, heap_f_, heap_w_;  // min-heaps of ready, not started list positions
+  // Min-heaps of ready, not started list positions: B (and BW) and F each kept apart by whether their output
+  // feeds another rank ([1]) or stays on the rank ([0]), for critical's ranking; W.
+  std::vector<int> heap_b_[2], heap_f_[2], heap_w_;
   std::vector<double> fenwick_;
   std::vector<int> f_index_, b_index_, w_index_;  // [chunk * m + microbatch] -> list index or -1
   std::vector<int> newly_ready_;
