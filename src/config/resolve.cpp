@@ -294,8 +294,8 @@ plan::Plan resolve(const Deck& d) {
   out.run = plan::Run{d.run.name, d.run.steps, d.run.seed, d.run.output, d.run.log_every};
   out.pipeline = plan::Pipeline{d.parallel.pipeline, d.parallel.microbatches, d.parallel.virtual_chunks,
                                 d.parallel.microbatch_size};
-  out.schedule = plan::ScheduleOptions{d.schedule.kind, d.schedule.execution, d.schedule.hint, d.schedule.placement,
-                                       d.schedule.post_validation};
+  out.schedule = plan::ScheduleOptions{d.schedule.kind,      d.schedule.execution,       d.schedule.hint,
+                                       d.schedule.placement, d.schedule.post_validation, d.schedule.wide_spread};
   out.costs = resolved_costs(d);
   check_op_times(d, out.costs);
   const double limit = resolved_memory_limit(d);

@@ -56,6 +56,7 @@ class PpoPlanner final : public sched::OrderPlanner {
     env_.memory_after_b = estimate_.memory_after_b;
     exec_.execution = sched::parse_execution(resolved.schedule.execution);
     exec_.hint = sched::parse_hint(resolved.schedule.hint);
+    exec_.wide_spread = resolved.schedule.wide_spread;
     exec_.memory_limit = env_.memory_limit;
     exec_.memory_after_b = env_.memory_after_b;
     env_.migration = env_migration(resolved, base_);  // the local tier decides inside the rollouts too

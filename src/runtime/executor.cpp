@@ -125,6 +125,7 @@ sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool mig
   sched::DriverOptions dopt;
   dopt.execution = ex.options_.execution;
   dopt.hint = ex.options_.hint;
+  dopt.wide_spread = ex.options_.wide_spread;
   dopt.memory_limit = ex.options_.memory_limit;
   dopt.memory_after_b = ex.options_.memory_after_b;
   if (dopt.execution == sched::Execution::Readiness && dopt.hint == sched::Hint::Backfill) {

@@ -118,6 +118,7 @@ ExecutorOptions executor_options(const plan::Plan& plan, const sched::Schedule& 
   ExecutorOptions eo;
   eo.execution = sched::parse_execution(plan.schedule.execution);
   eo.hint = sched::parse_hint(plan.schedule.hint);
+  eo.wide_spread = plan.schedule.wide_spread;
   eo.memory_limit = sched::rank_memory_limits(plan, order).at(static_cast<std::size_t>(rank));  // this rank's own
   eo.memory_after_b = plan.costs.memory_after_b;
   eo.comm_events = plan.trace.comm_events;

@@ -17,21 +17,20 @@ namespace {
 const double kNotAnnounced = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSlack = 1e-9;  // an op that ends exactly when the input arrives delays nothing
 // Backfilling under variability (DriverOptions::spread > 0) accepts an op that ends before the input with
-// probability P: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of P (the
+// probability 0.6: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of 0.6 (the
 // difference of two independent log-normal times of equal sigma, the op's and the remaining wait's, with the
-// estimates as their means). P depends on the spread, measured at both ends:
-//  - heavy variability (sigma >= kWideSpread): P = 0.4. bench_sim --heavy (sigma 1): 0.6 removes every loss and
-//    every win; 0.4 wins more than the plain means (0.5) on every zb row and loses less;
-//  - small jitter: P = 0.6. bench_sim --scale 64 512 (sigma 0.1, zb-h1): with 0.4 (and 0.5) most backfills are
-//    W or F just ahead of a B on the backward chain, in a gap of about one op; half of them overrun it and delay
-//    the chain (0.0790 bubble vs strict 0.0773), and the work they move earlier shortens nothing.
-constexpr double kWideSpread = 0.5;
-constexpr double kQuantile40 = -0.25334710313579978;  // the standard normal quantile of 0.4 (and -z of 0.6)
+// estimates as their means). bench_sim --scale 64 512 (sigma 0.1, zb-h1): with 0.4 (and 0.5) most backfills are
+// W or F just ahead of a B on the backward chain, in a gap of about one op; half of them overrun it and delay the
+// chain (0.0790 bubble vs strict 0.0773), and the work they move earlier shortens nothing.
+constexpr double kQuantile60 = 0.25334710313579978;  // the standard normal quantile of 0.6
 
-double fit_scale(double spread) {
-  return std::exp(spread * std::sqrt(2.0) * (spread >= kWideSpread ? kQuantile40 : -kQuantile40));
-}
+double fit_scale(double spread) { return std::exp(spread * std::sqrt(2.0) * kQuantile60); }
 }  // namespace
+
+Hint ranking(const DriverOptions& o) {
+  const bool backfill = o.execution == Execution::Readiness && o.hint == Hint::Backfill;
+  return backfill && o.spread >= o.wide_spread ? Hint::Critical : o.hint;
+}
 
 namespace {
 
@@ -39,7 +38,7 @@ namespace {
 // by the configured limit. A global limit (p M_F for 1F1B) would let later ranks run forwards beyond their own
 // in-flight depth and delay the backward chain.
 double budget(const Schedule& s, int rank, const DriverOptions& o) {
-  const bool backfill = o.execution == Execution::Readiness && o.hint == Hint::Backfill;
+  const bool backfill = o.execution == Execution::Readiness && ranking(o) == Hint::Backfill;
   if (!backfill) return o.memory_limit;
   const double peak = list_peak_memory(s, rank, o.memory_after_b);
   return o.memory_limit > 0 ? std::min(o.memory_limit, peak) : peak;
@@ -84,6 +83,7 @@ OpEstimate MeasuredDurations::estimate() const {
 RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& options)
     : arbiter_(schedule, rank, budget(schedule, rank, options), options.memory_after_b),
       options_(options),
+      ranking_(ranking(options)),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
   if (backfilling()) {
@@ -155,7 +155,7 @@ void RankDriver::announce(int index, double expected_ready, double now) {
 }
 
 int RankDriver::next(double now) const {
-  if (!backfilling()) return arbiter_.pick(options_.execution, options_.hint);
+  if (!backfilling()) return arbiter_.pick(options_.execution, ranking_);
   const int i = arbiter_.next_in_list();
   if (i >= arbiter_.size()) return -1;
   if (arbiter_.is_ready(i) && arbiter_.fits(i)) return ahead_of(i);  // it, or its ready segment's remote op
@@ -184,7 +184,7 @@ const std::vector<int>& RankDriver::candidates(double now) {
   if (backfilling()) {
     backfill_candidates(now, candidates_);
   } else {
-    arbiter_.candidates(options_.execution, options_.hint, candidates_);
+    arbiter_.candidates(options_.execution, ranking_, candidates_);
   }
   return candidates_;
 }

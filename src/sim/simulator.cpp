@@ -19,6 +19,7 @@ SimOptions SimOptions::from_plan(const plan::Plan& plan, const sched::Schedule& 
   SimOptions o;
   o.execution = sched::parse_execution(plan.schedule.execution);
   o.hint = sched::parse_hint(plan.schedule.hint);
+  o.wide_spread = plan.schedule.wide_spread;
   o.rank_memory_limit = sched::rank_memory_limits(plan, schedule);
   o.memory_limit = sched::memory_limit_for(plan, schedule);
   o.record_events = plan.trace.enabled;
@@ -103,6 +104,7 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   eo.comm_estimate = noise.cost().comm_time();
   eo.announce_latency = noise.cost().comm_time();
   eo.spread = noise.duration_spread();
+  eo.wide_spread = options.wide_spread;
   eo.late_delay = noise.congestion_delay_ms();
   eo.migration = sched::migrations(options.migration, noise.cost(), s.p, s.v);
   // With migration every op start asks each idle peer's factor for that op (its speed as a helper), the very

@@ -57,6 +57,7 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
   sched::DriverOptions d;
   d.execution = sched::parse_execution(deck.schedule.execution);
   d.hint = sched::parse_hint(deck.schedule.hint);
+  d.wide_spread = deck.schedule.wide_spread;
   d.memory_limit = sched::memory_limit_for(config::resolve(deck), order);
   d.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
   std::vector<sched::DriverOptions> out(static_cast<std::size_t>(order.p), d);
@@ -174,8 +175,11 @@ TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
     Replayed total;
     for (const std::string kind : {"1f1b", "zb-h1", "1f1b-interleaved"}) {
       Case c{backend, kind, "readiness", "backfill"};
+      // Backfilling at any spread: the cpu backend's measured spread (the real math's time plus only the positive
+      // part of the noise's extra) is wide in some steps, where the driver would rank as critical and backfill
+      // nothing (Replay.BackfillUnderAWideMeasuredSpreadRanksAsCritical tests that switch).
       c.noise = {"noise.kind=[gaussian,straggler]", "noise.level=0.3", "noise.straggler_rank=0",
-                 "noise.straggler_factor=2"};
+                 "noise.straggler_factor=2", "schedule.wide_spread=100"};
       if (backend == "emulated") {
         // Ops of 5 ms, announcements waiting half an op: 1 ms sleeps round up to several ms on a loaded machine
         // (ctest -j2 on 2 cores), which evened out the straggler and left backfilling nothing to reorder.
@@ -192,6 +196,38 @@ TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
       EXPECT_GT(total.unannounced_diverged, 0) << backend << ": no pick depended on an announcement";
     }
   }
+}
+
+// Backfill under a wide measured spread: each rank's previous step gives it its spread (log-normal sigma 1 here),
+// from kWideSpread on its driver ranks as critical (sched::ranking), and the runtime made exactly those picks: the
+// replay with the measured options is the same, the replay that keeps backfilling (the spread capped just below
+// the switch) is not.
+TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
+  Case c{"emulated", "zb-h1", "readiness", "backfill"};
+  c.noise = {"noise.kind=[lognormal]", "noise.level=1.0", "cost.forward=5", "cost.backward_input=5",
+             "cost.backward_weight=5"};
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("conductor-replay-wide-" + std::to_string(world_size()))).string();
+  if (world_rank() == 0) std::filesystem::remove_all(out);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const config::Deck deck = replay_deck(c, out);
+  runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  if (world_rank() != 0) return;
+  const trace::Trace t = trace::read_trace(out + "/trace.h5");
+  const sched::Schedule order = sched::make_schedule(config::resolve(deck));
+  int critical = 0, capped_diverged = 0;
+  for (int step = 1; step < deck.run.steps; ++step) {
+    const auto options = runtime_options(deck, order, t.events, step);
+    for (const auto& o : options) critical += sched::ranking(o) == sched::Hint::Critical ? 1 : 0;
+    const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
+    EXPECT_TRUE(r.same) << "step " << step << ": " << r.message;
+    auto capped = options;
+    for (auto& o : capped) o.spread = std::min(o.spread, std::nextafter(sched::kWideSpread, 0.0));
+    capped_diverged += sim::replay_step(order, capped, t.events, step).same ? 0 : 1;
+  }
+  EXPECT_GT(critical, 0) << "no rank measured a spread of " << sched::kWideSpread << " or more";
+  EXPECT_GT(capped_diverged, 0) << "backfilling would have picked the same: the switch is not tested";
+  std::filesystem::remove_all(out);
 }
 
 // A replay with other options than the runtime's diverges: the comparison can fail. The first stage straggles

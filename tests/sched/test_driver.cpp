@@ -187,13 +187,50 @@ bool w_may_start(double w, double now, double spread, double late_delay) {
 
 }  // namespace
 
+// Backfill under a wide spread is critical with the configured memory limit (not the list's peak): the same
+// picks, op for op, on lists whose ranks hold several chunks too; below kWideSpread it stays backfill.
+TEST(RankDriver, BackfillRanksAsCriticalUnderAWideSpread) {
+  DriverOptions o = options(Execution::Readiness, Hint::Backfill);
+  o.spread = kWideSpread;
+  EXPECT_EQ(ranking(o), Hint::Critical);
+  o.spread = std::nextafter(kWideSpread, 0.0);
+  EXPECT_EQ(ranking(o), Hint::Backfill);
+  o.hint = Hint::BFW;
+  o.spread = 1.0;
+  EXPECT_EQ(ranking(o), Hint::BFW);  // only backfill switches
+  const CostModel cost = uniform_cost(1, 1, 1, 0.1);
+  for (const Schedule& s : {zb_h1(4, 8), one_f_one_b(4, 8), interleaved_1f1b(4, 8, 2),
+                            zb_v(4, 8, cost, default_memory_limit("zb-v", 4, 8, 2))}) {
+    const auto run = [&](Hint hint, double spread) {
+      std::mt19937 rng(3);
+      ExecOptions eo;
+      eo.execution = Execution::Readiness;
+      eo.hint = hint;
+      eo.spread = spread;
+      eo.estimate = [](int, const Action&) { return 1.0; };
+      eo.memory_limit = default_memory_limit(s.name, s.p, s.m, s.v);
+      return execute(
+          s, eo, [&](int, const Action&) { return std::exp(std::normal_distribution<double>(0, 1)(rng)); },
+          [](const Transfer&) { return 0.1; });
+    };
+    const ExecResult wide = run(Hint::Backfill, 1.0), critical = run(Hint::Critical, 0.0);
+    EXPECT_EQ(wide.order, critical.order) << s.name;
+    EXPECT_EQ(wide.makespan(), critical.makespan()) << s.name;
+    EXPECT_NE(run(Hint::Backfill, 0.4).order, wide.order) << s.name << ": the switch changed nothing";
+  }
+}
+
 TEST(RankDriver, BackfillFitsOnEstimateOrWithProbabilityUnderSpread) {
   // Exact estimates: W0 (estimate 2) fits the gap from 10 to 12, one of 2.5 does not.
   EXPECT_TRUE(w_may_start(2.0, 10.0, 0, 0));
   EXPECT_FALSE(w_may_start(2.5, 10.0, 0, 0));
-  // Spread 1: 2.5 x exp(sqrt(2) x -0.2533) = 1.75 fits; 3 x 0.699 = 2.10 does not.
-  EXPECT_TRUE(w_may_start(2.5, 10.0, 1.0, 0));
-  EXPECT_FALSE(w_may_start(3.0, 10.0, 1.0, 0));
+  // A spread of 0.45: with probability 0.6, 1.4 x exp(sqrt(2) x 0.45 x 0.2533) = 1.58 fits, 1.8 (2.03) does not.
+  EXPECT_TRUE(w_may_start(1.4, 10.0, 0.45, 0));
+  EXPECT_FALSE(w_may_start(1.8, 10.0, 0.45, 0));
+  // From kWideSpread (0.6) on the driver ranks as critical, greedy: W0 is ready, so it may start, where just below
+  // it (3 x exp(sqrt(2) x 0.59 x 0.2533) = 3.71) it does not fit.
+  EXPECT_FALSE(w_may_start(3.0, 10.0, 0.59, 0));
+  EXPECT_TRUE(w_may_start(3.0, 10.0, kWideSpread, 0));
   // Small jitter (spread 0.1): with probability 0.6, 1.92 x exp(sqrt(2) x 0.1 x 0.2533) = 1.990 fits, 1.95 (2.021)
   // does not, nor does the exact fit of 2 that the means alone would take.
   EXPECT_TRUE(w_may_start(1.92, 10.0, 0.1, 0));

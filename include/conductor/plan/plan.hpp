@@ -49,11 +49,12 @@ struct Pipeline {
 struct ScheduleOptions {
   std::string kind = "1f1b";         // a generator, or file:PATH
   std::string execution = "strict";  // strict | readiness (sched::parse_execution)
-  std::string hint = "backfill";     // schedule | bf | bfw | backfill (sched::parse_hint)
+  std::string hint = "backfill";     // schedule | bf | bfw | backfill | critical (sched::parse_hint)
   std::string placement = "auto";    // auto | loop | v: where a file: schedule's stages live (sched/torch_csv.hpp)
   // Optimizer post-validation: each rank steps its optimizer without waiting for the global check, rolls back
   // and redoes the step when the check fails (runtime); the next step starts per rank (simulator).
   bool post_validation = false;
+  double wide_spread = 0.6;  // backfill ranks as critical from this spread of op times on (sched::ranking)
 };
 
 // The noise-free cost model's numbers (sched::CostModel adds its queries): per-rank F, B, W times (ms per

@@ -77,6 +77,7 @@ struct StepOutcome {
 struct ExecutorOptions {
   sched::Execution execution = sched::Execution::Strict;
   sched::Hint hint = sched::Hint::Schedule;
+  double wide_spread = sched::kWideSpread;  // backfill ranks as critical from this measured spread on
   double memory_limit = 0.0;  // this rank's limit (M_F; sched::rank_memory_limits of the plan); <= 0: unlimited
   double memory_after_b = 0.0;
   bool comm_events = false;

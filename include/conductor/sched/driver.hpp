@@ -68,6 +68,15 @@ class MeasuredDurations {
   std::map<std::pair<int, int>, std::vector<double>> durations_;
 };
 
+// Backfill under a wide spread (DriverOptions::spread >= wide_spread, a log-normal sigma; kWideSpread unless the
+// deck says otherwise: schedule.wide_spread) ranks as `critical` with the configured memory limit: an op's time
+// then strays from its estimate by a factor of 0.55 to 1.8 or more, the list's order is a guess that reservations
+// only enforce, and the critical-path ranking won on every list and deck measured (docs/design.md, "Readiness
+// hints"). ranking(): the ranking a driver with these options uses.
+inline constexpr double kWideSpread = 0.6;
+struct DriverOptions;
+Hint ranking(const DriverOptions& options);
+
 struct DriverOptions {
   Execution execution = Execution::Strict;
   Hint hint = Hint::Schedule;
@@ -76,14 +85,15 @@ struct DriverOptions {
   OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
   // Backfill only: what the driver knows of how far actual times stray from the estimates. spread: the log-normal
   // sigma of an op's duration around its estimate (the estimate is the mean): an op may start if it ends before
-  // the awaited input with probability 0.4 under heavy variability (sigma >= 0.5), 0.6 under small jitter
-  // (driver.cpp); the runtime measures it (MeasuredDurations::spread). late_delay: a transfer is either on time or
+  // the awaited input with probability 0.6 (driver.cpp), and from kWideSpread on the driver ranks as critical
+  // (ranking()); the runtime measures it (MeasuredDurations::spread). late_delay: a transfer is either on time or
   // late by this much (congestion): a late input is then expected late_delay after its announced time, and ops
   // that end by then may start. Both 0 (exact estimates): ops must end by the announced arrival on estimate, and
   // a late input stops backfilling until it arrives.
   double spread = 0.0;
   double late_delay = 0.0;
-  Migration migration;  // computation migration (migration.hpp); default: disabled
+  double wide_spread = kWideSpread;  // from this spread on, backfill ranks as critical (ranking())
+  Migration migration;               // computation migration (migration.hpp); default: disabled
 };
 
 // What the driver knows of an op when it starts.
@@ -138,7 +148,7 @@ class RankDriver {
 
  private:
   void stamp_ready(double now);
-  bool backfilling() const { return options_.execution == Execution::Readiness && options_.hint == Hint::Backfill; }
+  bool backfilling() const { return options_.execution == Execution::Readiness && ranking_ == Hint::Backfill; }
   // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
   void backfill_candidates(double now, std::vector<int>& out) const;
   // Backfill, when the list's next op cannot run: until when other ops may run (+infinity: any op; not after
@@ -157,8 +167,9 @@ class RankDriver {
   Arbiter arbiter_;
   DriverOptions options_;
   std::vector<double> ready_at_;
-  double fit_scale_ = 1.0;        // an op's estimate times this must fit the gap (1 with exact estimates)
-  std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
+  Hint ranking_ = Hint::Schedule;  // how it ranks: the hint, or critical for backfill under a wide spread
+  double fit_scale_ = 1.0;         // an op's estimate times this must fit the gap (1 with exact estimates)
+  std::vector<double> expected_;   // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
   // Backfill's ready ops, kept ranked so that next() selects without sorting: one bucket per (class: feeds
   // another rank or not, F or not, estimate), each a min-heap of list positions. Within a bucket the first

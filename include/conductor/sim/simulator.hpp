@@ -21,13 +21,14 @@ namespace conductor::sim {
 struct SimOptions {
   sched::Execution execution = sched::Execution::Strict;
   sched::Hint hint = sched::Hint::Schedule;
-  double memory_limit = 0;                // M_F per rank, <= 0 unlimited
-  std::vector<double> rank_memory_limit;  // per rank, overrides memory_limit when not empty
-  bool record_events = false;             // fill StepResult::events
-  bool comm_events = false;               // also SEND/RECV events
-  double samples_per_step = 1.0;          // m x microbatch_size, for throughput
-  std::int64_t activation_bytes = 0;      // bytes of one transfer, for SEND/RECV events
-  plan::Migration migration;              // computation migration (sched/migration.hpp); off by default
+  double wide_spread = sched::kWideSpread;  // backfill ranks as critical from this noise spread on (driver.hpp)
+  double memory_limit = 0;                  // M_F per rank, <= 0 unlimited
+  std::vector<double> rank_memory_limit;    // per rank, overrides memory_limit when not empty
+  bool record_events = false;               // fill StepResult::events
+  bool comm_events = false;                 // also SEND/RECV events
+  double samples_per_step = 1.0;            // m x microbatch_size, for throughput
+  std::int64_t activation_bytes = 0;        // bytes of one transfer, for SEND/RECV events
+  plan::Migration migration;                // computation migration (sched/migration.hpp); off by default
   // Overlapping steps (schedule.post_validation): each rank starts step k+1 as soon as it has finished its own
   // part of step k, instead of when the whole step has ended (StepClock; docs/post-validation.md).
   bool overlap_steps = false;
