@@ -92,16 +92,22 @@ struct Replayed {
   int unannounced_diverged = 0;  // backfill: steps whose replay without the ANNOUNCE events picks otherwise
 };
 
-// Runs the case under MPI; rank 0 replays every step (and, backfilling, again without the announcements).
-Replayed run_and_replay(const Case& c) {
-  const std::string out =
-      (std::filesystem::temp_directory_path() / ("conductor-replay-" + std::to_string(world_size()) + "-" + c.backend +
-                                                 "-" + c.kind + "-" + c.execution + "-" + c.hint))
-          .string();
+// Runs the case under MPI into a fresh folder in the temporary directory, `name` and the world size; returns its
+// deck (out: the folder).
+config::Deck run_case(const Case& c, const std::string& name, std::string& out) {
+  out = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(world_size()))).string();
   if (world_rank() == 0) std::filesystem::remove_all(out);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::Deck deck = replay_deck(c, out);
   runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  return deck;
+}
+
+// Runs the case under MPI; rank 0 replays every step (and, backfilling, again without the announcements).
+Replayed run_and_replay(const Case& c) {
+  std::string out;
+  const config::Deck deck =
+      run_case(c, "conductor-replay-" + c.backend + "-" + c.kind + "-" + c.execution + "-" + c.hint, out);
   Replayed replayed;
   if (world_rank() == 0) {
     const trace::Trace t = trace::read_trace(out + "/trace.h5");
@@ -206,12 +212,8 @@ TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
   Case c{"emulated", "zb-h1", "readiness", "backfill"};
   c.noise = {"noise.kind=[lognormal]", "noise.level=1.0", "cost.forward=5", "cost.backward_input=5",
              "cost.backward_weight=5"};
-  const std::string out =
-      (std::filesystem::temp_directory_path() / ("conductor-replay-wide-" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) std::filesystem::remove_all(out);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const config::Deck deck = replay_deck(c, out);
-  runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  std::string out;
+  const config::Deck deck = run_case(c, "conductor-replay-wide", out);
   if (world_rank() != 0) return;
   const trace::Trace t = trace::read_trace(out + "/trace.h5");
   const sched::Schedule order = sched::make_schedule(config::resolve(deck));
@@ -244,12 +246,8 @@ TEST(Replay, WrongOptionsDiverge) {
                {"noise.kind=[gaussian,straggler]", "noise.level=0.1", "noise.straggler_rank=0",
                 "noise.straggler_factor=4", "cost.forward=5", "cost.backward_input=5", "cost.backward_weight=5"},
                3};
-  const std::string out =
-      (std::filesystem::temp_directory_path() / ("conductor-replay-wrong-" + std::to_string(world_size()))).string();
-  if (world_rank() == 0) std::filesystem::remove_all(out);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const config::Deck deck = replay_deck(c, out);
-  runtime::train(config::resolve(deck), MPI_COMM_WORLD);
+  std::string out;
+  const config::Deck deck = run_case(c, "conductor-replay-wrong", out);
   if (world_rank() != 0) return;
   const trace::Trace t = trace::read_trace(out + "/trace.h5");
   // The runtime records its clock's UNIX epoch: the first op began within the last ten minutes of wall time.
