@@ -607,8 +607,8 @@ void heavy(const std::string& inputs) {
 void at_scale_header() {
   std::printf(
       "\n## at scale (F = B = W = 1, comm 0.05, lognormal 10%%; bubble ratio, and the simulator's CPU time per op, "
-      "which bounds the arbitration cost)\n\n| schedule | p | m | strict | bfw | backfill "
-      "|\n|---|---|---|---|---|---|\n");
+      "which bounds the arbitration cost)\n\n| schedule | p | m | strict | bfw | backfill | critical "
+      "|\n|---|---|---|---|---|---|---|\n");
 }
 
 // Bubble ratios at scale (uniform costs as part 1, lognormal 10%) and the simulator's CPU time per op.
@@ -621,7 +621,8 @@ void at_scale(int p, int m, int steps) {
     std::printf("| %s | %d | %d |", kind, p, m);
     for (auto [ex, hint] : {std::pair{sched::Execution::Strict, sched::Hint::Schedule},
                             std::pair{sched::Execution::Readiness, sched::Hint::BFW},
-                            std::pair{sched::Execution::Readiness, sched::Hint::Backfill}}) {
+                            std::pair{sched::Execution::Readiness, sched::Hint::Backfill},
+                            std::pair{sched::Execution::Readiness, sched::Hint::Critical}}) {
       sim::SimOptions o;
       o.execution = ex;
       o.hint = hint;
