@@ -328,6 +328,8 @@ class EventLoop {
     res_.peak_memory.assign(p, 0.0);
     res_.order.assign(p, {});
     if (opt_.record_ops) res_.ops.reserve(s_.num_actions());
+    // At most one help per op with one helper (more with several): reserved once, not grown op by op.
+    if (!opt_.migration.empty()) res_.migrations.reserve(s_.num_actions());
     dest_.resize(p);
     dest_rank_.resize(p);
     for (int r = 0; r < p; ++r) {
