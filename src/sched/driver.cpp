@@ -17,14 +17,22 @@ namespace {
 const double kNotAnnounced = std::numeric_limits<double>::quiet_NaN();
 constexpr double kSlack = 1e-9;  // an op that ends exactly when the input arrives delays nothing
 // Backfilling under variability (DriverOptions::spread > 0) accepts an op that ends before the input with
-// probability 0.6: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of 0.6 (the
+// probability P: its estimate, scaled by exp(spread sqrt(2) z), z = the standard normal quantile of P (the
 // difference of two independent log-normal times of equal sigma, the op's and the remaining wait's, with the
-// estimates as their means). bench_sim --scale 64 512 (sigma 0.1, zb-h1): with 0.4 (and 0.5) most backfills are
-// W or F just ahead of a B on the backward chain, in a gap of about one op; half of them overrun it and delay the
-// chain (0.0790 bubble vs strict 0.0773), and the work they move earlier shortens nothing.
-constexpr double kQuantile60 = 0.25334710313579978;  // the standard normal quantile of 0.6
+// estimates as their means). P depends on the spread, measured at both ends:
+//  - heavy variability (sigma >= kHeavySpread): P = 0.4. bench_sim --heavy (sigma 1, before backfill switched to
+//    critical there): 0.6 removes every loss and every win; 0.4 wins more than the plain means (0.5) on every zb
+//    row and loses less. It applies from 0.5 up to the switch (DriverOptions::wide_spread, 0.6 by default), and
+//    beyond it where a deck sets the switch higher to keep backfilling;
+//  - small jitter: P = 0.6. bench_sim --scale 64 512 (sigma 0.1, zb-h1): with 0.4 (and 0.5) most backfills are
+//    W or F just ahead of a B on the backward chain, in a gap of about one op; half of them overrun it and delay
+//    the chain (0.0790 bubble vs strict 0.0773), and the work they move earlier shortens nothing.
+constexpr double kHeavySpread = 0.5;
+constexpr double kQuantile40 = -0.25334710313579978;  // the standard normal quantile of 0.4 (and -z of 0.6)
 
-double fit_scale(double spread) { return std::exp(spread * std::sqrt(2.0) * kQuantile60); }
+double fit_scale(double spread) {
+  return std::exp(spread * std::sqrt(2.0) * (spread >= kHeavySpread ? kQuantile40 : -kQuantile40));
+}
 }  // namespace
 
 Hint ranking(const DriverOptions& o) {

@@ -212,6 +212,11 @@ TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
   Case c{"emulated", "zb-h1", "readiness", "backfill"};
   c.noise = {"noise.kind=[lognormal]", "noise.level=1.0", "cost.forward=5", "cost.backward_input=5",
              "cost.backward_weight=5"};
+  // An ample memory limit: critical runs under it, backfilling under its list's own peak, so a first stage that
+  // has its next F ready when a B arrives runs the F under critical and the listed B under backfilling. Under
+  // the kind's own limit (p M_F) that F did not fit at p = 2, and on a loaded machine (CI) the two picked alike.
+  c.noise.push_back("schedule.memory_limit=64");
+  c.steps = 4;
   std::string out;
   const config::Deck deck = run_case(c, "conductor-replay-wide", out);
   if (world_rank() != 0) return;

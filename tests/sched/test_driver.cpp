@@ -227,8 +227,12 @@ TEST(RankDriver, BackfillFitsOnEstimateOrWithProbabilityUnderSpread) {
   // A spread of 0.45: with probability 0.6, 1.4 x exp(sqrt(2) x 0.45 x 0.2533) = 1.58 fits, 1.8 (2.03) does not.
   EXPECT_TRUE(w_may_start(1.4, 10.0, 0.45, 0));
   EXPECT_FALSE(w_may_start(1.8, 10.0, 0.45, 0));
+  // Heavy (0.55, below the switch): with probability 0.4, 2.5 x exp(sqrt(2) x 0.55 x -0.2533) = 2.05 does not fit,
+  // 2.4 (1.97) does.
+  EXPECT_TRUE(w_may_start(2.4, 10.0, 0.55, 0));
+  EXPECT_FALSE(w_may_start(2.5, 10.0, 0.55, 0));
   // From kWideSpread (0.6) on the driver ranks as critical, greedy: W0 is ready, so it may start, where just below
-  // it (3 x exp(sqrt(2) x 0.59 x 0.2533) = 3.71) it does not fit.
+  // it (3 x exp(sqrt(2) x 0.59 x -0.2533) = 2.43) it does not fit.
   EXPECT_FALSE(w_may_start(3.0, 10.0, 0.59, 0));
   EXPECT_TRUE(w_may_start(3.0, 10.0, kWideSpread, 0));
   // Small jitter (spread 0.1): with probability 0.6, 1.92 x exp(sqrt(2) x 0.1 x 0.2533) = 1.990 fits, 1.95 (2.021)

@@ -85,8 +85,9 @@ struct DriverOptions {
   OpEstimate estimate;  // Backfill only; empty: nothing is backfilled before the list's next op is late
   // Backfill only: what the driver knows of how far actual times stray from the estimates. spread: the log-normal
   // sigma of an op's duration around its estimate (the estimate is the mean): an op may start if it ends before
-  // the awaited input with probability 0.6 (driver.cpp), and from kWideSpread on the driver ranks as critical
-  // (ranking()); the runtime measures it (MeasuredDurations::spread). late_delay: a transfer is either on time or
+  // the awaited input with probability 0.4 under heavy variability (sigma >= 0.5), 0.6 under small jitter
+  // (driver.cpp), and from wide_spread on the driver ranks as critical (ranking()); the runtime measures it
+  // (MeasuredDurations::spread). late_delay: a transfer is either on time or
   // late by this much (congestion): a late input is then expected late_delay after its announced time, and ops
   // that end by then may start. Both 0 (exact estimates): ops must end by the announced arrival on estimate, and
   // a late input stops backfilling until it arrives.
