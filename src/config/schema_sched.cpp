@@ -34,8 +34,9 @@ void add_sched_fields(std::vector<Field>& f) {
           "slower than "
           "strict's without noise (migration's helps are a greedy decision on top: docs/migration.md); `conductor run` "
           "estimates ops by the previous step's measured durations, so its "
-          "first step runs each list in order; from a spread of op times of `schedule.wide_spread` on it ranks as "
-          "`critical`). Greedy rankings (any ready op may start; RRFP's; no guarantee "
+          "first step runs each list in order; from a spread of op times or input arrivals of `schedule.wide_spread` "
+          "on "
+          "it ranks as `critical`). Greedy rankings (any ready op may start; RRFP's; no guarantee "
           "against the list): `schedule` (list order; wins under heavy variability on zero-bubble lists), `bf` "
           "(B and W before F: for lists without a W split (GPipe, 1F1B, interleaved); with split W it starves the "
           "next stage), `bfw` (B, then F, W fills idle time: the most under heavy variability on zero-bubble "
@@ -60,12 +61,15 @@ void add_sched_fields(std::vector<Field>& f) {
       "instead of the shortest makespan, and the PPO environment rolls out a window of two overlapping steps."));
   f.push_back(field<double>(
                   "schedule.wide_spread", [](Deck & d) -> auto& { return d.schedule.wide_spread; },
-                  "`backfill` only: from this spread of op times on (the log-normal sigma of durations around their "
-                  "means: the noise model's in `conductor simulate`, each rank's previous step's measured one in "
-                  "`conductor run`) a rank ranks as `critical` with the configured memory limit, greedily, instead "
-                  "of keeping to the list (at sigma 1 `critical` wins 1.05-1.43x over strict on every generator, "
-                  "where backfill's reservations keep 1.00-1.10x: docs/design.md). Set it high (e.g. 100) to "
-                  "keep backfilling's reservations at any spread.")
+                  "`backfill` only: from this spread of op times (the log-normal sigma of durations around their "
+                  "means) or of input arrivals (the standard deviation of arrival minus announced time, in mean "
+                  "forward times) on, a rank ranks as `critical` with the configured memory limit, greedily, "
+                  "instead of keeping to the list. Both are the noise model's in `conductor simulate` (jitter; "
+                  "congestion: delay x sqrt(p (1 - p))) and each rank's own, measured in its previous step, in "
+                  "`conductor run`. At sigma 1 `critical` wins 1.05-1.43x over strict on every generator, where "
+                  "backfill's reservations keep 1.00-1.10x; under congestion p 0.5 of 2F up to 1.56x against "
+                  "1.00-1.14x (docs/design.md). Set it high (e.g. 100) to keep backfilling's reservations at any "
+                  "spread.")
                   .range(0, 1e9));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },

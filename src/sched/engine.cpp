@@ -248,6 +248,7 @@ std::vector<RankDriver> make_drivers(const Schedule& s, const ExecOptions& opt, 
     d.memory_after_b = opt.memory_after_b;
     d.spread = opt.spread;
     d.late_delay = opt.late_delay;
+    d.arrival_spread = opt.arrival_spread;
     d.wide_spread = opt.wide_spread;
     if (!opt.migration.empty()) d.migration = opt.migration.at(static_cast<std::size_t>(r));
     if (opt.estimate) {

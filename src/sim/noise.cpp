@@ -110,6 +110,14 @@ double NoiseModel::duration_spread() const {
   return std::sqrt(g * g + l * l + m * m);
 }
 
+double NoiseModel::arrival_spread() const {
+  if (!congestion_ || congestion_delay_ <= 0) return 0.0;
+  double mean_f = 0.0;
+  for (int r = 0; r < p_; ++r) mean_f += cost_.op_time(r, sched::OpKind::F, v_) / p_;
+  const double q = cfg_.congestion_prob;
+  return mean_f > 0 ? congestion_delay_ * std::sqrt(q * (1 - q)) / mean_f : 0.0;
+}
+
 double NoiseModel::compute_time_ms(int step, int rank, int chunk, int microbatch, sched::OpKind kind) const {
   return cost_.op_time(rank, kind, v_) * compute_factor(step, rank, chunk, microbatch, kind);
 }

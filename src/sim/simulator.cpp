@@ -106,6 +106,7 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   eo.spread = noise.duration_spread();
   eo.wide_spread = options.wide_spread;
   eo.late_delay = noise.congestion_delay_ms();
+  eo.arrival_spread = noise.arrival_spread();
   eo.migration = sched::migrations(options.migration, noise.cost(), s.p, s.v);
   // With migration every op start asks each idle peer's factor for that op (its speed as a helper), the very
   // factor the peer draws for its own op of the same chunk, microbatch and kind: drawn once per step here (NaN:

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,8 @@ config::Deck replay_deck(const Case& c, const std::string& out) {
 // The options the runtime's drivers had in `step`; backfilling's estimates and spread are the previous step's
 // measured durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
 std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order,
-                                                  const std::vector<trace::OpEvent>& events, int step) {
+                                                  const std::vector<trace::OpEvent>& events, int step,
+                                                  const std::vector<std::vector<double>>& lateness) {
   sched::DriverOptions d;
   d.execution = sched::parse_execution(deck.schedule.execution);
   d.hint = sched::parse_hint(deck.schedule.hint);
@@ -68,9 +70,13 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
     const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
     measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
   }
+  for (std::size_t r = 0; r < lateness.size(); ++r) {
+    for (double x : lateness[r]) measured.at(r).add_lateness(x);
+  }
   for (int r = 0; r < order.p; ++r) {
     out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
     out[static_cast<std::size_t>(r)].spread = measured[static_cast<std::size_t>(r)].spread();
+    out[static_cast<std::size_t>(r)].arrival_spread = measured[static_cast<std::size_t>(r)].arrival_spread();
   }
   return out;
 }
@@ -122,6 +128,7 @@ Replayed run_and_replay(const Case& c) {
         EXPECT_GE(e.end_ns - e.start_ns, latency_ns) << c.backend << " " << c.kind << " step " << e.step;
       }
     }
+    std::vector<std::vector<double>> lateness;  // the previous step's, replayed
     for (int step = 0; step < deck.run.steps; ++step) {
       // Backfilling: every transfer was announced once (the first step has no estimates: no announcement named
       // a time), and none leaked into another step.
@@ -130,8 +137,9 @@ Replayed run_and_replay(const Case& c) {
       });
       EXPECT_EQ(announced, backfill && step > 0 ? cross_rank_transfers(order) : 0)
           << c.backend << " " << c.kind << " " << c.hint << " step " << step;
-      const auto options = runtime_options(deck, order, t.events, step);
+      const auto options = runtime_options(deck, order, t.events, step, lateness);
       const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
+      lateness = r.lateness;  // the next step's arrival spread, as the runtime measured it
       EXPECT_TRUE(r.same) << c.backend << " " << c.kind << " " << c.execution << " " << c.hint << ": " << r.message;
       EXPECT_EQ(r.picks, static_cast<int>(order.num_actions()));
       replayed.reordered += r.reordered;
@@ -204,37 +212,67 @@ TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
   }
 }
 
-// Backfill under a wide measured spread: each rank's previous step gives it its spread (log-normal sigma 1 here),
-// from kWideSpread on its driver ranks as critical (sched::ranking), and the runtime made exactly those picks: the
-// replay with the measured options is the same, the replay that keeps backfilling (the spread capped just below
-// the switch) is not.
-TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
-  Case c{"emulated", "zb-h1", "readiness", "backfill"};
-  c.noise = {"noise.kind=[lognormal]", "noise.level=1.0", "cost.forward=5", "cost.backward_input=5",
-             "cost.backward_weight=5"};
+// Backfill under a wide measured spread: each rank's previous step gives it its spreads, of op times and of input
+// arrivals (DriverOptions::spread, arrival_spread), from kWideSpread on its driver ranks as critical
+// (sched::ranking), and the runtime made exactly those picks: the replay with the measured options is the same,
+// the replay that keeps backfilling (`capped`: the spread of the case's noise just below the switch) is not.
+// Returns the number of rank-steps that ranked as critical.
+int replay_wide(Case c, const std::string& name, const std::function<void(sched::DriverOptions&)>& capped_by) {
   // An ample memory limit: critical runs under it, backfilling under its list's own peak, so a first stage that
   // has its next F ready when a B arrives runs the F under critical and the listed B under backfilling. Under
   // the kind's own limit (p M_F) that F did not fit at p = 2, and on a loaded machine (CI) the two picked alike.
   c.noise.push_back("schedule.memory_limit=64");
   c.steps = 4;
   std::string out;
-  const config::Deck deck = run_case(c, "conductor-replay-wide", out);
-  if (world_rank() != 0) return;
-  const trace::Trace t = trace::read_trace(out + "/trace.h5");
-  const sched::Schedule order = sched::make_schedule(config::resolve(deck));
+  const config::Deck deck = run_case(c, name, out);
   int critical = 0, capped_diverged = 0;
-  for (int step = 1; step < deck.run.steps; ++step) {
-    const auto options = runtime_options(deck, order, t.events, step);
-    for (const auto& o : options) critical += sched::ranking(o) == sched::Hint::Critical ? 1 : 0;
-    const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
-    EXPECT_TRUE(r.same) << "step " << step << ": " << r.message;
-    auto capped = options;
-    for (auto& o : capped) o.spread = std::min(o.spread, std::nextafter(sched::kWideSpread, 0.0));
-    capped_diverged += sim::replay_step(order, capped, t.events, step).same ? 0 : 1;
+  if (world_rank() == 0) {
+    const trace::Trace t = trace::read_trace(out + "/trace.h5");
+    const sched::Schedule order = sched::make_schedule(config::resolve(deck));
+    std::vector<std::vector<double>> lateness;
+    for (int step = 0; step < deck.run.steps; ++step) {
+      const auto options = runtime_options(deck, order, t.events, step, lateness);
+      for (const auto& o : options) critical += sched::ranking(o) == sched::Hint::Critical ? 1 : 0;
+      const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
+      lateness = r.lateness;
+      EXPECT_TRUE(r.same) << name << " step " << step << ": " << r.message;
+      auto capped = options;
+      for (auto& o : capped) capped_by(o);
+      capped_diverged += sim::replay_step(order, capped, t.events, step).same ? 0 : 1;
+    }
+    EXPECT_GT(capped_diverged, 0) << name << ": backfilling would have picked the same: the switch is not tested";
+    std::filesystem::remove_all(out);
   }
+  MPI_Bcast(&critical, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return critical;
+}
+
+const double kBelowSwitch = std::nextafter(sched::kWideSpread, 0.0);
+
+// Op times spread (log-normal sigma 1).
+TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
+  Case c{"emulated", "zb-h1", "readiness", "backfill"};
+  c.noise = {"noise.kind=[lognormal]", "noise.level=1.0", "cost.forward=5", "cost.backward_input=5",
+             "cost.backward_weight=5"};
+  const int critical = replay_wide(c, "conductor-replay-wide", [](sched::DriverOptions& o) {
+    o.spread = std::min(o.spread, kBelowSwitch);
+    o.arrival_spread = std::min(o.arrival_spread, kBelowSwitch);
+  });
   EXPECT_GT(critical, 0) << "no rank measured a spread of " << sched::kWideSpread << " or more";
-  EXPECT_GT(capped_diverged, 0) << "backfilling would have picked the same: the switch is not tested";
-  std::filesystem::remove_all(out);
+}
+
+// Input arrivals spread: congestion delays half the transfers by 2 F (a standard deviation of one F), while
+// emulated ops take their cost model's time. The switch comes from the arrival spread alone: capping it keeps
+// backfilling.
+TEST(Replay, BackfillUnderCongestionRanksAsCritical) {
+  Case c{"emulated", "zb-h1", "readiness", "backfill"};
+  c.noise = {"noise.kind=[congestion]",   "noise.level=2",  "noise.congestion_prob=0.5",
+             "noise.congestion_delay=-1", "cost.forward=5", "cost.backward_input=5",
+             "cost.backward_weight=5"};
+  const int critical = replay_wide(c, "conductor-replay-congestion", [](sched::DriverOptions& o) {
+    o.arrival_spread = std::min(o.arrival_spread, kBelowSwitch);
+  });
+  EXPECT_GT(critical, 0) << "no rank measured an arrival spread of " << sched::kWideSpread << " or more";
 }
 
 // A replay with other options than the runtime's diverges: the comparison can fail. The first stage straggles
@@ -265,7 +303,7 @@ TEST(Replay, WrongOptionsDiverge) {
   const sched::Schedule order = sched::make_schedule(config::resolve(deck));
   bool any_reordered = false, any_diverged = false;
   for (int step = 0; step < deck.run.steps; ++step) {
-    const auto options = runtime_options(deck, order, t.events, step);
+    const auto options = runtime_options(deck, order, t.events, step, {});  // bfw: no announcements
     any_reordered |= sim::replay_step(order, options, t.events, step).reordered > 0;
     auto strict = options;
     for (auto& o : strict) o.execution = sched::Execution::Strict;

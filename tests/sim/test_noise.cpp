@@ -113,6 +113,21 @@ TEST(Noise, CongestionIsBurstyAndHitsTheConfiguredFraction) {
   EXPECT_DOUBLE_EQ(n.comm_time_ms(0, 0, 0, 0, sched::Payload::Activation), 0.0);  // same stage, no transfer
 }
 
+// What backfilling knows of congestion (DriverOptions::arrival_spread): the delay's standard deviation,
+// delay sqrt(q (1 - q)), in units of the mean forward time; none without congestion.
+TEST(Noise, ArrivalSpreadIsTheCongestionDeviationInForwardUnits) {
+  plan::Noise cfg = noise_of({"congestion"}, 0);
+  cfg.congestion_prob = 0.25;
+  cfg.congestion_delay = 2.0;
+  EXPECT_DOUBLE_EQ(NoiseModel(kSched, sched::uniform_cost(4, 1, 1, 0.1), cfg).arrival_spread(),
+                   2.0 * std::sqrt(0.25 * 0.75) / 4.0);
+  cfg.congestion_prob = 0.5;
+  cfg.congestion_delay = -1;  // level x mean F
+  cfg.level = 2.0;
+  EXPECT_DOUBLE_EQ(NoiseModel(kSched, sched::uniform_cost(4, 1, 1, 0.1), cfg).arrival_spread(), 1.0);
+  EXPECT_EQ(NoiseModel(kSched, sched::uniform_cost(1, 1, 1), noise_of({"lognormal"}, 1.0)).arrival_spread(), 0.0);
+}
+
 TEST(Noise, HeterogeneityIsFixedPerRank) {
   const NoiseModel n(kSched, sched::uniform_cost(1, 1, 1), noise_of({"heterogeneous"}, 0.3));
   bool differs = false;

@@ -46,8 +46,8 @@ struct ExecOptions {
   std::function<double(int rank, const Action& action)> estimate;
   double comm_estimate = 0.0;
   double announce_latency = 0.0;
-  double spread = 0.0, late_delay = 0.0;  // DriverOptions::spread and late_delay (driver.hpp)
-  double wide_spread = kWideSpread;       // DriverOptions::wide_spread
+  double spread = 0.0, late_delay = 0.0, arrival_spread = 0.0;  // DriverOptions' (driver.hpp)
+  double wide_spread = kWideSpread;                             // DriverOptions::wide_spread
   // Computation migration (migration.hpp): one per rank (sched::migrations), empty = off. A peer's offer holds
   // until its next list op's input is expected: its producer's start plus the op's predicted time (estimate, or
   // with help the decision's) plus comm_estimate. helper_speed: a helper's time factor for the slices of an

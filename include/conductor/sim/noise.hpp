@@ -56,6 +56,9 @@ class NoiseModel {
   // The log-normal sigma of an op's duration around its cost-model time (jitter: gaussian, lognormal and sample
   // levels combined; a straggler or a heterogeneous rank is not variance), what backfilling knows of the noise.
   double duration_spread() const;
+  // The standard deviation of a transfer's extra delay (congestion: congestion_delay with probability
+  // congestion_prob) in units of the mean forward time: DriverOptions::arrival_spread, as the runtime measures it.
+  double arrival_spread() const;
 
  private:
   int p_, v_;
