@@ -149,8 +149,9 @@ int Arbiter::pick(Execution mode, Hint hint) const {
   const auto front = [](const std::vector<int>& h) { return h.empty() ? kNone : h.front(); };
   const int b = std::min(front(heap_b_[0]), front(heap_b_[1]));
   const int w = front(heap_w_);
-  // Only the earliest ready F can fit: a later one's reservation includes the earlier (unstarted) one. The
-  // earliest of each class can, for critical's ranking (the later of the two only if the earlier would fit too).
+  // Of all ready Fs only the earliest (the earlier of the two heaps' fronts) can fit when the other cannot: a later
+  // one's reservation includes the earlier (unstarted) one. For critical's ranking each heap's front is a
+  // candidate (the later of the two fits only if the earlier would fit too).
   const int f_of[2] = {front(heap_f_[0]), front(heap_f_[1])};
   const int first_f = std::min(f_of[0], f_of[1]);
   const int f = first_f != kNone && fits(first_f) ? first_f : kNone;

@@ -258,12 +258,14 @@ grep -q "warning: the time limit" <<<"$LAST" && bad "a one-day time limit was wa
 printf '#!/bin/bash\n[[ $1 == validate ]] && sleep 1.5\nexec %q "$@"\n' "$bin" >slow-validate
 chmod +x slow-validate
 # stop_before_launch OUTPUT RESTARTS: the train job signalled while it checks the deck; its output in early.log.
+# early.log goes first: the job opens it only once forked, and the wait below must not find the previous run's
+# "checking: " there (under load it did, and the signal came before the new job had started).
 stop_before_launch() {
-  rm -f requeue.log
+  rm -f requeue.log early.log
   ("${fake_job_env[@]}" DRY_RUN=0 SLURM_RESTART_COUNT="$2" CONDUCTOR_BINARY="$work/slow-validate" OUTPUT="$1" \
     bash "$src/jobs/train-cpu.sbatch" >early.log 2>&1 &
     pid=$!
-    for ((i = 0; i < 100; i++)); do grep -q "checking: " early.log && break; sleep 0.05; done
+    for ((i = 0; i < 600; i++)); do grep -qs "checking: " early.log && break; sleep 0.05; done
     kill -TERM "$pid"
     wait "$pid"
     echo "exit $?" >>early.log)
