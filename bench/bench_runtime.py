@@ -6,7 +6,7 @@ cost-model time), all figures as ratios measured side by side in this one run:
   - runtime makespan over the simulator's prediction for the same deck and seed;
   - trace overhead (trace on vs off).
 With --backfill: only issue 13's runtime rows: backfill over strict at p=2 and p=4 (--ranks; 20 ms ops (--op-ms),
-10% jitter and a straggler), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
+10% jitter, a straggler, congestion of 2F on half the transfers), measured (--repeat runs of each, side by side, with the machine's load) and as the simulator predicts
 for the same deck and seed (steps after the first: the runtime has no measured estimates in its first step), with
 the backfills each made (from the traces) and how many delayed the list; then backfill's own cost per cross-rank
 transfer (announcements, dispatch) with zero-cost ops.
@@ -54,14 +54,14 @@ run: {name: bench, steps: %(steps)d, output: %(out)s}
 parallel: {pipeline: %(p)d, microbatches: %(m)d}
 schedule: {kind: %(kind)s, execution: %(execution)s, hint: %(hint)s}
 cost: {forward: %(f)g, backward_input: %(f)g, backward_weight: %(f)g, comm: %(comm)g}
-noise: {kind: %(noise)s, level: %(level)g, seed: 11, straggler_rank: %(srank)d, straggler_factor: 1.5, straggler_start: 0, straggler_steps: 1000}
+noise: {kind: %(noise)s, level: %(level)g, seed: 11, straggler_rank: %(srank)d, straggler_factor: 1.5, straggler_start: 0, straggler_steps: 1000, congestion_prob: %(cprob)g, congestion_delay: -1}
 trace: {enabled: %(trace)s}
 """
 
 
 def run(tmp, name, simulate=False, **kw):
     params = dict(steps=4, p=4, m=16, kind="1f1b", execution="strict", hint="schedule", f=5.0, comm=0.5,
-                  noise="none", level=0.0, trace="true", srank=0)
+                  noise="none", level=0.0, trace="true", srank=0, cprob=0.1)
     params.update(kw)
     out = os.path.join(tmp, name + ("-sim" if simulate else ""))
     params["out"] = out
@@ -132,10 +132,14 @@ def backfill_rows():
     with tempfile.TemporaryDirectory() as tmp:
         for p in OPTS.ranks:
             for kind in ("1f1b", "zb-h1"):
-                for noise, label in (("gaussian", "jitter 10%"), ("[gaussian, straggler]", "jitter+straggler")):
-                    kw = dict(p=p, m=2 * p, kind=kind, f=OPTS.op_ms, comm=OPTS.op_ms / 20, noise=noise, level=0.1, srank=p - 1,
-                              trace="true", steps=steps)
-                    name = "bf%d%s%d" % (p, kind, len(noise))
+                # Congestion: half the transfers 2F late (level 2 x mean F), which backfill's ranks measure as a wide
+                # spread of arrivals and rank as critical (the simulator from its noise model).
+                for case, (noise, label, level, cprob) in enumerate((
+                        ("gaussian", "jitter 10%", 0.1, 0.1), ("[gaussian, straggler]", "jitter+straggler", 0.1, 0.1),
+                        ("[congestion]", "congestion .5 2F", 2.0, 0.5))):
+                    kw = dict(p=p, m=2 * p, kind=kind, f=OPTS.op_ms, comm=OPTS.op_ms / 20, noise=noise, level=level,
+                              srank=p - 1, cprob=cprob, trace="true", steps=steps)
+                    name = "bf%d%s%d" % (p, kind, case)
                     bf = dict(execution="readiness", hint="backfill")
                     sim_s = after_first(run(tmp, name + "s", simulate=True, **kw))
                     sim_b = after_first(run(tmp, name + "b", simulate=True, **bf, **kw))

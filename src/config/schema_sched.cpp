@@ -59,18 +59,19 @@ void add_sched_fields(std::vector<Field>& f) {
       "`false`. Costs a copy of the weights, AdamW moments and gradients per rank (16 bytes per parameter) "
       "(docs/post-validation.md). zb-1p and zb-2p then pick the candidate with the shortest longest rank span "
       "instead of the shortest makespan, and the PPO environment rolls out a window of two overlapping steps."));
-  f.push_back(field<double>(
-                  "schedule.wide_spread", [](Deck & d) -> auto& { return d.schedule.wide_spread; },
-                  "`backfill` only: from this spread of op times (the log-normal sigma of durations around their "
-                  "means) or of input arrivals (the standard deviation of arrival minus announced time, in mean "
-                  "forward times) on, a rank ranks as `critical` with the configured memory limit, greedily, "
-                  "instead of keeping to the list. Both are the noise model's in `conductor simulate` (jitter; "
-                  "congestion: delay x sqrt(p (1 - p))) and each rank's own, measured in its previous step, in "
-                  "`conductor run`. At sigma 1 `critical` wins 1.05-1.43x over strict on every generator, where "
-                  "backfill's reservations keep 1.00-1.10x; under congestion p 0.5 of 2F up to 1.56x against "
-                  "1.00-1.14x (docs/design.md). Set it high (e.g. 100) to keep backfilling's reservations at any "
-                  "spread.")
-                  .range(0, 1e9));
+  f.push_back(
+      field<double>(
+          "schedule.wide_spread", [](Deck & d) -> auto& { return d.schedule.wide_spread; },
+          "`backfill` only: from this spread of op times (the log-normal sigma of durations around their "
+          "means) or of input arrivals (the standard deviation of a transfer's extra delay, in mean forward "
+          "times) on, a rank ranks as `critical` with the configured memory limit, greedily, instead of "
+          "keeping to the list. Op times: the noise model's in `conductor simulate`, each rank's own, "
+          "measured in its previous step, in `conductor run`; arrivals: the noise model's congestion (delay "
+          "x sqrt(p (1 - p))) in both. At sigma 1 `critical` wins 1.05-1.43x over strict on every generator, where "
+          "backfill's reservations keep 1.00-1.10x; under congestion p 0.5 of 2F up to 1.56x against "
+          "1.00-1.14x (docs/design.md). Set it high (e.g. 100) to keep backfilling's reservations at any "
+          "spread.")
+          .range(0, 1e9));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },
                   "In-flight activation limit per rank in units of one microbatch's activations (M_F); "

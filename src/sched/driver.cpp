@@ -79,25 +79,6 @@ double MeasuredDurations::spread() const {
   return degrees > 0 ? std::sqrt(squares / degrees) : 0.0;
 }
 
-double MeasuredDurations::arrival_spread() const {
-  double f_sum = 0.0;
-  int f_count = 0;
-  for (const auto& [key, sc] : sums_) {
-    if (key.first != static_cast<int>(OpKind::F)) continue;
-    f_sum += sc.first;
-    f_count += sc.second;
-  }
-  if (lateness_.size() < 2 || f_count == 0 || f_sum <= 0) return 0.0;
-  std::vector<double> x = lateness_;
-  std::sort(x.begin(), x.end());
-  double sum = 0.0;
-  for (double l : x) sum += l;
-  const double mean = sum / static_cast<double>(x.size());
-  double squares = 0.0;
-  for (double l : x) squares += (l - mean) * (l - mean);
-  return std::sqrt(squares / static_cast<double>(x.size() - 1)) / (f_sum / f_count);
-}
-
 OpEstimate MeasuredDurations::estimate() const {
   std::map<std::pair<int, int>, double> mean;
   for (const auto& [key, sc] : sums_) mean[key] = sc.first / sc.second;
@@ -113,8 +94,8 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
       ranking_(ranking(options)),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
-  if (announced()) expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
   if (backfilling()) {
+    expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
     build_buckets();
     next_remote_.assign(static_cast<std::size_t>(arbiter_.size()), arbiter_.size());
     for (int i = arbiter_.size() - 2; i >= 0; --i) {
@@ -155,7 +136,6 @@ void RankDriver::begin(double now) {
   begin_ = free_since_ = first_start_ = last_end_ = latest_ = now;
   started_ = 0;
   std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
-  lateness_.clear();
   for (Bucket& b : buckets_) b.heap.clear();
   stamp_ready(now);
 }
@@ -172,9 +152,6 @@ void RankDriver::stamp_ready(double now) {
 }
 
 void RankDriver::input_arrived(int index, double now) {
-  if (!expected_.empty() && std::isfinite(expected_[static_cast<std::size_t>(index)])) {
-    lateness_.push_back(now - expected_[static_cast<std::size_t>(index)]);
-  }
   arbiter_.input_arrived(index);
   latest_ = std::max(latest_, now);
   stamp_ready(now);
@@ -182,7 +159,7 @@ void RankDriver::input_arrived(int index, double now) {
 
 void RankDriver::announce(int index, double expected_ready, double now) {
   latest_ = std::max(latest_, now);
-  if (announced()) expected_[static_cast<std::size_t>(index)] = expected_ready;
+  if (backfilling()) expected_[static_cast<std::size_t>(index)] = expected_ready;
 }
 
 int RankDriver::next(double now) const {

@@ -11,15 +11,12 @@ namespace conductor::sim {
 
 namespace {
 
-enum class What : std::int8_t { Announce = 0, Arrive = 1, End = 2, Start = 3 };
+enum class What : std::int8_t { Arrive = 0, End = 1, Announce = 2, Start = 3 };
 
 struct Item {
   std::int64_t time;
-  // At equal times arrivals, ends and announcements come before starts: the runtime picks after them. An input
-  // that outran its announcement is told to the driver right after it, at the same time (ControlPlane::accept):
-  // so the driver measures its lateness (RankDriver::lateness), in the replay too.
-  What what;
-  int index;                  // list position on the rank
+  What what;  // at equal times arrivals, ends and announcements come before starts: the runtime picks after them
+  int index;  // list position on the rank
   std::int64_t expected = 0;  // Announce: the announced arrival
   bool operator<(const Item& o) const { return std::tie(time, what, index) < std::tie(o.time, o.what, o.index); }
 };
@@ -108,7 +105,6 @@ ReplayResult replay_step(const sched::Schedule& order, const std::vector<sched::
         driver.start(it.index, t);
       }
     }
-    res.lateness.push_back(driver.lateness());
     if (!driver.finished() && res.same) {
       res.same = false;
       res.message = "step " + std::to_string(step) + ", rank " + std::to_string(r) + ": the trace holds " +

@@ -18,6 +18,7 @@
 #include "conductor/runtime/training.hpp"
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
+#include "conductor/sim/noise.hpp"
 #include "conductor/sim/replay.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_reader.hpp"
@@ -54,8 +55,7 @@ config::Deck replay_deck(const Case& c, const std::string& out) {
 // The options the runtime's drivers had in `step`; backfilling's estimates and spread are the previous step's
 // measured durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
 std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order,
-                                                  const std::vector<trace::OpEvent>& events, int step,
-                                                  const std::vector<std::vector<double>>& lateness) {
+                                                  const std::vector<trace::OpEvent>& events, int step) {
   sched::DriverOptions d;
   d.execution = sched::parse_execution(deck.schedule.execution);
   d.hint = sched::parse_hint(deck.schedule.hint);
@@ -64,19 +64,17 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
   d.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
   std::vector<sched::DriverOptions> out(static_cast<std::size_t>(order.p), d);
   if (d.hint != sched::Hint::Backfill) return out;
+  const double arrival_spread = sim::NoiseModel::from_plan(config::resolve(deck), order).arrival_spread();
   std::vector<sched::MeasuredDurations> measured(static_cast<std::size_t>(order.p));
   for (const auto& e : events) {
     if (e.step != step - 1 || !trace::is_compute(e.kind)) continue;
     const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
     measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
   }
-  for (std::size_t r = 0; r < lateness.size(); ++r) {
-    for (double x : lateness[r]) measured.at(r).add_lateness(x);
-  }
   for (int r = 0; r < order.p; ++r) {
     out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
     out[static_cast<std::size_t>(r)].spread = measured[static_cast<std::size_t>(r)].spread();
-    out[static_cast<std::size_t>(r)].arrival_spread = measured[static_cast<std::size_t>(r)].arrival_spread();
+    out[static_cast<std::size_t>(r)].arrival_spread = arrival_spread;
   }
   return out;
 }
@@ -128,7 +126,6 @@ Replayed run_and_replay(const Case& c) {
         EXPECT_GE(e.end_ns - e.start_ns, latency_ns) << c.backend << " " << c.kind << " step " << e.step;
       }
     }
-    std::vector<std::vector<double>> lateness;  // the previous step's, replayed
     for (int step = 0; step < deck.run.steps; ++step) {
       // Backfilling: every transfer was announced once (the first step has no estimates: no announcement named
       // a time), and none leaked into another step.
@@ -137,9 +134,8 @@ Replayed run_and_replay(const Case& c) {
       });
       EXPECT_EQ(announced, backfill && step > 0 ? cross_rank_transfers(order) : 0)
           << c.backend << " " << c.kind << " " << c.hint << " step " << step;
-      const auto options = runtime_options(deck, order, t.events, step, lateness);
+      const auto options = runtime_options(deck, order, t.events, step);
       const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
-      lateness = r.lateness;  // the next step's arrival spread, as the runtime measured it
       EXPECT_TRUE(r.same) << c.backend << " " << c.kind << " " << c.execution << " " << c.hint << ": " << r.message;
       EXPECT_EQ(r.picks, static_cast<int>(order.num_actions()));
       replayed.reordered += r.reordered;
@@ -212,10 +208,10 @@ TEST(Replay, BackfillAnnouncementsArriveAndAreUsed) {
   }
 }
 
-// Backfill under a wide measured spread: each rank's previous step gives it its spreads, of op times and of input
-// arrivals (DriverOptions::spread, arrival_spread), from kWideSpread on its driver ranks as critical
-// (sched::ranking), and the runtime made exactly those picks: the replay with the measured options is the same,
-// the replay that keeps backfilling (`capped`: the spread of the case's noise just below the switch) is not.
+// Backfill under a wide spread: each rank's previous step gives it its spread of op times (DriverOptions::spread),
+// the injected congestion its spread of input arrivals (arrival_spread); from kWideSpread on its driver ranks as
+// critical (sched::ranking), and the runtime made exactly those picks: the replay with the measured options is the
+// same, the replay that keeps backfilling (`capped`: the spread of the case's noise just below the switch) is not.
 // Returns the number of rank-steps that ranked as critical.
 int replay_wide(Case c, const std::string& name, const std::function<void(sched::DriverOptions&)>& capped_by) {
   // An ample memory limit: critical runs under it, backfilling under its list's own peak, so a first stage that
@@ -229,12 +225,10 @@ int replay_wide(Case c, const std::string& name, const std::function<void(sched:
   if (world_rank() == 0) {
     const trace::Trace t = trace::read_trace(out + "/trace.h5");
     const sched::Schedule order = sched::make_schedule(config::resolve(deck));
-    std::vector<std::vector<double>> lateness;
     for (int step = 0; step < deck.run.steps; ++step) {
-      const auto options = runtime_options(deck, order, t.events, step, lateness);
+      const auto options = runtime_options(deck, order, t.events, step);
       for (const auto& o : options) critical += sched::ranking(o) == sched::Hint::Critical ? 1 : 0;
       const sim::ReplayResult r = sim::replay_step(order, options, t.events, step);
-      lateness = r.lateness;
       EXPECT_TRUE(r.same) << name << " step " << step << ": " << r.message;
       auto capped = options;
       for (auto& o : capped) capped_by(o);
@@ -261,8 +255,8 @@ TEST(Replay, BackfillUnderAWideMeasuredSpreadRanksAsCritical) {
   EXPECT_GT(critical, 0) << "no rank measured a spread of " << sched::kWideSpread << " or more";
 }
 
-// Input arrivals spread: congestion delays half the transfers by 2 F (a standard deviation of one F), while
-// emulated ops take their cost model's time. The switch comes from the arrival spread alone: capping it keeps
+// Input arrivals spread: the injected congestion delays half the transfers by 2 F (a standard deviation of one F),
+// while emulated ops take their cost model's time. The switch comes from the arrival spread alone: capping it keeps
 // backfilling.
 TEST(Replay, BackfillUnderCongestionRanksAsCritical) {
   Case c{"emulated", "zb-h1", "readiness", "backfill"};
@@ -303,7 +297,7 @@ TEST(Replay, WrongOptionsDiverge) {
   const sched::Schedule order = sched::make_schedule(config::resolve(deck));
   bool any_reordered = false, any_diverged = false;
   for (int step = 0; step < deck.run.steps; ++step) {
-    const auto options = runtime_options(deck, order, t.events, step, {});  // bfw: no announcements
+    const auto options = runtime_options(deck, order, t.events, step);
     any_reordered |= sim::replay_step(order, options, t.events, step).reordered > 0;
     auto strict = options;
     for (auto& o : strict) o.execution = sched::Execution::Strict;

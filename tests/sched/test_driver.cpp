@@ -155,61 +155,16 @@ TEST(RankDriver, LatestIsTheLastEventToldOf) {
   EXPECT_DOUBLE_EQ(d.latest(), 0.0);
 }
 
-// Latenesses (RankDriver::lateness): an input announced with a known time arrives that much after it; inputs not
-// announced, or announced without a time, are not measured. A rank ranking as critical still measures them (so it
-// can switch back); other hints measure nothing; a new step starts afresh.
-TEST(RankDriver, LatenessIsTheArrivalAfterTheAnnouncedTime) {
-  const Schedule s = one_f_one_b(2, 4);
-  for (const double arrival_spread : {0.0, 1.0}) {
-    DriverOptions o = options(Execution::Readiness, Hint::Backfill);
-    o.arrival_spread = arrival_spread;
-    RankDriver d(s, 1, o);
-    EXPECT_EQ(ranking(o), arrival_spread > 0 ? Hint::Critical : Hint::Backfill);
-    d.begin(0.0);
-    const int f0 = d.arbiter().index_of(OpKind::F, 0, 0), f1 = d.arbiter().index_of(OpKind::F, 0, 1),
-              f2 = d.arbiter().index_of(OpKind::F, 0, 2);
-    d.announce(f0, 10.0, 1.0);
-    d.announce(f1, std::numeric_limits<double>::infinity(), 2.0);  // no estimate yet: "unknown"
-    d.input_arrived(f0, 14.0);
-    d.input_arrived(f1, 20.0);
-    d.input_arrived(f2, 30.0);  // never announced
-    d.announce(d.arbiter().index_of(OpKind::F, 0, 3), 40.0, 3.0);
-    d.input_arrived(d.arbiter().index_of(OpKind::F, 0, 3), 37.5);  // early
-    EXPECT_EQ(d.lateness(), (std::vector<double>{4.0, -2.5})) << arrival_spread;
-    d.begin(0.0);
-    EXPECT_TRUE(d.lateness().empty());
-  }
-  RankDriver bfw(s, 1, options(Execution::Readiness, Hint::BFW));
-  bfw.begin(0.0);
-  bfw.announce(bfw.arbiter().index_of(OpKind::F, 0, 0), 10.0, 1.0);
-  bfw.input_arrived(bfw.arbiter().index_of(OpKind::F, 0, 0), 14.0);
-  EXPECT_TRUE(bfw.lateness().empty());
-}
-
-// The arrival spread: the latenesses' standard deviation over the mean forward duration, in any order; from
-// kWideSpread on it switches backfill to critical as the op spread does.
-TEST(MeasuredDurations, ArrivalSpreadIsTheLatenessDeviationInForwardUnits) {
-  MeasuredDurations m;
-  m.add_lateness(3.0);
-  EXPECT_EQ(m.arrival_spread(), 0.0);  // no forward measured
-  m.add(Action{OpKind::F, 0, 0}, 8.0);
-  m.add(Action{OpKind::F, 1, 1}, 12.0);
-  m.add(Action{OpKind::B, 0, 0}, 100.0);  // not a forward: not in the unit
-  EXPECT_EQ(m.arrival_spread(), 0.0);     // one lateness
-  m.add_lateness(-1.0);
-  m.add_lateness(1.0);
-  m.add_lateness(5.0);
-  // Latenesses 3, -1, 1, 5: mean 2, squares 1 + 9 + 1 + 9 = 20 over 3 degrees; unit 10.
-  EXPECT_NEAR(m.arrival_spread(), std::sqrt(20.0 / 3.0) / 10.0, 1e-15);
-  MeasuredDurations reversed;
-  reversed.add(Action{OpKind::F, 0, 0}, 10.0);
-  for (double x : {5.0, 1.0, -1.0, 3.0}) reversed.add_lateness(x);
-  EXPECT_EQ(reversed.arrival_spread(), m.arrival_spread());
+// The arrival spread (congestion's) switches backfill to critical from kWideSpread on, as the op spread does.
+TEST(RankDriver, BackfillRanksAsCriticalUnderAWideArrivalSpread) {
   DriverOptions o = options(Execution::Readiness, Hint::Backfill);
   o.arrival_spread = kWideSpread;
   EXPECT_EQ(ranking(o), Hint::Critical);
   o.arrival_spread = std::nextafter(kWideSpread, 0.0);
   EXPECT_EQ(ranking(o), Hint::Backfill);
+  o.hint = Hint::BFW;
+  o.arrival_spread = 1.0;
+  EXPECT_EQ(ranking(o), Hint::BFW);
 }
 
 // Backfilling under variability: with exact estimates an op must end by the announced arrival; with spread

@@ -62,15 +62,8 @@ class MeasuredDurations {
   // and chunk has two durations. Each key's logs are summed in sorted order, so the figure does not depend on
   // the order the durations were added in (a replay adds them in trace order).
   double spread() const;
-  // An input's lateness: its arrival minus its announced time (RankDriver::lateness).
-  void add_lateness(double lateness) { lateness_.push_back(lateness); }
-  // How far inputs arrive from their announced times: the standard deviation of the latenesses in units of the
-  // mean forward duration (what the simulator passes as DriverOptions::arrival_spread, its congestion's). 0 with
-  // fewer than two latenesses or no forward. Summed in sorted order, as spread().
-  double arrival_spread() const;
 
  private:
-  std::vector<double> lateness_;
   std::map<std::pair<int, int>, std::pair<double, int>> sums_;  // (kind, chunk) -> (sum, count)
   std::map<std::pair<int, int>, std::vector<double>> durations_;
 };
@@ -98,10 +91,10 @@ struct DriverOptions {
   // a late input stops backfilling until it arrives.
   double spread = 0.0;
   double late_delay = 0.0;
-  // Backfill only: how far inputs arrive from their announced times, the standard deviation of (arrival -
-  // announced) in units of the mean forward time (congestion in the simulator; measured at run time:
-  // ArrivalLateness). From wide_spread on it ranks as critical too: the reservations then rest on arrival times
-  // that miss by most of an op.
+  // Backfill only: how far inputs arrive from their announced times, the standard deviation of a transfer's extra
+  // delay in units of the mean forward time: the noise model's congestion (sim::NoiseModel::arrival_spread), in
+  // the simulator and in the runtime that injects it. From wide_spread on it ranks as critical too: the
+  // reservations then rest on arrival times that miss by most of an op.
   double arrival_spread = 0.0;
   double wide_spread = kWideSpread;  // from this spread on, backfill ranks as critical (ranking())
   Migration migration;               // computation migration (migration.hpp); default: disabled
@@ -160,16 +153,10 @@ class RankDriver {
   // change except by growing stricter, and a replay of the trace, which knows the events but not the instants of
   // the runtime's polls, then makes the same choice. In the engine the two are the same time.
   double latest() const { return latest_; }
-  // Backfill (the hint, whatever the ranking): each input announced with a known time, its arrival minus that
-  // time, in arrival order this step (MeasuredDurations::arrival_spread for the next step).
-  const std::vector<double>& lateness() const { return lateness_; }
 
  private:
   void stamp_ready(double now);
   bool backfilling() const { return options_.execution == Execution::Readiness && ranking_ == Hint::Backfill; }
-  // Backfill's hint, whatever the ranking: announcements are received and latenesses measured (a rank ranking as
-  // critical measures them too, so that it can switch back).
-  bool announced() const { return options_.execution == Execution::Readiness && options_.hint == Hint::Backfill; }
   // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
   void backfill_candidates(double now, std::vector<int>& out) const;
   // Backfill, when the list's next op cannot run: until when other ops may run (+infinity: any op; not after
@@ -191,7 +178,6 @@ class RankDriver {
   Hint ranking_ = Hint::Schedule;  // how it ranks: the hint, or critical for backfill under a wide spread
   double fit_scale_ = 1.0;         // an op's estimate times this must fit the gap (1 with exact estimates)
   std::vector<double> expected_;   // announced arrival of each action's cross-rank input (NaN: none yet)
-  std::vector<double> lateness_;   // lateness()
   std::vector<int> candidates_;
   // Backfill's ready ops, kept ranked so that next() selects without sorting: one bucket per (class: feeds
   // another rank or not, F or not, estimate), each a min-heap of list positions. Within a bucket the first

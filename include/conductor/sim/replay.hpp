@@ -14,8 +14,7 @@
 //
 // Backfilling (hint backfill) also decides on announcements (ANNOUNCE events: when the driver learned that an
 // input is expected, and when) and on the runtime's estimates: give options[r].estimate the table the runtime
-// had, sched::MeasuredDurations of rank r's ops in the previous step of the same trace (with the previous step's
-// replayed ReplayResult::lateness). Every choice is made at
+// had, sched::MeasuredDurations of rank r's ops in the previous step of the same trace. Every choice is made at
 // the driver's latest event time (sched::RankDriver::latest), as in the runtime.
 #include <string>
 #include <vector>
@@ -31,9 +30,6 @@ struct ReplayResult {
   int picks = 0;        // starts checked
   int reordered = 0;    // starts that were not the rank's next listed action (readiness at work)
   std::string message;  // the first divergence: step, rank, time, what the driver chose and what ran
-  // Per rank, the replayed driver's input latenesses (RankDriver::lateness): with the step's measured durations,
-  // the next step's arrival spread (sched::MeasuredDurations::arrival_spread), as the runtime measured it.
-  std::vector<std::vector<double>> lateness;
 };
 
 // Replays one step of one trace. `events`: the step's events of every rank (other steps are ignored);
