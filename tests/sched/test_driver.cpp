@@ -155,16 +155,24 @@ TEST(RankDriver, LatestIsTheLastEventToldOf) {
   EXPECT_DOUBLE_EQ(d.latest(), 0.0);
 }
 
-// The arrival spread (congestion's) switches backfill to critical from kWideSpread on, as the op spread does.
-TEST(RankDriver, BackfillRanksAsCriticalUnderAWideArrivalSpread) {
+namespace {
+// ranking() switches backfill, and only backfill, to critical from kWideSpread on in `spread` (a member of
+// DriverOptions: the spread of op times or of input arrivals).
+void expect_switch_at_wide(double DriverOptions::*spread) {
   DriverOptions o = options(Execution::Readiness, Hint::Backfill);
-  o.arrival_spread = kWideSpread;
+  o.*spread = kWideSpread;
   EXPECT_EQ(ranking(o), Hint::Critical);
-  o.arrival_spread = std::nextafter(kWideSpread, 0.0);
+  o.*spread = std::nextafter(kWideSpread, 0.0);
   EXPECT_EQ(ranking(o), Hint::Backfill);
   o.hint = Hint::BFW;
-  o.arrival_spread = 1.0;
+  o.*spread = 1.0;
   EXPECT_EQ(ranking(o), Hint::BFW);
+}
+}  // namespace
+
+// The arrival spread (congestion's) switches backfill to critical from kWideSpread on, as the op spread does.
+TEST(RankDriver, BackfillRanksAsCriticalUnderAWideArrivalSpread) {
+  expect_switch_at_wide(&DriverOptions::arrival_spread);
 }
 
 // Backfilling under variability: with exact estimates an op must end by the announced arrival; with spread
@@ -204,14 +212,7 @@ bool w_may_start(double w, double now, double spread, double late_delay) {
 // Backfill under a wide spread is critical with the configured memory limit (not the list's peak): the same
 // picks, op for op, on lists whose ranks hold several chunks too; below kWideSpread it stays backfill.
 TEST(RankDriver, BackfillRanksAsCriticalUnderAWideSpread) {
-  DriverOptions o = options(Execution::Readiness, Hint::Backfill);
-  o.spread = kWideSpread;
-  EXPECT_EQ(ranking(o), Hint::Critical);
-  o.spread = std::nextafter(kWideSpread, 0.0);
-  EXPECT_EQ(ranking(o), Hint::Backfill);
-  o.hint = Hint::BFW;
-  o.spread = 1.0;
-  EXPECT_EQ(ranking(o), Hint::BFW);  // only backfill switches
+  expect_switch_at_wide(&DriverOptions::spread);
   const CostModel cost = uniform_cost(1, 1, 1, 0.1);
   for (const Schedule& s : {zb_h1(4, 8), one_f_one_b(4, 8), interleaved_1f1b(4, 8, 2),
                             zb_v(4, 8, cost, default_memory_limit("zb-v", 4, 8, 2))}) {
