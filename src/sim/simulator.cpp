@@ -170,18 +170,30 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     if (span[k] > 0) r.max_stage_bubble_ratio = std::max(r.max_stage_bubble_ratio, 1.0 - r.busy_ms[k] / span[k]);
   }
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
+  // Bytes per link summed in a p x p table, then kept where a link carried any (a map insert per help cost more
+  // than the rest of this function); each link's sum adds in the same order as before.
+  std::vector<double> link(res.migrations.empty() && res.refreshes.empty() ? 0 : static_cast<std::size_t>(s.p) * s.p);
+  std::vector<char> used(link.size(), 0);
+  const auto add_link = [&](int from, int to, double bytes) {
+    const std::size_t at = static_cast<std::size_t>(from) * s.p + to;
+    link[at] += bytes;
+    used[at] = 1;
+  };
   for (std::size_t k = 0; k < res.migrations.size(); ++k) {
     const sched::MigrationTiming& m = res.migrations[k];
     // An op with several helpers has consecutive parts: counted once.
     const bool same_op = k > 0 && res.migrations[k - 1].owner == m.owner && res.migrations[k - 1].index == m.index;
     r.migrated_ops += same_op ? 0 : 1;
     r.migration_bytes += m.bytes;
-    r.link_bytes[{m.owner, m.helper}] += m.bytes;
+    add_link(m.owner, m.helper, m.bytes);
   }
   for (const sched::ReplicaRefresh& x : res.refreshes) {
     r.refresh_bytes += x.bytes;
     r.migration_bytes += x.bytes;
-    r.link_bytes[{x.owner, x.holder}] += x.bytes;
+    add_link(x.owner, x.holder, x.bytes);
+  }
+  for (std::size_t at = 0; at < link.size(); ++at) {
+    if (used[at]) r.link_bytes[{static_cast<int>(at / s.p), static_cast<int>(at % s.p)}] = link[at];
   }
 
   if (options.record_events) {
