@@ -45,8 +45,8 @@ namespace {
 // Backfilling's memory budget: what the hint list itself holds on this rank at its peak (its own plan), capped
 // by the configured limit. A global limit (p M_F for 1F1B) would let later ranks run forwards beyond their own
 // in-flight depth and delay the backward chain.
-double budget(const Schedule& s, int rank, const DriverOptions& o) {
-  const bool backfill = o.execution == Execution::Readiness && ranking(o) == Hint::Backfill;
+double budget(const Schedule& s, int rank, const DriverOptions& o, Hint ranking) {
+  const bool backfill = o.execution == Execution::Readiness && ranking == Hint::Backfill;
   if (!backfill) return o.memory_limit;
   const double peak = list_peak_memory(s, rank, o.memory_after_b);
   return o.memory_limit > 0 ? std::min(o.memory_limit, peak) : peak;
@@ -89,9 +89,9 @@ OpEstimate MeasuredDurations::estimate() const {
 }
 
 RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& options)
-    : arbiter_(schedule, rank, budget(schedule, rank, options), options.memory_after_b),
+    : ranking_(ranking(options)),
+      arbiter_(schedule, rank, budget(schedule, rank, options, ranking_), options.memory_after_b),
       options_(options),
-      ranking_(ranking(options)),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
   if (backfilling()) {

@@ -3,16 +3,18 @@
 #include <string>
 #include <vector>
 
+#include "conductor/plan/plan.hpp"
+
 namespace conductor::config {
 
 struct ScheduleConfig {
   std::string kind = "1f1b";  // gpipe | 1f1b | 1f1b-interleaved | zb-h1 | zb-h2 | zb-1p | zb-2p | zb-v | file:PATH
-  std::string execution = "strict";  // strict | readiness
-  std::string hint = "backfill";     // schedule | bf | bfw | backfill | critical
-  double memory_limit = 0;           // units of M_F per rank; 0 = the kind's default
-  std::string placement = "auto";    // auto | loop | v (file: schedules; a generator's kind fixes its own)
-  bool post_validation = false;      // optimizer post-validation, overlapping steps (docs/post-validation.md)
-  double wide_spread = 0.6;          // backfill ranks as critical from this spread of op times on
+  std::string execution = "strict";        // strict | readiness
+  std::string hint = "backfill";           // schedule | bf | bfw | backfill | critical
+  double memory_limit = 0;                 // units of M_F per rank; 0 = the kind's default
+  std::string placement = "auto";          // auto | loop | v (file: schedules; a generator's kind fixes its own)
+  bool post_validation = false;            // optimizer post-validation, overlapping steps (docs/post-validation.md)
+  double wide_spread = plan::kWideSpread;  // backfill ranks as critical from this spread on
 };
 
 struct CostConfig {

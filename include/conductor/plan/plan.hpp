@@ -46,6 +46,10 @@ struct Pipeline {
   int microbatch_size = 4;  // sequences per microbatch
 };
 
+// From this spread of op times or input arrivals on, backfill ranks as critical (schedule.wide_spread's default;
+// sched::ranking, driver.hpp).
+inline constexpr double kWideSpread = 0.6;
+
 struct ScheduleOptions {
   std::string kind = "1f1b";         // a generator, or file:PATH
   std::string execution = "strict";  // strict | readiness (sched::parse_execution)
@@ -54,7 +58,7 @@ struct ScheduleOptions {
   // Optimizer post-validation: each rank steps its optimizer without waiting for the global check, rolls back
   // and redoes the step when the check fails (runtime); the next step starts per rank (simulator).
   bool post_validation = false;
-  double wide_spread = 0.6;  // backfill ranks as critical from this spread of op times on (sched::ranking)
+  double wide_spread = kWideSpread;  // backfill ranks as critical from this spread on (sched::ranking)
 };
 
 // The noise-free cost model's numbers (sched::CostModel adds its queries): per-rank F, B, W times (ms per

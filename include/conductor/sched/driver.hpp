@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "conductor/plan/plan.hpp"
 #include "conductor/sched/arbiter.hpp"
 #include "conductor/sched/migration.hpp"
 #include "conductor/sched/schedule.hpp"
@@ -73,7 +74,7 @@ class MeasuredDurations {
 // then strays from its estimate by a factor of 0.55 to 1.8 or more, the list's order is a guess that reservations
 // only enforce, and the critical-path ranking won on every list and deck measured (docs/design.md, "Readiness
 // hints"). ranking(): the ranking a driver with these options uses.
-inline constexpr double kWideSpread = 0.6;
+inline constexpr double kWideSpread = plan::kWideSpread;
 
 struct DriverOptions {
   Execution execution = Execution::Strict;
@@ -172,12 +173,12 @@ class RankDriver {
   // Backfill: until when the next op's late input (expected before `now`) is still expected, or -infinity.
   double late_until(int index, double now) const;
 
-  Arbiter arbiter_;
+  Hint ranking_ = Hint::Schedule;  // how it ranks: the hint, or critical for backfill under a wide spread
+  Arbiter arbiter_;                // after ranking_: its memory budget depends on the ranking
   DriverOptions options_;
   std::vector<double> ready_at_;
-  Hint ranking_ = Hint::Schedule;  // how it ranks: the hint, or critical for backfill under a wide spread
-  double fit_scale_ = 1.0;         // an op's estimate times this must fit the gap (1 with exact estimates)
-  std::vector<double> expected_;   // announced arrival of each action's cross-rank input (NaN: none yet)
+  double fit_scale_ = 1.0;        // an op's estimate times this must fit the gap (1 with exact estimates)
+  std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
   // Backfill's ready ops, kept ranked so that next() selects without sorting: one bucket per (class: feeds
   // another rank or not, F or not, estimate), each a min-heap of list positions. Within a bucket the first

@@ -57,7 +57,8 @@ class NoiseModel {
   // levels combined; a straggler or a heterogeneous rank is not variance), what backfilling knows of the noise.
   double duration_spread() const;
   // The standard deviation of a transfer's extra delay (congestion: congestion_delay with probability
-  // congestion_prob) in units of the mean forward time: DriverOptions::arrival_spread, as the runtime measures it.
+  // congestion_prob) in units of the mean forward time: DriverOptions::arrival_spread, in the simulator and in the
+  // runtime that injects it.
   double arrival_spread() const;
 
  private:
