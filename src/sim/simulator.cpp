@@ -9,6 +9,7 @@
 #include "conductor/sched/cost.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/migration.hpp"
+#include "conductor/sim/order_bound.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
@@ -146,6 +147,7 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     total_busy += r.busy_ms[k];
     r.lower_bound_ms = std::max(r.lower_bound_ms, r.busy_ms[k]);
   }
+  if (options.order_bound && eo.migration.empty()) r.order_bound_ms = order_bound_ms(s, noise, step);
   r.bubble_ratio = r.makespan_ms > 0 ? 1.0 - total_busy / (s.p * r.makespan_ms) : 0.0;
   // A rank's span holds its own ops and the slices it computed for others (its HELP rows in the trace).
   std::vector<double> first(res.first_start), last(res.last_end);
@@ -291,6 +293,7 @@ void finish_run(RunResult& run, int p) {
   finish_run_span(run, p);
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
   run.mean_makespan_ms = run.mean_bubble_ratio = run.mean_lower_bound_ms = run.mean_throughput = 0.0;
+  run.mean_order_bound_ms = 0.0;
   run.mean_stage_bubble_ratio = run.mean_max_stage_bubble_ratio = run.mean_migrated_ops = run.mean_migration_bytes =
       run.mean_refresh_bytes = 0.0;
   run.mean_link_bytes.clear();
@@ -303,6 +306,7 @@ void finish_run(RunResult& run, int p) {
     run.mean_stage_bubble_ratio += s.stage_bubble_ratio / n;
     run.mean_max_stage_bubble_ratio += s.max_stage_bubble_ratio / n;
     run.mean_lower_bound_ms += s.lower_bound_ms / n;
+    run.mean_order_bound_ms += s.order_bound_ms / n;
     run.mean_throughput += s.throughput / n;
     run.mean_migrated_ops += s.migrated_ops / n;
     run.mean_migration_bytes += s.migration_bytes / n;

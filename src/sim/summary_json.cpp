@@ -4,13 +4,15 @@ namespace conductor::sim {
 
 namespace {
 
-Json step_json(const StepResult& s) {
-  return {{"step", s.step},
-          {"makespan_ms", s.makespan_ms},
-          {"bubble_ratio", s.bubble_ratio},
-          {"stage_bubble_ratio", s.stage_bubble_ratio},
-          {"lower_bound_ms", s.lower_bound_ms},
-          {"throughput", s.throughput}};
+Json step_json(const StepResult& s, bool order_bound) {
+  Json j = {{"step", s.step},
+            {"makespan_ms", s.makespan_ms},
+            {"bubble_ratio", s.bubble_ratio},
+            {"stage_bubble_ratio", s.stage_bubble_ratio},
+            {"lower_bound_ms", s.lower_bound_ms},
+            {"throughput", s.throughput}};
+  if (order_bound) j["order_bound_ms"] = s.order_bound_ms;
+  return j;
 }
 
 // Only with migration.enabled, so a run without it writes the summary it always did.
@@ -46,6 +48,13 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   out["stage_bubble_ratio"] = run.mean_stage_bubble_ratio;
   out["lower_bound_ms"] = run.mean_lower_bound_ms;
   out["makespan_over_lower_bound"] = run.mean_lower_bound_ms > 0 ? run.mean_makespan_ms / run.mean_lower_bound_ms : 0.0;
+  // The order bound (sim/order_bound.hpp) only where the simulator computed it: conductor simulate without
+  // migration. The runtime's summary has no draws to compute it from.
+  const bool order_bound = run.mean_order_bound_ms > 0;
+  if (order_bound) {
+    out["order_bound_ms"] = run.mean_order_bound_ms;
+    out["makespan_over_order_bound"] = run.mean_makespan_ms / run.mean_order_bound_ms;
+  }
   out["throughput"] = run.mean_throughput;
   out["schedule"] = plan.schedule.kind;
   out["execution"] = plan.schedule.execution;
@@ -67,7 +76,7 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
   out["idle_ms"] = run.mean_idle_ms;
   out["peak_memory"] = run.peak_memory;
   Json steps = Json::array();
-  for (const StepResult& s : run.steps) steps.push_back(step_json(s));
+  for (const StepResult& s : run.steps) steps.push_back(step_json(s, order_bound));
   out["steps"] = std::move(steps);
   // The run as a whole (simulator.hpp, RunResult): what a user gets when steps overlap.
   out["run"] = {{"overlapping_steps", plan.schedule.post_validation},

@@ -76,8 +76,10 @@ TEST(OrderBound, NoExecutionOfTheSameDrawsIsFaster) {
         const NoiseModel n(s, c, noise_of(kinds, 1.0, 7));
         for (int step = 0; step < 3; ++step) {
           const double bound = order_bound_ms(s, n, step);
-          for (auto [e, h] : {std::pair{Execution::Strict, Hint::Schedule}, {Execution::Readiness, Hint::BFW},
-                              {Execution::Readiness, Hint::Backfill}, {Execution::Readiness, Hint::Critical}}) {
+          for (auto [e, h] : {std::pair{Execution::Strict, Hint::Schedule},
+                              {Execution::Readiness, Hint::BFW},
+                              {Execution::Readiness, Hint::Backfill},
+                              {Execution::Readiness, Hint::Critical}}) {
             const StepResult r = simulate_step(s, n, options(e, h), step);
             EXPECT_LE(bound, r.makespan_ms * (1 + 1e-12)) << kind << " p=" << p << " step " << step;
             EXPECT_GE(bound, r.lower_bound_ms * (1 - 1e-12)) << kind << " p=" << p;

@@ -50,6 +50,11 @@ cost:
     check(abs(s["makespan_ms"] - 33.0) < 1e-6, f"1f1b makespan 33, got {s['makespan_ms']}")
     check(abs(s["bubble_ratio"] - (1 - 24 / 33)) < 1e-6, f"bubble ratio, got {s['bubble_ratio']}")
     check(abs(s["lower_bound_ms"] - 24.0) < 1e-6, "lower bound 24")
+    # The order bound: the last rank's fill (3 forwards), its work (24) and the drain after its last backward
+    # (3 backwards of 2): 33, which 1F1B reaches.
+    check(abs(s.get("order_bound_ms", 0) - 33.0) < 1e-6, f"order bound 33, got {s.get('order_bound_ms')}")
+    check(abs(s.get("makespan_over_order_bound", 0) - 1.0) < 1e-9, "1f1b reaches its order bound")
+    check("order bound" in r.stdout, "order bound printed")
     check(abs(s["throughput"] - 8 * 4 / 0.033) < 1e-3, f"throughput m*mbs/makespan, got {s['throughput']}")
     check([x["step"] for x in s["steps"]] == [0, 1, 2], "three steps")
     check(all(set(("step", "makespan_ms", "bubble_ratio")) <= set(x) for x in s["steps"]), "step fields")
@@ -66,6 +71,8 @@ cost:
         check(json.load(f) == j, "--json prints summary.json")
     check(j["schedule"] == "zb-h1" and j["execution"] == "readiness" and j["hint"] == "bfw", "settings echoed")
     check(len({x["makespan_ms"] for x in j["steps"]}) == 3, "noise differs per step")
+    check(all(x["lower_bound_ms"] <= x["order_bound_ms"] <= x["makespan_ms"] for x in j["steps"]),
+          "per step: busiest rank's work <= order bound <= makespan")
 
     # The trace: one row per op (compute) plus SEND/RECV pairs, and one row per step.
     try:
@@ -127,6 +134,8 @@ cost:
                     "run.overwrite=true", "trace.enabled=false", "--json")
             check(r.returncode == 0, f"{name} 1f1b {ex} with migration runs: {r.stderr}")
             spans[ex] = json.loads(r.stdout)["makespan_ms"] if r.returncode == 0 else None
+            # Migration moves work between ranks, so the order bound does not bound it: not written.
+            check(r.returncode != 0 or "order_bound_ms" not in json.loads(r.stdout), f"{name}: no order bound")
         check(spans["strict"] is not None and spans["readiness"] == spans["strict"],
               f"{name} 1f1b with migration: backfill {spans['readiness']} ms, strict {spans['strict']} ms (equal)")
 

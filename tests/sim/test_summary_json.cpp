@@ -109,6 +109,26 @@ TEST(SummaryJson, SimulatorSummaryHasEveryFieldWithItsTypeAndExactValue) {
   }
 }
 
+// With SimOptions::order_bound (conductor simulate) the run's and each step's order bound are written, exactly;
+// without it (the runtime's summary) neither key is.
+TEST(SummaryJson, OrderBoundOnlyWhereTheSimulatorComputedIt) {
+  Simulated s = simulate_deck();
+  const json without = written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
+  EXPECT_FALSE(without.contains("order_bound_ms"));
+  EXPECT_FALSE(without["steps"][0].contains("order_bound_ms"));
+  s.options.order_bound = true;
+  const sim::RunResult run =
+      sim::simulate_run(s.schedule, sim::NoiseModel::from_plan(config::resolve(s.deck), s.schedule), s.options, 3);
+  ASSERT_GT(run.mean_order_bound_ms, 0.0);
+  const json j = written(sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
+  EXPECT_EQ(j["order_bound_ms"].get<double>(), run.mean_order_bound_ms);
+  EXPECT_EQ(j["makespan_over_order_bound"].get<double>(), run.mean_makespan_ms / run.mean_order_bound_ms);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(j["steps"][k]["order_bound_ms"].get<double>(), run.steps[k].order_bound_ms);
+    EXPECT_LE(run.steps[k].order_bound_ms, run.steps[k].makespan_ms);
+  }
+}
+
 TEST(SummaryJson, RunFiguresAreTheRunResults) {
   const Simulated s = simulate_deck();
   const json j = written(sim::summary_json(s.run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
@@ -209,7 +229,9 @@ TEST(SummaryJson, DocsListEveryKey) {
   for (auto it = std::sregex_iterator(section.begin(), section.end(), row); it != std::sregex_iterator(); ++it)
     documented.insert((*it)[1]);
 
-  const Simulated s = simulate_deck();
+  Simulated s = simulate_deck();
+  s.options.order_bound = true;  // with conductor simulate's order bound
+  s.run = sim::simulate_run(s.schedule, sim::NoiseModel::from_plan(config::resolve(s.deck), s.schedule), s.options, 3);
   plan::Plan ppo = config::resolve(s.deck);  // with the keys of scheduler.kind ppo (policy)
   ppo.scheduler.kind = "ppo";
   const sched::PolicySource policy{"/p/policy.pt", 1, "0x00000001", ""};

@@ -29,6 +29,9 @@ struct SimOptions {
   double samples_per_step = 1.0;            // m x microbatch_size, for throughput
   std::int64_t activation_bytes = 0;        // bytes of one transfer, for SEND/RECV events
   plan::Migration migration;                // computation migration (sched/migration.hpp); off by default
+  // Fill StepResult::order_bound_ms (sim/order_bound.hpp; one more pass over the step's draws): `conductor
+  // simulate` asks for it; not with migration, which moves work and so is not bound by it.
+  bool order_bound = false;
   // Overlapping steps (schedule.post_validation): each rank starts step k+1 as soon as it has finished its own
   // part of step k, instead of when the whole step has ended (StepClock; docs/post-validation.md).
   bool overlap_steps = false;
@@ -45,6 +48,7 @@ struct StepResult {
   double stage_bubble_ratio = 0;                      // mean over ranks of 1 - busy / the rank's span
   double max_stage_bubble_ratio = 0;                  // largest over ranks: the Zero Bubble paper's bubble rate
   double lower_bound_ms = 0;                          // max per-rank busy
+  double order_bound_ms = 0;                          // SimOptions::order_bound: no order of these draws is faster
   double throughput = 0;                              // samples / s
   std::vector<double> busy_ms, idle_ms, peak_memory;  // per rank (memory in M_F)
   std::size_t num_ops = 0;
@@ -87,6 +91,7 @@ struct RunResult {
   double mean_max_stage_bubble_ratio = 0;  // per step, the largest rank's 1 - busy / span (the paper's measure)
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   double mean_stage_bubble_ratio = 0;
+  double mean_order_bound_ms = 0;  // of the steps' order bounds (0 without SimOptions::order_bound)
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
   double mean_migrated_ops = 0, mean_migration_bytes = 0;       // per step
   double mean_refresh_bytes = 0;                                // per step, of mean_migration_bytes
