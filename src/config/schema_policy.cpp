@@ -1,6 +1,7 @@
 // Deck keys of the global tier (PPO policy): scheduler.policy and friends (how `scheduler.kind: ppo` runs) and
 // the ppo.* section (how `conductor train-policy` trains it).
 #include "conductor/config/schema.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -13,13 +14,14 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<double>(
                   "scheduler.ema", [](Deck & d) -> auto& { return d.policy.ema; },
                   "ppo scheduler: weight of the last step's measured op times in the online cost "
-                  "estimate (1 = only the last step).")
+                  "estimate (1 = only the last step). Set to another value with another scheduler.kind, the deck "
+                  "is refused.")
                   .range(0.01, 1));
   f.push_back(field<int>(
                   "scheduler.verify_samples", [](Deck & d) -> auto& { return d.policy.verify_samples; },
                   "ppo scheduler: noise draws of the estimated cost model on which the policy's order is "
                   "checked against the generator's order (the better one is used); 0 = always the "
-                  "policy's order.")
+                  "policy's order. Set to another value with another scheduler.kind, the deck is refused.")
                   .range(0, 64));
   f.push_back(field<int>(
                   "ppo.iterations", [](Deck & d) -> auto& { return d.policy.iterations; },
@@ -97,6 +99,22 @@ void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::st
                        "' applies to scheduler.kind ppo only, and scheduler.kind = " + deck.scheduler.kind +
                        " reads no policy; set scheduler.kind=ppo to run that policy, or leave scheduler.policy "
                        "empty (scheduler.policy='')");
+  }
+  // The same for the ppo scheduler's two tuning keys: set to anything but their defaults beside another kind they
+  // changed nothing, silently.
+  const PolicyConfig defaults;
+  if (deck.scheduler.kind != "ppo") {
+    const auto refuse = [&](const std::string& key, const std::string& value, const std::string& fallback) {
+      problems.push_back(options.source_name + ": " + key + " = " + value +
+                         " applies to scheduler.kind ppo only, and scheduler.kind = " + deck.scheduler.kind +
+                         " does not read it; set scheduler.kind=ppo, or leave " + key + " at its default (" + key +
+                         "=" + fallback + ")");
+    };
+    if (deck.policy.ema != defaults.ema)
+      refuse("scheduler.ema", format_double(deck.policy.ema), format_double(defaults.ema));
+    if (deck.policy.verify_samples != defaults.verify_samples)
+      refuse("scheduler.verify_samples", std::to_string(deck.policy.verify_samples),
+             std::to_string(defaults.verify_samples));
   }
   const auto& lv = deck.policy.noise_levels;
   if (lv.size() != 2 || lv[0] > lv[1]) {

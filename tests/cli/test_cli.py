@@ -140,6 +140,24 @@ class CliTest(unittest.TestCase):
         self.assertRegex(lines[0], r"^train-policy: 1/2 iterations \( +50%\), elapsed [0-9.]+ s, ETA [0-9.]+ s$")
         self.assertRegex(lines[1], r"^train-policy: 2/2 iterations \(100%\), elapsed .*, ETA 0\.0 s$")
 
+    def test_ppo_tuning_only_with_ppo(self):
+        # scheduler.ema and scheduler.verify_samples tune the ppo scheduler only: beside another kind a value other
+        # than the default changed nothing, silently. Refused where it was set; at the default, or with ppo, fine.
+        static = self.deck("scheduler: {kind: static, ema: 0.9}\n")
+        proc = conductor("validate", static)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn(static + ": scheduler.ema = 0.9 applies to scheduler.kind ppo only, and scheduler.kind = "
+                      "static does not read it; set scheduler.kind=ppo, or leave scheduler.ema at its default "
+                      "(scheduler.ema=0.5)", proc.stderr)
+        proc = conductor("validate", static, "scheduler.ema=0.5", "scheduler.verify_samples=4")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertNotIn("scheduler.ema =", proc.stderr)
+        self.assertIn("command line 'scheduler.verify_samples=4': scheduler.verify_samples = 4 applies to "
+                      "scheduler.kind ppo only", proc.stderr)
+        for args in (("scheduler.ema=0.5",), ("scheduler.kind=ppo",), ("scheduler.kind=ppo", "scheduler.verify_samples=4")):
+            proc = conductor("validate", static, *args)
+            self.assertEqual(proc.returncode, 0, (args, proc.stderr))
+
     def test_policy_only_with_ppo(self):
         # scheduler.policy beside a kind that reads no policy was ignored: the run said nothing and ran without it.
         # Refused where it was set, naming the key, the kind and the kind that uses it; empty, or with ppo, it is fine.
