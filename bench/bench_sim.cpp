@@ -305,17 +305,22 @@ plan::Plan seeded_plan(const std::string& path, const std::string& text, const s
   return config::resolve(config::parse_deck(text, o));
 }
 
-// Mean makespan (ms) of a deck under overrides, over seeds x steps.
+// Mean makespan (ms) of a deck under overrides, over seeds x steps; with `order_bound`, also the mean of the steps'
+// order bounds (sim/order_bound.hpp), computed by the same runs.
 double deck_makespan(const std::string& path, const std::string& text, std::vector<std::string> overrides, int seeds,
-                     int steps) {
-  double sum = 0;
+                     int steps, double* order_bound = nullptr) {
+  double sum = 0, bound = 0;
   for (int seed = 1; seed <= seeds; ++seed) {
     const plan::Plan plan = seeded_plan(path, text, overrides, seed, steps);
     const sched::Schedule schedule = sched::make_schedule(plan);
-    const sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
+    sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);
+    options.order_bound = order_bound != nullptr;
     const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
-    sum += sim::simulate_run(schedule, noise, options, steps).mean_makespan_ms;
+    const sim::RunResult r = sim::simulate_run(schedule, noise, options, steps);
+    sum += r.mean_makespan_ms;
+    bound += r.mean_order_bound_ms;
   }
+  if (order_bound) *order_bound = bound / seeds;
   return sum / seeds;
 }
 
@@ -406,36 +411,25 @@ double blocking_baseline(const std::string& path, const std::string& text, std::
   return sum;
 }
 
-// The mean over seeds x steps of the step's order bound (sim/order_bound.hpp): the same draws in every mode, so no
-// order of them finishes sooner.
-double mean_order_bound(const std::string& path, const std::string& text, const std::vector<std::string>& overrides,
-                        int seeds, int steps) {
-  double sum = 0;
-  for (int seed = 1; seed <= seeds; ++seed) {
-    const plan::Plan plan = seeded_plan(path, text, overrides, seed, steps);
-    const sched::Schedule schedule = sched::make_schedule(plan);
-    const sim::NoiseModel noise = sim::NoiseModel::from_plan(plan, schedule);
-    for (int step = 0; step < steps; ++step) sum += sim::order_bound_ms(schedule, noise, step) / (seeds * steps);
-  }
-  return sum;
-}
-
 struct Modes {
   double strict = 0, bfw = 0, backfill = 0, critical = 0;
-  double order_bound = 0;  // mean_order_bound: no order is faster
+  double order_bound = 0;  // the strict runs' mean order bound (the same draws in every mode): no order is faster
 };
 
 Modes three_modes(const std::string& path, const std::string& text, const std::vector<std::string>& base, int seeds,
                   int steps) {
-  auto with = [&](const char* execution, const char* hint) {
+  auto with = [&](const char* execution, const char* hint, double* order_bound = nullptr) {
     std::vector<std::string> o = base;
     o.push_back(std::string("schedule.execution=") + execution);
     o.push_back(std::string("schedule.hint=") + hint);
-    return deck_makespan(path, text, o, seeds, steps);
+    return deck_makespan(path, text, o, seeds, steps, order_bound);
   };
-  const double strict = with("strict", "schedule"), bfw = with("readiness", "bfw");
-  const double backfill = with("readiness", "backfill");
-  return {strict, bfw, backfill, with("readiness", "critical"), mean_order_bound(path, text, base, seeds, steps)};
+  Modes m;
+  m.strict = with("strict", "schedule", &m.order_bound);
+  m.bfw = with("readiness", "bfw");
+  m.backfill = with("readiness", "backfill");
+  m.critical = with("readiness", "critical");
+  return m;
 }
 
 std::vector<std::string> kind_overrides(const std::string& kind) {
