@@ -15,17 +15,19 @@ void add_migration_fields(std::vector<Field>& f) {
       "owner may give up "
       "to migration.max_fraction of its equal slices to an idle peer that will be done before its own next "
       "input arrives; the op ends when both parts are in. Every byte pays the link (docs/migration.md)."));
-  f.push_back(field<std::vector<std::string>>(
-                  "migration.units", [](Deck & d) -> auto& { return d.migration.units; },
-                  "What may move: `heads` (attention head groups of every layer), `mlp` (MLP column groups), "
-                  "`vocab` (LM-head vocabulary column groups, vocabulary-parallel loss: only the hidden state "
-                  "goes out, never logits). The rest of an op (norms, residuals, loss) stays with its owner.")
-                  .one_of({"heads", "mlp", "vocab"}));
+  f.push_back(
+      field<std::vector<std::string>>(
+          "migration.units", [](Deck & d) -> auto& { return d.migration.units; },
+          "What may move: `heads` (attention head groups of every layer), `mlp` (MLP column groups), "
+          "`vocab` (LM-head vocabulary column groups, vocabulary-parallel loss: only the hidden state "
+          "goes out, never logits), each named once. The rest of an op (norms, residuals, loss) stays with its owner.")
+          .one_of({"heads", "mlp", "vocab"}));
   f.push_back(field<int>(
                   "migration.slices", [](Deck & d) -> auto& { return d.migration.slices; },
                   "Equal slices per op: slice i holds n_heads/slices heads and mlp_ratio*d_model/slices MLP "
                   "columns of every layer, and vocab/slices LM-head columns; must divide model.n_heads when "
-                  "`heads` moves. 0 = model.n_heads (one head per slice).")
+                  "`heads` moves, and leave every MLP and vocabulary group a column. 0 = model.n_heads (one head "
+                  "per slice).")
                   .range(0, 4096));
   f.push_back(field<double>(
                   "migration.max_fraction", [](Deck & d) -> auto& { return d.migration.max_fraction; },
@@ -70,11 +72,11 @@ void add_migration_fields(std::vector<Field>& f) {
                   .range(1, 1024));
   Field force = field<std::vector<std::string>>(
       "migration.force", [](Deck & d) -> auto& { return d.migration.force; },
-      "Forced migration for tests and experiments (conductor run only: simulate and train-policy refuse it, they "
-      "decide every help): entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW joined "
-      "by commas), e.g. `[\"1->0:W,BW:2\"]`: every op of rank OWNER of a listed kind gives SLICES slices to rank "
-      "HELPER, with no decision (the helper serves it between its own ops). One entry per owner. Empty: decided "
-      "(docs/migration.md).");
+      "Forced migration for tests and experiments (conductor run only, with migration.enabled: simulate and "
+      "train-policy refuse it, they decide every help): entries `OWNER->HELPER:KINDS:SLICES` (KINDS: F, B, W, BW "
+      "joined by commas), e.g. `[\"1->0:W,BW:2\"]`: every op of rank OWNER of a listed kind gives SLICES slices to "
+      "rank HELPER, with no decision (the helper serves it between its own ops). One entry per owner. Empty: "
+      "decided (docs/migration.md).");
   // `[]` (what resolved.yaml writes for the default) is the empty list: decided, not forced.
   force.set = [parse = force.set](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
     if (n.IsSequence() && n.size() == 0) {
@@ -88,7 +90,8 @@ void add_migration_fields(std::vector<Field>& f) {
 
 namespace {
 
-// conductor run's vocabulary groups (model/stage.hpp): each holds at least one LM-head row.
+// Every vocabulary group holds at least one LM-head row (conductor run's groups, model/stage.hpp; the simulator's
+// cost model splits the same columns).
 void check_vocab(const Deck& d, const std::string& src, std::vector<std::string>& problems) {
   const MigrationConfig& m = d.migration;
   const bool vocab = std::find(m.units.begin(), m.units.end(), "vocab") != m.units.end();
@@ -185,6 +188,21 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
                        format_double(m.bandwidth_gbps) + " GB/s, " + format_double(m.latency_us) +
                        " us); or use a preset: nvlink, infiniband (no migration moves bytes for free)");
   }
+  // Each unit once: a repeated unit counted its work again as movable (a larger sliced fraction than the model has).
+  for (std::size_t i = 0; i < m.units.size(); ++i) {
+    if (std::find(m.units.begin(), m.units.begin() + static_cast<std::ptrdiff_t>(i), m.units[i]) !=
+        m.units.begin() + static_cast<std::ptrdiff_t>(i)) {
+      problems.push_back(src + ": migration.units lists " + m.units[i] + " twice; name each unit once");
+      break;
+    }
+  }
+  // A forced help asks for migration; without it the entries were silently ignored.
+  if (!m.enabled && !m.force.empty()) {
+    problems.push_back(src + ": migration.force (" + std::to_string(m.force.size()) +
+                       (m.force.size() == 1 ? " entry" : " entries") +
+                       ") forces helps, but migration.enabled = false: set migration.enabled=true, or remove "
+                       "migration.force (or set it to [])");
+  }
   if (!m.enabled) return;
   if (options.command == Command::Run && m.helpers > 1) {
     problems.push_back(src + ": migration.helpers = " + std::to_string(m.helpers) +
@@ -214,7 +232,7 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
   }
   check_heads(deck, src, problems);
   check_mlp(deck, src, problems);
-  if (options.command == Command::Run) check_vocab(deck, src, problems);
+  check_vocab(deck, src, problems);
 }
 
 }  // namespace conductor::config

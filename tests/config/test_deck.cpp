@@ -456,12 +456,31 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[heads]"}, Command::Run, 4).empty());
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[mlp,heads]"}, Command::Run, 4).empty());
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.units=[vocab]"}, Command::Run, 4).empty());
-  // A vocabulary group holds at least one LM-head row (conductor run; the simulator's cost model needs none).
-  p = one({"migration.enabled=true", "migration.units=[vocab]", "model.vocab=8", "migration.slices=16"}, Command::Run);
-  EXPECT_TRUE(contains(p, "migration.slices = 16 exceeds model.vocab = 8 (unit 'vocab')")) << p;
+  // A vocabulary group holds at least one LM-head row, in every command (as an MLP group holds a column): the
+  // simulator's cost model splits the same columns.
+  for (const Command command : {Command::Run, Command::Simulate, Command::TrainPolicy}) {
+    p = one({"migration.enabled=true", "migration.units=[vocab]", "model.vocab=8", "migration.slices=16"}, command);
+    EXPECT_TRUE(contains(p, "migration.slices = 16 exceeds model.vocab = 8 (unit 'vocab')")) << p;
+  }
   EXPECT_TRUE(
-      problems_of("", {"migration.enabled=true", "migration.units=[vocab]", "model.vocab=8", "migration.slices=16"})
+      problems_of("", {"migration.enabled=true", "migration.units=[vocab]", "model.vocab=8", "migration.slices=8"})
           .empty());
+  // Each unit once: a repeated one counted its work twice as movable (the simulator moved more than the model has).
+  for (const std::string units : {"[heads,heads]", "[mlp,vocab,mlp]"}) {
+    p = one({"migration.enabled=true", "migration.units=" + units});
+    EXPECT_TRUE(contains(p, "migration.units lists " + std::string(units == "[heads,heads]" ? "heads" : "mlp") +
+                                " twice; name each unit once"))
+        << p;
+  }
+  // A forced help with migration off was ignored without a word: refused in every command, naming the fix.
+  for (const Command command : {Command::Run, Command::Simulate, Command::Validate}) {
+    p = one({"migration.force=[\"1->0:W:2\"]"}, command);
+    EXPECT_TRUE(contains(p,
+                         "migration.force (1 entry) forces helps, but migration.enabled = false: set "
+                         "migration.enabled=true, or remove migration.force"))
+        << p;
+  }
+  EXPECT_TRUE(problems_of("", {"migration.force=[]"}).empty());  // resolved.yaml's default
   p = one({"migration.enabled=true", "migration.units=[mlp]", "migration.weights=replicas"}, Command::Run);
   EXPECT_TRUE(contains(p, "migration.weights = replicas: conductor run sends weight slices on demand only")) << p;
   p = one({"migration.weights=copies"});
