@@ -214,6 +214,18 @@ Manifest read_manifest(const std::string& step_dir) {
     throw InputError("checkpoint manifest '" + path +
                      "' is incomplete (needs step, pipeline, virtual, "
                      "virtual_stages and at least one file line)");
+  // The shape's three numbers agree, and every virtual stage has its file: an edited or mixed-up manifest is refused
+  // here rather than resumed on a shape it does not describe.
+  if (static_cast<long long>(m.pipeline) * m.virtual_chunks != m.num_virtual_stages) {
+    throw InputError("checkpoint manifest '" + path + "' is inconsistent: pipeline " + std::to_string(m.pipeline) +
+                     " x virtual " + std::to_string(m.virtual_chunks) + " != virtual_stages " +
+                     std::to_string(m.num_virtual_stages));
+  }
+  if (m.files.size() != static_cast<std::size_t>(m.num_virtual_stages)) {
+    throw InputError("checkpoint manifest '" + path + "' lists " + std::to_string(m.files.size()) +
+                     " file lines for virtual_stages " + std::to_string(m.num_virtual_stages) +
+                     " (one file per virtual stage)");
+  }
   if (static_cast<std::size_t>(data_files) != m.data.size() || (!m.data_recorded && !m.data.empty())) {
     throw InputError("checkpoint manifest '" + path + "' says data_files " + std::to_string(data_files) + " but has " +
                      std::to_string(m.data.size()) + " data lines");

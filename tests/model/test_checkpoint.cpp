@@ -227,6 +227,33 @@ TEST(CheckpointSteps, MissingManifestIsRefused) {
             std::string::npos);
 }
 
+// A manifest whose shape does not add up (an edit, or lines from two checkpoints) is refused naming it and the
+// numbers, not resumed: pipeline x virtual must be virtual_stages, with one file line per virtual stage.
+TEST(CheckpointSteps, InconsistentManifestIsRefused) {
+  const std::string root = fresh_dir("inconsistent");
+  four_steps(root, 2);
+  const std::string step = root + "/step-000004", path = step + "/manifest.txt";
+  const std::string good = read_text(path);
+  const auto edited = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  edited("\npipeline 2\n", "\npipeline 3\n");
+  std::string msg = input_error([&] { read_manifest(step); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pipeline 3 x virtual 1 != virtual_stages 2"), std::string::npos) << msg;
+  const std::size_t second = good.find("\nfile vstage_1.h5");
+  ASSERT_NE(second, std::string::npos);
+  std::ofstream(path, std::ios::trunc) << good.substr(0, second + 1) + good.substr(good.find('\n', second + 1) + 1);
+  msg = input_error([&] { read_manifest(step); });
+  EXPECT_NE(msg.find("lists 1 file lines for virtual_stages 2"), std::string::npos) << msg;
+  std::ofstream(path, std::ios::trunc) << good;
+  EXPECT_EQ(read_manifest(step).num_virtual_stages, 2);
+}
+
 // A write that fails (here: the file is /dev/full) throws naming the file and the system's reason.
 TEST(CheckpointSteps, FailedWriteNamesFileAndReason) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
