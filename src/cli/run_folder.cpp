@@ -63,9 +63,13 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
     for (const char* name : kRunFiles) {
       if (fs::exists(dir / name, ec)) found.emplace_back(name);
     }
+    // Checkpoints: a step's files, or a checkpoint root (its `latest`, or a step folder with its manifest).
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
-      if (name.rfind("vstage_", 0) == 0 && entry.path().extension() == ".h5") {
+      const bool step_file = name.rfind("vstage_", 0) == 0 && entry.path().extension() == ".h5";
+      const bool root = (name == "latest" && entry.is_regular_file(ec)) ||
+                        (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / "manifest.txt", ec));
+      if (step_file || root) {
         found.push_back("checkpoints (" + name + ", ...)");
         break;
       }

@@ -153,6 +153,19 @@ class Outputs(FaultCase):
         self.assertIn(missing, r.text)
         self.assertNotIn("another run", r.text)
 
+    def test_a_checkpoint_root_is_not_a_run_folder(self):
+        # Another run's checkpoint root (latest, step folders) given as run.output: simulate and a new run are
+        # refused naming the checkpoints, and the root keeps exactly what it held.
+        root = self.checkpointed("ck")
+        before = {d: digests(os.path.join(root, d)) for d in os.listdir(root) if d.startswith("step-")}
+        listing = sorted(os.listdir(root))
+        for r in (run1("simulate", self.deck(steps=1), "run.output=" + root),
+                  mpirun(2, "run", self.deck(steps=1), "run.output=" + root)):
+            self.assertFault(r, 2, r"run\.output = '%s' already holds the results of another run \(checkpoints "
+                             r"\((latest|step-\d+), \.\.\.\)\)" % root)
+            self.assertEqual(sorted(os.listdir(root)), listing)
+            self.assertEqual({d: digests(os.path.join(root, d)) for d in before}, before)
+
     def test_simulate_never_replaces_a_measured_run(self):
         # The very deck a measured run used: the simulator's trace would replace the measured one.
         deck, before = self.first_run()
