@@ -39,6 +39,22 @@ class DeckInputs(FaultCase):
         self.assertFault(r, 2, r"up to noise\.straggler_factor = 1000 times that; run\.steps = 3 of them exceed")
         self.assertFalse(os.path.exists(self.out))
 
+    def test_op_times_below_the_clock(self):
+        # Below the trace's 1 ns an op rounded to nothing: per step a makespan of 0 beside a run throughput of
+        # 6e13, exit 0. All-zero costs gave throughput 0. Both refused naming the keys; 1 ns itself passes.
+        cases = [(["cost.device_tflops=1e9"], r"cost\.device_tflops = 1000000000 \(op times derived from the model\) "
+                                             r"give an op time of .* ms on stage 0, below the trace clock's 1 ns"),
+                 (["cost.forward=1e-9"], r"cost\.forward, cost\.backward_input and cost\.backward_weight give an op "
+                                         r"time of 1e-0?9 ms on stage 0, below the trace clock's 1 ns"),
+                 (["cost.forward=0", "cost.backward_input=0", "cost.backward_weight=0"],
+                  r"give every op a time of 0 ms")]
+        for keys, says in cases:
+            r = run1("simulate", self.deck(steps=1), *keys)
+            self.assertFault(r, 2, says)
+            self.assertFalse(os.path.exists(self.out))
+        r = run1("simulate", self.deck(steps=1), "cost.forward=1e-6", "cost.backward_weight=0", "--json")
+        self.assertEqual(r.code, 0, r.text)
+
     def test_noise_draws_past_the_clock(self):
         # Random noise past the deck check's margin: heterogeneous sigma 3 (rank speeds drawn once) on 1e9 ms ops,
         # 33 microbatches, 10 steps (9.9e11 ms noise-free, inside the 1e12 a run may take). The tenth step passes
