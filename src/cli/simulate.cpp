@@ -136,6 +136,7 @@ int cmd_simulate(const Invocation& inv) {
   // the machine), then the run folder, then the inputs the schedule and the planner read.
   try {
     check_simulate_size(deck, kSummarizeFromEventsUpTo);
+    check_trace_space(deck);
     check_run_output(deck, config::Command::Simulate);
     schedule = sched::make_schedule(plan);
     options = sim::SimOptions::from_plan(plan, schedule);

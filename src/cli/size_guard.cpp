@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -103,6 +104,30 @@ void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
       " x virtual " + std::to_string(size.v) + " x " + std::to_string(size.ops_per_microbatch) +
       (size.events ? ", with trace events" : "") + "), above the limit of " + gb(limit) + " set by " + source +
       "; make the pipeline or the microbatch count smaller" + (size.events ? ", or set trace.enabled=false" : ""));
+}
+
+void check_trace_space(const config::Deck& deck) {
+  if (!deck.trace.enabled) return;
+  sim::SimSize size;
+  size.p = deck.parallel.pipeline;
+  size.m = deck.parallel.microbatches;
+  size.v = deck.parallel.virtual_chunks;
+  size.ops_per_microbatch = ops_per_microbatch(deck.schedule.kind);
+  const double floor_bytes = static_cast<double>(sim::ops_per_step(size)) * static_cast<double>(deck.run.steps) *
+                             static_cast<double>(kTraceFloorBytesPerEvent);
+  // The file system run.output will be on: its nearest folder that exists.
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::absolute(deck.run.output, ec);
+  while (!at.empty() && !std::filesystem::exists(at, ec) && at != at.parent_path()) at = at.parent_path();
+  const std::filesystem::space_info space = std::filesystem::space(at, ec);
+  if (ec || space.available == static_cast<std::uintmax_t>(-1) || floor_bytes <= static_cast<double>(space.available))
+    return;
+  throw InputError("the trace would take at least " + gb(static_cast<std::uint64_t>(floor_bytes)) + " (run.steps " +
+                   std::to_string(deck.run.steps) + " x " + std::to_string(sim::ops_per_step(size)) +
+                   " op events per step x " + std::to_string(kTraceFloorBytesPerEvent) +
+                   " bytes, compressed), more than the " + gb(space.available) + " free on the file system of '" +
+                   at.string() + "' (run.output = '" + deck.run.output +
+                   "'); run fewer steps, choose another run.output, or set trace.enabled=false");
 }
 
 void check_run_size(const config::Deck& deck) {

@@ -270,8 +270,9 @@ void check_op_times(const Deck& d, const plan::Costs& c) {
     }
   }
   if (work <= 0) {
-    throw InputError(costs + " give every op a time of 0 ms: a step would take no time, so no makespan, bubble or "
-                             "throughput means anything; give the ops their times");
+    throw InputError(costs +
+                     " give every op a time of 0 ms: a step would take no time, so no makespan, bubble or "
+                     "throughput means anything; give the ops their times");
   }
   const std::string comm =
       "cost.comm = " + format_double(d.cost.comm) +

@@ -221,6 +221,17 @@ class Outputs(FaultCase):
         self.assertLess(r.seconds, 2 * startup + 1.0, "the size guard took too long")
         self.assertFalse(os.path.exists(self.out))
 
+    def test_simulate_trace_space_guard(self):
+        # A trace no disk holds (1e9 steps of 6000 ops: 24 TB at 4 bytes an event, a floor): refused at once naming
+        # the numbers and the way out, nothing created. Before, it wrote 700 MB a minute for an ETA of days. (1 ns
+        # ops keep the run inside the clock's check.)
+        r = run1("simulate", self.deck(m=1000), "run.steps=1000000000", "cost.forward=1e-6",
+                 "cost.backward_input=1e-6", "cost.backward_weight=1e-6")
+        self.assertFault(r, 2, r"the trace would take at least [0-9.e+]+ GB \(run\.steps 1000000000 x 6000 op events "
+                               r"per step x 4 bytes, compressed\), more than the [0-9.e+]+ GB free on the file system "
+                               r"of '.*' \(run\.output = '%s'\); .*trace\.enabled=false" % self.out)
+        self.assertFalse(os.path.exists(self.out))
+
     def test_run_size_guard(self):
         r = mpirun(2, "run", self.deck(steps=1), "run.memory_limit_gb=0.001")
         self.assertFault(r, 2, r"the run needs about [0-9.e+]+ GB of memory on this node \(2 ranks; rank 0: .* "

@@ -19,6 +19,12 @@ std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source);
 // the limit.
 void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to);
 
+// `conductor simulate` with a trace: a run whose trace cannot fit in the space free where run.output lies is refused
+// before it starts (it would fill the disk for hours). The estimate is a floor (kTraceFloorBytesPerEvent per op
+// event, far below what the compressed rows take), so a run that would fit is never refused.
+inline constexpr std::uint64_t kTraceFloorBytesPerEvent = 4;
+void check_trace_space(const config::Deck& deck);
+
 // `conductor run`, collective over MPI_COMM_WORLD: each rank estimates its own trainer (runtime/memory_estimate.hpp),
 // the ranks of a node add theirs up, and a node above the limit ends every rank with exit 2.
 void check_run_size(const config::Deck& deck);
