@@ -80,7 +80,12 @@ int cmd_schedule(const Invocation& inv) {
     std::fputs(sched::to_text(schedule).c_str(), stdout);
   } else if (format == "csv") {
     std::fflush(stdout);
-    sched::write_torch_csv(std::cout, schedule);
+    try {
+      sched::write_torch_csv(std::cout, schedule);
+    } catch (const InputError& e) {  // too large to read back: refused before it writes
+      std::fprintf(stderr, "conductor: %s\n", e.what());
+      return kExitUsage;
+    }
     std::cout.flush();
   } else {
     sim::SimOptions options = sim::SimOptions::from_plan(plan, schedule);

@@ -242,10 +242,26 @@ void write_torch_csv(std::ostream& out, const Schedule& s) {
     slots[static_cast<std::size_t>(op.rank)].emplace_back(static_cast<std::size_t>(std::llround(op.start - run.start)),
                                                           op.index);
   }
-  std::string row;
+  // The file's size first: a file the reader refuses (kMaxScheduleFileBytes; at p = 65536 the slots' commas alone
+  // take 6.4 GB) is refused before a byte is written.
+  std::uintmax_t bytes = 0;
   for (int r = 0; r < s.p; ++r) {
     auto& at = slots[static_cast<std::size_t>(r)];
     std::sort(at.begin(), at.end());
+    bytes += (at.empty() ? 0 : at.back().first) + 1;
+    for (const auto& [slot, index] : at)
+      bytes += torch_name(s, r, s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(index)]).size();
+  }
+  if (bytes > kMaxScheduleFileBytes) {
+    throw InputError("the CSV of schedule '" + s.name + "' (p = " + std::to_string(s.p) +
+                     ", m = " + std::to_string(s.m) + ", v = " + std::to_string(s.v) + ") would take " +
+                     std::to_string(bytes) + " bytes, over the " + std::to_string(kMaxScheduleFileBytes) +
+                     " a schedule file may hold (it could not be read back); use --format text, whose size grows "
+                     "with the ops alone, or a smaller pipeline");
+  }
+  std::string row;
+  for (int r = 0; r < s.p; ++r) {
+    auto& at = slots[static_cast<std::size_t>(r)];
     row.clear();
     std::size_t commas = 0;  // a field in slot k follows k commas
     for (const auto& [slot, index] : at) {

@@ -89,6 +89,18 @@ class ScheduleCommandTest(unittest.TestCase):
             self.assertEqual(len(figures(gen.stdout)), 3, gen.stdout)  # makespan, makespan / LB, bubble
             self.assertEqual(figures(gen.stdout), figures(imp.stdout), kind)
 
+    def test_csv_too_large_to_read_back_is_refused(self):
+        # The CSV grows with p^2 (a slot per comma): at p = 32768 it would be 1.6 GB, over the 1 GiB the schedule
+        # reader takes. Refused before a byte is written (it wrote 6.4 GB at p = 65536); the text form still works.
+        proc = conductor("schedule", self.deck, "--format", "csv", "parallel.pipeline=32768", "parallel.microbatches=1",
+                         "schedule.kind=zb-h1")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stdout, "")
+        self.assertRegex(proc.stderr, r"the CSV of schedule 'zb-h1' \(p = 32768, m = 1, v = 1\) would take \d+ bytes, "
+                                      r"over the 1073741824 a schedule file may hold .*use --format text")
+        self.assertIn("pipeline 32768", self.ok(self.deck, "parallel.pipeline=32768", "parallel.microbatches=1",
+                                                "schedule.kind=zb-h1"))
+
     def test_bad_format(self):
         self.assertIn("--format 'xml' is not a format: text, csv or chart", self.refused(self.deck, "--format", "xml"))
         self.assertIn("flag '--format' needs a value", self.refused(self.deck, "--format"))
