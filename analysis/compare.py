@@ -95,15 +95,30 @@ def _yaml(value):
     return str(value)
 
 
+def parse_deck(trace):
+    """The trace's resolved deck (root attribute `deck`) as a dict ({} for an empty one); a deck that is not YAML, or
+    not a mapping, is refused (TraceError naming the attribute): the configurations are told apart by their decks."""
+    import yaml
+    try:
+        deck = yaml.safe_load(trace.attrs["deck"])
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        at = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark is not None else ""
+        raise ct.TraceError("%s: root attribute 'deck' is not valid YAML (%s%s); compare.py groups runs by their "
+                            "resolved decks" % (trace.path, problem, at)) from None
+    if deck is None:
+        return {}
+    if not isinstance(deck, dict):
+        raise ct.TraceError("%s: root attribute 'deck' is YAML but not a mapping of deck keys (a %s); compare.py "
+                            "groups runs by their resolved decks" % (trace.path, type(deck).__name__))
+    return deck
+
+
 def describe(trace):
     """(axes dict, flattened deck without the ignored keys) of a run, from its root attributes and deck."""
-    import yaml
     text = trace.attrs["deck"]
-    try:
-        deck = yaml.safe_load(text) or {}
-    except yaml.YAMLError:
-        deck = {}
-    deck = deck if isinstance(deck, dict) else {}
+    deck = parse_deck(trace)
     sources = re.findall(r"^#\s+(deck|fragment)\s+(\S+)", text, re.M)
     deck_name = next((os.path.splitext(os.path.basename(p))[0] for k, p in sources if k == "deck"), "")
     presets = [os.path.splitext(os.path.basename(p))[0] for k, p in sources if k == "fragment" and "noise" in p]

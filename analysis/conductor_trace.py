@@ -1,8 +1,9 @@
 """Reading and measuring conductor traces (trace.h5, schema in docs/trace.md).
 
-Shared by bubbles.py, timeline.py, compare.py and perfetto.py. `load(path)` validates the schema and
-raises TraceError naming what is missing; `main_guard(fn)` turns every error into one line on stderr and
-a non-zero exit, never a traceback.
+Shared by bubbles.py, timeline.py, compare.py and perfetto.py. `load(path)` validates the schema and the
+values (`validate`: what no writer produces, e.g. an unknown kind or an op ending before it starts) and raises
+TraceError naming what is missing or wrong; `main_guard(fn)` turns every error into one line on stderr and a
+non-zero exit (2 for a TraceError), never a traceback.
 
 Definitions (docs/trace.md): compute ops are F, B, W, BW; per step, makespan = last compute end - first
 compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makespan); per-stage bubble
@@ -31,6 +32,18 @@ OPTIONAL_STEP_FIELDS = ("stage_bubble_ratio",)
 INT_ATTRS = ("schema_version", "world_size", "pipeline", "microbatches", "virtual")
 STR_ATTRS = ("deck", "schedule", "execution", "hint", "backend", "source", "git_revision")
 LIST_ATTRS = ("hostnames",)
+
+# What load() accepts in /events and /steps: what the C++ writers (trace_writer, summarize_step, the simulator and
+# the runtime) can write, so that a corrupt trace is refused with one line naming the row, field and value.
+# Times: the simulator refuses a clock of 9.2e12 ms or more, "the ms a trace holds (nanoseconds in 64 bits)"
+# (src/sim/simulator.cpp, to_ns); the runtime's common clock is rank 0's steady clock (ns since boot), far below.
+MAX_TIME_NS = 9_200_000_000_000_000_000
+# SEND, RECV and ANNOUNCE rows may end before they start by the clocks' alignment error (an ANNOUNCE's two times
+# are two ranks' readings; docs/trace.md: a fraction of a millisecond); refused beyond this.
+CLOCK_SLACK_NS = 1_000_000_000
+# ... and lie outside the run's steps ([first step start, last step end] in /steps: RECVs are posted at a rank's
+# step begin); refused beyond the larger of the run's length and this.
+OUTSIDE_RUN_NS = 3600 * 1_000_000_000
 
 
 class TraceError(Exception):
@@ -240,15 +253,155 @@ def load(path):
         # Damaged HDF5 metadata (object headers, B-trees, heaps: e.g. "incorrect metadata checksum") surfaces
         # from h5py as any of these, wherever the damaged object is first touched.
         raise TraceError("%s: damaged HDF5 trace (%s); it cannot be read" % (path, _reason(e))) from None
-    steps = steps[steps["step"] >= 0]
+    # Rows of steps < 0 are unwritten fill, events of steps not in /steps belong to an incomplete step (a killed
+    # run): both are left out; the rows kept are validated, reported by their row number in the file.
+    step_rows = np.nonzero(steps["step"] >= 0)[0]
+    steps = steps[step_rows]
     complete = np.isin(events["step"], steps["step"])
     dropped = int((~complete).sum())
-    events = events[complete]
-    bad = events[(events["rank"] < 0) | (events["rank"] >= attrs["world_size"])]
-    if len(bad):
-        raise TraceError("%s: /events has rank %d outside [0, world_size=%d)" %
-                         (path, int(bad["rank"][0]), attrs["world_size"]))
-    return Trace(path, attrs, events, steps, {k: int(v) for k, v in kinds.items()}, dropped, dataset_attrs)
+    event_rows = np.nonzero(complete)[0]
+    events = events[event_rows]
+    kind_codes = {k: int(v) for k, v in kinds.items()}
+    validate(path, attrs, events, event_rows, steps, step_rows, kind_codes)
+    return Trace(path, attrs, events, steps, kind_codes, dropped, dataset_attrs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Validation of the rows: vectorised (a 64-rank trace has millions of rows), the first bad row reported
+
+
+def _refuse(path, bad, where, what):
+    """Raises TraceError for the first True of the boolean array `bad`: "PATH: WHERE(i): WHAT(i)", and how many
+    more rows are bad the same way."""
+    n = int(np.count_nonzero(bad))
+    if n:
+        i = int(np.argmax(bad))
+        more = " (and %d more row%s)" % (n - 1, "s" if n > 2 else "") if n > 1 else ""
+        raise TraceError("%s: %s: %s%s" % (path, where(i), what(i), more))
+
+
+def _num(x):
+    """A float for a message as Python writes it: nan, inf, -1.5."""
+    return repr(float(x))
+
+
+def _code_list(codes):
+    codes = sorted(codes)
+    if codes == list(range(codes[0], codes[-1] + 1)):
+        return "%d..%d" % (codes[0], codes[-1])
+    return ", ".join(str(c) for c in codes)
+
+
+def _validate_steps(path, steps, step_rows):
+    """/steps: each step once; start_ns in 0..MAX_TIME_NS, makespan_ns >= 0 and start_ns + makespan_ns <=
+    MAX_TIME_NS; bubble_ratio a finite ratio <= 1; samples_per_s and lower_bound_ns finite and >= 0, samples_per_s 0
+    exactly when makespan_ns is 0 (the writers write samples / makespan, samples > 0, and 0 for a makespan of 0);
+    stage_bubble_ratio a finite ratio <= 1, or NaN (not computed). The loss is not checked: NaN is documented (no
+    loss) and a diverging run may record any value. Returns (sort order of the step ids, start, makespan)."""
+    def where(i):
+        return "/steps row %d (step %d)" % (int(step_rows[i]), int(steps["step"][i]))
+
+    ids = steps["step"]
+    order = np.argsort(ids, kind="stable")
+    dup = np.zeros(len(ids), dtype=bool)
+    dup[order[1:]] = ids[order[1:]] == ids[order[:-1]]
+    _refuse(path, dup, where, lambda i: "step %d is also in /steps row %d; each step appears once (docs/trace.md)" %
+            (int(ids[i]), int(step_rows[np.nonzero(ids == ids[i])[0][0]])))
+    start = steps["start_ns"].astype(np.int64)
+    makespan = steps["makespan_ns"].astype(np.int64)
+    _refuse(path, (start < 0) | (start > MAX_TIME_NS), where, lambda i: "start_ns %d is outside 0..%d (ns on the "
+            "run's clock, docs/trace.md)" % (start[i], MAX_TIME_NS))
+    _refuse(path, (makespan < 0) | (makespan > MAX_TIME_NS - start), where, lambda i: "makespan_ns %d is outside "
+            "0..%d (>= 0, and start_ns + makespan_ns within the clock's %d ns; docs/trace.md)" %
+            (makespan[i], MAX_TIME_NS - start[i], MAX_TIME_NS))
+    with np.errstate(invalid="ignore"):
+        ratio = lambda v: np.isfinite(v) & (v <= 1.0)  # noqa: E731
+        non_negative = lambda v: np.isfinite(v) & (v >= 0.0)  # noqa: E731
+        for field, ok, allowed in (("bubble_ratio", ratio, "a finite ratio <= 1"),
+                                   ("samples_per_s", non_negative, "finite and >= 0"),
+                                   ("lower_bound_ns", non_negative, "finite and >= 0"),
+                                   ("stage_bubble_ratio", lambda v: ratio(v) | np.isnan(v),
+                                    "a finite ratio <= 1, or NaN (not computed)")):
+            if field in steps.dtype.names:
+                v = steps[field].astype(np.float64)
+                _refuse(path, ~ok(v), where, lambda i: "%s %s is not %s (docs/trace.md)" % (field, _num(v[i]), allowed))
+    rate = steps["samples_per_s"].astype(np.float64)
+    _refuse(path, (rate == 0) != (makespan == 0), where, lambda i: "samples_per_s %s with makespan_ns %d; allowed: 0 "
+            "exactly when makespan_ns is 0 (the writers write samples / makespan; docs/trace.md)" %
+            (_num(rate[i]), makespan[i]))
+    return order, start, makespan
+
+
+def validate(path, attrs, events, event_rows, steps, step_rows, kinds):
+    """Refuses (TraceError: one line naming the file, the dataset, the row, the field, its value and what is allowed)
+    rows that no writer of docs/trace.md produces, so that every tool refuses a corrupt trace the same way.
+    events, steps: the rows kept (complete steps); event_rows, step_rows: their row numbers in the file (0-based);
+    kinds: the file's enum {name: code}. /steps as _validate_steps says; /events:
+
+    - kind one of the file's enum values; rank in [0, world_size); peer in [0, world_size) on SEND, RECV, ANNOUNCE
+      and HELP_* rows (the other rank, the owner);
+    - ready_ns, start_ns, end_ns within +-MAX_TIME_NS;
+    - compute rows (F, B, W, BW, HELP_*) end at or after their start and lie within their step's [start_ns,
+      start_ns + makespan_ns] in /steps (the writers compute those from exactly these rows: trace::summarize_step);
+    - SEND, RECV and ANNOUNCE rows end before their start by at most CLOCK_SLACK_NS, and lie outside the run's steps
+      by at most max(the run's length, OUTSIDE_RUN_NS);
+    - every step in /steps has a compute row (the writers record a step only with its ops)."""
+    order, start, makespan = _validate_steps(path, steps, step_rows)
+    ids = steps["step"]
+    world = attrs["world_size"]
+    names = {v: k for k, v in kinds.items()}
+    kind, rank, peer = events["kind"], events["rank"], events["peer"]
+
+    def where(i):
+        return "/events row %d (step %d, rank %d)" % (int(event_rows[i]), int(events["step"][i]), int(rank[i]))
+
+    def name(i):
+        return names[int(kind[i])]
+
+    _refuse(path, ~np.isin(kind, list(kinds.values())), where, lambda i: "kind %d is not one of the event kinds %s "
+            "(docs/trace.md)" % (int(kind[i]), _code_list(kinds.values())))
+    _refuse(path, (rank < 0) | (rank >= world), where, lambda i: "rank %d is outside [0, world_size=%d)" %
+            (int(rank[i]), world))
+    own = np.isin(kind, [kinds[k] for k in COMPUTE_KINDS])
+    _refuse(path, ~own & ((peer < 0) | (peer >= world)), where, lambda i: "peer %d of a %s row is outside "
+            "[0, world_size=%d) (the other rank; docs/trace.md)" % (int(peer[i]), name(i), world))
+    times = [(f, events[f].astype(np.int64)) for f in ("ready_ns", "start_ns", "end_ns")]
+    for f, t in times:
+        _refuse(path, (t < -MAX_TIME_NS) | (t > MAX_TIME_NS), where, lambda i: "%s %d is beyond the trace clock's "
+                "range of +-%d ns (docs/trace.md)" % (f, t[i], MAX_TIME_NS))
+    t0, t1 = times[1][1], times[2][1]
+    compute = np.isin(kind, [kinds[k] for k in BUSY_KINDS if k in kinds])
+    _refuse(path, compute & (t1 < t0), where, lambda i: "end_ns %d < start_ns %d of a compute op (%s); allowed: "
+            "end_ns >= start_ns (docs/trace.md)" % (t1[i], t0[i], name(i)))
+    # The /steps row of each event's step (every kept event's step is in /steps, once).
+    at = order[np.searchsorted(ids[order], events["step"])] if len(ids) else np.zeros(len(events), dtype=np.int64)
+    w0, w1 = start[at], start[at] + makespan[at]
+    _refuse(path, compute & (t0 < w0), where, lambda i: "start_ns %d of a compute op (%s) is before its step's "
+            "start_ns %d in /steps; allowed: within its step's [start_ns, start_ns + makespan_ns] (docs/trace.md)" %
+            (t0[i], name(i), w0[i]))
+    _refuse(path, compute & (t1 > w1), where, lambda i: "end_ns %d of a compute op (%s) is after its step's end in "
+            "/steps (start_ns %d + makespan_ns %d = %d); allowed: within its step's [start_ns, start_ns + makespan_ns] "
+            "(docs/trace.md)" % (t1[i], name(i), w0[i], makespan[at[i]], w1[i]))
+    other = ~compute
+    _refuse(path, other & (t1 < t0 - CLOCK_SLACK_NS), where, lambda i: "end_ns %d < start_ns %d of a %s row; "
+            "allowed: end_ns >= start_ns - %d (the ranks' clock alignment; docs/trace.md)" %
+            (t1[i], t0[i], name(i), CLOCK_SLACK_NS))
+    if len(ids) and other.any():
+        lo, hi = int(start.min()), int((start + makespan).max())
+        margin = max(hi - lo, OUTSIDE_RUN_NS)
+        low, high = max(lo - margin, -MAX_TIME_NS), min(hi + margin, MAX_TIME_NS)
+        for f, t in times[1:]:
+            _refuse(path, other & ((t < low) | (t > high)), where, lambda i: "%s %d of a %s row is outside the run's "
+                    "steps in /steps [%d, %d] by more than max(the run's length, %d ns); allowed: %d..%d "
+                    "(docs/trace.md)" % (f, t[i], name(i), lo, hi, OUTSIDE_RUN_NS, low, high))
+    if len(ids) and not len(events):
+        raise TraceError("%s: /events has no rows, but /steps has %d step%s (%s): every step in /steps has its ops in "
+                         "/events (docs/trace.md)" % (path, len(ids), "s" if len(ids) > 1 else "",
+                                                      _ranges([int(s) for s in ids])))
+    has_ops = np.bincount(at[compute], minlength=len(ids)) > 0
+    _refuse(path, ~has_ops, lambda i: "/steps row %d (step %d)" % (int(step_rows[i]), int(ids[i])),
+            lambda i: "the step has no compute op (F, B, W, BW or HELP_*) in /events: every step in /steps has its "
+            "ops there (docs/trace.md)")
 
 
 def _read(f, path):
@@ -347,8 +500,12 @@ def stage_bubble_ratio(busy, span):
 
 
 def stored_stage_bubble(trace, row):
-    """The stored per-stage bubble of a /steps row, or None for a trace written before that column existed."""
-    return float(row["stage_bubble_ratio"]) if "stage_bubble_ratio" in trace.steps.dtype.names else None
+    """The stored per-stage bubble of a /steps row, or None for a trace written before that column existed or a NaN
+    (not computed, docs/trace.md)."""
+    if "stage_bubble_ratio" not in trace.steps.dtype.names:
+        return None
+    v = float(row["stage_bubble_ratio"])
+    return None if v != v else v
 
 
 def idle_split(trace, step, figures=None):
@@ -538,8 +695,11 @@ def run_totals(trace, steps=None):
     # Over steps the bubble ratio is the mean of the per-step values, as summary.json and bubbles.py take it.
     bubble = float(st["bubble_ratio"].mean())
     # The per-stage bubble is a per-step mean over ranks; over steps it is averaged (as summary.json does).
-    # None for a trace without the column.
-    stage = float(st["stage_bubble_ratio"].mean()) if "stage_bubble_ratio" in st.dtype.names else None
+    # None for a trace without the column, or where every step's value is NaN (not computed).
+    stage = None
+    if "stage_bubble_ratio" in st.dtype.names:
+        known = st["stage_bubble_ratio"][~np.isnan(st["stage_bubble_ratio"])]
+        stage = float(known.mean()) if len(known) else None
     return {"steps": int(len(st)), "mean_makespan_ns": float(mk.mean()), "total_ns": float(total),
             "samples_per_s": float(samples / (total * 1e-9)) if total > 0 else 0.0, "bubble_ratio": bubble,
             "stage_bubble_ratio": stage, "final_loss": float(st["loss"][-1])}

@@ -439,21 +439,63 @@ class OutputPaths(TempDirCase):
         self.assertFalse(os.path.exists(self.path("t.png")))
 
 
+TOOLS = (("bubbles.py", None), ("timeline.py", "t.png"), ("perfetto.py", "p.json"), ("compare.py", "r.md"))
+
+
+def run_every_tool(case, path):
+    """Runs the four tools on trace `path` at once (compare.py with --include-warmup, outputs in case.dir); returns
+    [(script, output path or None, CompletedProcess)]."""
+    procs = []
+    for script, out in TOOLS:
+        extra = ["-o", os.path.join(case.dir, out)] if out else []
+        extra += ["--include-warmup"] if script == "compare.py" else []
+        procs.append((script, out and os.path.join(case.dir, out),
+                      subprocess.Popen([os.path.join(ANALYSIS, script), path] + extra, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)))
+    done = []
+    for script, out, proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        done.append((script, out, subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)))
+    return done
+
+
 def check_every_tool_refuses(case, path, expected):
     """Every tool that takes a trace: exit 2, nothing on stdout, no output file, and on stderr exactly one line
-    'TOOL: error: PATH: ...' that contains `expected` (no traceback, no HDF5 error stack or low-level dump)."""
-    for script, out in (("bubbles.py", None), ("timeline.py", "t.png"), ("perfetto.py", "p.json"),
-                        ("compare.py", "r.md")):
-        extra = ["-o", os.path.join(case.dir, out)] if out else []
-        r = run(script, path, *extra)
+    'TOOL: error: PATH: ...' that contains `expected` (no traceback, no HDF5 error stack or low-level dump).
+    Returns that line (the same from every tool)."""
+    messages = set()
+    for script, out, r in run_every_tool(case, path):
         case.assertEqual(r.returncode, 2, script + ": " + r.stderr)
         case.assertEqual(r.stdout, "", script)
         lines = r.stderr.splitlines()
         case.assertEqual(len(lines), 1, "%s printed:\n%s" % (script, r.stderr))
         case.assertTrue(lines[0].startswith("%s: error: %s: " % (script, path)), lines[0])
         case.assertIn(expected, lines[0])
+        messages.add(lines[0].split(": error: ", 1)[1])
         if out:
-            case.assertFalse(os.path.exists(os.path.join(case.dir, out)), script)
+            case.assertFalse(os.path.exists(out), script)
+    case.assertEqual(len(messages), 1, messages)  # the shared loader's message, word for word
+    return messages.pop()
+
+
+def check_every_tool_accepts(case, path):
+    """Every tool exits 0 on trace `path` and writes its output, with no error or warning on stderr; the outputs are
+    removed after."""
+    for script, out, r in run_every_tool(case, path):
+        case.assertEqual(r.returncode, 0, "%s: %s" % (script, r.stderr))
+        case.assertNotIn("error", r.stderr, script)
+        case.assertNotIn("warning", r.stderr, script)
+        if out:
+            case.assertTrue(os.path.exists(out), script)
+            os.remove(out)
+        else:
+            case.assertIn("== %s" % path, r.stdout)  # bubbles.py's table
+    os.remove(os.path.join(case.dir, "r.png"))  # compare.py's chart
 
 
 def damaged_copy(case, source, name, obj):
@@ -538,6 +580,186 @@ class Malformed(TempDirCase):
                              "--baseline", "nope", "--include-warmup")
         listed = r.stderr.split("not one of the runs: ")[1].strip().split(", ")
         self.assertEqual(len(listed), len(set(listed)), r.stderr)  # each run named once
+
+
+def edited_copy(case, source, name, dataset, rows=None, **fields):
+    """A copy of trace `source` with fields of /`dataset` overwritten through h5py, as a fault-injection probe
+    edits a trace: fields={field: value} at `rows` (an index, a list or a slice; None: every row), or, with a
+    callable value, field = value(the table) on every row."""
+    import h5py
+    p = case.path(name)
+    shutil.copyfile(source, p)
+    with h5py.File(p, "r+") as f:
+        data = f[dataset][...]
+        original = data.copy()
+        for field, value in fields.items():
+            if callable(value):
+                data[field] = value(original)
+            else:
+                data[field][slice(None) if rows is None else rows] = value
+        f[dataset][...] = data
+    return p
+
+
+class CorruptValues(TempDirCase):
+    """Traces whose values no writer produces (a fault-injection probe's edits): the shared loader refuses them, so
+    every tool exits 2 with the same line naming the file, the dataset, the row (step, rank), the field, the value
+    and what is allowed. Valid traces, with everything docs/trace.md allows (helps, transfers, an ANNOUNCE ending
+    before it starts, a RECV posted before the step's first op, a NaN loss), pass."""
+
+    # rows: 0-11 the example (0 F r0 mb0, 2 SEND, 4 B r0 mb1, 5 RECV, 6 F r1 mb0, ...), then 12 HELP_B on rank 1,
+    # 13 SEND mb1, 14 RECV mb1 posted at 950 (before the step's first op at 1000), 15 ANNOUNCE ending 60 ns before
+    # it starts (two ranks' clocks).
+    def setUp(self):
+        super().setUp()
+        ev = tracegen.ev
+        rows = tracegen.example_events(0, 1000) + [
+            ev(0, 1, "HELP_B", 1, 1505, 1510, 1560, stage=0, peer=0, migrated=1, bytes_=2048),
+            ev(0, 0, "SEND", 1, 1105, 1105, 1300, peer=1, bytes_=4096),
+            ev(0, 1, "RECV", 1, 950, 950, 1300, peer=0, bytes_=4096),
+            ev(0, 1, "ANNOUNCE", 1, 1250, 1260, 1200, peer=0)]
+        step = tracegen.step_row(0, 600, 1 - 830 / 1200, 430.0, start=1000) + ((1 - 400 / 600 + 1 - 430 / 440) / 2,)
+        self.good = self.path("good.h5")
+        tracegen.write_trace(self.good, rows, [step], libver=("v110", "v110"))
+
+    def refused(self, path, expected):
+        """ct.load(path) raises TraceError with exactly 'PATH: expected'."""
+        with self.assertRaises(ct.TraceError) as cm:
+            ct.load(path)
+        self.assertEqual(str(cm.exception), "%s: %s" % (path, expected))
+
+    def check_every_tool(self, path, expected):
+        """Every tool refuses `path` with exactly 'PATH: expected'."""
+        self.assertEqual(check_every_tool_refuses(self, path, expected), "%s: %s" % (path, expected))
+
+    def test_valid_trace_passes(self):
+        check_every_tool_accepts(self, self.good)
+        trace = ct.load(self.good)
+        self.assertEqual(len(trace.events), 16)
+        self.assertEqual(bubbles.analyze(trace)["stored_mismatch_steps"], [])
+
+    def test_not_computed_stage_bubble_is_accepted(self):
+        """NaN in stage_bubble_ratio is "not computed" (docs/trace.md): accepted and reported as absent, as for a
+        trace without the column; a NaN loss is "no loss"."""
+        p = edited_copy(self, self.good, "nan_stage.h5", "steps", stage_bubble_ratio=float("nan"))
+        trace = ct.load(p)
+        res = bubbles.analyze(trace)
+        self.assertEqual(res["stored_mismatch_steps"], [])
+        self.assertIsNone(res["per_step"][0]["stored_stage_bubble_ratio"])
+        self.assertIsNone(ct.run_totals(trace)["stage_bubble_ratio"])
+        self.assertTrue(np.isnan(trace.steps["loss"][0]))
+        self.refused(edited_copy(self, self.good, "inf_stage.h5", "steps", stage_bubble_ratio=float("inf")),
+                     "/steps row 0 (step 0): stage_bubble_ratio inf is not a finite ratio <= 1, or NaN (not computed) "
+                     "(docs/trace.md)")
+
+    def test_unknown_kind(self):
+        p = edited_copy(self, self.good, "kind99.h5", "events", [6, 13], kind=99)
+        self.check_every_tool(p, "/events row 6 (step 0, rank 1): kind 99 is not one of the event kinds 0..10 "
+                                 "(docs/trace.md) (and 1 more row)")
+
+    def test_end_before_start(self):
+        p = edited_copy(self, self.good, "swapped.h5", "events", start_ns=lambda d: d["end_ns"],
+                        end_ns=lambda d: d["start_ns"])
+        self.check_every_tool(p, "/events row 0 (step 0, rank 0): end_ns 1000 < start_ns 1100 of a compute op (F); "
+                                 "allowed: end_ns >= start_ns (docs/trace.md) (and 10 more rows)")
+        # A transfer may end a little before it starts (the ranks' clocks), not by seconds.
+        self.refused(edited_copy(self, self.good, "send_back.h5", "events", 13, end_ns=1105 - 2 * 10 ** 9),
+                     "/events row 13 (step 0, rank 0): end_ns -1999998895 < start_ns 1105 of a SEND row; allowed: "
+                     "end_ns >= start_ns - 1000000000 (the ranks' clock alignment; docs/trace.md)")
+
+    def test_times_beyond_bounds(self):
+        p = edited_copy(self, self.good, "far_end.h5", "events", 4, end_ns=2 ** 62)
+        self.check_every_tool(p, "/events row 4 (step 0, rank 0): end_ns 4611686018427387904 of a compute op (B) is "
+                                 "after its step's end in /steps (start_ns 1000 + makespan_ns 600 = 1600); allowed: "
+                                 "within its step's [start_ns, start_ns + makespan_ns] (docs/trace.md)")
+        self.refused(edited_copy(self, self.good, "early.h5", "events", 0, start_ns=999),
+                     "/events row 0 (step 0, rank 0): start_ns 999 of a compute op (F) is before its step's start_ns "
+                     "1000 in /steps; allowed: within its step's [start_ns, start_ns + makespan_ns] (docs/trace.md)")
+        self.refused(edited_copy(self, self.good, "far_send.h5", "events", 13, end_ns=2 ** 62),
+                     "/events row 13 (step 0, rank 0): end_ns 4611686018427387904 of a SEND row is outside the run's "
+                     "steps in /steps [1000, 1600] by more than max(the run's length, 3600000000000 ns); allowed: "
+                     "-3599999999000..3600000001600 (docs/trace.md)")
+        self.refused(edited_copy(self, self.good, "far_ready.h5", "events", 0, ready_ns=2 ** 63 - 1),
+                     "/events row 0 (step 0, rank 0): ready_ns 9223372036854775807 is beyond the trace clock's range "
+                     "of +-9200000000000000000 ns (docs/trace.md)")
+
+    def test_bad_step_values(self):
+        p = edited_copy(self, self.good, "nan_bubble.h5", "steps", bubble_ratio=float("nan"))
+        self.check_every_tool(p, "/steps row 0 (step 0): bubble_ratio nan is not a finite ratio <= 1 (docs/trace.md)")
+        p = edited_copy(self, self.good, "zero_makespan.h5", "steps", makespan_ns=0)
+        self.check_every_tool(p, "/steps row 0 (step 0): samples_per_s %r with makespan_ns 0; allowed: 0 exactly when "
+                                 "makespan_ns is 0 (the writers write samples / makespan; docs/trace.md)" %
+                              (4.0 / (600 * 1e-9)))
+        p = edited_copy(self, self.good, "negative_bound.h5", "steps", lower_bound_ns=-1.0)
+        self.check_every_tool(p, "/steps row 0 (step 0): lower_bound_ns -1.0 is not finite and >= 0 (docs/trace.md)")
+        for name, field, value, expected in (
+                ("inf_rate", "samples_per_s", float("inf"), "samples_per_s inf is not finite and >= 0"),
+                ("zero_rate", "samples_per_s", 0.0, "samples_per_s 0.0 with makespan_ns 600; allowed: 0 exactly when "
+                                                    "makespan_ns is 0 (the writers write samples / makespan"),
+                ("big_ratio", "bubble_ratio", 1.5, "bubble_ratio 1.5 is not a finite ratio <= 1"),
+                ("minus_inf_ratio", "bubble_ratio", float("-inf"), "bubble_ratio -inf is not a finite ratio <= 1"),
+                ("negative_makespan", "makespan_ns", -5, "makespan_ns -5 is outside 0..9199999999999999000 (>= 0, and "
+                                                         "start_ns + makespan_ns within the clock's"),
+                ("negative_start", "start_ns", -1, "start_ns -1 is outside 0..9200000000000000000 (ns on the run's "
+                                                   "clock, docs/trace.md)")):
+            with self.assertRaises(ct.TraceError) as cm:
+                ct.load(edited_copy(self, self.good, name + ".h5", "steps", **{field: value}))
+            self.assertIn(": /steps row 0 (step 0): " + expected, str(cm.exception))
+        dup = self.path("dup.h5")
+        tracegen.write_trace(dup, tracegen.example_events(), [tracegen.step_row(0, 600, 0.35, 400.0)] * 2)
+        self.refused(dup, "/steps row 1 (step 0): step 0 is also in /steps row 0; each step appears once "
+                          "(docs/trace.md)")
+
+    def test_steps_without_their_events(self):
+        p = self.path("no_events.h5")
+        shutil.copyfile(self.good, p)
+        import h5py
+        with h5py.File(p, "r+") as f:
+            f["events"].resize((0,))
+        self.check_every_tool(p, "/events has no rows, but /steps has 1 step (0): every step in /steps has its ops "
+                                 "in /events (docs/trace.md)")
+        # A step whose only rows are transfers.
+        ev = tracegen.ev
+        p = self.path("no_ops.h5")
+        tracegen.write_trace(p, tracegen.example_events() + [ev(1, 0, "SEND", 0, 1100, 1100, 1110, peer=1),
+                                                             ev(1, 1, "RECV", 0, 1000, 1000, 1110, peer=0)],
+                             [tracegen.step_row(0, 600, 0.35, 400.0),
+                              tracegen.step_row(1, 600, 0.35, 400.0, start=1000)])
+        self.refused(p, "/steps row 1 (step 1): the step has no compute op (F, B, W, BW or HELP_*) in /events: every "
+                        "step in /steps has its ops there (docs/trace.md)")
+
+    def test_rank_and_peer_outside_the_world(self):
+        self.refused(edited_copy(self, self.good, "rank.h5", "events", 3, rank=5),
+                     "/events row 3 (step 0, rank 5): rank 5 is outside [0, world_size=2)")
+        self.refused(edited_copy(self, self.good, "peer.h5", "events", 13, peer=7),
+                     "/events row 13 (step 0, rank 0): peer 7 of a SEND row is outside [0, world_size=2) (the other "
+                     "rank; docs/trace.md)")
+        self.refused(edited_copy(self, self.good, "owner.h5", "events", 12, peer=-1),
+                     "/events row 12 (step 0, rank 1): peer -1 of a HELP_B row is outside [0, world_size=2) (the "
+                     "other rank; docs/trace.md)")
+
+    def test_deck_is_refused_only_by_the_tool_that_parses_it(self):
+        """compare.py groups runs by their decks: it refuses a deck that is not YAML, naming the attribute; the
+        other tools do not read the deck and accept the trace."""
+        import h5py
+        for name, deck, expected in (
+                ("unclosed.h5", "run: [unclosed", "root attribute 'deck' is not valid YAML (expected ',' or ']', but "
+                                                  "got '<stream end>' at line 1, column 15); compare.py groups runs by "
+                                                  "their resolved decks"),
+                ("list.h5", "- run\n- schedule\n", "root attribute 'deck' is YAML but not a mapping of deck keys (a "
+                                                  "list); compare.py groups runs by their resolved decks")):
+            p = self.path(name)
+            shutil.copyfile(self.good, p)
+            with h5py.File(p, "r+") as f:
+                f.attrs["deck"] = deck
+            results = {script: r for script, _, r in run_every_tool(self, p)}
+            for script in ("bubbles.py", "timeline.py", "perfetto.py"):
+                self.assertEqual(results[script].returncode, 0, script + ": " + results[script].stderr)
+            r = results["compare.py"]
+            self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+            self.assertEqual(r.stderr, "compare.py: error: %s: %s\n" % (p, expected))
+            self.assertFalse(os.path.exists(self.path("r.md")))
+            self.assertFalse(os.path.exists(self.path("r.png")))
 
 
 class KilledRun(TempDirCase):
@@ -834,10 +1056,11 @@ def sweep_trace(path, name, schedule, noise, makespans, seed=0):
             ("#   fragment inputs/noise/%s.yaml\n" % noise if noise != "none" else "") +
             "run:\n  name: %s\n  steps: %d\nschedule:\n  kind: %s\nnoise:\n  kind: [%s]\n  seed: %d\n" %
             (name, len(makespans), schedule, "gaussian" if noise != "none" else "none", seed))
-    events, rows = [], []
-    for s, mk in enumerate(makespans):
-        events += tracegen.example_events(s, 1000 * s)
-        rows.append(tracegen.step_row(s, mk, 0.35, 400.0, start=1000 * s))
+    events, rows, t = [], [], 0
+    for s, mk in enumerate(makespans):  # the example's step (makespan 600) stretched to mk, steps back to back
+        events += [e[:6] + tuple(t + v * mk // 600 for v in e[6:9]) + e[9:] for e in tracegen.example_events(s)]
+        rows.append(tracegen.step_row(s, mk, 0.35, 400.0, start=t))
+        t += mk
     tracegen.write_trace(path, events, rows, schedule=schedule, deck=deck)
     return path
 
@@ -1007,6 +1230,26 @@ class SimulatorTrace(TempDirCase):
         self.assertEqual(trace.units("steps")["samples_per_s"], "samples/s")
         self.assertIn("simulated", trace.dataset_attrs["events"]["clock"])
         self.assertIsNone(trace.epoch_unix_ns)
+
+    def test_valid_traces_pass_and_edited_ones_are_refused(self):
+        """What the C++ writer writes passes the loader's checks in every tool, with migration's HELP_* rows too; the
+        same file with an unknown kind on one row is refused by every tool, naming the row."""
+        check_every_tool_accepts(self, self.trace_path)
+        out = self.path("migration")
+        deck = os.path.join(SOURCE, "inputs", "quickstart.yaml")
+        r = subprocess.run([os.environ["CONDUCTOR_BINARY"], "simulate", deck,
+                            "run.output=" + out, "trace.enabled=true", "run.steps=3", "migration.enabled=true",
+                            "noise.kind=gaussian", "noise.level=0.3"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        migration = os.path.join(out, "trace.h5")
+        trace = ct.load(migration)
+        helps = [trace.kind_code(k) for k in ct.HELP_OF]
+        self.assertGreater(int(np.isin(trace.events["kind"], helps).sum()), 0)
+        check_every_tool_accepts(self, migration)
+        row = ct.load(self.trace_path).events[17]
+        p = edited_copy(self, self.trace_path, "kind99.h5", "events", 17, kind=99)
+        check_every_tool_refuses(self, p, "/events row 17 (step %d, rank %d): kind 99 is not one of the event kinds "
+                                          "0..10 (docs/trace.md)" % (row["step"], row["rank"]))
 
     def test_damaged_metadata_and_folder(self):
         for obj in ("/", "steps"):
