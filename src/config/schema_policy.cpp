@@ -78,8 +78,9 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<double>(
                   "ppo.cost_spread", [](Deck & d) -> auto& { return d.policy.cost_spread; },
                   "Domain randomisation: each episode scales each rank's F, B and W cost by exp(spread * "
-                  "z), z ~ N(0, 1).")
-                  .range(0, 10));
+                  "z), z ~ N(0, 1): a log-normal sigma, at most 3 as noise.level's (at 10 the costs spread over "
+                  "e^20 and training diverged).")
+                  .range(0, 3));
   f.push_back(field<std::string>(
                   "ppo.heuristic", [](Deck & d) -> auto& { return d.policy.heuristic; },
                   "Ranking the policy is guided by (its rank is a feature; the untrained policy "

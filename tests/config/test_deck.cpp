@@ -105,6 +105,11 @@ TEST(Deck, RangeErrorNamesAllowedRange) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_TRUE(contains(p[0], "parallel.pipeline")) << p[0];
   EXPECT_TRUE(contains(p[0], "out of range (allowed: 1 .. 65536)")) << p[0];
+  // A log-normal sigma stays within 3, as noise.level's does (10 spread a training's costs over e^20).
+  p = problems_of("", {"ppo.cost_spread=10"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "ppo.cost_spread") && contains(p[0], "out of range (allowed: 0 .. 3)")) << p[0];
+  EXPECT_TRUE(problems_of("", {"ppo.cost_spread=3"}).empty());
 }
 
 TEST(Deck, ChoiceErrorListsAllowedAndSuggests) {
