@@ -164,7 +164,7 @@ NonfiniteGuard::Verdict NonfiniteGuard::judge(const StepNumbers& n, int step, in
   return Verdict::Stop;
 }
 
-std::string NonfiniteGuard::divergence(double loss, int step) {
+std::string NonfiniteGuard::divergence(double loss, int step, double grad_clip) {
   if (!std::isfinite(loss)) return "";
   if (!have_first_) {
     have_first_ = true;
@@ -175,7 +175,10 @@ std::string NonfiniteGuard::divergence(double loss, int step) {
   warned_ = true;
   return "step " + std::to_string(step + 1) + ": loss " + format_value(loss) + " is above " +
          format_value(kDivergenceFactor) + "x the run's first loss (" + format_value(first_loss_) +
-         "): training may be diverging (lower optim.lr or set optim.grad_clip); warned once";
+         "): training may be diverging (" +
+         (grad_clip > 0 ? "lower optim.lr or optim.grad_clip = " + format_value(grad_clip)
+                        : std::string("lower optim.lr or set optim.grad_clip, now 0: no clipping")) +
+         "); warned once";
 }
 
 bool state_is_finite(Compute& compute, std::string& where) {

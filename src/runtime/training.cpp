@@ -359,7 +359,7 @@ void Training::record(int step, const StepNumbers& numbers, NonfiniteGuard::Verd
   report_->record_step(step, all, figures);
   if (verdict != NonfiniteGuard::Verdict::Update) {
     (verdict == NonfiniteGuard::Verdict::Skip ? log::warn : log::error)(nonfinite_->message());
-  } else if (const std::string warning = nonfinite_->divergence(loss, step); !warning.empty()) {
+  } else if (const std::string warning = nonfinite_->divergence(loss, step, plan_.optim.grad_clip); !warning.empty()) {
     log::warn(warning);
   }
 }

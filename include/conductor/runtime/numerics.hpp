@@ -89,8 +89,8 @@ class NonfiniteGuard {
   // Same answer on every rank (the numbers are allreduced). message(): what to print (rank 0) for Skip/Stop.
   Verdict judge(const StepNumbers& n, int step, int stage_rank_of_nonfinite, bool has_math);
   const std::string& message() const { return message_; }
-  // A one-time divergence warning ("" when none is due), rank 0.
-  std::string divergence(double loss, int step);
+  // A one-time divergence warning ("" when none is due), rank 0; grad_clip: optim.grad_clip (its advice).
+  std::string divergence(double loss, int step, double grad_clip);
   int skipped() const { return skipped_; }
 
  private:
