@@ -793,8 +793,20 @@ def check_image_output(path, what="-o"):
                           ", ".join(sorted(formats))))
 
 
+# matplotlib's Agg backend draws at most 2^16 pixels a side.
+MAX_IMAGE_SIDE_PX = 1 << 16
+
+
 def save_figure(fig, path, dpi):
-    """fig.savefig(path) with a write error naming the file (TraceError)."""
+    """fig.savefig(path) with a write error naming the file (TraceError), and a bitmap over matplotlib's 2^16
+    pixels a side refused naming --dpi and the largest that fits (it surfaced as a ValueError, exit 1)."""
+    w, h = fig.get_size_inches()
+    vector = os.path.splitext(path)[1].lower() in (".svg", ".svgz", ".pdf", ".eps", ".ps")
+    if not vector and max(w, h) * dpi >= MAX_IMAGE_SIDE_PX:
+        raise TraceError("%s: at --dpi %d the image would be %d x %d pixels, over the %d a side matplotlib draws; "
+                         "use --dpi %d or less, or a vector format (.svg, .pdf)" %
+                         (path, dpi, round(w * dpi), round(h * dpi), MAX_IMAGE_SIDE_PX,
+                          int((MAX_IMAGE_SIDE_PX - 1) / max(w, h))))
     try:
         fig.savefig(path, dpi=dpi)
     except OSError as e:

@@ -437,6 +437,13 @@ class OutputPaths(TempDirCase):
         self.assertEqual(cm.exception.code, 2)
         self.assertIn("--dpi must be > 0 (got 0)", err.getvalue())
         self.assertFalse(os.path.exists(self.path("t.png")))
+        # A bitmap past matplotlib's 2^16 pixels a side: named with --dpi and the largest that fits (a ValueError
+        # with exit 1 before); the same figure as SVG (no pixels) is written.
+        line = self.refused("timeline.py", [p, "-o", self.path("t.png"), "--dpi", "100000"],
+                            "%s: at --dpi 100000 the image would be " % self.path("t.png"))
+        self.assertRegex(line, r"over the 65536 a side matplotlib draws; use --dpi \d+ or less, or a vector format")
+        self.assertFalse(os.path.exists(self.path("t.png")))
+        self.assertEqual(run("timeline.py", p, "-o", self.path("t.svg"), "--dpi", "100000").returncode, 0)
 
 
 TOOLS = (("bubbles.py", None), ("timeline.py", "t.png"), ("perfetto.py", "p.json"), ("compare.py", "r.md"))
