@@ -115,11 +115,15 @@ std::string parse(const YAML::Node& n, unsigned long long& out) {
 std::string parse(const YAML::Node& n, double& out) {
   if (!n.IsScalar()) return "expected a number, got " + shown(n);
   const std::string& s = n.Scalar();
+  // Decimal only, as integers are (strtod also reads hexadecimal: 0x10 was 16 here and refused as run.steps).
+  if (s.find_first_of("xX") != std::string::npos) return "expected a decimal number, got '" + s + "'";
   try {
     size_t used = 0;
     double v = std::stod(s, &used);
     if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
     out = v;
+  } catch (const std::out_of_range&) {  // well formed, but no double holds it: say so, not "not a number"
+    return "'" + s + "' is beyond what a double holds (magnitudes 2.2e-308 .. 1.8e+308, or 0)";
   } catch (const std::exception&) {
     return "expected a number, got '" + s + "'";
   }
@@ -129,12 +133,13 @@ std::string parse(const YAML::Node& n, double& out) {
 std::string parse(const YAML::Node& n, bool& out) {
   if (!n.IsScalar()) return "expected true or false, got " + shown(n);
   const std::string& s = n.Scalar();
-  if (s == "true" || s == "True" || s == "yes" || s == "on") {
+  // YAML 1.2's three spellings of each, and YAML 1.1's yes/no and on/off.
+  if (s == "true" || s == "True" || s == "TRUE" || s == "yes" || s == "on") {
     out = true;
-  } else if (s == "false" || s == "False" || s == "no" || s == "off") {
+  } else if (s == "false" || s == "False" || s == "FALSE" || s == "no" || s == "off") {
     out = false;
   } else {
-    return "expected true or false, got '" + s + "'";
+    return "expected true or false (also True, TRUE, yes, on; False, FALSE, no, off), got '" + s + "'";
   }
   return {};
 }

@@ -98,6 +98,23 @@ TEST(Deck, TypeErrorNamesKeyAndValue) {
   EXPECT_TRUE(contains(p[0], "deck.yaml:2:13")) << p[0];
   EXPECT_TRUE(contains(p[0], "parallel.pipeline")) << p[0];
   EXPECT_TRUE(contains(p[0], "'abc'")) << p[0];
+  // Numbers: decimal only (hexadecimal was read as a double but refused as an integer); a value no double holds is
+  // said to be one, not "not a number".
+  p = problems_of("", {"cost.comm=0x10"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "cost.comm") && contains(p[0], "expected a decimal number, got '0x10'")) << p[0];
+  for (const std::string tiny : {"1e-320", "1e-400", "1e400"}) {
+    p = problems_of("", {"cost.comm=" + tiny});
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(contains(p[0], "'" + tiny + "' is beyond what a double holds")) << p[0];
+  }
+  // Booleans: YAML 1.2's true, True, TRUE (TRUE was refused) and 1.1's yes/on; anything else names the spellings.
+  for (const std::string yes : {"true", "True", "TRUE", "yes", "on", "FALSE", "off"})
+    EXPECT_TRUE(problems_of("", {"trace.enabled=" + yes}).empty()) << yes;
+  p = problems_of("", {"trace.enabled=1"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "expected true or false (also True, TRUE, yes, on; False, FALSE, no, off), got '1'"))
+      << p[0];
 }
 
 TEST(Deck, RangeErrorNamesAllowedRange) {
