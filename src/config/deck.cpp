@@ -190,6 +190,11 @@ class Loader {
     }
     const std::string path = text.substr(0, eq);
     const std::string value_text = text.substr(eq + 1);
+    if (!find_field(path) && is_section(path)) {  // `run=3`: a section, whose keys are set one by one
+      problems_.push_back("command line '" + text + "': '" + path + "' is a section; set one of its keys (" +
+                          join(children_of(path)) + "), e.g. " + path + "." + children_of(path).front() + "=...");
+      return;
+    }
     if (!find_field(path)) {
       std::string hint;
       std::string near = closest(path, all_paths());

@@ -72,6 +72,13 @@ TEST(Deck, UnknownSectionHasLocationAndSuggestion) {
   EXPECT_TRUE(contains(p[0], "deck.yaml:3:1")) << p[0];
   EXPECT_TRUE(contains(p[0], "unknown key 'schedul'")) << p[0];
   EXPECT_TRUE(contains(p[0], "did you mean 'schedule'")) << p[0];
+  // A section given a value on the command line is named as a section with its keys (was "unknown key 'run'").
+  p = problems_of("", {"run=3"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0],
+                       "command line 'run=3': 'run' is a section; set one of its keys (log_every, "
+                       "memory_limit_gb, name, output, overwrite, seed, steps), e.g. run.log_every=..."))
+      << p[0];
 }
 
 TEST(Deck, UnknownNestedKeySuggestsSibling) {
