@@ -120,7 +120,7 @@ void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::st
   const auto& lv = deck.policy.noise_levels;
   if (lv.size() != 2 || lv[0] > lv[1]) {
     std::string got;
-    for (double x : lv) got += (got.empty() ? "" : ", ") + std::to_string(x);
+    for (double x : lv) got += (got.empty() ? "" : ", ") + format_double(x);
     problems.push_back(options.source_name + ": ppo.noise_levels must be two values [lo, hi] with lo <= hi (got [" +
                        got + "])");
   }

@@ -134,6 +134,9 @@ TEST(Deck, RangeErrorNamesAllowedRange) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_TRUE(contains(p[0], "ppo.cost_spread") && contains(p[0], "out of range (allowed: 0 .. 3)")) << p[0];
   EXPECT_TRUE(problems_of("", {"ppo.cost_spread=3"}).empty());
+  p = problems_of("", {"ppo.noise_levels=[10, 0.25]"});  // numbers as the deck writes them (was 10.000000)
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "ppo.noise_levels must be two values [lo, hi] with lo <= hi (got [10, 0.25])")) << p[0];
 }
 
 TEST(Deck, ChoiceErrorListsAllowedAndSuggests) {
