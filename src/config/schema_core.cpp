@@ -23,8 +23,8 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
       "run.output", [](Deck & d) -> auto& { return d.run.output; },
       "Output folder for resolved.yaml, trace.h5 and summary.json; empty means "
-      "`runs/<run.name>` (`conductor simulate`: `runs/<run.name>-sim`, so a simulation never replaces a "
-      "measured run)."));
+      "`runs/<run.name>` (`conductor simulate`: `runs/<run.name>-sim`, `conductor train-policy`: "
+      "`runs/<run.name>-policy`, so neither meets a measured run's results)."));
   f.push_back(field<bool>(
       "run.overwrite", [](Deck & d) -> auto& { return d.run.overwrite; },
       "Allow writing into a run.output (or checkpoint.path) that already holds another run's results "
@@ -128,7 +128,12 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
                        "'/', not '.' or '..'): the default run.output is runs/<run.name>; set run.output for " +
                        "another place");
   } else if (deck.run.output.empty()) {
-    deck.run.output = "runs/" + deck.run.name + (options.command == Command::Simulate ? "-sim" : "");
+    // Each command its own default folder: a simulation or a policy's training never meets a measured run's
+    // results (train-policy after `make run` was refused in runs/<run.name>).
+    const char* suffix = options.command == Command::Simulate      ? "-sim"
+                         : options.command == Command::TrainPolicy ? "-policy"
+                                                                   : "";
+    deck.run.output = "runs/" + deck.run.name + suffix;
   }
   // The emulated backend has no weights: checkpoint.path wrote nothing and said nothing.
   if (deck.backend == "emulated" && (!deck.checkpoint.path.empty() || !deck.checkpoint.resume.empty())) {

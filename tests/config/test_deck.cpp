@@ -302,6 +302,9 @@ TEST(Deck, SimulateDefaultsToItsOwnFolder) {
   o.command = Command::Simulate;
   EXPECT_EQ(parse_deck("run: {name: q}\n", o).run.output, "runs/q-sim");
   EXPECT_EQ(parse_deck("run: {name: q, output: mine}\n", o).run.output, "mine");
+  o.command = Command::TrainPolicy;  // its own too: after `make run`, train-policy into runs/q was refused
+  EXPECT_EQ(parse_deck("run: {name: q}\n", o).run.output, "runs/q-policy");
+  EXPECT_EQ(parse_deck("run: {name: q, output: mine}\n", o).run.output, "mine");
   o.command = Command::Run;
   o.world_size = 4;
   EXPECT_EQ(parse_deck("run: {name: q}\n", o).run.output, "runs/q");
