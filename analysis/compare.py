@@ -4,7 +4,8 @@
 bar per configuration with error bars, coloured by noise preset).
 
 Configuration: runs whose names are equal up to a repeat suffix (-r<k>) and whose resolved decks (the
-trace's `deck` attribute) are equal except for noise.seed, run.name, run.output and checkpoint.path/resume are repeats of one
+trace's `deck` attribute) are equal except for noise.seed, run.name, run.output, run.overwrite, run.log_every,
+run.memory_limit_gb and checkpoint.path/resume are repeats of one
 configuration (jobs/sweep.sbatch with SWEEP_REPEATS=N runs each combination N times with noise.seed
 0..N-1, labelled <combination>-r<k>). The table shows the axes that vary: deck, schedule,
 execution (with the readiness hint), noise preset (with the noise.* overrides given on the command line), and
@@ -29,7 +30,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conductor_trace as ct  # noqa: E402
 
-IGNORED_KEYS = ("noise.seed", "run.name", "run.output", "checkpoint.path", "checkpoint.resume")
+# Keys that do not change what a run measures: where it writes, how often it logs, its memory guard, its seed.
+IGNORED_KEYS = ("noise.seed", "run.name", "run.output", "run.overwrite", "run.log_every", "run.memory_limit_gb",
+                "checkpoint.path", "checkpoint.resume")
 AXES = ("deck", "schedule", "execution", "noise")
 # Deck keys an axis shows; other schedule.* and noise.* keys are shown in "other" where they differ, unless the
 # schedule or noise axis already tells them apart (a schedule derives its memory_limit, a preset its noise.*).

@@ -1056,13 +1056,14 @@ class LargeTraces(TempDirCase):
                                                                         origin, r)))
 
 
-def sweep_trace(path, name, schedule, noise, makespans, seed=0):
-    """A trace whose deck names its source fragments as conductor's resolved deck does."""
+def sweep_trace(path, name, schedule, noise, makespans, seed=0, run_keys=""):
+    """A trace whose deck names its source fragments as conductor's resolved deck does (run_keys: more lines of
+    its run: section)."""
     deck = ("# conductor resolved deck (every key, defaults included), composed in this order:\n"
             "#   deck inputs/quickstart.yaml\n" +
             ("#   fragment inputs/noise/%s.yaml\n" % noise if noise != "none" else "") +
-            "run:\n  name: %s\n  steps: %d\nschedule:\n  kind: %s\nnoise:\n  kind: [%s]\n  seed: %d\n" %
-            (name, len(makespans), schedule, "gaussian" if noise != "none" else "none", seed))
+            "run:\n  name: %s\n  steps: %d\n%sschedule:\n  kind: %s\nnoise:\n  kind: [%s]\n  seed: %d\n" %
+            (name, len(makespans), run_keys, schedule, "gaussian" if noise != "none" else "none", seed))
     events, rows, t = [], [], 0
     for s, mk in enumerate(makespans):  # the example's step (makespan 600) stretched to mk, steps back to back
         events += [e[:6] + tuple(t + v * mk // 600 for v in e[6:9]) + e[9:] for e in tracegen.example_events(s)]
@@ -1105,6 +1106,22 @@ class SweepReport(TempDirCase):
         self.assertEqual(compare.main(specs + ["-o", out, "--include-warmup"]), 0)
         with open(out) as f:
             self.assertIn("| q-1f1b-none | 1f1b | none | 2 | 3 | ", f.read())
+
+    def test_bookkeeping_keys_do_not_split_configurations(self):
+        # `make run` passes run.overwrite=true, a measured run may log every step: neither changes what a run
+        # measures, so such repeats are one configuration (they made an "other" column and two groups).
+        a = sweep_trace(self.path("a.h5"), "q-r0", "zb-h1", "none", [600, 500], run_keys="  overwrite: true\n")
+        b = sweep_trace(self.path("b.h5"), "q-r1", "zb-h1", "none", [600, 700], seed=1,
+                        run_keys="  log_every: 5\n  memory_limit_gb: 2\n")
+        runs = [compare.run_figures(n, t, 1) for n, t in compare.parse_runs(["q-r0=" + a, "q-r1=" + b])]
+        groups, varying, other = compare.group(runs)
+        self.assertFalse(other)
+        self.assertEqual([(g["label"], len(g["runs"])) for g in groups], [("q", 2)])
+        c = sweep_trace(self.path("c.h5"), "q-r2", "zb-h1", "none", [600, 700], run_keys="  steps_x: 1\n")
+        runs.append(compare.run_figures("q-r2", ct.load(c), 1))
+        groups, varying, other = compare.group(runs)  # any other key still splits them, shown under "other"
+        self.assertTrue(other)
+        self.assertEqual([len(g["runs"]) for g in groups], [2, 1])
 
     def test_every_differing_deck_key_is_shown(self):
         """noise.* overrides after a preset and schedule.* keys the schedule column does not show are not hidden;
