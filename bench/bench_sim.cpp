@@ -1047,7 +1047,33 @@ void zb_table() {
 
 }  // namespace
 
+static constexpr const char* kUsage =
+    "usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] | --wide |\n"
+    "                  --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |\n"
+    "                  --migration-run DECK jitter|straggler [KEY=VALUE...] | --schedules [DECK...]]\n"
+    "  (no option: the speed rows and the schedule x noise table; run from the repository root; what each part\n"
+    "  measures: the comment at the top of bench/bench_sim.cpp)\n";
+
 static int run(int argc, char** argv) {
+  // An option it does not know, or one without its arguments, ran the whole default benchmark (minutes).
+  if (argc > 1) {
+    const std::string option = argv[1];
+    if (option == "--help" || option == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    static const std::vector<std::string> known = {"--quick",    "--speed",         "--split",    "--grid",
+                                                   "--heavy",    "--wide",          "--scale",    "--migration",
+                                                   "--zb-table", "--migration-run", "--schedules"};
+    const bool missing = (option == "--scale" && argc < 4) || (option == "--migration-run" && argc < 4);
+    if (std::find(known.begin(), known.end(), option) == known.end() || missing) {
+      std::fprintf(
+          stderr, "bench_sim: %s\n%s",
+          missing ? ("'" + option + "' needs its arguments").c_str() : ("unknown option '" + option + "'").c_str(),
+          kUsage);
+      return 2;
+    }
+  }
   if (argc > 1 && std::strcmp(argv[1], "--zb-table") == 0) {
     zb_table();
     return 0;
