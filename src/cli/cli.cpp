@@ -21,7 +21,7 @@ const std::vector<CommandSpec>& commands() {
        "train under MPI, one rank per pipeline stage",
        "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Launch with `mpirun -np P conductor run DECK` where P = parallel.pipeline. Writes resolved.yaml, "
-       "trace.h5 and summary.json to run.output.",
+       "trace.h5, summary.json and metrics.jsonl (a line per step) to run.output.",
        {},
        true,
        &cmd_run},

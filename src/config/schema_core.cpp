@@ -30,7 +30,8 @@ void add_core_fields(std::vector<Field>& f) {
       "Allow writing into a run.output (or checkpoint.path) that already holds another run's results "
       "(trace.h5, summary.json, metrics.jsonl, resolved.yaml, a trained policy, checkpoints); false: such a "
       "command is refused before it writes anything. Resuming (checkpoint.resume set) continues its own run's "
-      "folder (its resolved.yaml this deck but for run.steps, run.output and checkpoint.*) and checkpoint root; "
+      "folder (its resolved.yaml this deck but for run.steps, run.output, run.overwrite and checkpoint.*) and "
+      "checkpoint root; "
       "simulate may rewrite a folder holding only its own results of this very deck; train-policy replaces a "
       "trained policy (even of this very deck) only with run.overwrite."));
   f.push_back(field<double>(
