@@ -29,10 +29,7 @@
 // (10) --wide: issue 13's first goal beyond the decks: backfill over strict for every generator x p in
 // {4, 8, 16, 32, 64} x m in {p, 2p, 4p} x four cost shapes (uniform, W < F, comm = F, a heavy last stage) x the
 // grid's noises, 3 seeds x 5 steps; the cells below the goal, the lowest five.
-// Usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] | --wide |
-//                   --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |
-//                   --migration-run DECK jitter|straggler [KEY=VALUE...] | --schedules [DECK...]]   (--quick skips
-//        p=1024; --speed runs only part 1; INPUTS_DIR defaults to ./inputs, run from the repository root)
+// Usage: kUsage below (bench_sim --help prints it).
 // Times are CPU seconds of this process (std::clock), so a loaded shared machine does not inflate them.
 #include <algorithm>
 #include <cmath>
@@ -1051,8 +1048,9 @@ static constexpr const char* kUsage =
     "usage: bench_sim [--quick | --speed | --split DECK... | --grid [INPUTS_DIR] | --heavy [INPUTS_DIR] | --wide |\n"
     "                  --scale P M [STEPS] | --migration [DECK...] [KEY=VALUE...] | --zb-table |\n"
     "                  --migration-run DECK jitter|straggler [KEY=VALUE...] | --schedules [DECK...]]\n"
-    "  (no option: the speed rows and the schedule x noise table; run from the repository root; what each part\n"
-    "  measures: the comment at the top of bench/bench_sim.cpp)\n";
+    "  (no option: the speed rows and the schedule x noise table; --quick skips p=1024; --speed runs only the\n"
+    "  speed rows; INPUTS_DIR defaults to ./inputs, run from the repository root; what each part measures: the\n"
+    "  comment at the top of bench/bench_sim.cpp)\n";
 
 static int run(int argc, char** argv) {
   // An option it does not know, or one without its arguments, ran the whole default benchmark (minutes).
@@ -1067,10 +1065,8 @@ static int run(int argc, char** argv) {
                                                    "--zb-table", "--migration-run", "--schedules"};
     const bool missing = (option == "--scale" && argc < 4) || (option == "--migration-run" && argc < 4);
     if (std::find(known.begin(), known.end(), option) == known.end() || missing) {
-      std::fprintf(
-          stderr, "bench_sim: %s\n%s",
-          missing ? ("'" + option + "' needs its arguments").c_str() : ("unknown option '" + option + "'").c_str(),
-          kUsage);
+      const std::string why = missing ? "'" + option + "' needs its arguments" : "unknown option '" + option + "'";
+      std::fprintf(stderr, "bench_sim: %s\n%s", why.c_str(), kUsage);
       return 2;
     }
   }

@@ -33,6 +33,16 @@ int ops_per_microbatch(const std::string& kind) {
   return kind.rfind("zb", 0) == 0 || kind.rfind("file:", 0) == 0 ? 3 : 2;
 }
 
+// The simulation's shape (no events): what both simulate guards count.
+sim::SimSize sim_size(const config::Deck& deck) {
+  sim::SimSize size;
+  size.p = deck.parallel.pipeline;
+  size.m = deck.parallel.microbatches;
+  size.v = deck.parallel.virtual_chunks;
+  size.ops_per_microbatch = ops_per_microbatch(deck.schedule.kind);
+  return size;
+}
+
 // The trainer of `rank` under the deck: its virtual stages' layers (the schedule's placement) and the peak
 // microbatches in flight (the schedule's memory limit, at most m).
 runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
@@ -87,11 +97,7 @@ std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source) 
 }
 
 void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
-  sim::SimSize size;
-  size.p = deck.parallel.pipeline;
-  size.m = deck.parallel.microbatches;
-  size.v = deck.parallel.virtual_chunks;
-  size.ops_per_microbatch = ops_per_microbatch(deck.schedule.kind);
+  sim::SimSize size = sim_size(deck);
   size.events = deck.trace.enabled || sim::ops_per_step(size) <= events_up_to;
   size.comm_events = deck.trace.enabled && deck.trace.comm_events;
   const std::uint64_t estimate = sim::estimate_bytes(size);
@@ -108,11 +114,7 @@ void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
 
 void check_trace_space(const config::Deck& deck) {
   if (!deck.trace.enabled) return;
-  sim::SimSize size;
-  size.p = deck.parallel.pipeline;
-  size.m = deck.parallel.microbatches;
-  size.v = deck.parallel.virtual_chunks;
-  size.ops_per_microbatch = ops_per_microbatch(deck.schedule.kind);
+  const sim::SimSize size = sim_size(deck);
   const double floor_bytes = static_cast<double>(sim::ops_per_step(size)) * static_cast<double>(deck.run.steps) *
                              static_cast<double>(kTraceFloorBytesPerEvent);
   // The file system run.output will be on: its nearest folder that exists.

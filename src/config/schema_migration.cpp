@@ -175,6 +175,11 @@ void check_force(const Deck& d, const std::string& src, std::vector<std::string>
   }
 }
 
+// "migration.force (N entries)": how both of its refusals name it.
+std::string force_entries(const MigrationConfig& m) {
+  return "migration.force (" + std::to_string(m.force.size()) + (m.force.size() == 1 ? " entry)" : " entries)");
+}
+
 }  // namespace
 
 void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
@@ -198,9 +203,8 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
   }
   // A forced help asks for migration; without it the entries were silently ignored.
   if (!m.enabled && !m.force.empty()) {
-    problems.push_back(src + ": migration.force (" + std::to_string(m.force.size()) +
-                       (m.force.size() == 1 ? " entry" : " entries") +
-                       ") forces helps, but migration.enabled = false: set migration.enabled=true, or remove "
+    problems.push_back(src + ": " + force_entries(m) +
+                       " forces helps, but migration.enabled = false: set migration.enabled=true, or remove "
                        "migration.force (or set it to [])");
   }
   if (!m.enabled) return;
@@ -217,9 +221,8 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
   check_force(deck, src, problems);
   // The simulator and the policy's training decide every help; a forced pattern there was silently ignored.
   if ((options.command == Command::Simulate || options.command == Command::TrainPolicy) && !m.force.empty()) {
-    problems.push_back(src + ": migration.force (" + std::to_string(m.force.size()) +
-                       (m.force.size() == 1 ? " entry" : " entries") +
-                       ") forces helps in conductor run only; the simulator decides every help itself: remove "
+    problems.push_back(src + ": " + force_entries(m) +
+                       " forces helps in conductor run only; the simulator decides every help itself: remove "
                        "migration.force (or set it to [])");
   }
   if (m.max_fraction <= 0) {
