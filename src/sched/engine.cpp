@@ -91,20 +91,27 @@ class Helpers {
     word = free ? word | bit : word & ~bit;
   }
 
-  // Every peer of `owner` that can help with `action` now: idle, not helping, and either done with its step or
-  // waiting for an input whose earliest arrival is known (the help must end by then); its free memory.
-  const std::vector<HelpOffer>& offers(int owner, const Action& action, double now) {
+  // Every peer of `owner` that can help with `action` (estimated at `estimate` alone) now: idle, not helping,
+  // and either done with its step or waiting for an input whose earliest arrival is known (the help must end by
+  // then); its free memory. None when the owner's decision answers "alone" whatever the offers; with one helper
+  // per op, not the peers whose window cannot hold the help's fixed transfers (the decision gives them nothing,
+  // so it is the same without them, and their speed and memory are not looked up).
+  const std::vector<HelpOffer>& offers(int owner, const Action& action, double now, double estimate) {
     offers_.clear();
+    const Migration& m = drivers_[static_cast<std::size_t>(owner)].migration();
+    const double least = m.least_help(action.kind, estimate);
+    if (std::isnan(least)) return offers_;
+    const double fixed = m.max_helpers() == 1 ? least : -std::numeric_limits<double>::infinity();
     for (std::size_t w = 0; w < free_.size(); ++w) {
       for (std::uint64_t bits = free_[w]; bits != 0; bits &= bits - 1) {
         const int q = static_cast<int>(64 * w) + std::countr_zero(bits);
-        offer(q, owner, action, now);
+        offer(q, owner, action, now, estimate, fixed);
       }
     }
     return offers_;
   }
-  // offers(): peer q's offer, if it can make one.
-  void offer(int q, int owner, const Action& action, double now) {
+  // offers(): peer q's offer, if it can make one that may take a slice (`fixed`: the help's fixed transfers).
+  void offer(int q, int owner, const Action& action, double now, double estimate, double fixed) {
     const RankDriver& d = drivers_[static_cast<std::size_t>(q)];
     if (q == owner || d.running() || helping(q, now)) return;
     HelpOffer o;
@@ -117,9 +124,10 @@ class Helpers {
       if (std::isnan(at)) return;  // nothing known
       o.until = at;
     }
+    if (!Migration::takes_any(fixed, now, estimate, o.until)) return;
     if (const double limit = device_limit(q); limit > 0) o.memory_free = limit - a.memory_in_use();
     o.speed = opt_.helper_speed ? opt_.helper_speed(q, action) : 1.0;
-    o.replica = now >= replicas_.ready_at(owner, q);
+    o.replica = !replicas_.holders.empty() && now >= replicas_.ready_at(owner, q);
     offers_.push_back(o);
   }
 
@@ -416,7 +424,7 @@ class EventLoop {
   // Migration: the driver's offload decision for rank r's op i, and every helper's part engaged. Updates the
   // owner's busy time and the op's time (took) and predicted time.
   void offload(int r, int i, const Action& act, double dur, double& busy, double& took, double& predicted) {
-    const Offload o = drivers_[r].offload(i, now_, predicted, helpers_->offers(r, act, now_));
+    const Offload o = drivers_[r].offload(i, now_, predicted, helpers_->offers(r, act, now_, predicted));
     if (o.helper < 0) return;
     busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
     predicted = o.op_time;

@@ -81,10 +81,10 @@ double Migration::in_memory_units(int rank, double bytes) const {
 Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const {
   // help(k) = fixed + k per_slice is increasing in k: slices_at takes the largest k with help(k) <= the bound.
   Reach r;
-  r.fixed = c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
+  r.fixed = fixed_time(c);
   const double slice_bytes = bytes_per_slice(c, offer);
   r.per_slice = slice_bytes / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
-  r.window = offer.until + 1e-9 - now;
+  r.window = window(now, offer.until);
   r.cap = r.per_slice > 0 ? max_slices_ : 0;
   const std::size_t q = static_cast<std::size_t>(offer.rank);
   if (q < memory_unit_bytes_.size() && memory_unit_bytes_[q] > 0 && std::isfinite(offer.memory_free)) {
@@ -129,6 +129,14 @@ std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const R
     if (after < end) return {k + 1, after};
   }
   return {k, end};
+}
+
+double Migration::least_help(OpKind kind, double estimate) const {
+  const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
+  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return std::numeric_limits<double>::quiet_NaN();
+  const double fixed = fixed_time(c);
+  // Every offer's bound, min(estimate, window) - fixed, is below 0 (slices_at: no slice).
+  return estimate - fixed < 0 ? std::numeric_limits<double>::quiet_NaN() : fixed;
 }
 
 int Migration::most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const {

@@ -350,6 +350,56 @@ TEST(Migration, LocatedThresholdEqualsTheBisection) {
   EXPECT_GT(migrated, 300);  // the grid exercises the decisions that move slices, not only "alone"
 }
 
+// The engine's shortcuts before it builds offers (Migration::least_help, Migration::takes_any): an offer they
+// refuse takes no slice, and with one helper per op the decision without the refused offers is the same to the
+// bit; where least_help refuses the op, every decision (any number of helpers) is "alone".
+TEST(Migration, OfferShortcutsDropOnlyOffersThatTakeNothing) {
+  std::mt19937 rng(17);
+  int refused = 0, kept = 0, moved = 0, alone_ops = 0;
+  for (int trial = 0; trial < 6000; ++trial) {
+    RandomDecision r(rng, trial % 2 == 0 ? 1 : 0);
+    // Some windows that end before the fixed transfers can: just past now.
+    for (std::size_t j = 0; j < r.offers.size(); j += 3) r.offers[j].until = r.now + 1e-3 * (1 + static_cast<int>(j));
+    const std::string at = "trial " + std::to_string(trial);
+    const double least = r.mig.least_help(OpKind::F, r.estimate);
+    const Offload all = r.mig.decide(OpKind::F, r.now, r.estimate, r.offers);
+    if (std::isnan(least)) {
+      EXPECT_EQ(all.helper, -1) << at;
+      ++alone_ops;
+      continue;
+    }
+    std::vector<HelpOffer> taken;
+    for (const HelpOffer& o : r.offers) {
+      if (Migration::takes_any(least, r.now, r.estimate, o.until)) {
+        taken.push_back(o);
+        ++kept;
+      } else {
+        EXPECT_EQ(r.mig.most_slices(OpKind::F, r.now, r.estimate, o), 0) << at;
+        ++refused;
+      }
+    }
+    if (r.mig.max_helpers() != 1) continue;
+    const Offload some = r.mig.decide(OpKind::F, r.now, r.estimate, taken);
+    EXPECT_EQ(some.helper, all.helper) << at;
+    EXPECT_EQ(some.slices, all.slices) << at;
+    EXPECT_EQ(some.op_time, all.op_time) << at;
+    EXPECT_EQ(some.bytes, all.bytes) << at;
+    moved += all.helper >= 0 ? 1 : 0;
+  }
+  // The grid exercises refused and kept offers, moves, and ops no offer could help.
+  EXPECT_GT(refused, 500);
+  EXPECT_GT(kept, 500);
+  EXPECT_GT(moved, 300);
+  EXPECT_GT(alone_ops, 0);
+  // An op shorter than its fixed transfers: no offer at all.
+  plan::Migration m = unit_migration();
+  plan::SliceCosts c;
+  c.sliced_fraction = 0.5;
+  c.bytes_fixed = 1e9;
+  m.ops.assign(8, {c, c, c});
+  EXPECT_TRUE(std::isnan(Migration(m, straggling_costs(), 1, 1).least_help(OpKind::F, 0.5)));
+}
+
 // The default decision with one helper per op (Migration::Search::Direct: each offer's best split in closed
 // form) against every split of every offer: the earliest end (ties: the first offer, then the fewest slices),
 // and "alone" where no split ends the op sooner. The bisection, whose end is within 1e-7 of the op's time of the

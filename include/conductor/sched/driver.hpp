@@ -134,6 +134,7 @@ class RankDriver {
   void complete(int index, double now);
   // Computation migration: how action `index`, starting at `now` and estimated to take `estimate` alone, is
   // shared with one of the peers in `offers` (Migration::decide; helper -1: alone). Does not change the state.
+  const Migration& migration() const { return options_.migration; }
   Offload offload(int index, double now, double estimate, const std::vector<HelpOffer>& offers) const {
     return options_.migration.decide(arbiter_.actions()[static_cast<std::size_t>(index)].kind, now, estimate, offers);
   }

@@ -87,6 +87,16 @@ class Migration {
   int most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const;
   // The op with `slices` slices on `offer`'s rank (no feasibility check).
   Offload split(OpKind kind, double estimate, int slices, const HelpOffer& offer) const;
+  // What a caller may skip before building offers (the engine's shortcut; decisions unchanged). least_help: the
+  // fixed transfers of a help with a `kind` op estimated at `estimate` alone, which every help pays, or NaN when
+  // decide() answers "alone" whatever the offers (migration off, nothing sliced, or the fixed transfers alone
+  // outlast the op). takes_any: whether decide() may give any slice to a peer whose help must end by `until`
+  // (false: the very test decide() makes finds no room for the fixed transfers, so that offer takes nothing;
+  // with one helper per op such an offer changes nothing and need not be built).
+  double least_help(OpKind kind, double estimate) const;
+  static bool takes_any(double least_help, double now, double estimate, double until) {
+    return std::min(estimate, window(now, until)) - least_help >= 0;
+  }
 
   // Replicas (migration.weights: replicas): whether they are kept, on how many peers, this rank's replica bytes
   // (its whole share, every chunk), a transfer's time over the link, and `bytes` in `rank`'s memory unit (M_F).
@@ -110,6 +120,12 @@ class Migration {
     return (c.bytes_fixed + slices * bytes_per_slice(c, offer)) / bytes_per_ms_ + c.messages * latency_ms_ +
            helper_compute(c, slice, slices, offer);
   }
+  // The fixed transfers of any help with a `c` op, and an offer's room for its help: reach() and the shortcuts
+  // above compute them here alone, so both find the same bits.
+  double fixed_time(const plan::SliceCosts& c) const {
+    return c.bytes_fixed / bytes_per_ms_ + c.messages * latency_ms_;
+  }
+  static double window(double now, double until) { return until + 1e-9 - now; }
   // What an offer can take, for one decision: help(k) = fixed + k per_slice must end within its window, and k
   // within cap (max_fraction and its memory).
   struct Reach {
