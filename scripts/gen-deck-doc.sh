@@ -41,7 +41,9 @@ Strictness: an unknown key is an error naming the `file:line:col` of the deck or
 override is quoted as typed, `command line 'run.stepz=3'`) with a "did you mean" suggestion; a wrong type or an
 out-of-range value names the key, the value, where it was written and what is allowed. All such problems are
 reported together and the exit code is 2; the checks across keys (e.g. `migration.slices` against `model.n_heads`)
-run once every key is valid on its own, so their problems come in a second round. `conductor run` also checks that `parallel.pipeline` equals the number of MPI
+run once every key is valid on its own, so their problems come in a second round, each naming where its keys
+were written (the deck, and the fragments or overrides that set any of them: `inputs/quickstart.yaml, command line
+'parallel.virtual=2': schedule.kind = zb-h1 uses one chunk per rank, ...`). `conductor run` also checks that `parallel.pipeline` equals the number of MPI
 ranks.
 
 The default column is the code's default before anything is derived: where a key's default means "derived" (0 or

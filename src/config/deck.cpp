@@ -1,5 +1,6 @@
 // Deck loading: the deck's YAML, its fragments and overrides -> typed Deck, with every problem collected and located
 // at the file (or command-line override) it came from.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -58,20 +59,51 @@ class Loader {
 
   // The cross-field checks name the deck file and the key they are about ("DECK: migration.slices = 3 ..."):
   // where an override or a fragment set that key, the problem names that instead, as the per-key checks do.
+  // Where the deck set it but an override or a fragment set another key the problem names, both are named
+  // ("DECK, command line 'parallel.virtual=2': schedule.kind = zb-h1 uses one chunk per rank, but ...").
   void relocate(std::string& problem) const {
     const std::string head = options_.source_name + ": ";
     if (problem.rfind(head, 0) != 0) return;
-    const std::size_t end = problem.find(' ', head.size());
-    if (end == std::string::npos) return;
-    const std::string key = problem.substr(head.size(), end - head.size());  // "noise.level", "migration.force"
-    if (key.find('.') == std::string::npos ||
-        key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.") != std::string::npos)
-      return;
-    if (auto it = override_of_.find(key); it != override_of_.end()) {
-      problem = "command line '" + it->second + "': " + problem.substr(head.size());
-    } else if (const std::string source = source_of(key); source != options_.source_name) {
-      problem = source + ": " + problem.substr(head.size());
+    const std::string text = problem.substr(head.size());
+    static const std::string kKeyChars = "abcdefghijklmnopqrstuvwxyz0123456789_.";
+    std::string key = text.substr(0, text.find(' '));  // "noise.level", "model.layers_per_stage:"
+    if (!key.empty() && key.back() == ':') key.pop_back();
+    if (key.find('.') != std::string::npos && key.find_first_not_of(kKeyChars) == std::string::npos) {
+      if (auto it = override_of_.find(key); it != override_of_.end()) {
+        problem = "command line '" + it->second + "': " + text;
+        return;
+      }
+      if (const std::string source = source_of(key); source != options_.source_name) {
+        problem = source + ": " + text;
+        return;
+      }
     }
+    // The other keys the problem names, each place once, in the order they appear.
+    static const std::set<std::string> kPaths = [] {
+      const std::vector<std::string> v = all_paths();
+      return std::set<std::string>(v.begin(), v.end());
+    }();
+    std::vector<std::string> places;
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t from = text.find_first_of(kKeyChars, at);
+      if (from == std::string::npos) break;
+      const std::size_t to = std::min(text.find_first_not_of(kKeyChars, from), text.size());
+      std::string word = text.substr(from, to - from);
+      while (!word.empty() && word.back() == '.') word.pop_back();  // a sentence's full stop
+      at = to;
+      if (word == key || !kPaths.contains(word)) continue;
+      std::string place;
+      if (auto it = override_of_.find(word); it != override_of_.end()) {
+        place = "command line '" + it->second + "'";
+      } else if (const std::string source = source_of(word); source != options_.source_name) {
+        place = source;
+      }
+      if (!place.empty() && std::find(places.begin(), places.end(), place) == places.end()) places.push_back(place);
+    }
+    if (places.empty()) return;
+    std::string where = options_.source_name;
+    for (const std::string& place : places) where += ", " + place;
+    problem = where + ": " + text;
   }
 
   static std::string location(const std::string& source, const YAML::Mark& m) {

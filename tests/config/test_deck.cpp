@@ -165,6 +165,23 @@ TEST(Deck, OverrideTypeErrorNamesKey) {
   EXPECT_TRUE(contains(p[0], "parallel.pipeline: expected an integer, got 'abc'")) << p[0];
 }
 
+// A check across keys names where each key it is about came from: the override of its first key ("key: ..."
+// included), or the deck and the overrides of the other keys it names.
+TEST(Deck, CrossKeyProblemNamesTheOverridesOfItsKeys) {
+  auto p = problems_of("schedule: {kind: zb-h1}\n", {"parallel.virtual=2"}, Command::Simulate);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].rfind("deck.yaml, command line 'parallel.virtual=2': schedule.kind = zb-h1", 0), 0u) << p[0];
+  p = problems_of("model: {n_layers: 2}\nparallel: {pipeline: 4}\ncost: {device_tflops: 150}\n",
+                  {"model.layers_per_stage=balanced"}, Command::Simulate);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].rfind("command line 'model.layers_per_stage=balanced': model.layers_per_stage: balanced", 0), 0u)
+      << p[0];
+  // All from the deck: the deck alone.
+  p = problems_of("schedule: {kind: zb-h1}\nparallel: {virtual: 2}\n", {}, Command::Simulate);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].rfind("deck.yaml: schedule.kind = zb-h1", 0), 0u) << p[0];
+}
+
 TEST(Deck, UnknownOverridePathRejected) {
   auto p = problems_of("", {"parallel.pipelines=4"});
   ASSERT_EQ(p.size(), 1u);
