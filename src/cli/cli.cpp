@@ -37,8 +37,9 @@ const std::vector<CommandSpec>& commands() {
        "check a deck and print it fully resolved",
        "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
-       "exit code 2 on problems. The schedule is built and the data files' headers are read (their tokens are "
-       "checked when a run opens them).",
+       "exit code 2 on problems. It checks the deck as `conductor run` would (the model is built from it: "
+       "with --output-for simulate or train-policy, as that command would). The schedule is built and the data "
+       "files' headers are read (their tokens are checked when a run opens them).",
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"},
         {"--output-for", true,
          "COMMAND (run, simulate or train-policy): also check run.output (and checkpoint.path) as COMMAND would "
