@@ -74,6 +74,7 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
   // In one pass: each rank's busy time and span; the schedule's ops, as the simulator counts them (a helper's slice
   // work, HELP_*, is busy time, not an op); and computation migration as the simulator reports it: ops that gave
   // slices away (the owner's row) and the payload of every help both ways (its HELP_* row), per link (owner, helper).
+  std::vector<sim::LinkBytes> links;
   for (const auto& e : events) {
     const std::size_t k = static_cast<std::size_t>(e.rank);
     r.busy_ms[k] += (e.end_ns - e.start_ns) * 1e-6;
@@ -84,9 +85,10 @@ sim::StepResult step_result(const trace::StepRecord& rec, const std::vector<trac
       r.migrated_ops += e.migrated > 0 ? 1 : 0;
     } else if (e.kind >= trace::EventKind::HELP_F && e.kind <= trace::EventKind::HELP_BW) {
       r.migration_bytes += static_cast<double>(e.bytes);
-      r.link_bytes[{e.peer, e.rank}] += static_cast<double>(e.bytes);
+      links.push_back(sim::LinkBytes{e.peer, e.rank, static_cast<double>(e.bytes)});
     }
   }
+  r.link_bytes = sim::sum_links(std::move(links));
   // The Zero Bubble paper's bubble rate: the largest rank's 1 - busy / its own span (as the simulator's).
   for (std::size_t k = 0; k < static_cast<std::size_t>(p); ++k) {
     const double span_ms = static_cast<double>(last[k] - first[k]) * 1e-6;

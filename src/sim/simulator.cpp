@@ -1,6 +1,7 @@
 #include "conductor/sim/simulator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -101,7 +102,17 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   eo.record_transfers = options.record_events && options.comm_events;
   eo.record_ops = options.record_events;
   // Backfilling plans with the noise-free cost model: the straggler or the jitter is what it does not know.
-  eo.estimate = [&](int rank, const sched::Action& a) { return noise.cost().op_time(rank, a.kind, s.v); };
+  // Each rank's op time per kind, noise-free (the cost model's, per chunk), looked up by the estimate and, times
+  // the op's factor, by its drawn time: asked at every op start, not worth the cost model's call each time.
+  std::vector<std::array<double, 4>> op_times(static_cast<std::size_t>(s.p));
+  for (int r = 0; r < s.p; ++r) {
+    for (const sched::OpKind k : {sched::OpKind::F, sched::OpKind::B, sched::OpKind::W, sched::OpKind::BW})
+      op_times[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] = noise.cost().op_time(r, k, s.v);
+  }
+  const auto op_time = [&](int rank, const sched::Action& a) {
+    return op_times[static_cast<std::size_t>(rank)][static_cast<std::size_t>(a.kind)];
+  };
+  eo.estimate = op_time;
   eo.comm_estimate = noise.cost().comm_time();
   eo.announce_latency = noise.cost().comm_time();
   eo.spread = noise.duration_spread();
@@ -126,8 +137,9 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) {
-        if (!factors.empty()) return noise.cost().op_time(rank, a.kind, s.v) * factor(rank, a);
-        return noise.compute_time_ms(step, rank, a.chunk, a.microbatch, a.kind);
+        // compute_time_ms's product, factor drawn once (with migration: shared with the op's helper speed).
+        if (!factors.empty()) return op_time(rank, a) * factor(rank, a);
+        return op_time(rank, a) * noise.compute_factor(step, rank, a.chunk, a.microbatch, a.kind);
       },
       [&](const sched::Transfer& t) { return noise.comm_time_ms(step, t); });
 
@@ -172,31 +184,23 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     if (span[k] > 0) r.max_stage_bubble_ratio = std::max(r.max_stage_bubble_ratio, 1.0 - r.busy_ms[k] / span[k]);
   }
   r.throughput = r.makespan_ms > 0 ? options.samples_per_step / (r.makespan_ms * 1e-3) : 0.0;
-  // Bytes per link summed in a p x p table, then kept where a link carried any (a map insert per help cost more
-  // than the rest of this function); each link's sum adds in the same order as before.
-  std::vector<double> link(res.migrations.empty() && res.refreshes.empty() ? 0 : static_cast<std::size_t>(s.p) * s.p);
-  std::vector<char> used(link.size(), 0);
-  const auto add_link = [&](int from, int to, double bytes) {
-    const std::size_t at = static_cast<std::size_t>(from) * s.p + to;
-    link[at] += bytes;
-    used[at] = 1;
-  };
+  // Bytes per link: one entry per help and refresh, then summed per link in that order (sum_links).
+  std::vector<LinkBytes> links;
+  links.reserve(res.migrations.size() + res.refreshes.size());
   for (std::size_t k = 0; k < res.migrations.size(); ++k) {
     const sched::MigrationTiming& m = res.migrations[k];
     // An op with several helpers has consecutive parts: counted once.
     const bool same_op = k > 0 && res.migrations[k - 1].owner == m.owner && res.migrations[k - 1].index == m.index;
     r.migrated_ops += same_op ? 0 : 1;
     r.migration_bytes += m.bytes;
-    add_link(m.owner, m.helper, m.bytes);
+    links.push_back(LinkBytes{m.owner, m.helper, m.bytes});
   }
   for (const sched::ReplicaRefresh& x : res.refreshes) {
     r.refresh_bytes += x.bytes;
     r.migration_bytes += x.bytes;
-    add_link(x.owner, x.holder, x.bytes);
+    links.push_back(LinkBytes{x.owner, x.holder, x.bytes});
   }
-  for (std::size_t at = 0; at < link.size(); ++at) {
-    if (used[at]) r.link_bytes[{static_cast<int>(at / s.p), static_cast<int>(at % s.p)}] = link[at];
-  }
+  r.link_bytes = sum_links(std::move(links), s.p);
 
   if (options.record_events) {
     r.events.reserve(res.ops.size() + 2 * res.transfers.size() + res.migrations.size());
@@ -289,6 +293,41 @@ void finish_run_span(RunResult& run, int p) {
 
 }  // namespace
 
+std::vector<LinkBytes> sum_links(std::vector<LinkBytes> links, int p) {
+  std::vector<LinkBytes> out;
+  const std::size_t cells = p > 0 ? static_cast<std::size_t>(p) * static_cast<std::size_t>(p) : 0;
+  if (cells > 0 && cells <= 4 * links.size() + 1024) {
+    // A p x p table: linear in the entries, where sorting them cost more than the rest of a step's figures.
+    std::vector<double> table(cells, 0.0);
+    std::vector<char> used(cells, 0);
+    for (const LinkBytes& l : links) {
+      const std::size_t at = static_cast<std::size_t>(l.from) * static_cast<std::size_t>(p) + l.to;
+      table[at] += l.bytes;
+      used[at] = 1;
+    }
+    for (std::size_t at = 0; at < cells; ++at) {
+      if (used[at]) out.push_back(LinkBytes{static_cast<int>(at / p), static_cast<int>(at % p), table[at]});
+    }
+    return out;
+  }
+  const auto before = [](const LinkBytes& a, const LinkBytes& b) {
+    return a.from != b.from ? a.from < b.from : a.to < b.to;
+  };
+  std::stable_sort(links.begin(), links.end(), before);  // stable: each link's bytes in the order given
+  for (const LinkBytes& l : links) {
+    if (out.empty() || out.back().from != l.from || out.back().to != l.to) out.push_back(LinkBytes{l.from, l.to, 0.0});
+    out.back().bytes += l.bytes;
+  }
+  return out;
+}
+
+double bytes_on(const std::vector<LinkBytes>& links, int from, int to) {
+  for (const LinkBytes& l : links) {
+    if (l.from == from && l.to == to) return l.bytes;
+  }
+  return 0.0;
+}
+
 void finish_run(RunResult& run, int p) {
   finish_run_span(run, p);
   const double n = static_cast<double>(std::max<std::size_t>(1, run.steps.size()));
@@ -311,13 +350,14 @@ void finish_run(RunResult& run, int p) {
     run.mean_migrated_ops += s.migrated_ops / n;
     run.mean_migration_bytes += s.migration_bytes / n;
     run.mean_refresh_bytes += s.refresh_bytes / n;
-    for (const auto& [link, bytes] : s.link_bytes) run.mean_link_bytes[link] += bytes / n;
+    for (const LinkBytes& l : s.link_bytes) run.mean_link_bytes.push_back(LinkBytes{l.from, l.to, l.bytes / n});
     for (int r = 0; r < p; ++r) {
       run.mean_busy_ms[r] += s.busy_ms[r] / n;
       run.mean_idle_ms[r] += s.idle_ms[r] / n;
       run.peak_memory[r] = std::max(run.peak_memory[r], s.peak_memory[r]);
     }
   }
+  run.mean_link_bytes = sum_links(std::move(run.mean_link_bytes));
 }
 
 RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps) {

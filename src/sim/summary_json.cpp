@@ -18,8 +18,8 @@ Json step_json(const StepResult& s, bool order_bound) {
 // Only with migration.enabled, so a run without it writes the summary it always did.
 Json migration_json(const RunResult& run, const plan::Migration& m) {
   Json links = Json::array();
-  for (const auto& [link, bytes] : run.mean_link_bytes) {
-    links.push_back({{"owner", link.first}, {"helper", link.second}, {"bytes_per_step", bytes}});
+  for (const LinkBytes& l : run.mean_link_bytes) {
+    links.push_back({{"owner", l.from}, {"helper", l.to}, {"bytes_per_step", l.bytes}});
   }
   Json per_step = Json::array();
   for (const StepResult& s : run.steps)

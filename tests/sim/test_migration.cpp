@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <tuple>
 
 #include "conductor/trace/summary.hpp"
@@ -88,9 +89,14 @@ TEST(MigrationSim, StragglingHeadStageGains) {
   EXPECT_LT(on.mean_makespan_ms, 0.98 * off.mean_makespan_ms);
   EXPECT_GT(on.mean_migration_bytes, 0);
   double per_link = 0;
-  for (const auto& [link, bytes] : on.mean_link_bytes) {
-    EXPECT_NE(link.first, link.second);
-    per_link += bytes;
+  for (std::size_t k = 0; k < on.mean_link_bytes.size(); ++k) {
+    const sim::LinkBytes& l = on.mean_link_bytes[k];
+    EXPECT_NE(l.from, l.to);
+    if (k > 0) {  // one entry per link, by (from, to)
+      const sim::LinkBytes& b = on.mean_link_bytes[k - 1];
+      EXPECT_TRUE(b.from < l.from || (b.from == l.from && b.to < l.to));
+    }
+    per_link += l.bytes;
   }
   EXPECT_DOUBLE_EQ(per_link, on.mean_migration_bytes);
 }
@@ -142,7 +148,7 @@ TEST(MigrationSim, SummaryReportsBytesPerLink) {
   for (double b : rep.migration.replica_bytes) refresh += b;
   EXPECT_DOUBLE_EQ(k["migration"]["refresh_bytes_per_step"].get<double>(), refresh);
   EXPECT_GE(with.mean_migration_bytes, refresh);
-  EXPECT_GE(with.mean_link_bytes.at({0, 1}), rep.migration.replica_bytes[0]);  // rank 0's holder: rank 1
+  EXPECT_GE(sim::bytes_on(with.mean_link_bytes, 0, 1), rep.migration.replica_bytes[0]);  // rank 0's holder: rank 1
 }
 
 // The trace of a simulated step with migration has the runtime's rows (docs/migration.md): each migrated op once
@@ -206,4 +212,37 @@ TEST(MigrationSim, TraceHasHelpRowsInsideTheirOwnersOps) {
   for (int q = 0; q < s.p; ++q) sim_busy += r.busy_ms[static_cast<std::size_t>(q)];
   const double trace_busy = (1.0 - rec.bubble_ratio) * s.p * static_cast<double>(rec.makespan_ns) * 1e-6;
   EXPECT_GE(trace_busy, sim_busy - 1e-3);
+}
+
+// A step's bytes per link: one entry per link, sorted, each link's bytes added in the order given (the order a
+// map's += had: 1 + 1e16 - 1e16 is 0, not 1).
+TEST(MigrationSim, LinkBytesSumPerLinkInOrder) {
+  const std::vector<sim::LinkBytes> sum =
+      sim::sum_links({{2, 1, 1.0}, {0, 1, 0.1}, {2, 1, 1e16}, {0, 1, 0.2}, {2, 1, -1e16}, {0, 3, 5.0}});
+  ASSERT_EQ(sum.size(), 3u);
+  EXPECT_EQ(sum[0].from, 0);
+  EXPECT_EQ(sum[0].to, 1);
+  EXPECT_EQ(sum[0].bytes, 0.1 + 0.2);
+  EXPECT_EQ(sum[1].to, 3);
+  EXPECT_EQ(sum[2].from, 2);
+  EXPECT_EQ(sum[2].bytes, 0.0);
+  EXPECT_EQ(sim::bytes_on(sum, 0, 3), 5.0);
+  EXPECT_EQ(sim::bytes_on(sum, 1, 0), 0.0);
+  EXPECT_TRUE(sim::sum_links({}).empty());
+}
+
+// The p x p table and the sort sum alike (each link's bytes in the order given), whichever sum_links takes.
+TEST(MigrationSim, LinkBytesTableAndSortAgree) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> rank(0, 5);
+  std::uniform_real_distribution<double> bytes(0.0, 1e9);
+  std::vector<sim::LinkBytes> links;
+  for (int k = 0; k < 400; ++k) links.push_back(sim::LinkBytes{rank(rng), rank(rng), bytes(rng)});
+  const std::vector<sim::LinkBytes> table = sim::sum_links(links, 6), sorted = sim::sum_links(links);
+  ASSERT_EQ(table.size(), sorted.size());
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    EXPECT_EQ(table[k].from, sorted[k].from);
+    EXPECT_EQ(table[k].to, sorted[k].to);
+    EXPECT_EQ(table[k].bytes, sorted[k].bytes);
+  }
 }

@@ -39,6 +39,18 @@ struct SimOptions {
   static SimOptions from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 };
 
+// Migration's bytes over one link in a step: from the owner's side (`from`) to the helper's or replica holder's.
+struct LinkBytes {
+  int from = 0, to = 0;
+  double bytes = 0;
+};
+// `links` summed per (from, to), each link's bytes added in the order given: one entry per link, sorted. A sorted
+// vector, not a map: a step's links cost one allocation, not one per link. With p (every rank below it) and p x
+// p small beside the entries, summed in a p x p table; else sorted (no table of p x p for a wide pipeline).
+std::vector<LinkBytes> sum_links(std::vector<LinkBytes> links, int p = 0);
+// The bytes on link (from, to) of sum_links()'s result (0: none).
+double bytes_on(const std::vector<LinkBytes>& links, int from, int to);
+
 // Figures of one step; definitions as trace/summary.hpp (makespan = last compute end - first compute start).
 struct StepResult {
   int step = 0;
@@ -57,8 +69,8 @@ struct StepResult {
   // refresh_bytes: of migration_bytes, the replicas' refresh (migration.weights: replicas).
   int migrated_ops = 0;
   double migration_bytes = 0, refresh_bytes = 0;
-  std::map<std::pair<int, int>, double> link_bytes;
-  std::vector<double> rank_end_ms;  // per rank, the end of its last op of the step on the run's clock
+  std::vector<LinkBytes> link_bytes;  // the links that carried any, by (from, to)
+  std::vector<double> rank_end_ms;    // per rank, the end of its last op of the step on the run's clock
 };
 
 // Simulates step `step` starting at `start_ms` on the run's clock.
@@ -95,7 +107,7 @@ struct RunResult {
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
   double mean_migrated_ops = 0, mean_migration_bytes = 0;       // per step
   double mean_refresh_bytes = 0;                                // per step, of mean_migration_bytes
-  std::map<std::pair<int, int>, double> mean_link_bytes;        // per step, (owner, helper)
+  std::vector<LinkBytes> mean_link_bytes;                       // per step, by (owner, helper)
 };
 
 // Runs `steps` steps; `on_step` (optional) sees each step's result (with events when recorded) before its
