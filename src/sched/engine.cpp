@@ -64,12 +64,14 @@ class Helpers {
     free_.assign((p + 63) / 64, 0);
     for (std::size_t r = 0; r < p; ++r) free_[r / 64] |= std::uint64_t{1} << (r % 64);
     peak_.assign(p, 0.0);
-    expected_.resize(p);
-    for (std::size_t r = 0; r < p; ++r) expected_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
+    limit_.resize(p);
+    for (std::size_t r = 0; r < p; ++r) limit_[r] = rank_limit(opt, static_cast<int>(r), &replicas);
+    first_.assign(p + 1, 0);
+    for (std::size_t r = 0; r < p; ++r) first_[r + 1] = first_[r] + drivers[r].arbiter().actions().size();
+    expected_.assign(first_.back(), kUnknown);
     chains_ = InputChains(consumer, consumer_rank);
     if (opt.estimate) {
-      estimates_.resize(p);
-      for (std::size_t r = 0; r < p; ++r) estimates_[r].assign(drivers[r].arbiter().actions().size(), kUnknown);
+      estimates_.assign(first_.back(), kUnknown);
     }
     comm = opt.comm_estimate;
   }
@@ -78,7 +80,7 @@ class Helpers {
   bool on() const { return on_; }
   bool helping(int r, double now) const { return on_ && busy_until_[static_cast<std::size_t>(r)] > now; }
   void expect(int rank, int index, double at) {
-    if (on_) expected_[static_cast<std::size_t>(rank)][static_cast<std::size_t>(index)] = at;
+    if (on_) expected_[at_op(rank, index)] = at;
   }
   double peak(int r) const { return on_ ? peak_[static_cast<std::size_t>(r)] : 0.0; }
 
@@ -86,8 +88,9 @@ class Helpers {
   // ranks, in rank order, instead of every rank at every op start.
   void set_free(int r, bool free) {
     if (!on_) return;
-    const std::uint64_t bit = std::uint64_t{1} << (r % 64);
-    std::uint64_t& word = free_[static_cast<std::size_t>(r / 64)];
+    const auto u = static_cast<std::size_t>(r);  // unsigned: the shift and the word without a sign's fix-up
+    const std::uint64_t bit = std::uint64_t{1} << (u % 64);
+    std::uint64_t& word = free_[u / 64];
     word = free ? word | bit : word & ~bit;
   }
 
@@ -134,18 +137,18 @@ class Helpers {
   // Rank q's memory for helping (M_F): the configured limit less its replicas, not the driver's budget. Backfill
   // budgets a rank's own ops to its list's peak, which orders its forwards; a helper's slices use the device's
   // memory, as under strict execution.
-  double device_limit(int q) const { return rank_limit(opt_, q, &replicas_); }
+  double device_limit(int q) const { return limit_[static_cast<std::size_t>(q)]; }
 
   // What the engine knows, for InputChains's bound (PeerKnowledge's members): the announced arrival of rank r's
   // list op i's input, whether that op waits for it, and its estimate (kept: the same every time it is asked).
-  double expected(int r, int i) const { return expected_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]; }
+  double expected(int r, int i) const { return expected_[at_op(r, i)]; }
   bool waiting(int r, int i) const {
     const Arbiter& a = drivers_[static_cast<std::size_t>(r)].arbiter();
     return !a.is_ready(i) && !a.is_started(i);
   }
   bool has_estimates() const { return !estimates_.empty(); }
   double estimate(int r, int i) const {
-    double& e = estimates_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    double& e = estimates_[at_op(r, i)];
     if (std::isnan(e))
       e = opt_.estimate(r, drivers_[static_cast<std::size_t>(r)].arbiter().actions()[static_cast<std::size_t>(i)]);
     return e;
@@ -167,10 +170,14 @@ class Helpers {
   const ReplicaPlan& replicas_;
   bool on_;
   std::vector<double> busy_until_, peak_;
+  std::vector<double> limit_;        // per rank, device_limit(): fixed for the step
   std::vector<std::uint64_t> free_;  // set_free()'s bits, rank r at bit r % 64 of word r / 64
-  std::vector<std::vector<double>> expected_;
+  // Per rank and list op, rank r's op i at first_[r] + i (one array each: read at every offer).
+  std::size_t at_op(int r, int i) const { return first_[static_cast<std::size_t>(r)] + static_cast<std::size_t>(i); }
+  std::vector<std::size_t> first_;
+  std::vector<double> expected_;
   InputChains chains_;
-  mutable std::vector<std::vector<double>> estimates_;  // per rank and list op (NaN: not asked yet)
+  mutable std::vector<double> estimates_;  // per rank and list op (NaN: not asked yet)
   std::vector<HelpOffer> offers_;
 };
 

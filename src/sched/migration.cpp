@@ -78,7 +78,10 @@ double Migration::in_memory_units(int rank, double bytes) const {
   return r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? bytes / memory_unit_bytes_[r] : 0.0;
 }
 
-Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const {
+// reach() and best_slices() run for every offer of every decision: inlined into decide(), whose loop then
+// computes what they share (the fixed transfers, a slice's helper time) once per decision.
+[[gnu::always_inline]] inline Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, double now,
+                                                                const HelpOffer& offer) const {
   // help(k) = fixed + k per_slice is increasing in k: slices_at takes the largest k with help(k) <= the bound.
   Reach r;
   r.fixed = fixed_time(c);
@@ -111,8 +114,9 @@ double Migration::step_of(const Reach& r, int k, double lo, double hi) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const Reach& r, double estimate, double slice,
-                                              int most, const HelpOffer& offer) const {
+[[gnu::always_inline]] inline std::pair<int, double> Migration::best_slices(const plan::SliceCosts& c, const Reach& r,
+                                                                            double estimate, double slice, int most,
+                                                                            const HelpOffer& offer) const {
   // The owner's part, estimate - k slice, falls with k and the helper's, fixed + k per_slice, grows (both
   // monotone in floating point too), so the op's end, the larger of the two, falls and then rises: it is least
   // at the last level where the owner's part is still the larger, or the next. The crossing in closed form
@@ -166,6 +170,12 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
       const Reach r = reach(c, slice, now, offers[i]);
       const int most = most_of(r, estimate);
       if (most <= 0) continue;
+      // No split of this offer ends before max(its one-slice help, its least owner's part, the parts' crossing)
+      // in exact arithmetic; with a margin far above rounding, an offer whose bound is past the best end so far
+      // cannot beat it, so its best split is not sought (the decision is the same).
+      const double floor_end = std::max({r.fixed + r.per_slice, estimate - most * slice,
+                                         (estimate * r.per_slice + r.fixed * slice) / (slice + r.per_slice)});
+      if (floor_end > best_end + 1e-9 * std::max(1.0, best_end)) continue;
       const auto [k, end] = best_slices(c, r, estimate, slice, most, offers[i]);  // k >= 1
       if (end < best_end) best_k = k, best_end = end, best_offer = i;
     }
@@ -420,36 +430,38 @@ InputChains::InputChains(const Schedule& s) {
       if (a.kind == OpKind::B || a.kind == OpKind::BW) b[r][slot(a.chunk, a.microbatch)] = static_cast<int>(i);
     }
   }
-  producer_.resize(p);
-  position_.resize(p);
+  std::vector<std::size_t> sizes(p);
+  for (std::size_t r = 0; r < p; ++r) sizes[r] = s.ranks[r].size();
+  size_lists(sizes);
   for (std::size_t r = 0; r < p; ++r) {
-    producer_[r].assign(s.ranks[r].size(), -1);
-    position_[r].assign(s.ranks[r].size(), -1);
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const auto in = input_of(s, static_cast<int>(r), s.ranks[r][i]);
       if (!in || in->local()) continue;
       const std::size_t from = static_cast<std::size_t>(in->from_rank);
-      producer_[r][i] = in->from_rank;
-      position_[r][i] = (in->payload == Payload::Activation ? f : b)[from][slot(in->from_chunk, in->microbatch)];
+      Link& link = links_[first_[r] + i];
+      link.rank = in->from_rank;
+      link.position = (in->payload == Payload::Activation ? f : b)[from][slot(in->from_chunk, in->microbatch)];
     }
   }
+}
+
+void InputChains::size_lists(const std::vector<std::size_t>& sizes) {
+  first_.assign(sizes.size() + 1, 0);
+  for (std::size_t r = 0; r < sizes.size(); ++r) first_[r + 1] = first_[r] + sizes[r];
+  links_.assign(first_.back(), Link{});
 }
 
 InputChains::InputChains(const std::vector<std::vector<std::int32_t>>& consumer,
                          const std::vector<std::vector<std::int32_t>>& consumer_rank) {
   const std::size_t p = consumer.size();
-  producer_.resize(p);
-  position_.resize(p);
-  for (std::size_t r = 0; r < p; ++r) {
-    producer_[r].assign(consumer[r].size(), -1);
-    position_[r].assign(consumer[r].size(), -1);
-  }
+  std::vector<std::size_t> sizes(p);
+  for (std::size_t r = 0; r < p; ++r) sizes[r] = consumer[r].size();
+  size_lists(sizes);
   for (std::size_t r = 0; r < p; ++r) {
     for (std::size_t i = 0; i < consumer[r].size(); ++i) {
-      const std::int32_t to = consumer_rank[r][i], at = consumer[r][i];
-      if (to < 0 || at < 0) continue;
-      producer_[static_cast<std::size_t>(to)][static_cast<std::size_t>(at)] = static_cast<int>(r);
-      position_[static_cast<std::size_t>(to)][static_cast<std::size_t>(at)] = static_cast<int>(i);
+      const std::int32_t to = consumer_rank[r][i], pos = consumer[r][i];
+      if (to < 0 || pos < 0) continue;
+      links_[at(to, pos)] = Link{static_cast<int>(r), static_cast<int>(i)};
     }
   }
 }

@@ -193,24 +193,20 @@ class InputChains {
   // every op start instead of going through std::function.
   template <class Known>
   double earliest_input_from(int q, int index, int owner, double now, const Known& known) const {
-    return bound(q, index, owner, now, known, static_cast<int>(producer_.size()));
+    return bound(q, index, owner, now, known, static_cast<int>(first_.size()) - 1);
   }
   // The rank producing rank q's list op `index`'s cross-rank input, or -1.
-  int producer(int q, int index) const {
-    return producer_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
-  }
+  int producer(int q, int index) const { return links_[at(q, index)].rank; }
   // And the producing op's position in that rank's list, or -1.
-  int producer_op(int q, int index) const {
-    return position_[static_cast<std::size_t>(q)][static_cast<std::size_t>(index)];
-  }
+  int producer_op(int q, int index) const { return links_[at(q, index)].position; }
 
  private:
   template <class Known>
   double bound(int q, int index, int owner, double now, const Known& known, int depth) const {
     const double announced = known.expected(q, index);
     if (!std::isnan(announced)) return announced;
-    const std::size_t r = static_cast<std::size_t>(q), i = static_cast<std::size_t>(index);
-    const int from = producer_[r][i], y = position_[r][i];
+    const Link& link = links_[at(q, index)];
+    const int from = link.rank, y = link.position;
     if (from == owner) return std::numeric_limits<double>::infinity();
     if (from < 0 || y < 0 || depth <= 0 || !known.has_estimates()) return std::numeric_limits<double>::quiet_NaN();
     double start = now;
@@ -220,8 +216,17 @@ class InputChains {
     }
     return start + known.estimate(from, y) + known.comm;
   }
-  std::vector<std::vector<int>> producer_;  // per rank and list op: the producer's rank, or -1
-  std::vector<std::vector<int>> position_;  // and the producing op's list position there, or -1
+  // Per rank and list op (rank q's op i at first_[q] + i, one array for all: the bound reads it at every offer):
+  // the producer's rank and the producing op's list position there, or -1, -1.
+  struct Link {
+    int rank = -1, position = -1;
+  };
+  std::size_t at(int q, int index) const {
+    return first_[static_cast<std::size_t>(q)] + static_cast<std::size_t>(index);
+  }
+  void size_lists(const std::vector<std::size_t>& sizes);  // first_ and links_ for lists of these sizes
+  std::vector<std::size_t> first_;                         // per rank, its first op's place in links_; then the total
+  std::vector<Link> links_;
 };
 
 // Where replicas are kept (migration.weights: replicas) and what they cost: per owner, the peers holding its
