@@ -73,18 +73,13 @@ Offload Migration::split(OpKind kind, double estimate, int slices, const HelpOff
   return o;
 }
 
-double Migration::in_memory_units(int rank, double bytes) const {
-  const std::size_t r = static_cast<std::size_t>(rank);
-  return r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? bytes / memory_unit_bytes_[r] : 0.0;
-}
-
 // reach() and best_slices() run for every offer of every decision: inlined into decide(), whose loop then
 // computes what they share (the fixed transfers, a slice's helper time) once per decision.
 [[gnu::always_inline]] inline Migration::Reach Migration::reach(const plan::SliceCosts& c, double slice, double now,
-                                                                const HelpOffer& offer) const {
+                                                                const HelpOffer& offer, double fixed) const {
   // help(k) = fixed + k per_slice is increasing in k: slices_at takes the largest k with help(k) <= the bound.
   Reach r;
-  r.fixed = fixed_time(c);
+  r.fixed = fixed;
   const double slice_bytes = bytes_per_slice(c, offer);
   r.per_slice = slice_bytes / bytes_per_ms_ + slice * c.helper_factor * offer.speed;
   r.window = window(now, offer.until);
@@ -137,18 +132,10 @@ double Migration::step_of(const Reach& r, int k, double lo, double hi) {
   return {k, end};
 }
 
-double Migration::least_help(OpKind kind, double estimate) const {
-  const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
-  if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return std::numeric_limits<double>::quiet_NaN();
-  const double fixed = fixed_time(c);
-  // Every offer's bound, min(estimate, window) - fixed, is below 0 (slices_at: no slice).
-  return estimate - fixed < 0 ? std::numeric_limits<double>::quiet_NaN() : fixed;
-}
-
 int Migration::most_slices(OpKind kind, double now, double estimate, const HelpOffer& offer) const {
   const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
   if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return 0;
-  return most_of(reach(c, estimate * c.sliced_fraction / slices_, now, offer), estimate);
+  return most_of(reach(c, estimate * c.sliced_fraction / slices_, now, offer, fixed_time(c)), estimate);
 }
 
 Offload Migration::decide(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
@@ -162,6 +149,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0 || offers.empty()) return alone();
   const double slice = estimate * c.sliced_fraction / slices_;
   const double gain_needed = 1e-9 * std::max(1.0, estimate);  // a tie is no reason to move bytes
+  const double fixed = fixed_time(c);                         // every offer's fixed transfers
   if (max_helpers_ == 1 && search == Search::Direct) {
     // One helper per op (the default): each offer's own best split (closed form, best_slices), the earliest end
     // among them (ties: the first offered), if it ends the op sooner than alone.
@@ -169,7 +157,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
     double best_end = estimate - gain_needed;
     std::size_t best_offer = 0;
     for (std::size_t i = 0; i < offers.size(); ++i) {
-      const Reach r = reach(c, slice, now, offers[i]);
+      const Reach r = reach(c, slice, now, offers[i], fixed);
       const int most = most_of(r, estimate);
       if (most <= 0) continue;
       // No split of this offer ends before max(its one-slice help, its least owner's part, the parts' crossing)
@@ -202,7 +190,7 @@ Offload Migration::decide(OpKind kind, double now, double estimate, const std::v
   live.clear();
   for (std::size_t i = 0; i < offers.size(); ++i) {
     Candidate x;
-    x.reach = reach(c, slice, now, offers[i]);
+    x.reach = reach(c, slice, now, offers[i], fixed);
     x.k_hi = slices_at(x.reach, estimate);
     if (x.k_hi <= 0) continue;
     x.offer = i;

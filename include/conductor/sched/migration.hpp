@@ -93,7 +93,13 @@ class Migration {
   // outlast the op). takes_any: whether decide() may give any slice to a peer whose help must end by `until`
   // (false: the very test decide() makes finds no room for the fixed transfers, so that offer takes nothing;
   // with one helper per op such an offer changes nothing and need not be built).
-  double least_help(OpKind kind, double estimate) const;
+  double least_help(OpKind kind, double estimate) const {  // inline: asked at every op start
+    const plan::SliceCosts& c = kinds_[static_cast<std::size_t>(kind)];
+    if (!enabled_ || estimate <= 0 || c.sliced_fraction <= 0) return std::numeric_limits<double>::quiet_NaN();
+    const double fixed = fixed_time(c);
+    // Every offer's bound, min(estimate, window) - fixed, is below 0 (slices_at: no slice).
+    return estimate - fixed < 0 ? std::numeric_limits<double>::quiet_NaN() : fixed;
+  }
   static bool takes_any(double least_help, double now, double estimate, double until) {
     return std::min(estimate, window(now, until)) - least_help >= 0;
   }
@@ -104,7 +110,10 @@ class Migration {
   int replica_peers() const { return replica_peers_; }
   double replica_bytes() const { return replica_bytes_; }
   double transfer_time(double bytes) const { return bytes / bytes_per_ms_ + latency_ms_; }
-  double in_memory_units(int rank, double bytes) const;
+  double in_memory_units(int rank, double bytes) const {
+    const std::size_t r = static_cast<std::size_t>(rank);
+    return r < memory_unit_bytes_.size() && memory_unit_bytes_[r] > 0 ? bytes / memory_unit_bytes_[r] : 0.0;
+  }
 
  private:
   // Bytes per slice moved for `offer` (no weight slices to a replica holder).
@@ -127,11 +136,11 @@ class Migration {
   }
   static double window(double now, double until) { return until + 1e-9 - now; }
   // What an offer can take, for one decision: help(k) = fixed + k per_slice must end within its window, and k
-  // within cap (max_fraction and its memory).
+  // within cap (max_fraction and its memory). `fixed`: fixed_time(c), the same for every offer of a decision.
   struct Reach {
     double fixed = 0, per_slice = 0, window = 0, cap = 0;
   };
-  Reach reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer) const;
+  Reach reach(const plan::SliceCosts& c, double slice, double now, const HelpOffer& offer, double fixed) const;
   // One helper's best split of an op: the k in 1 .. most (most >= 1, within its reach) whose op ends earliest
   // (ties: the fewest), and that end.
   std::pair<int, double> best_slices(const plan::SliceCosts& c, const Reach& r, double estimate, double slice, int most,
