@@ -431,7 +431,9 @@ class EventLoop {
   // Migration: the driver's offload decision for rank r's op i, and every helper's part engaged. Updates the
   // owner's busy time and the op's time (took) and predicted time.
   void offload(int r, int i, const Action& act, double dur, double& busy, double& took, double& predicted) {
-    const Offload o = drivers_[r].offload(i, now_, predicted, helpers_->offers(r, act, now_, predicted));
+    const std::vector<HelpOffer>& offers = helpers_->offers(r, act, now_, predicted);
+    if (offers.empty()) return;  // the decision would answer "alone"
+    const Offload o = drivers_[r].offload(i, now_, predicted, offers);
     if (o.helper < 0) return;
     busy = took = predicted > 0 ? o.owner_time * dur / predicted : 0.0;
     predicted = o.op_time;

@@ -88,8 +88,10 @@ Offload Migration::split(OpKind kind, double estimate, int slices, const HelpOff
   if (q < memory_unit_bytes_.size() && memory_unit_bytes_[q] > 0 && std::isfinite(offer.memory_free)) {
     const double room = offer.memory_free * memory_unit_bytes_[q] - c.bytes_fixed;  // bytes of slices it can hold
     if (room < 0) r.cap = 0;
-    // min(cap, floor(y)) for a whole cap: floor (a dozen instructions without SSE4.1) only where y is below it.
-    if (const double y = room / slice_bytes + 1e-12; slice_bytes > 0 && y < r.cap) r.cap = std::floor(y);
+    // min(cap, floor(y)) for a whole cap: floor (a dozen instructions without SSE4.1) only where y is below it,
+    // and for 0 <= y < cap the integer conversion's truncation is that floor.
+    if (const double y = room / slice_bytes + 1e-12; slice_bytes > 0 && y < r.cap)
+      r.cap = y >= 0 ? static_cast<double>(static_cast<long long>(y)) : std::floor(y);
   }
   return r;
 }
@@ -121,9 +123,9 @@ double Migration::step_of(const Reach& r, int k, double lo, double hi) {
   // comparing the level with the next, each evaluated as split() computes it, is exact. Ties go to the fewest
   // slices (the fewest bytes).
   const auto end_at = [&](int k) { return std::max(estimate - k * slice, help_time(c, slice, k, offer)); };
-  // clamp(floor(y), 1, most), floor only between the two (most is whole); NaN: 1.
+  // clamp(floor(y), 1, most): between the two (most is whole) the conversion's truncation is the floor; NaN: 1.
   const double y = (estimate - r.fixed) / (slice + r.per_slice);
-  const int k = std::isnan(y) || y < 1.0 ? 1 : y >= most ? most : static_cast<int>(std::floor(y));
+  const int k = std::isnan(y) || y < 1.0 ? 1 : y >= most ? most : static_cast<int>(y);
   const double end = end_at(k);
   if (k < most) {
     const double after = end_at(k + 1);

@@ -357,7 +357,7 @@ void finish_run(RunResult& run, int p) {
       run.peak_memory[r] = std::max(run.peak_memory[r], s.peak_memory[r]);
     }
   }
-  run.mean_link_bytes = sum_links(std::move(run.mean_link_bytes));
+  run.mean_link_bytes = sum_links(std::move(run.mean_link_bytes), p);
 }
 
 RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps) {

@@ -149,9 +149,10 @@ class Migration {
   static int slices_at(const Reach& r, double tau) {
     const double bound = std::min(tau, r.window) - r.fixed;
     if (bound < 0 || r.cap <= 0) return 0;
-    // min(cap, floor(y)) for a whole cap, floor only where y is below it.
+    // min(cap, floor(y)) for a whole cap; below it, 0 <= y (bound >= 0 and per_slice > 0 where cap > 0), so the
+    // integer conversion's truncation is the floor.
     const double y = bound / r.per_slice + 1e-12;
-    const double k = y < r.cap ? std::floor(y) : r.cap;
+    const double k = y < r.cap ? static_cast<double>(static_cast<long long>(y)) : r.cap;
     return k > 0 ? static_cast<int>(k) : 0;
   }
   // The most slices `r` can take of an op that takes `estimate` alone: within its reach and the op's slices.
