@@ -66,13 +66,9 @@ class Helpers {
     peak_.assign(p, 0.0);
     limit_.resize(p);
     for (std::size_t r = 0; r < p; ++r) limit_[r] = rank_limit(opt, static_cast<int>(r), &replicas);
-    first_.assign(p + 1, 0);
-    for (std::size_t r = 0; r < p; ++r) first_[r + 1] = first_[r] + drivers[r].arbiter().actions().size();
-    expected_.assign(first_.back(), kUnknown);
     chains_ = InputChains(consumer, consumer_rank);
-    if (opt.estimate) {
-      estimates_.assign(first_.back(), kUnknown);
-    }
+    expected_.assign(chains_.size(), kUnknown);
+    if (opt.estimate) estimates_.assign(chains_.size(), kUnknown);
     comm = opt.comm_estimate;
   }
   Helpers(const Helpers&) = delete;
@@ -172,9 +168,8 @@ class Helpers {
   std::vector<double> busy_until_, peak_;
   std::vector<double> limit_;        // per rank, device_limit(): fixed for the step
   std::vector<std::uint64_t> free_;  // set_free()'s bits, rank r at bit r % 64 of word r / 64
-  // Per rank and list op, rank r's op i at first_[r] + i (one array each: read at every offer).
-  std::size_t at_op(int r, int i) const { return first_[static_cast<std::size_t>(r)] + static_cast<std::size_t>(i); }
-  std::vector<std::size_t> first_;
+  // Per rank and list op, rank r's op i at the chains' at(r, i) (one array each: read at every offer).
+  std::size_t at_op(int r, int i) const { return chains_.at(r, i); }
   std::vector<double> expected_;
   InputChains chains_;
   mutable std::vector<double> estimates_;  // per rank and list op (NaN: not asked yet)

@@ -137,7 +137,9 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
   const sched::ExecResult res = sched::execute(
       s, eo,
       [&](int rank, const sched::Action& a) {
-        // compute_time_ms's product, factor drawn once (with migration: shared with the op's helper speed).
+        // compute_time_ms's product with the op time from the table, in both paths (so migration off, the
+        // baseline of the simulator's speed, is as cheap); with migration the factor is drawn once (shared with
+        // the op's helper speed).
         if (!factors.empty()) return op_time(rank, a) * factor(rank, a);
         return op_time(rank, a) * noise.compute_factor(step, rank, a.chunk, a.microbatch, a.kind);
       },

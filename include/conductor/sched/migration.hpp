@@ -207,6 +207,12 @@ class InputChains {
   double earliest_input_from(int q, int index, int owner, double now, const Known& known) const {
     return bound(q, index, owner, now, known, static_cast<int>(first_.size()) - 1);
   }
+  // Rank q's list op `index`'s place in one array over every rank's list (of size(): the chains keep theirs so;
+  // the engine keeps its per-op state beside them).
+  std::size_t at(int q, int index) const {
+    return first_[static_cast<std::size_t>(q)] + static_cast<std::size_t>(index);
+  }
+  std::size_t size() const { return links_.size(); }
   // The rank producing rank q's list op `index`'s cross-rank input, or -1.
   int producer(int q, int index) const { return links_[at(q, index)].rank; }
   // And the producing op's position in that rank's list, or -1.
@@ -228,14 +234,11 @@ class InputChains {
     }
     return start + known.estimate(from, y) + known.comm;
   }
-  // Per rank and list op (rank q's op i at first_[q] + i, one array for all: the bound reads it at every offer):
-  // the producer's rank and the producing op's list position there, or -1, -1.
+  // Per rank and list op (at(q, i), one array for all: the bound reads it at every offer): the producer's rank
+  // and the producing op's list position there, or -1, -1.
   struct Link {
     int rank = -1, position = -1;
   };
-  std::size_t at(int q, int index) const {
-    return first_[static_cast<std::size_t>(q)] + static_cast<std::size_t>(index);
-  }
   void size_lists(const std::vector<std::size_t>& sizes);  // first_ and links_ for lists of these sizes
   std::vector<std::size_t> first_;                         // per rank, its first op's place in links_; then the total
   std::vector<Link> links_;
