@@ -36,7 +36,8 @@ void add_migration_fields(std::vector<Field>& f) {
   f.push_back(field<int>(
                   "migration.helpers", [](Deck & d) -> auto& { return d.migration.helpers; },
                   "Most peers one op's slices go to at once (each takes up to migration.max_fraction of them); "
-                  "more than 1 in `conductor simulate` only.")
+                  "more than 1 in `conductor simulate` only. A rank has parallel.pipeline - 1 peers: a larger value "
+                  "lets every peer help, as parallel.pipeline - 1 does.")
                   .range(1, 1024));
   f.push_back(field<std::string>(
                   "migration.link", [](Deck & d) -> auto& { return d.migration.link; },

@@ -143,7 +143,8 @@ void add_sched_fields(std::vector<Field>& f) {
                   .range(1, 1000));
   f.push_back(field<int>(
                   "noise.straggler_start", [](Deck & d) -> auto& { return d.noise.straggler_start; },
-                  "First step of the straggler window.")
+                  "First step of the straggler window; with straggler in noise.kind, before run.steps (steps count "
+                  "from 0).")
                   .range(0, 1e9));
   f.push_back(field<int>(
                   "noise.straggler_steps", [](Deck & d) -> auto& { return d.noise.straggler_steps; },
@@ -230,6 +231,17 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   if (deck.noise.straggler_rank >= p) {
     problems.push_back(src + ": noise.straggler_rank = " + std::to_string(deck.noise.straggler_rank) +
                        " is not a rank (0 .. " + std::to_string(p - 1) + ", or -1 for a drawn one)");
+  }
+  // A straggler window that opens after the run's last step slows nothing: the run would be reported as a
+  // straggler run without one. (train-policy draws its own episodes; run.steps is not their length.)
+  const auto& listed = deck.noise.kind;
+  if (options.command != Command::TrainPolicy && std::find(listed.begin(), listed.end(), "straggler") != listed.end() &&
+      deck.noise.straggler_start >= deck.run.steps) {
+    problems.push_back(src + ": noise.straggler_start = " + std::to_string(deck.noise.straggler_start) +
+                       " is past the run's last step (run.steps = " + std::to_string(deck.run.steps) +
+                       ": steps 0 .. " + std::to_string(deck.run.steps - 1) +
+                       "), so the straggler never slows a step; start it before step " +
+                       std::to_string(deck.run.steps) + ", or drop straggler from noise.kind");
   }
   // Each kind once, and none alone: a repeated kind would apply twice (two jitters of the same draw), and none
   // beside another kind says two contrary things.

@@ -112,7 +112,7 @@ TEST(Deck, TypeErrorNamesKeyAndValue) {
   EXPECT_TRUE(contains(p[0], "cost.comm") && contains(p[0], "expected a decimal number, got '0x10'")) << p[0];
   for (const std::string tiny : {"1e-320", "1e-400", "1e400"}) {
     p = problems_of("", {"cost.comm=" + tiny});
-    ASSERT_EQ(p.size(), 1u);
+    ASSERT_EQ(p.size(), 1u) << (p.size() > 1 ? p[0] + " / " + p[1] : std::string());
     EXPECT_TRUE(contains(p[0], "'" + tiny + "' is beyond what a double holds")) << p[0];
   }
   // Booleans: YAML 1.2's true, True, TRUE (TRUE was refused) and 1.1's yes/on; anything else names the spellings.
@@ -180,6 +180,22 @@ TEST(Deck, CrossKeyProblemNamesTheOverridesOfItsKeys) {
   p = problems_of("schedule: {kind: zb-h1}\nparallel: {virtual: 2}\n", {}, Command::Simulate);
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].rfind("deck.yaml: schedule.kind = zb-h1", 0), 0u) << p[0];
+}
+
+// A straggler window opening after the last step would slow nothing: refused where run.steps counts the steps.
+TEST(Deck, StragglerWindowMustOpenWithinTheRun) {
+  const std::vector<std::string> late = {"noise.kind=[gaussian,straggler]", "run.steps=20",
+                                         "noise.straggler_start=20"};
+  for (Command c : {Command::Validate, Command::Simulate, Command::Run}) {
+    const auto p = problems_of("", late, c, 4);
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(contains(p[0], "noise.straggler_start = 20 is past the run's last step (run.steps = 20: steps 0 .. 19)"))
+        << p[0];
+    EXPECT_TRUE(contains(p[0], "command line 'noise.straggler_start=20'")) << p[0];
+  }
+  EXPECT_TRUE(problems_of("", late, Command::TrainPolicy).empty());  // its episodes are not run.steps long
+  EXPECT_TRUE(problems_of("", {"noise.kind=[gaussian,straggler]", "run.steps=20", "noise.straggler_start=19"}).empty());
+  EXPECT_TRUE(problems_of("", {"noise.kind=gaussian", "run.steps=20", "noise.straggler_start=20"}).empty());
 }
 
 TEST(Deck, UnknownOverridePathRejected) {
@@ -438,7 +454,7 @@ TEST(DeckFragments, FragmentIsCheckedLikeTheDeck) {
   EXPECT_TRUE(contains(p[0], "dup.yaml:3:3: key 'run.steps' appears twice (first at line 2)")) << p[0];
   for (const std::string text : {"", "# only a comment\n"}) {
     p = composition_problems(kNoisyDeck, {{"empty.yaml", text}});
-    ASSERT_EQ(p.size(), 1u);
+    ASSERT_EQ(p.size(), 1u) << (p.size() > 1 ? p[0] + " / " + p[1] : std::string());
     EXPECT_TRUE(contains(p[0], "empty.yaml: the fragment is empty (no keys)")) << p[0];
   }
   p = composition_problems(kNoisyDeck, {{"list.yaml", "- noise\n"}});
