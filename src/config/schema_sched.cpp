@@ -238,8 +238,8 @@ void finalize_sched(Deck& deck, const LoadOptions& options, std::vector<std::str
   if (options.command != Command::TrainPolicy && std::find(listed.begin(), listed.end(), "straggler") != listed.end() &&
       deck.noise.straggler_start >= deck.run.steps) {
     problems.push_back(src + ": noise.straggler_start = " + std::to_string(deck.noise.straggler_start) +
-                       " is past the run's last step (run.steps = " + std::to_string(deck.run.steps) +
-                       ": steps 0 .. " + std::to_string(deck.run.steps - 1) +
+                       " is past the run's last step (run.steps = " + std::to_string(deck.run.steps) + ": steps 0 .. " +
+                       std::to_string(deck.run.steps - 1) +
                        "), so the straggler never slows a step; start it before step " +
                        std::to_string(deck.run.steps) + ", or drop straggler from noise.kind");
   }

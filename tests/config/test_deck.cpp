@@ -184,12 +184,12 @@ TEST(Deck, CrossKeyProblemNamesTheOverridesOfItsKeys) {
 
 // A straggler window opening after the last step would slow nothing: refused where run.steps counts the steps.
 TEST(Deck, StragglerWindowMustOpenWithinTheRun) {
-  const std::vector<std::string> late = {"noise.kind=[gaussian,straggler]", "run.steps=20",
-                                         "noise.straggler_start=20"};
+  const std::vector<std::string> late = {"noise.kind=[gaussian,straggler]", "run.steps=20", "noise.straggler_start=20"};
   for (Command c : {Command::Validate, Command::Simulate, Command::Run}) {
     const auto p = problems_of("", late, c, 4);
     ASSERT_EQ(p.size(), 1u);
-    EXPECT_TRUE(contains(p[0], "noise.straggler_start = 20 is past the run's last step (run.steps = 20: steps 0 .. 19)"))
+    EXPECT_TRUE(
+        contains(p[0], "noise.straggler_start = 20 is past the run's last step (run.steps = 20: steps 0 .. 19)"))
         << p[0];
     EXPECT_TRUE(contains(p[0], "command line 'noise.straggler_start=20'")) << p[0];
   }
