@@ -165,15 +165,17 @@ int cmd_simulate(const Invocation& inv) {
       if (r.events.empty()) return;
       // The shared definition of the per-step figures (trace/summary.hpp).
       const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-      // With migration the events hold each op from its start on the owner to its end (the helper's part
-      // included: the owner's wait for it counts as busy in the trace, as in the runtime's) and the helpers' HELP
-      // rows: the simulator's own figures, which count each rank's compute only, stay in summary.json.
+      // The step's span is the trace's, in its whole nanoseconds, with or without migration (so a run where
+      // nothing moves reports the same makespan either way). With migration the events hold each op from its
+      // start on the owner to its end (the helper's part included: the owner's wait for it counts as busy in the
+      // trace, as in the runtime's) and the helpers' HELP rows: the simulator's own bubbles and bound, which
+      // count each rank's compute only, stay in summary.json.
+      r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
+      r.throughput = rec.samples_per_s;
       if (!options.migration.enabled) {
-        r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
         r.bubble_ratio = rec.bubble_ratio;
         r.stage_bubble_ratio = rec.stage_bubble_ratio;
         r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
-        r.throughput = rec.samples_per_s;
       }
       if (writer) {
         writer->append_events(r.events);

@@ -122,6 +122,24 @@ cost:
         for key in ("bubble_ratio", "steady_bubble_ratio"):
             check(0.0 <= summary["run"][key] < 1e-3, f"one stage: run.{key} = {summary['run'][key]}, expected ~0, >= 0")
 
+    # Migration enabled on a link too slow to move anything (1 kB/s): the same makespans and throughput as without
+    # it, to the digit; both are the trace's whole nanoseconds (with migration they were the simulator's doubles,
+    # a sub-nanosecond apart). The bubbles and bound keep the simulator's compute-only figures with migration.
+    sums = {}
+    for enabled in ("false", "true"):
+        r = run(deck, "noise.kind=gaussian", "noise.level=0.1", f"migration.enabled={enabled}", "migration.link=custom",
+                "migration.bandwidth_gbps=1e-6", "migration.latency_us=0", f"run.output={out}-slow",
+                "run.overwrite=true", "--json")
+        check(r.returncode == 0, f"migration.enabled={enabled} on a slow link runs: {r.stderr}")
+        sums[enabled] = json.loads(r.stdout) if r.returncode == 0 else {}
+    if sums["false"] and sums["true"]:
+        check(sums["true"]["migration"]["migrated_ops_per_step"] == 0, "nothing moves over 1 kB/s")
+        for key in ("makespan_ms", "throughput"):
+            check(sums["true"][key] == sums["false"][key], f"{key} with nothing moved: {sums['true'][key]} against "
+                  f"{sums['false'][key]} without migration")
+        check([x["makespan_ms"] for x in sums["true"]["steps"]] == [x["makespan_ms"] for x in sums["false"]["steps"]],
+              "per-step makespans with nothing moved equal those without migration")
+
     # Migration under backfilling, noise-free 1F1B (no op may start early, so the order is strict's): the same
     # makespan as strict. Helpers offered only what backfill's ordering budget (the list's own peak) left them, not
     # the device's memory, so fewer helps were taken: 1606.6 ms strict against 1717.2 with backfill on gpt3-1.5b.
