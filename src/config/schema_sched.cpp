@@ -26,7 +26,9 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(
       field<std::string>(
           "schedule.hint", [](Deck & d) -> auto& { return d.schedule.hint; },
-          "Readiness ranking (which to pick: docs/design.md, 'Readiness hints'): `backfill` (the list's next op "
+          "Readiness ranking under schedule.execution: readiness (strict runs the list and ignores it, so a deck "
+          "can switch execution alone; which to pick: docs/design.md, 'Readiness hints'): `backfill` (the list's next "
+          "op "
           "as soon as it can run, or, when its output stays on the rank, the list's next op that feeds another rank "
           "if that is ready with only ready ops between; while it waits for an input, only ops expected to end "
           "before that input arrives, "
@@ -129,7 +131,8 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<double>(
                   "noise.level", [](Deck & d) -> auto& { return d.noise.level; },
                   "Relative noise level (0.10 = 10% per-op jitter); for lognormal, sample and heterogeneous the "
-                  "log-normal sigma, at most 3.")
+                  "log-normal sigma, at most 3. Ignored with noise.kind: none (so a noisy deck runs noise-free "
+                  "with that one override).")
                   .range(0, 100));
   f.push_back(field<unsigned long long>(
       "noise.seed", [](Deck & d) -> auto& { return d.noise.seed; }, "Seed of the noise streams."));
