@@ -151,13 +151,15 @@ class Helpers {
   }
   double comm = 0;  // a transfer's estimate
 
-  // The helper of `o` starts helping at `now`.
-  void engage(const HelpPart& o, double now) {
+  // The helper of `o` starts helping at `now`. `mark`: its free bit is cleared (and set again by a wake-up at
+  // the help's end); else it stays set, and offer() tells it is helping by the time.
+  void engage(const HelpPart& o, double now, bool mark) {
     const std::size_t q = static_cast<std::size_t>(o.helper);
     busy_until_[q] = now + o.help_time;
-    set_free(o.helper, false);
+    if (mark) set_free(o.helper, false);
     peak_[q] = std::max(peak_[q], drivers_[q].arbiter().memory_in_use() + o.memory);
   }
+  double busy_until(int r) const { return busy_until_[static_cast<std::size_t>(r)]; }
 
  private:
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
@@ -286,7 +288,8 @@ class EventLoop {
                       : place_replicas(opt.migration, replica_room(s, opt))),
         drivers_(make_drivers(s, opt, compute, replicas_)),
         announcing_(opt.execution == Execution::Readiness && opt.hint == Hint::Backfill),
-        custom_(static_cast<bool>(opt.picker)) {
+        custom_(static_cast<bool>(opt.picker)),
+        wake_on_touch_(!announcing_ && !custom_) {
     link_consumers();
     helpers_.emplace(opt, drivers_, replicas_, dest_, dest_rank_);
     for (std::size_t r = 0; r < replicas_.holders.size(); ++r) {
@@ -368,7 +371,11 @@ class EventLoop {
   // A free rank (not running, not helping, its step released) picks its next op, if any, and starts it.
   void pick(int r) {
     RankDriver& drv = drivers_[r];
-    if (drv.running() || helpers_->helping(r, now_) || !released(r)) return;
+    if (drv.running() || !released(r)) return;
+    if (helpers_->helping(r, now_)) {
+      if (wake_on_touch_) wake_after_help(r);
+      return;
+    }
     int i = -1;
     if (custom_) {
       view_.now = now_;
@@ -435,14 +442,22 @@ class EventLoop {
     // Every helper's part, the first one first (Offload::parts(), without building the list).
     const auto help = [&](const HelpPart& h) {
       took = std::max(took, h.help_time);
-      helpers_->engage(h, now_);
+      helpers_->engage(h, now_, !wake_on_touch_);
       res_.busy[h.helper] += h.helper_compute;
       res_.migrations.push_back(
           MigrationTiming{r, i, h.helper, h.slices, now_, now_ + h.help_time, h.bytes, h.helper_compute});
-      queue_.push(Event{now_ + h.help_time, seq_++, EventType::HelpDone, h.helper, -1, -1});
+      if (!wake_on_touch_) queue_.push(Event{now_ + h.help_time, seq_++, EventType::HelpDone, h.helper, -1, -1});
     };
     help(HelpPart{o.helper, o.slices, o.helper_compute, o.help_time, o.bytes, o.memory});
     for (const HelpPart& h : o.more) help(h);
+  }
+
+  // A rank reached (touched) while it helps picks when the help ends: one HelpDone for it, queued once.
+  void wake_after_help(int r) {
+    if (wake_pending_.empty()) wake_pending_.assign(static_cast<std::size_t>(s_.p), 0);
+    if (wake_pending_[r]) return;
+    wake_pending_[r] = 1;
+    queue_.push(Event{helpers_->busy_until(r), seq_++, EventType::HelpDone, r, -1, -1});
   }
 
   // The custom picker's idle time: ranks neither running nor helping until the next event.
@@ -477,6 +492,7 @@ class EventLoop {
     } else if (e.type == EventType::Arrive) {
       drivers_[e.rank].input_arrived(e.index, now_);
     } else if (e.type == EventType::HelpDone) {
+      if (wake_on_touch_) wake_pending_[e.rank] = 0;
       helpers_->set_free(e.rank, !drivers_[e.rank].running());
     } else if (e.type == EventType::Announce) {
       drivers_[e.rank].announce(e.index, e.expected, now_);
@@ -511,6 +527,13 @@ class EventLoop {
   const ReplicaPlan replicas_;
   std::vector<RankDriver> drivers_;
   const bool announcing_, custom_;
+  // A helper picks again when its help ends (a HelpDone event). Where its pick depends only on its own events (not
+  // on the clock: strict, and the readiness rankings but backfill, which ranks by the time left to an input, and
+  // no custom picker), one is needed only if something reached it while it helped: its pick at the end is then
+  // the one the event would have made, and most helps, which end before the helper's input comes, push and pop
+  // no event.
+  const bool wake_on_touch_;
+  std::vector<char> wake_pending_;  // per rank: a HelpDone is queued for its current help (wake_on_touch_)
   std::vector<std::vector<std::int32_t>> dest_, dest_rank_;  // see link_consumers()
   std::optional<Helpers> helpers_;                           // needs dest_ and dest_rank_ (its chains' links)
   ExecResult res_;
