@@ -29,6 +29,13 @@ class CliTest(unittest.TestCase):
         proc = conductor("--version")
         self.assertEqual(proc.returncode, 0)
         self.assertRegex(proc.stdout, r"^conductor \d+\.\d+\.\d+ \(git ")
+        # The revision is the source tree's at the last build, not at the last configure: a commit since then
+        # (and a build) shows. "-dirty": uncommitted changes to tracked files.
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=SRC, capture_output=True, text=True)
+        if head.returncode != 0:
+            self.skipTest("the source tree is not a git checkout")
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=SRC).returncode == 1
+        self.assertIn("(git %s%s)" % (head.stdout.strip(), "-dirty" if dirty else ""), proc.stdout)
 
     def test_help_lists_commands(self):
         proc = conductor("--help")
