@@ -95,6 +95,9 @@ std::vector<std::string> files_written(config::Command command) {
 // Keys a resumed run may change and still continue the run in its folder: how many steps, where the folder and
 // the checkpoints are (a requeued job adds checkpoint.resume; a copied folder has another path).
 const std::vector<std::string> kResumeMayChange = {"run.steps", "run.output", "run.overwrite", "checkpoint"};
+// Keys that say where and whether results go, not what they are: a rerun of the very same deck may differ in
+// them (run.overwrite=true once, then without it; the folder named relative or absolute).
+const std::vector<std::string> kNotTheResults = {"run.output", "run.overwrite"};
 
 // The root a resume reads from: checkpoint.resume names the root or one of its step folders.
 // A folder path as written, without a trailing '/' (whose filename() is empty).
@@ -287,7 +290,7 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
   const bool only_mine = std::all_of(found.begin(), found.end(), [&](const std::string& f) {
     return std::find(mine.begin(), mine.end(), f) != mine.end();
   });
-  if (only_mine && has_deck && config::deck_differences(config::to_yaml(deck), there, {}).empty()) return;
+  if (only_mine && has_deck && config::deck_differences(config::to_yaml(deck), there, kNotTheResults).empty()) return;
   if (command == config::Command::TrainPolicy && std::find(found.begin(), found.end(), "policy.pt") != found.end()) {
     throw InputError("run.output = '" + dir.string() + "' already holds a trained policy (" + joined(found) +
                      "), which train-policy would replace; nothing was written. Choose another run.output (or " +

@@ -32,7 +32,8 @@ void add_core_fields(std::vector<Field>& f) {
       "command is refused before it writes anything. Resuming (checkpoint.resume set) continues its own run's "
       "folder (its resolved.yaml this deck but for run.steps, run.output, run.overwrite and checkpoint.*) and "
       "checkpoint root; "
-      "simulate may rewrite a folder holding only its own results of this very deck; train-policy replaces a "
+      "simulate may rewrite a folder holding only its own results of this very deck (run.output and run.overwrite "
+      "aside); train-policy replaces a "
       "trained policy (even of this very deck) only with run.overwrite."));
   f.push_back(field<double>(
                   "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },

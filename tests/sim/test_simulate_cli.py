@@ -140,6 +140,17 @@ cost:
         check([x["makespan_ms"] for x in sums["true"]["steps"]] == [x["makespan_ms"] for x in sums["false"]["steps"]],
               "per-step makespans with nothing moved equal those without migration")
 
+    # simulate rewrites a folder holding only its own results of the very same deck, where and whether it may
+    # write aside (run.overwrite=true once, then without it); a deck that computes something else is refused.
+    again = os.path.join(tmp, "again")
+    r = run(deck, f"run.output={again}", "run.overwrite=true")
+    check(r.returncode == 0, f"first simulate into {again}: {r.stderr}")
+    r = run(deck, f"run.output={again}/", "run.overwrite=false")
+    check(r.returncode == 0, f"the same deck without run.overwrite rewrites its own results: {r.stderr}")
+    r = run(deck, f"run.output={again}", "run.overwrite=false", "run.steps=2")
+    check(r.returncode == 2 and "already holds the results of another run" in r.stderr,
+          f"another deck is refused: {r.returncode} {r.stderr}")
+
     # With migration the bound is the simulator's compute-only one and the makespan the trace's whole nanoseconds:
     # a straggling rank busy the whole step has its bound at the makespan, never above it by a rounding.
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inputs")
