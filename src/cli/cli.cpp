@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "conductor/util/hdf5.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
+#include "conductor/util/progress.hpp"
 #include "conductor/version.hpp"
 
 namespace conductor::cli {
@@ -92,6 +94,31 @@ int usage_error(const std::string& message) {
   std::fprintf(stderr, "conductor: %s\n", message.c_str());
   print_usage(stderr);
   return kExitUsage;
+}
+
+// A command's own usage after a mistake in its arguments (its flags, not every command's).
+int command_usage_error(const CommandSpec& c, const std::string& message) {
+  std::fprintf(stderr, "conductor: %s\nusage: conductor %s %s\nflags:", message.c_str(), c.name.c_str(),
+               c.usage.c_str());
+  for (const auto& f : c.flags) std::fprintf(stderr, " %s%s", f.name.c_str(), f.takes_value ? " V" : "");
+  std::fprintf(stderr, "%s (conductor %s --help says more)\n", c.flags.empty() ? " none" : "", c.name.c_str());
+  return kExitUsage;
+}
+
+// The environment variables conductor reads, each with a value it understands or unset (README: "Environment
+// variables"): a misspelt level or interval was ignored silently, so a run logged or reported otherwise than asked.
+std::string environment_problem() {
+  if (const char* v = std::getenv("CONDUCTOR_LOG"); v && *v) {
+    log::Level level;
+    if (!log::parse_level(v, level))
+      return std::string("CONDUCTOR_LOG = '") + v +
+             "' is not a log level; allowed: error, warn, info, debug (unset: info)";
+  }
+  if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
+    return std::string("CONDUCTOR_PROGRESS_S = '") + v +
+           "' is not a number of seconds; allowed: a number >= 0 (0: a line per update; unset: 1)";
+  }
+  return {};
 }
 
 }  // namespace
@@ -178,6 +205,10 @@ int main(int argc, char** argv) {
     if (c.name == first) spec = &c;
   }
   if (!spec) return usage_error("unknown command '" + first + "'");
+  if (const std::string problem = environment_problem(); !problem.empty()) {
+    std::fprintf(stderr, "conductor: %s\n", problem.c_str());
+    return kExitUsage;
+  }
 
   Invocation inv;
   inv.command = spec->name;
@@ -188,17 +219,24 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (arg.size() > 1 && arg[0] == '-') {
+      // --flag V or --flag=V (the GNU long-option form).
+      const std::size_t eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+      const std::string name = arg.substr(0, eq);
       const FlagSpec* flag = nullptr;
       for (const auto& f : spec->flags) {
-        if (f.name == arg) flag = &f;
+        if (f.name == name) flag = &f;
       }
-      if (!flag) return usage_error("unknown flag '" + arg + "' for '" + spec->name + "'");
+      if (!flag) return command_usage_error(*spec, "unknown flag '" + name + "' for '" + spec->name + "'");
       std::string value;
-      if (flag->takes_value) {
-        if (i + 1 >= argc) return usage_error("flag '" + arg + "' needs a value");
+      if (flag->takes_value && eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (flag->takes_value) {
+        if (i + 1 >= argc) return command_usage_error(*spec, "flag '" + arg + "' needs a value");
         value = argv[++i];
+      } else if (eq != std::string::npos) {
+        return command_usage_error(*spec, "flag '" + name + "' takes no value (got '" + arg + "')");
       }
-      inv.flags[arg] = value;
+      inv.flags[name] = value;
     } else if (inv.deck_path.empty()) {
       inv.deck_path = arg;
     } else if (arg[0] != '@' && arg.find('=') != std::string::npos) {

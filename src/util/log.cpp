@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace conductor::log {
 
@@ -9,12 +10,10 @@ namespace {
 int g_rank = 0;
 int g_world = 1;
 Level g_level = [] {
+  Level level = Level::Info;
   const char* env = std::getenv("CONDUCTOR_LOG");
-  if (!env) return Level::Info;
-  if (!std::strcmp(env, "error")) return Level::Error;
-  if (!std::strcmp(env, "warn")) return Level::Warn;
-  if (!std::strcmp(env, "debug")) return Level::Debug;
-  return Level::Info;
+  if (env) parse_level(env, level);  // anything else: the command line refuses it (cli::main)
+  return level;
 }();
 
 void emit(std::FILE* stream, const char* tag, const std::string& message) {
@@ -26,6 +25,18 @@ void emit(std::FILE* stream, const char* tag, const std::string& message) {
   std::fflush(stream);
 }
 }  // namespace
+
+bool parse_level(const char* text, Level& level) {
+  static constexpr std::pair<const char*, Level> kLevels[] = {
+      {"error", Level::Error}, {"warn", Level::Warn}, {"info", Level::Info}, {"debug", Level::Debug}};
+  for (const auto& [name, value] : kLevels) {
+    if (!std::strcmp(text, name)) {
+      level = value;
+      return true;
+    }
+  }
+  return false;
+}
 
 void set_rank(int rank, int world_size) {
   g_rank = rank;

@@ -29,15 +29,19 @@ double eta_seconds(double elapsed_s, long long done, long long total) {
   return elapsed_s / static_cast<double>(done) * static_cast<double>(total - done);
 }
 
+double parse_progress_interval(const char* text) {
+  if (!text || !*text) return 1.0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  return (*end == '\0' && std::isfinite(v) && v >= 0) ? v : -1.0;
+}
+
 namespace {
 
-// CONDUCTOR_PROGRESS_S: seconds between progress lines; an unreadable value keeps the default.
+// CONDUCTOR_PROGRESS_S: seconds between progress lines (the command line refuses an unreadable value first).
 double progress_interval() {
-  const char* env = std::getenv("CONDUCTOR_PROGRESS_S");
-  if (!env || !*env) return 1.0;
-  char* end = nullptr;
-  const double v = std::strtod(env, &end);
-  return (*end == '\0' && v >= 0) ? v : 1.0;
+  const double v = parse_progress_interval(std::getenv("CONDUCTOR_PROGRESS_S"));
+  return v >= 0 ? v : 1.0;
 }
 
 }  // namespace

@@ -57,6 +57,36 @@ class CliTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("unknown flag '--bogus'", proc.stderr)
 
+    def test_flag_errors_show_the_commands_usage_and_flags_take_equals(self):
+        proc = conductor("schedule", self.deck("run: {steps: 1}\n"), "--formt", "csv")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("usage: conductor schedule", proc.stderr)
+        self.assertNotIn("commands:", proc.stderr)  # not every command's usage
+        deck = self.deck("run: {steps: 1}\n")
+        spaced, joined = conductor("schedule", deck, "--format", "csv"), conductor("schedule", deck, "--format=csv")
+        self.assertEqual((spaced.returncode, joined.returncode), (0, 0), joined.stderr)
+        self.assertEqual(spaced.stdout, joined.stdout)
+        proc = conductor("validate", deck, "--keys=1")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("flag '--keys' takes no value", proc.stderr)
+
+    # The environment variables conductor reads take the values README lists; anything else is refused, not ignored.
+    def test_bad_environment_values_are_refused(self):
+        deck = self.deck("run: {steps: 1}\n")
+        for name, value, part in (("CONDUCTOR_LOG", "bogus", "allowed: error, warn, info, debug"),
+                                  ("CONDUCTOR_PROGRESS_S", "abc", "a number >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", "-1", "a number >= 0")):
+            proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
+                                  env=dict(os.environ, **{name: value}))
+            self.assertEqual(proc.returncode, 2, (name, value))
+            self.assertIn("%s = '%s'" % (name, value), proc.stderr)
+            self.assertIn(part, proc.stderr)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        for name, value in (("CONDUCTOR_LOG", "warn"), ("CONDUCTOR_PROGRESS_S", "0.5"), ("CONDUCTOR_LOG", "")):
+            proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
+                                  env=dict(os.environ, **{name: value}))
+            self.assertEqual(proc.returncode, 0, (name, value, proc.stderr))
+
     def test_missing_deck_argument(self):
         self.assertEqual(conductor("validate").returncode, 2)
         self.assertEqual(conductor().returncode, 2)

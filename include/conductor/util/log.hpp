@@ -8,6 +8,9 @@ namespace conductor::log {
 
 enum class Level { Error = 0, Warn = 1, Info = 2, Debug = 3 };
 
+// The level a CONDUCTOR_LOG value names ("error", "warn", "info", "debug"), or false for anything else.
+bool parse_level(const char* text, Level& level);
+
 void set_rank(int rank, int world_size);
 int rank();
 Level level();

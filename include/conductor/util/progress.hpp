@@ -14,6 +14,10 @@ std::string format_duration(double seconds);
 // Seconds left for `total` units after `done` took `elapsed_s` (mean rate so far); negative when unknown.
 double eta_seconds(double elapsed_s, long long done, long long total);
 
+// Seconds between progress lines as CONDUCTOR_PROGRESS_S gives them (a number >= 0), or a negative value for
+// anything else (unset or empty: the default, 1).
+double parse_progress_interval(const char* text);
+
 class Progress {
  public:
   // what: the command ("simulate"); unit: what is counted ("steps").
