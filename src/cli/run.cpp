@@ -57,7 +57,8 @@ int cmd_run(const Invocation& inv) {
   const config::Deck deck = load_deck(inv, config::Command::Run);
   check_folders(deck);
   check_run_size(deck);
-  const plan::Plan plan = config::resolve(deck);
+  plan::Plan plan = config::resolve(deck);
+  plan.run.replace_results = mpi::world_rank() == 0 && resume_replaces_results(deck);  // rank 0 writes the folder
   const runtime::RunOutcome outcome = runtime::train(plan, MPI_COMM_WORLD, planner_factory(plan));
   if (plan.migration.enabled) report_migration(outcome);
   if (outcome.nonfinite) return kExitFailure;  // already reported: the step and the stage

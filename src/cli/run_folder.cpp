@@ -94,7 +94,13 @@ std::vector<std::string> files_written(config::Command command) {
 
 // Keys a resumed run may change and still continue the run in its folder: how many steps, where the folder and
 // the checkpoints are (a requeued job adds checkpoint.resume; a copied folder has another path).
-const std::vector<std::string> kResumeMayChange = {"run.steps", "run.output", "run.overwrite", "checkpoint"};
+// Keys that say where a run writes, how often it logs and what memory it may take, not what it computes: a resumed
+// run may change them (a requeued job logs less often, or writes its checkpoints elsewhere).
+const std::vector<std::string> kNotWhatIsComputed = {"run.output", "run.overwrite", "run.log_every",
+                                                     "run.memory_limit_gb", "checkpoint"};
+// And run.steps: a resume may run longer or shorter (its learning rate's decay is said when it follows run.steps).
+const std::vector<std::string> kResumeMayChange = {"run.steps",     "run.output",          "run.overwrite",
+                                                   "run.log_every", "run.memory_limit_gb", "checkpoint"};
 // Keys that say where and whether results go, not what they are: a rerun of the very same deck may differ in
 // them (run.overwrite=true once, then without it; the folder named relative or absolute).
 const std::vector<std::string> kNotTheResults = {"run.output", "run.overwrite"};
@@ -198,7 +204,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   const std::string named = "checkpoint.resume = '" + deck.checkpoint.resume + "'";
   // One comparison: run.steps may change, but it matters below when the learning rate decays over it.
   std::vector<std::string> differ, steps;
-  for (std::string& d : config::deck_differences(here, theirs, {"run.output", "run.overwrite", "checkpoint"})) {
+  for (std::string& d : config::deck_differences(here, theirs, kNotWhatIsComputed)) {
     (d.rfind("run.steps ", 0) == 0 ? steps : differ).push_back(std::move(d));
   }
   if (into_own_folder && !differ.empty()) {
@@ -319,6 +325,16 @@ void probe_writable(const std::string& key, const fs::path& dir) {
   }
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+bool resume_replaces_results(const config::Deck& deck) {
+  if (deck.checkpoint.resume.empty() || !deck.run.overwrite) return false;
+  const fs::path dir(deck.run.output);
+  if (previous_results(dir).empty()) return false;
+  std::error_code ec;
+  if (!fs::exists(dir / "resolved.yaml", ec)) return true;
+  const std::string there = config::without_header(read_text(dir / "resolved.yaml"));
+  return !config::deck_differences(config::to_yaml(deck), there, kResumeMayChange).empty();
 }
 
 void check_run_output(const config::Deck& deck, config::Command command) {

@@ -218,18 +218,23 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   // A resumed run (e.g. a requeued Slurm job) continues its trace (docs/trace.md, "Resumed runs"): opened first,
   // so a trace that cannot be continued is refused before resolved.yaml or the metrics change.
   const std::string trace_path = (dir_ / "trace.h5").string();
-  const bool continuing = plan.trace.enabled && first_step > 0 && std::filesystem::exists(trace_path);
+  const bool replacing = first_step > 0 && plan.run.replace_results;
+  const bool continuing = plan.trace.enabled && first_step > 0 && !replacing && std::filesystem::exists(trace_path);
   if (continuing) writer_ = std::make_unique<trace::TraceWriter>(trace_path, first_step);
   write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
   // A resumed run appends to the metrics of the steps before it (the rows a killed attempt wrote past the
   // checkpoint dropped, as the trace drops them); a new one starts the file.
   const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
-  if (first_step > 0) keep_metrics_before(metrics_path, first_step);
-  metrics_.open(metrics_path, first_step > 0 ? std::ios::app : std::ios::trunc);
+  const bool appending = first_step > 0 && !replacing;
+  if (appending) keep_metrics_before(metrics_path, first_step);
+  metrics_.open(metrics_path, appending ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(metrics_path.string() + ": cannot write");
   if (continuing) {
     log::info("continuing the trace " + trace_path + " at step " + std::to_string(first_step + 1));
   } else if (plan.trace.enabled) {
+    if (replacing)
+      log::info("replacing the results in " + dir_.string() + " (another run's: run.overwrite=true); the new trace " +
+                "starts at step " + std::to_string(first_step + 1));
     writer_ = std::make_unique<trace::TraceWriter>(trace_path, run_info(plan, order, world_size, hosts));
   }
 }

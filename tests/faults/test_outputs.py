@@ -127,6 +127,35 @@ class Outputs(FaultCase):
                          r"folder" % self.out)
         self.assertEqual(digests(self.out), before, "a refused resume changed the other run's results")
 
+    def test_resume_may_log_less_often(self):
+        # run.log_every and run.memory_limit_gb change nothing computed: a requeued job may set them otherwise and
+        # still continue its own trace (it was refused as another run's).
+        deck = self.deck(steps=1, extra="backend: cpu\n")
+        ck = os.path.join(self.out, "checkpoints")
+        r = mpirun(2, "run", deck, "checkpoint.path=" + ck)
+        self.assertEqual(r.code, 0, r.text)
+        r = mpirun(2, "run", deck, "run.steps=2", "checkpoint.path=" + ck, "checkpoint.resume=" + ck,
+                   "run.log_every=5", "run.memory_limit_gb=64")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertIn("continuing the trace", r.text)
+
+    def test_resume_with_overwrite_replaces_another_runs_trace(self):
+        # The same resume with run.overwrite=true, as the refusal above offers: the other run's trace and metrics
+        # are replaced, not continued with this run's steps under the other run's attributes (one trace of two
+        # configurations, read as one run).
+        self.first_run(extra="backend: cpu\n")
+        ck = self.checkpointed("other", m=8)
+        r = mpirun(2, "run", self.deck(steps=3, m=8, extra="backend: cpu\n", name="other.yaml"),
+                   "run.output=" + self.out, "checkpoint.resume=" + ck, "run.overwrite=true")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertIn("replacing the results in %s" % self.out, r.text)
+        import h5py
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:
+            self.assertEqual(int(t.attrs["microbatches"]), 8)
+            self.assertEqual(sorted(set(int(s) for s in t["steps"]["step"])), [1, 2])
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertEqual(len(f.readlines()), 2, "the other run's metrics were kept")
+
     def test_resume_with_another_runs_checkpoint_path_refused(self):
         ours, theirs = self.checkpointed("ours"), self.checkpointed("theirs", m=8)
         before = {d: digests(os.path.join(theirs, d)) for d in os.listdir(theirs) if d.startswith("step-")}

@@ -17,13 +17,19 @@ std::vector<std::string> previous_results(const std::filesystem::path& dir,
 
 // Throws InputError (exit 2) naming the folder, what it holds and how to proceed when the command would write
 // over another run's results. Allowed: run.overwrite; `run` with checkpoint.resume set into the folder of the run
-// it continues (its resolved.yaml is this deck but for run.steps, run.output, run.overwrite and checkpoint.*),
+// it continues (its resolved.yaml is this deck but for run.steps, run.output, run.overwrite, run.log_every,
+// run.memory_limit_gb and checkpoint.*),
 // and with a checkpoint.path that holds nothing or is the resumed checkpoints' root; `simulate` into a folder that
 // holds only its own files, written from this very deck (deterministic, so writing them again loses nothing; a
 // measured run's folder is never its). `train-policy` never replaces a trained policy without run.overwrite, not
 // even one of this very deck (its folder holds what a user keeps: policy.pt, maybe in use, curve.csv's wall times,
 // summaries edited by hand).
 void check_output_folder(const config::Deck& deck, config::Command command);
+
+// A resume with run.overwrite=true into a folder holding another run's results (no resolved.yaml, or one that
+// differs from this deck beyond what a resume may change): the run replaces its trace and metrics instead of
+// continuing them, since steps of two configurations in one trace would be read as one run.
+bool resume_replaces_results(const config::Deck& deck);
 
 // What every command that writes a run folder checks first: check_output_folder, then run.output probed for
 // writing (probe_writable).

@@ -37,6 +37,9 @@ struct Run {
   unsigned long long seed = 1234;  // data order and every derived random stream
   std::string output;              // the run's folder
   int log_every = 1;               // `conductor run`: a console step line every this many steps
+  // A resume replaces the folder's trace and metrics (they are another configuration's: run.overwrite=true)
+  // instead of continuing them. Set by the command line (cli::resume_replaces_results), not a deck key.
+  bool replace_results = false;
 };
 
 struct Pipeline {
