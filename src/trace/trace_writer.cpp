@@ -504,12 +504,13 @@ void TraceWriter::write_pending(Impl& m) {
 void TraceWriter::close() {
   if (!impl_ || !impl_->file.valid()) return;
   if (impl_->failed) {
-    // What was written before the failure stays in the file; its close may fail the same way, and is not news.
-    h5::Silence silence;
-    impl_->events.dset.reset();
-    impl_->steps.dset.reset();
-    (void)impl_->file.reset();
-    H5Eclear2(H5E_DEFAULT);
+    // What the last successful flush wrote is a readable file (SWMR: as after a kill). Closing would flush again:
+    // under a file-size limit the superblock, at the file's start, is written with an end of file past the data
+    // the failed write never put there, and the whole file no longer opens ("truncated file"). So the handles are
+    // left open, unflushed, until the process ends (the commands skip HDF5's teardown at exit).
+    impl_->events.dset.release();
+    impl_->steps.dset.release();
+    impl_->file.release();
     return;
   }
   flush();

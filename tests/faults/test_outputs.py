@@ -268,6 +268,14 @@ class Outputs(FaultCase):
         self.assertFalse(os.path.exists(self.out))
 
 
+def trace_steps(path):
+    """The number of step rows a trace holds, opened as the analysis tools open a file its writer left open (a
+    killed run's: SWMR)."""
+    import h5py
+    with h5py.File(path, "r", swmr=True) as t:
+        return len(t["steps"])
+
+
 def limited(limit_bytes):
     """preexec_fn: a file-size limit (ulimit -f) for the process it starts."""
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
@@ -289,6 +297,7 @@ class WritesRefused(FaultCase):
                          r"process's file-size limit: ulimit -f\)" % self.out)
         self.assertEqual(r.err.count("error:"), 1, r.err)
         self.assertTrue(os.path.exists(os.path.join(self.out, "resolved.yaml")))
+        self.assertGreater(trace_steps(os.path.join(self.out, "trace.h5")), 0)  # the steps before it, readable
 
     def run_limited_rank0(self, limit, *args):
         # Rank 0 alone is limited (MPI's shared-memory transport writes files of its own: tcp instead).
@@ -304,7 +313,11 @@ class WritesRefused(FaultCase):
         self.assertFault(r, 1, r"error: step \d+: trace %s/trace\.h5: \w+ failed: cannot write: File too large"
                          % self.out)
         with open(os.path.join(self.out, "metrics.jsonl")) as f:
-            self.assertGreater(len(f.readlines()), 0)  # the steps before it were recorded
+            recorded = len(f.readlines())
+        self.assertGreater(recorded, 0)  # the steps before it were recorded
+        # ... and the trace holds them, readable: closing it after the failed write flushed a superblock whose end
+        # of file lay past what the limit let through, and no step of it opened ("truncated file").
+        self.assertEqual(trace_steps(os.path.join(self.out, "trace.h5")), recorded)
 
     def test_run_metrics(self):
         r = self.run_limited_rank0(8192, self.deck(steps=400), "trace.enabled=false")

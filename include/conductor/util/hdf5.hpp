@@ -29,6 +29,9 @@ class Handle {
 
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  // Forgets the id without closing it (it stays open until the process ends): for a file that must not be
+  // flushed again, whose close would write metadata describing what a failed write never put on disk.
+  void release() { id_ = H5I_INVALID_HID; }
   // Closes now; returns the closer's status (negative on failure) so callers that care can report it.
   herr_t reset() {
     herr_t status = 0;
