@@ -38,6 +38,10 @@ std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std:
       why = "op kind '" + k + "' is not one of F, B, W, BW";
       return std::nullopt;
     }
+    if (f.kinds[static_cast<std::size_t>(index)]) {
+      why = "op kind '" + k + "' is listed twice; name each of F, B, W, BW once";
+      return std::nullopt;
+    }
     f.kinds[static_cast<std::size_t>(index)] = true;
     at = comma + 1;
   }

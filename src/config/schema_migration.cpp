@@ -132,14 +132,20 @@ void check_heads(const Deck& d, const std::string& src, std::vector<std::string>
 }
 
 // Why a well-formed forced help can never move a slice ("" when it can): only B and W on a schedule whose
-// backward is one op (BW). The run would report 0 slices moved. (A vocab-only entry for a rank without the LM
-// head moves nothing either, but a pattern over every rank names those on purpose.)
+// backward is one op (BW), or only BW on one whose backward is always split in B and W (the zero-bubble
+// generators but dualpipev, which keeps some BW). The run would report 0 slices moved. (A vocab-only entry for a rank
+// without the LM head moves nothing either, but a pattern over every rank names those on purpose.)
 std::string moves_nothing(const Deck& d, const plan::ForcedHelp& f) {
   const std::string& kind = d.schedule.kind;
   const bool one_backward = kind == "gpipe" || kind == "1f1b" || kind == "1f1b-interleaved";
   if (one_backward && !f.kinds[0] && !f.kinds[3]) {
     return "schedule.kind = " + kind + " runs each backward as one BW op (no B or W): this entry would move " +
            "nothing (force F or BW)";
+  }
+  const bool split_backward = kind.rfind("zb-", 0) == 0;  // zb-h1, zb-h2, zb-1p, zb-2p, zb-v, zb-v-greedy
+  if (split_backward && !f.kinds[0] && !f.kinds[1] && !f.kinds[2]) {
+    return "schedule.kind = " + kind + " splits every backward into B and W (no BW op): this entry would move " +
+           "nothing (force F, B or W)";
   }
   return "";
 }

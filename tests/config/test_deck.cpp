@@ -574,6 +574,15 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "schedule.kind=zb-h1", "migration.force=[\"1->0:B,W:1\"]"},
                           Command::Run, 4)
                   .empty());
+  // ... and BW alone on a zero-bubble list, whose backward is always B and W (dualpipev keeps some BW: allowed).
+  p = one({"migration.enabled=true", "schedule.kind=zb-h1", "migration.force=[\"1->0:BW:2\"]"});
+  EXPECT_TRUE(contains(p, "schedule.kind = zb-h1 splits every backward into B and W (no BW op)")) << p;
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "schedule.kind=zb-h1", "migration.force=[\"1->0:F,BW:1\"]"},
+                          Command::Run, 4)
+                  .empty());
+  // A kind named twice is a typo, not a stronger request.
+  p = one({"migration.enabled=true", "migration.force=[\"1->0:W,W:1\"]"});
+  EXPECT_TRUE(contains(p, "op kind 'W' is listed twice")) << p;
   // conductor run on cuda moves every unit, as on cpu: the default units and a named vocab raise no migration
   // problem. A build without CUDA (the sanitizer builds) adds its own problem for backend=cuda: none of ours among
   // them.
