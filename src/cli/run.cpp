@@ -44,7 +44,10 @@ void check_folders(const config::Deck& deck) {
     if (mpi::world_rank() == 0) {
       check_run_output(deck, config::Command::Run);
     }
-    if (!deck.checkpoint.path.empty()) probe_writable("checkpoint.path", deck.checkpoint.path);
+    if (!deck.checkpoint.path.empty()) {
+      check_path_room("checkpoint.path", deck.checkpoint.path, deepest_checkpoint_file(deck));
+      probe_writable("checkpoint.path", deck.checkpoint.path);
+    }
   } catch (const InputError& e) {
     problem = e.what();
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -327,6 +328,32 @@ void probe_writable(const std::string& key, const fs::path& dir) {
   ::unlink(probe.c_str());
 }
 
+void check_path_room(const std::string& key, const fs::path& dir, const fs::path& deepest) {
+  std::error_code ec;
+  const fs::path full = (fs::absolute(dir, ec) / deepest).lexically_normal();
+  const std::string text = full.string();
+  if (text.size() >= PATH_MAX) {
+    throw InputError(key + " = '" + dir.string() + "': the files written there would have paths of " +
+                     std::to_string(text.size()) + " characters (e.g. .../" + deepest.string() +
+                     "), over the system's limit of " + std::to_string(PATH_MAX - 1) + "; choose a shorter folder");
+  }
+  for (const fs::path& part : full) {
+    if (part.string().size() > NAME_MAX) {
+      throw InputError(key + " = '" + dir.string() + "': the name '" + part.string().substr(0, 40) + "...' has " +
+                       std::to_string(part.string().size()) + " characters, over the system's limit of " +
+                       std::to_string(NAME_MAX) + " for one name in a path; choose a shorter one");
+    }
+  }
+}
+
+fs::path deepest_checkpoint_file(const config::Deck& deck) {
+  // .step-NNNNNN.partial/vstage_K.h5 (or its manifest.txt), the steps at least six digits.
+  const int stages = deck.parallel.pipeline * std::max(1, deck.parallel.virtual_chunks);
+  const fs::path step = fs::path(model::partial_folder("", deck.run.steps)).filename();
+  const std::string vstage = "vstage_" + std::to_string(stages - 1) + ".h5";
+  return step / (vstage.size() > std::string(model::kManifestName).size() ? vstage : model::kManifestName);
+}
+
 bool resume_replaces_results(const config::Deck& deck) {
   if (deck.checkpoint.resume.empty() || !deck.run.overwrite) return false;
   const fs::path dir(deck.run.output);
@@ -338,6 +365,8 @@ bool resume_replaces_results(const config::Deck& deck) {
 }
 
 void check_run_output(const config::Deck& deck, config::Command command) {
+  // The longest name written there: metrics.jsonl's copy while a resume trims it.
+  check_path_room("run.output", deck.run.output, "metrics.jsonl.resume.tmp");
   check_output_folder(deck, command);
   probe_writable("run.output", deck.run.output);
   // A folder where the run writes a file fails only when that file is written: HDF5's raw dump for trace.h5, or

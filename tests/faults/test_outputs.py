@@ -127,6 +127,23 @@ class Outputs(FaultCase):
                          r"folder" % self.out)
         self.assertEqual(digests(self.out), before, "a refused resume changed the other run's results")
 
+    def test_paths_too_long_refused_before_anything(self):
+        # A checkpoint.path whose step folders would pass PATH_MAX failed only at the first checkpoint, after
+        # training; a run.output as long created its first levels before failing. Both refused at start now.
+        deep = self.tmp.name
+        while len(deep) < 3900:
+            deep = os.path.join(deep, "c" * 200)
+        deep = os.path.join(deep, "d" * (4075 - len(deep) - 1))
+        r = mpirun(2, "run", self.deck(steps=1), "checkpoint.path=" + deep)
+        self.assertFault(r, 2, r"checkpoint\.path = '.*': the files written there would have paths of \d+ characters "
+                         r"\(e\.g\. \.\.\./\.step-000001\.partial/manifest\.txt\), over the system's limit of 4095")
+        self.assertFalse(os.path.exists(self.out), "a refused run created its folder")
+        r = run1("simulate", self.deck(steps=1), "run.output=" + deep)
+        self.assertFault(r, 2, r"run\.output = '.*': the files written there would have paths of \d+ characters")
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "c" * 200)), "folders were created")
+        r = run1("simulate", self.deck(steps=1), "run.output=" + os.path.join(self.tmp.name, "n" * 300))
+        self.assertFault(r, 2, r"the name 'n{40}\.\.\.' has 300 characters, over the system's limit of 255")
+
     def test_resume_may_log_less_often(self):
         # run.log_every and run.memory_limit_gb change nothing computed: a requeued job may set them otherwise and
         # still continue its own trace (it was refused as another run's).

@@ -39,6 +39,15 @@ void check_run_output(const config::Deck& deck, config::Command command);
 // so nothing is left behind; throws InputError naming `key` and the reason when it cannot be written.
 void probe_writable(const std::string& key, const std::filesystem::path& dir);
 
+// The deepest file a command writes under `dir` (`deepest`, relative to it) fits the system's limits on a path
+// and on one name in it (PATH_MAX, NAME_MAX); else InputError naming `key`, the length and the limit. Checked
+// before anything is created: a too-long folder was found only by the checkpoint after training, or after the
+// folder's first levels had been created.
+void check_path_room(const std::string& key, const std::filesystem::path& dir, const std::filesystem::path& deepest);
+
+// The deepest file a run writes under checkpoint.path (a step's partial folder and its largest vstage file).
+std::filesystem::path deepest_checkpoint_file(const config::Deck& deck);
+
 // Creates the run folder; InputError (exit 2) naming run.output when it cannot be.
 void create_run_folder(const std::filesystem::path& dir);
 
