@@ -68,7 +68,14 @@ std::string read_text_input(const std::string& path, const std::string& what, st
   const std::string named = what + " '" + path + "'";
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) throw InputError("cannot read " + named + ": no such file");
+  if (!fs::exists(status)) {
+    // A relative path is read from where the command runs, not beside the deck that names it: said, with where.
+    const std::string where = fs::path(path).is_relative()
+                                  ? " (a relative path is read from the working directory '" +
+                                        fs::current_path(ec).string() + "', not the deck's folder)"
+                                  : "";
+    throw InputError("cannot read " + named + ": no such file" + where);
+  }
   if (fs::is_directory(status)) throw InputError(named + " is a folder; give the file");
   if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
     throw InputError(named + " is a device or socket, not a file");

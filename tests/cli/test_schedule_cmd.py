@@ -117,6 +117,12 @@ class ScheduleCommandTest(unittest.TestCase):
         nofile = os.path.join(self.tmp.name, "nope.csv")
         self.assertIn("cannot read schedule file '" + nofile + "': no such file",
                       self.refused(self.deck, "schedule.kind=file:" + nofile))
+        # A relative path is read from the working directory, which the message names (not the deck's folder).
+        proc = subprocess.run([BIN, "schedule", self.deck, "schedule.kind=file:nope.csv"], capture_output=True,
+                              text=True, timeout=60, cwd=self.tmp.name)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("cannot read schedule file 'nope.csv': no such file (a relative path is read from the working "
+                      "directory '%s', not the deck's folder)" % os.path.realpath(self.tmp.name), proc.stderr)
         # Read whole, so a folder, a device (reading /dev/zero never ends) and a file past 1 GiB are refused first.
         self.assertIn("schedule file '" + self.tmp.name + "' is a folder",
                       self.refused(self.deck, "schedule.kind=file:" + self.tmp.name))
