@@ -248,7 +248,11 @@ Schedule parse_text(const std::string& text, const std::string& source) {
   if (s.placement == Placement::V && s.v != 2) throw InputError(source + ": placement v needs virtual 2");
   if (s.ranks.empty()) s.ranks.resize(s.p);
   for (int r = 0; r < s.p; ++r) {
-    if (!seen_rank.empty() && !seen_rank[r]) throw InputError(source + ": no 'rank " + std::to_string(r) + ":' line");
+    if (!seen_rank.empty() && !seen_rank[r]) {
+      // Named with the header that asks for it: a header for another pipeline reads as a missing rank otherwise.
+      throw InputError(source + ": no 'rank " + std::to_string(r) + ":' line (its 'pipeline " + std::to_string(s.p) +
+                       "' line asks for ranks 0 .. " + std::to_string(s.p - 1) + ")");
+    }
   }
   return s;
 }
@@ -273,7 +277,16 @@ std::string schedule_file_text(std::string text) {
 }  // namespace
 
 std::string read_schedule_file(const std::string& path) {
-  return schedule_file_text(read_text_input(path, "schedule file", kMaxScheduleFileBytes));
+  std::string text = read_text_input(path, "schedule file", kMaxScheduleFileBytes);
+  // UTF-16 (what Windows PowerShell's `>` writes): every other byte 0, read as garbled lines otherwise.
+  const bool bom16 =
+      text.size() >= 2 && ((text[0] == '\xFF' && text[1] == '\xFE') || (text[0] == '\xFE' && text[1] == '\xFF'));
+  if (bom16 || text.find('\0') != std::string::npos) {
+    throw InputError(path + ": holds " + (bom16 ? "a UTF-16 byte order mark" : "NUL bytes") +
+                     ", not text: a schedule file is ASCII or UTF-8 (save a UTF-16 file, e.g. from PowerShell's '>', "
+                     "as UTF-8)");
+  }
+  return schedule_file_text(text);
 }
 
 Schedule load_schedule(const std::string& path) {

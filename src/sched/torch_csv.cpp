@@ -291,12 +291,20 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
     const auto blank = std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return trim(l).empty(); });
     const auto text_form = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
       const std::string t = trim(l);
-      return !t.empty() && (t[0] == '#' || t.rfind("pipeline ", 0) == 0 || t.rfind("rank ", 0) == 0);
+      return !t.empty() && (t.rfind("pipeline ", 0) == 0 || t.rfind("rank ", 0) == 0);
+    });
+    // A '#' line in a CSV that is otherwise one: a comment torch's format has no room for (every line is a rank).
+    const auto comment = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+      const std::string t = trim(l);
+      return !t.empty() && t[0] == '#';
     });
     std::string why = source + ": " + std::to_string(lines.size()) + " rank lines";
     if (blank > 0) why += " (" + std::to_string(blank) + " of them blank)";
     why += " but parallel.pipeline = " + std::to_string(shape.p) + " (torch's CSV holds one line per rank)";
-    if (text_form) {
+    if (comment != lines.end() && !text_form) {
+      why += "; line " + std::to_string(comment - lines.begin() + 1) +
+             " is a '#' comment, which torch's CSV has no room for: remove it";
+    } else if (text_form || comment != lines.end()) {
       why +=
           "; it reads like conductor's text form (`conductor schedule` prints it without --format csv): name "
           "the file other than .csv, or export it with --format csv";

@@ -51,7 +51,8 @@ TEST(Text, ErrorsNameLineAndToken) {
   EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 2: 0F0\n"), "bad.sched:3: rank '2' is not in 0 .. 1");
   EXPECT_EQ(error_of("rank 0: 0F0\n"),
             "bad.sched:1: 'pipeline' and 'microbatches' must come before the first 'rank' line");
-  EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 0: 0F0\n"), "bad.sched: no 'rank 1:' line");
+  EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nrank 0: 0F0\n"),
+            "bad.sched: no 'rank 1:' line (its 'pipeline 2' line asks for ranks 0 .. 1)");
   EXPECT_EQ(error_of("pipeline 2\nmicrobatches 2\nplacement z\n"),
             "bad.sched:3: placement must be 'loop' or 'v', got 'z'");
 }
@@ -65,4 +66,26 @@ TEST(Text, SaveAndLoad) {
   EXPECT_EQ(t.name, "file:" + path);
   std::remove(path.c_str());
   EXPECT_THROW((void)load_schedule(path), InputError);
+}
+
+// A UTF-16 file (PowerShell's `>`) is named as such, not read as garbled rank lines.
+TEST(Text, Utf16FileIsNamed) {
+  const std::string path = ::testing::TempDir() + "/conductor_utf16.csv";
+  const std::string ascii = "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n";
+  for (const bool bom : {true, false}) {
+    {
+      std::ofstream out(path, std::ios::binary);
+      if (bom) out << '\xFF' << '\xFE';
+      for (const char c : ascii) out << c << '\0';
+    }
+    try {
+      (void)read_schedule_file(path);
+      ADD_FAILURE() << "a UTF-16 file was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(bom ? "a UTF-16 byte order mark" : "NUL bytes"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("save a UTF-16 file"), std::string::npos) << e.what();
+    }
+  }
+  std::remove(path.c_str());
 }

@@ -211,6 +211,10 @@ TEST(TorchCsvErrors, WrongRankCountSaysWhatTheLinesAre) {
             "5 rank lines but parallel.pipeline = 2 (torch's CSV holds one line per rank); it reads like conductor's "
             "text form (`conductor schedule` prints it without --format csv): name the file other than .csv, or "
             "export it with --format csv");
+  // A '#' comment in an otherwise valid CSV is named by its line, not taken for the text form.
+  EXPECT_EQ(import_error("# saved by hand\n0F0,0B0\n,1F0,1B0\n", ScheduleShape{2, 1, 1, std::nullopt}),
+            "3 rank lines but parallel.pipeline = 2 (torch's CSV holds one line per rank); line 1 is a '#' comment, "
+            "which torch's CSV has no room for: remove it");
 }
 
 TEST(TorchCsvErrors, OutOfRange) {
