@@ -46,9 +46,9 @@ int rank() { return g_rank; }
 Level level() { return g_level; }
 void set_level(Level level) { g_level = level; }
 
-void error(const std::string& message) { emit(stderr, "error: ", message); }
+void error(const std::string& message) { emit(stderr, "conductor: error: ", message); }
 void warn(const std::string& message) {
-  if (g_level >= Level::Warn) emit(stderr, "warning: ", message);
+  if (g_level >= Level::Warn) emit(stderr, "conductor: warning: ", message);
 }
 void info(const std::string& message) {
   if (g_level >= Level::Info && g_rank == 0) {
@@ -57,7 +57,7 @@ void info(const std::string& message) {
   }
 }
 void debug(const std::string& message) {
-  if (g_level >= Level::Debug) emit(stderr, "debug: ", message);
+  if (g_level >= Level::Debug) emit(stderr, "conductor: debug: ", message);
 }
 
 }  // namespace conductor::log

@@ -123,7 +123,7 @@ class RuntimeTest(unittest.TestCase):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
         elapsed = time.monotonic() - start
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("[rank 2] error: injected failure on rank 2 at step 1", proc.stderr)
+        self.assertIn("[rank 2] conductor: error: injected failure on rank 2 at step 1", proc.stderr)
         self.assertLess(elapsed, 60)
 
     def test_killed_rank_leaves_readable_trace(self):

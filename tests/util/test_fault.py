@@ -27,7 +27,7 @@ class FaultTest(unittest.TestCase):
         proc, elapsed = launch("one", "2")
         self.assertNotEqual(proc.returncode, 0)
         self.assertLess(elapsed, 15.0, "ranks did not stop promptly")
-        self.assertIn("[rank 2] error: injected failure on rank 2", proc.stderr)
+        self.assertIn("[rank 2] conductor: error: injected failure on rank 2", proc.stderr)
 
     def test_collective_failure_exits_all_with_code(self):
         proc, elapsed = launch("collective", "1")

@@ -1,6 +1,7 @@
 #pragma once
 // Rank-tagged logging. Progress (info) is printed by rank 0 only; warnings and errors by whichever rank has
-// them, tagged with that rank. The level comes from CONDUCTOR_LOG (error|warn|info|debug), default info.
+// them, tagged with that rank and "conductor: error: " or "conductor: warning: " (as the job scripts tag theirs:
+// "conductor-job: error: "). The level comes from CONDUCTOR_LOG (error|warn|info|debug), default info.
 #include <cstdio>
 #include <string>
 
