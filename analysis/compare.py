@@ -18,17 +18,17 @@ summary.json and bubbles.py); step 0 (warm-up) is left out unless --include-warm
 deviation over the repeats (shown when a configuration has two or more). Speedup = baseline mean makespan / mean
 makespan (> 1: faster than the baseline); n/a where a mean makespan is 0. A trace given twice is refused.
 
-Names: by default a trace's run folder (.../NAME/trace.h5) or file name; NAME=PATH sets one explicitly.
+Names: by default a trace's run folder (.../NAME/trace.h5) or file name (NAME#2, ... where two are alike);
+NAME=PATH sets one explicitly, each NAME for one run only.
 --baseline takes a run name or a configuration label (default: the first configuration)."""
 import argparse
 import os
 import re
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import conductor_trace as ct  # noqa: E402
+import conductor_trace as ct  # noqa: E402  (first: it tells a Python without numpy or h5py in one line)
+import numpy as np  # noqa: E402
 
 # Keys that do not change what a run measures: where it writes, how often it logs, its memory guard, its seed.
 IGNORED_KEYS = ("noise.seed", "run.name", "run.output", "run.overwrite", "run.log_every", "run.memory_limit_gb",
@@ -58,22 +58,49 @@ def check_distinct(paths):
                 raise ct.TraceError("%s: given twice (also as %s); pass each run once" % (path, other))
 
 
-def parse_runs(specs):
-    runs = []
-    check_distinct([split_spec(spec)[1] for spec in specs])
+def parse_specs(specs):
+    """[(name or None, path)] of the [NAME=]TRACE arguments. Refused (TraceError): nothing before or after the
+    '=', and a NAME given to two runs (--baseline NAME, and the table's rows, could not tell them apart)."""
+    out = []
     for spec in specs:
         name, path = split_spec(spec)
+        if name is not None and not path:
+            raise ct.TraceError("'%s': no trace after the '=' (NAME=TRACE: the run's name, then its trace.h5)" % spec)
+        if name == "":
+            raise ct.TraceError("'%s': no name before the '=' (NAME=TRACE: the run's name, then its trace.h5)" % spec)
+        for other, (other_name, _) in zip(specs, out):
+            if name is not None and name == other_name:
+                raise ct.TraceError("name '%s' is given to two runs (%s and %s); give each run its own NAME" %
+                                    (name, other, spec))
+        out.append((name, path))
+    return out
+
+
+def parse_runs(specs):
+    specs = parse_specs(specs)
+    runs = []
+    check_distinct([path for _, path in specs])
+    for name, path in specs:
         trace = ct.load(path)
         ct.note_dropped(trace)
         ct.require_steps(trace)
-        runs.append([name or trace.label(), trace])
-    seen = {}
-    for run in runs:  # make names unique
-        n = run[0]
-        seen[n] = seen.get(n, 0) + 1
-        if seen[n] > 1:
-            run[0] = "%s#%d" % (n, seen[n])
-    return runs
+        runs.append([name or trace.label(), trace, name is not None])
+    named = {run[0]: run for run in runs if run[2]}
+    seen = set(named)
+    for run in runs:  # names from the traces (their run folders) made unique: NAME, NAME#2, ...
+        if run[2]:
+            continue
+        if run[0] in named:  # a name the user gave another run
+            raise ct.TraceError("name '%s' is given to two runs (%s=%s, and %s by its %s); give each run its own "
+                                "NAME" % (run[0], run[0], named[run[0]][1].path, run[1].path,
+                                          "run folder" if os.path.basename(run[1].path) == "trace.h5"
+                                          else "file name"))
+        n, k = run[0], 1
+        while run[0] in seen:
+            k += 1
+            run[0] = "%s#%d" % (n, k)
+        seen.add(run[0])
+    return [run[:2] for run in runs]
 
 
 def _flatten(value, prefix=""):
@@ -324,7 +351,8 @@ def main(argv=None):
         p.error("--skip must be >= 0")
     png = args.png or os.path.splitext(args.output)[0] + ".png"
     chart_what = "--png" if args.png else "the chart (default: -o's path with .png; set --png)"
-    ct.check_outputs([split_spec(spec)[1] for spec in args.traces], [("-o", args.output), (chart_what, png)])
+    ct.check_outputs([path for _, path in parse_specs(args.traces)], [("-o", args.output), (chart_what, png)])
+    ct.check_output_folder(args.output)  # the report is written after the chart: its folder is told first
     if args.png:
         ct.check_image_output(png, "--png")
     runs = [run_figures(name, trace, skip) for name, trace in parse_runs(args.traces)]

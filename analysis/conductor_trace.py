@@ -11,13 +11,45 @@ compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makes
 last compute end - its first compute start (0 where the span is 0).
 """
 import contextlib
+import errno
+import importlib.util
 import os
 import re
 import signal
+import stat
 import sys
 import time
 
-import numpy as np
+
+def missing_module_message(name, e):
+    """The one line a tool prints when this Python lacks numpy or h5py (module `name`, ImportError `e`): which
+    module, which interpreter, and how to run the tools with one that has them (README.md, "Read the results")."""
+    tool = os.path.splitext(os.path.basename(sys.argv[0]))[0] or "TOOL"
+    return ("%s: error: this Python (%s) cannot import %s (%s); the analysis tools need a Python with h5py and numpy: "
+            "run them as scripts/conductor-analysis %s ... (bin/conductor-analysis when installed), which finds "
+            "one, or set CONDUCTOR_PYTHON to an interpreter that imports them" %
+            (os.path.basename(sys.argv[0]) or "conductor_trace.py", sys.executable or "python3", name,
+             " ".join(str(e).split()) or type(e).__name__, tool))
+
+
+def _run_as_tool():
+    """Whether this process runs one of the analysis tools (a script next to this file) as its main program."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return bool(main_file) and (os.path.dirname(os.path.realpath(main_file)) ==
+                                os.path.dirname(os.path.realpath(__file__)))
+
+
+# numpy is used throughout; h5py is imported where a trace is read, but its absence is told here, before any work
+# (a broken h5py that is found but fails to import is told by main_guard, with the same line).
+try:
+    import numpy as np
+    if importlib.util.find_spec("h5py") is None:
+        raise ModuleNotFoundError("No module named 'h5py'", name="h5py")
+except ImportError as _e:
+    if not _run_as_tool():
+        raise
+    print(missing_module_message(_e.name or "numpy", _e), file=sys.stderr)
+    sys.exit(1)  # as any other error that is not the trace's (main_guard); e.g. a missing matplotlib
 
 SUPPORTED_SCHEMA = 1
 KIND_NAMES = ("F", "B", "W", "BW", "SEND", "RECV", "ANNOUNCE", "HELP_F", "HELP_B", "HELP_W", "HELP_BW")
@@ -724,6 +756,12 @@ def main_guard(fn):
         raise
     except BrokenPipeError:
         sys.exit(1)
+    except ImportError as e:
+        if e.name in ("numpy", "h5py"):  # e.g. an h5py whose HDF5 library is missing
+            print(missing_module_message(e.name, e), file=sys.stderr)
+        else:
+            print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
+        sys.exit(1)
     except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
         print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
         sys.exit(1)
@@ -740,8 +778,32 @@ def same_file(a, b):
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def is_hdf5(path):
+    """Whether `path` is a regular file in HDF5 format: the format signature at offset 0, 512, 1024, 2048, ...
+    (where the HDF5 library looks for the superblock: after a user block, if any). A path that is not a regular
+    file (absent, a folder, a pipe, a device such as /dev/stdout) or cannot be read: False."""
+    if not os.path.isfile(path):  # before opening it: opening a named pipe would block
+        return False
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = 0
+            while offset + len(HDF5_SIGNATURE) <= size:
+                f.seek(offset)
+                if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                    return True
+                offset = 512 if offset == 0 else 2 * offset
+    except OSError:
+        return False
+    return False
+
+
 def check_outputs(inputs, outputs):
-    """Refuses (TraceError) an output that is one of the input traces or another output of the same command.
+    """Refuses (TraceError) an output that is one of the input traces, an existing HDF5 file (another run's trace
+    or checkpoint: nothing already written is overwritten) or another output of the same command.
     inputs: trace paths; outputs: [(what, path)], `what` naming the option (e.g. "-o"); "-" (stdout) and None
     are skipped."""
     outs = [(what, path) for what, path in outputs if path and path != "-"]
@@ -750,6 +812,9 @@ def check_outputs(inputs, outputs):
             if same_file(path, src):
                 raise TraceError("%s: the output (%s) is the input trace %s; writing it would overwrite the trace, "
                                  "choose another output file" % (path, what, src))
+        if is_hdf5(path):
+            raise TraceError("%s: the output (%s) is an HDF5 file (a trace?); refusing to overwrite it, choose "
+                             "another output file" % (path, what))
         for other_what, other in outs[:i]:
             if same_file(path, other):
                 raise TraceError("%s: the outputs %s and %s are the same file; choose different files" %
@@ -759,6 +824,22 @@ def check_outputs(inputs, outputs):
 def output_error(path, e):
     """An OSError writing output file `path` as a TraceError naming the file (one line, exit 2)."""
     return TraceError("%s: cannot write the output file (%s)" % (path, e.strerror or e))
+
+
+def check_output_folder(path):
+    """Refuses (TraceError, as output_error) output file `path` where opening it to write would fail for its
+    folder (missing, not a folder, not writable) or because it is a folder itself: for a tool that writes more than
+    one file, so that it names this one before writing any (compare.py's -o: it writes its chart first)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not os.access(folder, os.W_OK | os.X_OK) and not (os.path.exists(path) and os.access(path, os.W_OK)):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as e:
+        raise output_error(path, e) from None
 
 
 @contextlib.contextmanager

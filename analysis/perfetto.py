@@ -26,10 +26,9 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import conductor_trace as ct  # noqa: E402
+import conductor_trace as ct  # noqa: E402  (first: it tells a Python without numpy or h5py in one line)
+import numpy as np  # noqa: E402
 
 TID_HOST, STREAM_COMPUTE, STREAM_COMM = 0, 7, 8  # STREAM_COMM: the first transfer stream
 COMM_PREFIX = "ncclKernel_SendRecv"  # hta/utils/utils.py is_comm_kernel(): "ncclKernel" in name

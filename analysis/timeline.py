@@ -8,10 +8,9 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import conductor_trace as ct  # noqa: E402
+import conductor_trace as ct  # noqa: E402  (first: it tells a Python without numpy or h5py in one line)
+import numpy as np  # noqa: E402
 
 COLOURS = {"F": "#4C72B0", "B": "#DD8452", "W": "#55A868", "BW": "#C44E52", "SEND": "#8C8C8C", "RECV": "#B0B0B0"}
 

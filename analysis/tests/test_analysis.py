@@ -422,8 +422,18 @@ class OutputPaths(TempDirCase):
         for script, out, extra in (("timeline.py", "t.png", []), ("bubbles.py", "b.txt", []),
                                    ("perfetto.py", "p.json", []), ("compare.py", "r.md", ["--include-warmup"])):
             self.refused(script, [p, "-o", os.path.join(missing, out)] + extra,
-                         "%s/%s: cannot write the output file (No such file or directory)" %
-                         (missing, "r.png" if script == "compare.py" else out))  # compare writes its chart first
+                         "%s/%s: cannot write the output file (No such file or directory)" % (missing, out))
+        # compare.py writes its chart before the report: the report's folder is checked first, the file named is
+        # the -o the user gave (not the chart derived from it), and nothing is written.
+        line = self.refused("compare.py", [p, "-o", os.path.join(missing, "c.md"), "--png", self.path("c.png")],
+                            "%s/c.md: cannot write the output file (No such file or directory)" % missing)
+        self.assertNotIn("c.png", line)
+        self.assertFalse(os.path.exists(self.path("c.png")))
+        self.refused("compare.py", [p, "-o", p + "/c.md", "--png", self.path("c.png"), "--include-warmup"],
+                     "%s/c.md: cannot write the output file (Not a directory)" % p)
+        self.refused("compare.py", [p, "-o", self.dir, "--png", self.path("c.png"), "--include-warmup"],
+                     "%s: cannot write the output file (Is a directory)" % self.dir)
+        self.assertFalse(os.path.exists(self.path("c.png")))
         self.refused("perfetto.py", [p, "-o", self.path("p.json"), "--per-rank", os.path.join(p, "x")],
                      "%s/x: cannot write the output file" % p)
         self.refused("timeline.py", [p, "-o", self.path("x.txt")],
@@ -444,6 +454,104 @@ class OutputPaths(TempDirCase):
         self.assertRegex(line, r"over the 65536 a side matplotlib draws; use --dpi \d+ or less, or a vector format")
         self.assertFalse(os.path.exists(self.path("t.png")))
         self.assertEqual(run("timeline.py", p, "-o", self.path("t.svg"), "--dpi", "100000").returncode, 0)
+
+    def test_an_existing_hdf5_file_is_never_overwritten(self):
+        """An output that is already an HDF5 file (another run's trace, a checkpoint) is refused, whatever the tool
+        and option, by its signature (at offset 0, or after a user block) and not its name; other existing files
+        are overwritten as before."""
+        import h5py
+        os.mkdir(self.path("A"))
+        os.mkdir(self.path("B"))
+        a = self.example("A/trace.h5")
+        b = self.path("B/trace.h5")
+        tracegen.example_trace(b, steps=2)
+        ckpt = self.path("B/ckpt.json")  # an HDF5 file whatever its name says, behind a 512-byte user block
+        with h5py.File(ckpt, "w", userblock_size=512) as f:
+            f["x"] = np.arange(3)
+        os.symlink(b, self.path("B/link.png"))
+        os.mkdir(self.path("ranks"))
+        shutil.copyfile(b, self.path("ranks/rank1.json"))
+        shutil.copyfile(b, self.path("r.png"))  # compare.py's default chart for -o r.md
+        before = {}
+        for q in (b, ckpt, self.path("ranks/rank1.json"), self.path("r.png")):
+            with open(q, "rb") as f:
+                before[q] = f.read()
+        for script, args, path, what in (
+                ("perfetto.py", [a, "-o", b], b, "-o"),
+                ("perfetto.py", [a, "-o", ckpt], ckpt, "-o"),
+                ("perfetto.py", [a, "-o", self.path("p.json"), "--per-rank", self.path("ranks")],
+                 self.path("ranks/rank1.json"), "--per-rank"),
+                ("bubbles.py", [a, "--json", "-o", b], b, "-o"),
+                ("timeline.py", [a, "-o", self.path("B/link.png")], self.path("B/link.png"), "-o"),
+                ("compare.py", [a, "-o", b, "--include-warmup"], b, "-o"),
+                ("compare.py", [a, "-o", self.path("x.md"), "--png", self.path("B/link.png"), "--include-warmup"],
+                 self.path("B/link.png"), "--png"),
+                ("compare.py", [a, "-o", self.path("r.md"), "--include-warmup"], self.path("r.png"), "the chart")):
+            line = self.refused(script, args, "%s: the output (%s" % (path, what))
+            self.assertIn("is an HDF5 file (a trace?); refusing to overwrite it, choose another output file", line)
+        for q, data in before.items():
+            with open(q, "rb") as f:
+                self.assertEqual(f.read(), data, q)
+        for q in ("p.json", "x.md", "r.md", "ranks/rank0.json"):
+            self.assertFalse(os.path.exists(self.path(q)), q)
+        self.assertTrue(ct.is_hdf5(b) and ct.is_hdf5(ckpt))
+        # Not HDF5: overwritten as before (a text file, a file shorter than the signature, a file whose HDF5-like
+        # bytes are not where HDF5 looks); a named pipe is not opened (it would block) and not refused.
+        for name, data in (("old.json", b"{}"), ("short.json", b"\x89HD"), ("late.json", b"x" + ct.HDF5_SIGNATURE)):
+            with open(self.path(name), "wb") as f:
+                f.write(data)
+            self.assertFalse(ct.is_hdf5(self.path(name)))
+            r = run("perfetto.py", a, "-o", self.path(name))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("traceEvents", load_json(self.path(name)))
+        os.mkfifo(self.path("fifo"))
+        ct.check_outputs([a], [("-o", self.path("fifo"))])
+        self.assertFalse(ct.is_hdf5(self.path("fifo")) or ct.is_hdf5(self.dir) or ct.is_hdf5(self.path("none")))
+
+
+class MissingModules(TempDirCase):
+    """A Python without numpy or h5py (a virtual environment first on PATH): one line naming the module and how to
+    run the tools with one that has them (README.md, "Read the results"), exit 1 (as a missing matplotlib); no
+    traceback."""
+
+    def check(self, env_path, missing, python_args=("-S",)):
+        p = self.example()
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        if env_path:
+            env["PYTHONPATH"] = env_path
+        for script, out in TOOLS:
+            args = [p] + (["-o", self.path(out)] if out else [])
+            r = subprocess.run([PY] + list(python_args) + [os.path.join(ANALYSIS, script)] + args,
+                               capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual(r.returncode, 1, "%s: %s" % (script, r.stderr))
+            self.assertEqual(r.stdout, "", script)
+            lines = r.stderr.splitlines()
+            self.assertEqual(len(lines), 1, "%s printed:\n%s" % (script, r.stderr))
+            self.assertTrue(lines[0].startswith("%s: error: this Python (%s) cannot import %s (" %
+                                                (script, PY, missing)), lines[0])
+            self.assertIn("run them as scripts/conductor-analysis %s ... (bin/conductor-analysis when installed)"
+                          % script[:-3], lines[0])
+            self.assertIn("set CONDUCTOR_PYTHON to an interpreter that imports them", lines[0])
+            if out:
+                self.assertFalse(os.path.exists(self.path(out)), script)
+
+    def test_no_numpy(self):
+        self.check(None, "numpy")  # -S: no site-packages, neither numpy nor h5py
+
+    def test_numpy_without_h5py(self):
+        import numpy
+        only = self.path("only_numpy")
+        os.mkdir(only)
+        os.symlink(os.path.dirname(numpy.__file__), os.path.join(only, "numpy"))
+        self.check(only, "h5py")
+
+    def test_h5py_that_fails_to_import(self):
+        broken = self.path("broken")  # found, but its import fails (e.g. its HDF5 library is missing)
+        os.mkdir(broken)
+        with open(os.path.join(broken, "h5py.py"), "w") as f:
+            f.write("raise ImportError('libhdf5_serial.so.103: cannot open shared object file', name='h5py')\n")
+        self.check(broken, "h5py", python_args=())
 
 
 TOOLS = (("bubbles.py", None), ("timeline.py", "t.png"), ("perfetto.py", "p.json"), ("compare.py", "r.md"))
@@ -1176,6 +1284,42 @@ class SweepReport(TempDirCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr, "compare.py: error: %s: given twice (also as %s); pass each run once\n" % (p, p))
         self.assertFalse(os.path.exists(self.path("r.md")))
+
+    def test_run_names_are_given_and_unique(self):
+        """NAME=TRACE: nothing before or after the '=' is refused, and so is a NAME given to two runs (--baseline
+        NAME could not tell them apart), as one line naming the argument or the name; names from the run folders
+        alike are told apart as NAME, NAME#2."""
+        os.mkdir(self.path("x"))
+        os.mkdir(self.path("y"))
+        p = sweep_trace(self.path("x/trace.h5"), "q", "1f1b", "none", [600, 600])
+        q = sweep_trace(self.path("y/trace.h5"), "q", "1f1b", "none", [600, 700])
+        out = self.path("r.md")
+        for args, expected in (
+                (["measured=", "-o", out], "compare.py: error: 'measured=': no trace after the '=' (NAME=TRACE"),
+                (["a=" + p, "measured=", "-o", out], "compare.py: error: 'measured=': no trace after the '='"),
+                (["=" + p, "-o", out], "compare.py: error: '=%s': no name before the '=' (NAME=TRACE" % p),
+                (["a=" + p, "a=" + q, "-o", out, "--baseline", "a"],
+                 "compare.py: error: name 'a' is given to two runs (a=%s and a=%s); give each run its own NAME" %
+                 (p, q)),
+                (["y=" + p, q, "-o", out],
+                 "compare.py: error: name 'y' is given to two runs (y=%s, and %s by its run folder); give each run "
+                 "its own NAME" % (p, q))):
+            r = run("compare.py", *args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+            self.assertTrue(r.stderr.startswith(expected), r.stderr)
+            self.assertFalse(os.path.exists(out))
+            self.assertFalse(os.path.exists(self.path("r.png")))
+        self.assertEqual([n for n, _ in compare.parse_runs(["a=" + p, "b=" + q])], ["a", "b"])
+        self.assertEqual([n for n, _ in compare.parse_runs(["x#2=" + p, self.path("x/../y/trace.h5")])],
+                         ["x#2", "y"])
+        shutil.copyfile(q, self.path("x/q.h5"))
+        os.mkdir(self.path("z"))
+        shutil.copyfile(q, self.path("z/q.h5"))
+        self.assertEqual([n for n, _ in compare.parse_runs([self.path("x/q.h5"), self.path("z/q.h5"), "q#2=" + p])],
+                         ["q", "q#3", "q#2"])
+        r = run("compare.py", "a=" + p, "b=" + q, "-o", out, "--baseline", "a")
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_zero_makespan_speedup_is_not_a_number(self):
         """All-zero costs: makespan 0, the speedup is undefined: n/a, not nanx or 0.000x."""
