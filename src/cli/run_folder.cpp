@@ -226,7 +226,9 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   if (deck.optim.decay_steps == 0) {
     for (const std::string& d : steps) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
   }
-  if (!changed.empty()) {
+  // A checkpoint at or past run.steps is refused when it loads: no warning about a resume that will not run.
+  const int at = model::step_of_folder(fs::path(step_dir).filename().string());
+  if (!changed.empty() && !(at >= deck.run.steps)) {
     log::warn(named + ": resuming with " + listed(changed, 4) +
               " (here: this deck, there: the checkpoint's run); the learning rate or update of the steps from here "
               "differs from an uninterrupted run of either deck");

@@ -100,7 +100,10 @@ class Checkpoints(FaultCase):
         self.assertRefusedIntact(root, r"step-000003/manifest\.txt' line \d+: step -3 is below 0")
 
     def test_resume_past_run_steps(self):
-        self.assertRefusedIntact(self.copy_good(), r"at step 3, not below run\.steps = 2", steps=2)
+        root = self.copy_good()
+        self.assertRefusedIntact(root, r"at step 3, not below run\.steps = 2", steps=2)
+        # One message: not also a warning that the learning rate of a resume that never runs would differ.
+        self.assertNotIn("warning", self.resume(root, 2).text)
 
     def test_unwritable_checkpoint_path(self):
         blocker = os.path.join(self.tmp.name, "a-file")
