@@ -59,28 +59,6 @@ sched::Schedule broadcast_order(const sched::Schedule* order, int rank, MPI_Comm
   return s;
 }
 
-std::vector<trace::OpEvent> gather_events(const std::vector<trace::OpEvent>& mine, int rank, int size, MPI_Comm comm,
-                                          const Watchdog& watchdog, int step) {
-  // With two ranks the missing one is known: the other.
-  const std::string from = size == 2 ? " from rank " + std::to_string(1 - rank) : std::string();
-  const std::string what = "the end-of-step gather of the trace events" + from + " (step " + std::to_string(step) + ")";
-  int bytes = static_cast<int>(mine.size() * sizeof(trace::OpEvent));
-  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-  watched_gather(watchdog, &bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm, what);
-  std::vector<trace::OpEvent> all;
-  if (rank == 0) {
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-      displs[static_cast<std::size_t>(r)] = total;
-      total += counts[static_cast<std::size_t>(r)];
-    }
-    all.resize(static_cast<std::size_t>(total) / sizeof(trace::OpEvent));
-  }
-  watched_gatherv(watchdog, mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm,
-                  what);
-  return all;
-}
-
 std::vector<std::string> gather_hostnames(int rank, int size, MPI_Comm comm) {
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
@@ -175,6 +153,8 @@ class Training {
   bool overlaps_next(int step) const;
   void ship_events(int step, Posted& posted);
   void collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
+  void gather_step(int step, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
+                   std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
   void drain_shipments();
   void report_reruns();
   void report_backup_size();
@@ -250,7 +230,7 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   reducer_.emplace(*compute_, order_.num_stages(), comm);
   nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1),
                      resumed.skipped_nonfinite);
-  if (plan.schedule.post_validation) trace_comm_.emplace(comm);
+  trace_comm_.emplace(comm);  // each step's events and peaks to rank 0, point to point
 }
 
 // The schedule is generated (or loaded from file and validated) on rank 0 and travels as text.
@@ -330,14 +310,11 @@ Training::After Training::step_synchronously(int step) {
   if (numbers.stop) check_deferred_errors();  // before the update: a step read from a truncated file is not taken
   const Judgement j = judge(numbers, step);
   if (j.verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(j.norm, step);
-  std::vector<trace::OpEvent> all = gather_events(so.events, rank_, size_, comm_, *watchdog_, step);
   // Each rank's peaks: activations in flight (M_F, the memory model's unit) and bytes of its backend's memory.
   const double mine[2] = {so.peak_memory, compute_->peak_memory_bytes()};
+  std::vector<trace::OpEvent> all;
   std::vector<double> peaks(2 * static_cast<std::size_t>(size_));
-  watched_gather(*watchdog_, mine, 2, MPI_DOUBLE, peaks.data(), 2, MPI_DOUBLE, 0, comm_,
-                 "the end-of-step gather of peak memory" +
-                     (size_ == 2 ? " from rank " + std::to_string(1 - rank_) : std::string()) + " (step " +
-                     std::to_string(step) + ")");
+  gather_step(step, std::move(so.events), mine, all, peaks);
   return conclude(step, numbers, j.verdict, std::move(all), peaks);
 }
 
@@ -486,6 +463,55 @@ Training::After Training::settle(bool& rolled_back) {
 
 // Tags of the events' messages: two per step, wrapping (a rank has at most a few steps in flight).
 constexpr int kTagSteps = 1 << 12;
+// Without post-validation: the step's head (event count, peaks) and events, past the tags above.
+constexpr int kTagGather = 2 * kTagSteps;
+
+// A synchronous step's events and peaks reach rank 0 point to point, as the reducer's numbers do: a collective
+// gather could not tell which rank is silent (with 4 ranks, one stopped between the reduction and the gather was
+// reported as "no message arrived" from nobody), a receive per rank names it. The others wait longer (the
+// reducer's patience), so rank 0 names the silent peer first.
+void Training::gather_step(int step, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
+                           std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
+  const std::string of_step = " (step " + std::to_string(step) + ")";
+  const MPI_Comm comm = trace_comm_->get();
+  if (rank_ != 0) {
+    const double head[3] = {static_cast<double>(mine.size()), my_peaks[0], my_peaks[1]};
+    std::vector<MPI_Request> r(2, MPI_REQUEST_NULL);
+    MPI_Isend(head, 3, MPI_DOUBLE, 0, kTagGather, comm, &r[0]);
+    MPI_Isend(mine.data(), static_cast<int>(mine.size() * sizeof(trace::OpEvent)), MPI_BYTE, 0, kTagGather + 1, comm,
+              &r[1]);
+    const Watchdog patient(watchdog_->seconds() * 1.5, rank_);
+    patient.wait_all(r, [&](std::size_t) { return "rank 0 to take this rank's trace events" + of_step; });
+    return;
+  }
+  const auto what = [&](const char* part) {
+    return [&, part](std::size_t r) { return std::string(part) + " of rank " + std::to_string(r) + of_step; };
+  };
+  const std::size_t p = static_cast<std::size_t>(size_);
+  std::vector<std::array<double, 3>> heads(p);
+  std::vector<MPI_Request> requests(p, MPI_REQUEST_NULL);
+  for (int r = 1; r < size_; ++r) {
+    MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, kTagGather, comm,
+              &requests[static_cast<std::size_t>(r)]);
+  }
+  watchdog_->wait_all(requests, what("the trace event count and peak memory"));
+  std::vector<std::vector<trace::OpEvent>> rows(p);
+  for (int r = 1; r < size_; ++r) {
+    const std::size_t k = static_cast<std::size_t>(r);
+    rows[k].resize(static_cast<std::size_t>(heads[k][0]));
+    MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, kTagGather + 1,
+              comm, &requests[k]);
+  }
+  watchdog_->wait_all(requests, what("the trace events"));
+  all = std::move(mine);
+  peaks[0] = my_peaks[0];
+  peaks[1] = my_peaks[1];
+  for (std::size_t k = 1; k < p; ++k) {
+    all.insert(all.end(), rows[k].begin(), rows[k].end());
+    peaks[2 * k] = heads[k][1];
+    peaks[2 * k + 1] = heads[k][2];
+  }
+}
 
 // With overlapping steps a gather at each step's end would hold every rank until the slowest has finished the
 // step, which is what post-validation avoids: each rank sends its events and peaks to rank 0 instead, which
