@@ -155,6 +155,8 @@ class Training {
   void collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
   void gather_step(int step, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
                    std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
+  void receive_rows(int step, int tag, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
+                    std::vector<trace::OpEvent>& all, std::vector<double>& peaks);
   void drain_shipments();
   void report_reruns();
   void report_backup_size();
@@ -484,23 +486,32 @@ void Training::gather_step(int step, std::vector<trace::OpEvent> mine, const dou
     patient.wait_all(r, [&](std::size_t) { return "rank 0 to take this rank's trace events" + of_step; });
     return;
   }
-  const auto what = [&](const char* part) {
-    return [&, part](std::size_t r) { return std::string(part) + " of rank " + std::to_string(r) + of_step; };
+  receive_rows(step, kTagGather, std::move(mine), my_peaks, all, peaks);
+}
+
+// Rank 0: every other rank's head (event count, peaks) on `tag` and its events on tag + 1, after rank 0's own.
+void Training::receive_rows(int step, int tag, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
+                            std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
+  const auto what = [step](const char* part) {
+    return [step, part](std::size_t r) {
+      return std::string(part) + " of rank " + std::to_string(r) + " (step " + std::to_string(step) + ")";
+    };
   };
+  const MPI_Comm comm = trace_comm_->get();
   const std::size_t p = static_cast<std::size_t>(size_);
   std::vector<std::array<double, 3>> heads(p);
   std::vector<MPI_Request> requests(p, MPI_REQUEST_NULL);
   for (int r = 1; r < size_; ++r) {
-    MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, kTagGather, comm,
+    MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, tag, comm,
               &requests[static_cast<std::size_t>(r)]);
   }
-  watchdog_->wait_all(requests, what("the trace event count and peak memory"));
+  watchdog_->wait_all(requests, what("the trace event count"));
   std::vector<std::vector<trace::OpEvent>> rows(p);
   for (int r = 1; r < size_; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
     rows[k].resize(static_cast<std::size_t>(heads[k][0]));
-    MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, kTagGather + 1,
-              comm, &requests[k]);
+    MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, tag + 1, comm,
+              &requests[k]);
   }
   watchdog_->wait_all(requests, what("the trace events"));
   all = std::move(mine);
@@ -540,36 +551,7 @@ void Training::ship_events(int step, Posted& posted) {
 
 void Training::collect_events(const Posted& posted, std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
   if (rank_ != 0) return;
-  const int tag = 2 * (posted.step % kTagSteps);
-  const auto what = [&](const char* part) {
-    return [&, part](std::size_t r) {
-      return std::string(part) + " of rank " + std::to_string(r) + " (step " + std::to_string(posted.step) + ")";
-    };
-  };
-  const std::size_t p = static_cast<std::size_t>(size_);
-  std::vector<std::array<double, 3>> heads(p);
-  std::vector<MPI_Request> requests(p, MPI_REQUEST_NULL);
-  for (int r = 1; r < size_; ++r) {
-    MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, tag, trace_comm_->get(),
-              &requests[static_cast<std::size_t>(r)]);
-  }
-  watchdog_->wait_all(requests, what("the trace event count"));
-  std::vector<std::vector<trace::OpEvent>> rows(p);
-  for (int r = 1; r < size_; ++r) {
-    const std::size_t k = static_cast<std::size_t>(r);
-    rows[k].resize(static_cast<std::size_t>(heads[k][0]));
-    MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, tag + 1,
-              trace_comm_->get(), &requests[k]);
-  }
-  watchdog_->wait_all(requests, what("the trace events"));
-  all = posted.events;
-  peaks[0] = posted.peaks[0];
-  peaks[1] = posted.peaks[1];
-  for (std::size_t k = 1; k < p; ++k) {
-    all.insert(all.end(), rows[k].begin(), rows[k].end());
-    peaks[2 * k] = heads[k][1];
-    peaks[2 * k + 1] = heads[k][2];
-  }
+  receive_rows(posted.step, 2 * (posted.step % kTagSteps), posted.events, posted.peaks, all, peaks);
 }
 
 void Training::drain_shipments() {
