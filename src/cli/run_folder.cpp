@@ -13,6 +13,8 @@
 
 #include "conductor/config/deck_compare.hpp"
 #include "conductor/model/checkpoint.hpp"
+#include "conductor/model/stage.hpp"
+#include "conductor/runtime/run_report.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
@@ -54,8 +56,8 @@ std::string joined(const std::vector<std::string>& names) {
 }  // namespace
 
 // Every file a command writes into run.output (files_written() says which command writes which).
-constexpr const char* kRunFiles[] = {"trace.h5",  "summary.json", "metrics.jsonl", "resolved.yaml",
-                                     "policy.pt", "curve.csv",    "summary.csv",   "summary.txt"};
+constexpr const char* kRunFiles[] = {"trace.h5",  "summary.json", runtime::kMetricsFile, "resolved.yaml",
+                                     "policy.pt", "curve.csv",    "summary.csv",         "summary.txt"};
 
 std::vector<std::string> previous_results(const fs::path& dir, const fs::path& checkpoint_dir) {
   std::vector<std::string> found;
@@ -69,7 +71,7 @@ std::vector<std::string> previous_results(const fs::path& dir, const fs::path& c
       const std::string name = entry.path().filename().string();
       const bool step_file = name.rfind("vstage_", 0) == 0 && entry.path().extension() == ".h5";
       const bool root = (name == "latest" && entry.is_regular_file(ec)) ||
-                        (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / "manifest.txt", ec));
+                        (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / model::kManifestName, ec));
       if (step_file || root) {
         found.push_back("checkpoints (" + name + ", ...)");
         break;
@@ -100,8 +102,11 @@ std::vector<std::string> files_written(config::Command command) {
 const std::vector<std::string> kNotWhatIsComputed = {"run.output", "run.overwrite", "run.log_every",
                                                      "run.memory_limit_gb", "checkpoint"};
 // And run.steps: a resume may run longer or shorter (its learning rate's decay is said when it follows run.steps).
-const std::vector<std::string> kResumeMayChange = {"run.steps",     "run.output",          "run.overwrite",
-                                                   "run.log_every", "run.memory_limit_gb", "checkpoint"};
+const std::vector<std::string> kResumeMayChange = [] {
+  std::vector<std::string> keys = kNotWhatIsComputed;
+  keys.insert(keys.begin(), "run.steps");
+  return keys;
+}();
 // Keys that say where and whether results go, not what they are: a rerun of the very same deck may differ in
 // them (run.overwrite=true once, then without it; the folder named relative or absolute).
 const std::vector<std::string> kNotTheResults = {"run.output", "run.overwrite"};
@@ -332,7 +337,12 @@ void probe_writable(const std::string& key, const fs::path& dir) {
 
 void check_path_room(const std::string& key, const fs::path& dir, const fs::path& deepest) {
   std::error_code ec;
-  const fs::path full = (fs::absolute(dir, ec) / deepest).lexically_normal();
+  const fs::path base = fs::absolute(dir, ec);
+  if (ec) {
+    throw InputError(key + " = '" + dir.string() + "': cannot resolve it against the working directory (" +
+                     ec.message() + ")");
+  }
+  const fs::path full = (base / deepest).lexically_normal();
   const std::string text = full.string();
   if (text.size() >= PATH_MAX) {
     throw InputError(key + " = '" + dir.string() + "': the files written there would have paths of " +
@@ -352,7 +362,7 @@ fs::path deepest_checkpoint_file(const config::Deck& deck) {
   // .step-NNNNNN.partial/vstage_K.h5 (or its manifest.txt), the steps at least six digits.
   const int stages = deck.parallel.pipeline * std::max(1, deck.parallel.virtual_chunks);
   const fs::path step = fs::path(model::partial_folder("", deck.run.steps)).filename();
-  const std::string vstage = "vstage_" + std::to_string(stages - 1) + ".h5";
+  const std::string vstage = model::StageModel::checkpoint_file("", stages - 1);
   return step / (vstage.size() > std::string(model::kManifestName).size() ? vstage : model::kManifestName);
 }
 
@@ -368,7 +378,7 @@ bool resume_replaces_results(const config::Deck& deck) {
 
 void check_run_output(const config::Deck& deck, config::Command command) {
   // The longest name written there: metrics.jsonl's copy while a resume trims it.
-  check_path_room("run.output", deck.run.output, "metrics.jsonl.resume.tmp");
+  check_path_room("run.output", deck.run.output, std::string(runtime::kMetricsFile) + runtime::kResumeCopySuffix);
   check_output_folder(deck, command);
   probe_writable("run.output", deck.run.output);
   // A folder where the run writes a file fails only when that file is written: HDF5's raw dump for trace.h5, or

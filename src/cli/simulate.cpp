@@ -175,8 +175,9 @@ int cmd_simulate(const Invocation& inv) {
       r.throughput = rec.samples_per_s;
       // The compute-only bound never exceeds the step (no rank computes two things at once); against the
       // rounded makespan it may by under a nanosecond, which would read as a step faster than its bound.
-      if (options.migration.enabled) r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
-      if (!options.migration.enabled) {
+      if (options.migration.enabled) {
+        r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
+      } else {
         r.bubble_ratio = rec.bubble_ratio;
         r.stage_bubble_ratio = rec.stage_bubble_ratio;
         r.lower_bound_ms = rec.lower_bound_ns * 1e-6;

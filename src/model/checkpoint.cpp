@@ -194,7 +194,7 @@ std::vector<unsigned char> verified_bytes(const std::string& file, const Checkpo
 
 std::string checkpoint_deck(const std::string& step_dir) {
   Silence quiet;
-  const std::string file = (std::filesystem::path(step_dir) / "vstage_0.h5").string();
+  const std::string file = StageModel::checkpoint_file(step_dir, 0);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) return "";
   // Read before the files are verified: any problem here is left to the loader's checks, which name it.

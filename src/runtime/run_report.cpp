@@ -130,7 +130,7 @@ void keep_metrics_before(const std::filesystem::path& path, int first_step) {
     }
   }
   if (!dropped) return;
-  const std::filesystem::path tmp = path.string() + ".resume.tmp";
+  const std::filesystem::path tmp = path.string() + kResumeCopySuffix;
   write_text_file(tmp, kept);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -224,7 +224,7 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
   // A resumed run appends to the metrics of the steps before it (the rows a killed attempt wrote past the
   // checkpoint dropped, as the trace drops them); a new one starts the file.
-  const std::filesystem::path metrics_path = dir_ / "metrics.jsonl";
+  const std::filesystem::path metrics_path = dir_ / kMetricsFile;
   const bool appending = first_step > 0 && !replacing;
   if (appending) keep_metrics_before(metrics_path, first_step);
   metrics_.open(metrics_path, appending ? std::ios::app : std::ios::trunc);
@@ -273,7 +273,7 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   errno = 0;
   metrics_ << metrics_line(step, rec, figures, d) << '\n' << std::flush;
   if (!metrics_) {
-    throw Error("step " + std::to_string(step + 1) + ": " + (dir_ / "metrics.jsonl").string() + ": cannot write" +
+    throw Error("step " + std::to_string(step + 1) + ": " + (dir_ / kMetricsFile).string() + ": cannot write" +
                 (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
   }
   if ((step + 1) % plan_.run.log_every == 0 || step + 1 == plan_.run.steps)
@@ -319,7 +319,7 @@ void RunReport::finish(const sched::Schedule& order, double memory_limit, int st
       measured_.span_ms, measured_.steps.size(), plan_.schedule.post_validation ? " (overlapping)" : "",
       measured_.run_throughput, measured_.steady_throughput, measured_.run_bubble_ratio, measured_.steady_bubble_ratio);
   log::info(line);
-  log::info("results: " + (dir_ / "summary.json").string() + ", " + (dir_ / "metrics.jsonl").string() + ", " +
+  log::info("results: " + (dir_ / "summary.json").string() + ", " + (dir_ / kMetricsFile).string() + ", " +
             (writer_ ? (dir_ / "trace.h5").string() + ", " : std::string()) + (dir_ / "resolved.yaml").string());
 }
 

@@ -23,6 +23,10 @@
 
 namespace conductor::runtime {
 
+// The per-step metrics file in the run folder, and the suffix of its copy while a resume trims it (renamed over it).
+inline constexpr const char* kMetricsFile = "metrics.jsonl";
+inline constexpr const char* kResumeCopySuffix = ".resume.tmp";
+
 // What the global tier reports at the end of a run (empty without one).
 struct PlannerFigures {
   int orders_from_policy = 0;
