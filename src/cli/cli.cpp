@@ -40,8 +40,9 @@ const std::vector<CommandSpec>& commands() {
        "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems. It checks the deck as `conductor run` would (the model is built from it: "
-       "with --output-for simulate or train-policy, as that command would). The schedule is built and the data "
-       "files' headers are read (their tokens are checked when a run opens them).",
+       "with --output-for simulate or train-policy, as that command would). The schedule is built, the data "
+       "files' headers are read (their tokens are checked when a run opens them), the checkpoint of "
+       "checkpoint.resume is found and, with scheduler.kind ppo, the policy is loaded into a planner.",
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"},
         {"--output-for", true,
          "COMMAND (run, simulate or train-policy): also check run.output (and checkpoint.path) as COMMAND would "
@@ -90,7 +91,17 @@ void print_command_help(const CommandSpec& c) {
   }
 }
 
+// Under a launcher (mpirun, srun), a rank other than the first: a mistake found before MPI starts (in the
+// arguments or the environment, the same on every rank) is then said by the first rank alone, not once per rank.
+bool quiet_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name); v && *v) return std::string(v) != "0";
+  }
+  return false;
+}
+
 int usage_error(const std::string& message) {
+  if (quiet_rank()) return kExitUsage;
   std::fprintf(stderr, "conductor: %s\n", message.c_str());
   print_usage(stderr);
   return kExitUsage;
@@ -98,6 +109,7 @@ int usage_error(const std::string& message) {
 
 // A command's own usage after a mistake in its arguments (its flags, not every command's).
 int command_usage_error(const CommandSpec& c, const std::string& message) {
+  if (quiet_rank()) return kExitUsage;
   std::fprintf(stderr, "conductor: %s\nusage: conductor %s %s\nflags:", message.c_str(), c.name.c_str(),
                c.usage.c_str());
   for (const auto& f : c.flags) std::fprintf(stderr, " %s%s", f.name.c_str(), f.takes_value ? " V" : "");
@@ -206,7 +218,7 @@ int main(int argc, char** argv) {
   }
   if (!spec) return usage_error("unknown command '" + first + "'");
   if (const std::string problem = environment_problem(); !problem.empty()) {
-    std::fprintf(stderr, "conductor: %s\n", problem.c_str());
+    if (!quiet_rank()) std::fprintf(stderr, "conductor: %s\n", problem.c_str());
     return kExitUsage;
   }
 
@@ -217,6 +229,13 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       print_command_help(*spec);
       return 0;
+    }
+    if (arg.empty()) {
+      // An empty argument (an unset shell variable, quoted) is nothing a user meant: as the DECK it made the next
+      // argument the deck.
+      return usage_error(
+          "argument " + std::to_string(i) + " is empty; expected " +
+          (inv.deck_path.empty() ? "the DECK (a YAML file)" : "a FRAGMENT.yaml, a key.path=value override or a flag"));
     }
     if (arg.size() > 1 && arg[0] == '-') {
       // --flag V or --flag=V (the GNU long-option form).

@@ -2,9 +2,11 @@
 #include <string>
 
 #include "conductor/cli/cli.hpp"
+#include "conductor/cli/global_tier.hpp"
 #include "conductor/cli/run_folder.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/data.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/util/error.hpp"
@@ -55,10 +57,15 @@ void print_keys() {
 bool deck_builds(const config::Deck& deck) {
   try {
     const plan::Plan plan = config::resolve(deck);
-    (void)sched::make_schedule(plan);
+    const sched::Schedule schedule = sched::make_schedule(plan);
     // The data files' headers too (not their tokens: a shard of gigabytes would take seconds per rank), so a
     // shard that is not one fails here, before a job with it waits in a queue.
-    model::check_data_headers(plan.data);
+    model::check_data_headers(plan);
+    // What a run opens before its first step: the checkpoint it resumes (a root with a `latest`, or a step
+    // folder) and the global tier's policy, made into the planner a run would make (its file, and whether it
+    // fits this deck's pipeline).
+    if (!deck.checkpoint.resume.empty()) (void)model::resolve_checkpoint(deck.checkpoint.resume);
+    if (const sched::PlannerFactory make_planner = planner_factory(plan)) (void)make_planner(schedule);
     return true;
   } catch (const InputError& e) {
     std::fprintf(stderr, "conductor: %s\n", e.what());

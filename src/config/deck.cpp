@@ -5,10 +5,13 @@
 #include <set>
 #include <sstream>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "conductor/config/deck.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/config/suggest.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -40,6 +43,9 @@ bool is_section(const std::string& path) {
   return false;
 }
 
+// A key or override as a message quotes it: whole unless it is long (a 100 KB value would fill the screen).
+std::string shown(const std::string& text) { return text.size() <= 160 ? text : printable(text, 160); }
+
 std::vector<std::string> all_paths() {
   std::vector<std::string> paths;
   for (const auto& f : schema()) paths.push_back(f.path);
@@ -53,7 +59,7 @@ class Loader {
   // Where the value at `path` was written: the command-line override that set it, else the file (deck or
   // fragment) it came from, at the node's line and column.
   std::string where(const std::string& path, const YAML::Node& node) const {
-    if (auto it = override_of_.find(path); it != override_of_.end()) return "command line '" + it->second + "'";
+    if (auto it = override_of_.find(path); it != override_of_.end()) return "command line '" + shown(it->second) + "'";
     return location(source_of(path), node.Mark());
   }
 
@@ -70,7 +76,7 @@ class Loader {
     if (!key.empty() && key.back() == ':') key.pop_back();
     if (key.find('.') != std::string::npos && key.find_first_not_of(kKeyChars) == std::string::npos) {
       if (auto it = override_of_.find(key); it != override_of_.end()) {
-        problem = "command line '" + it->second + "': " + text;
+        problem = "command line '" + shown(it->second) + "': " + text;
         return;
       }
       if (const std::string source = source_of(key); source != options_.source_name) {
@@ -94,7 +100,7 @@ class Loader {
       if (word == key || !kPaths.contains(word)) continue;
       std::string place;
       if (auto it = override_of_.find(word); it != override_of_.end()) {
-        place = "command line '" + it->second + "'";
+        place = "command line '" + shown(it->second) + "'";
       } else if (const std::string source = source_of(word); source != options_.source_name) {
         place = source;
       }
@@ -119,6 +125,19 @@ class Loader {
       path = dot == std::string::npos ? std::string() : path.substr(0, dot);
     }
     return options_.source_name;
+  }
+
+  // An unknown key, with the key it may mean; past kMaxListed problems only counted (a file of thousands of
+  // unknown keys gets a screenful, not a line each).
+  void unknown_key(const std::string& path, const std::string& prefix, const std::string& key, const std::string& at) {
+    if (problems_.size() >= kMaxListed) {
+      ++unlisted_;
+      return;
+    }
+    const std::string hint = key == "<<" ? "; YAML merge keys (<<) are not read: write the keys out, or put the "
+                                           "shared ones in a fragment (docs/deck.md)"
+                                         : suggestion(prefix, key);
+    problems_.push_back(at + ": unknown key '" + shown(path) + "'" + hint);
   }
 
   std::string suggestion(const std::string& prefix, const std::string& key) const {
@@ -159,8 +178,7 @@ class Loader {
         }
         walk(value, path, deck);
       } else {
-        problems_.push_back(where(path, key_node) + ": unknown key '" + (prefix.empty() ? key : path) + "'" +
-                            suggestion(prefix, key));
+        unknown_key(path, prefix, key, where(path, key_node));
       }
     }
   }
@@ -168,17 +186,25 @@ class Loader {
   // A key written twice in one mapping of a source (the deck or a fragment), at that source's file:line:col of
   // the second one (checked on each source's own tree, before merging and overrides, so a repeated key is never
   // blamed on another file or the command line).
-  void find_repeated_keys(const YAML::Node& map, const std::string& prefix, const std::string& source) {
+  // Also refuses mappings nested deeper than any deck key could be: an alias inside the mapping it names
+  // (`x: &x {a: *x}`) is a cycle that every walk over the tree would follow without end.
+  void find_repeated_keys(const YAML::Node& map, const std::string& prefix, const std::string& source, int depth = 0) {
+    if (depth > kMaxDepth) {
+      problems_.push_back(location(source, map.Mark()) + ": '" + shown(prefix) + "' nests mappings " +
+                          std::to_string(depth) + " deep; no deck key is deeper than " + std::to_string(kMaxDepth) +
+                          " (a YAML alias inside the mapping it names, like `x: &x {a: *x}`, nests without end)");
+      return;
+    }
     std::map<std::string, YAML::Mark> first;
     for (auto it = map.begin(); it != map.end(); ++it) {
       if (!it->first.IsScalar()) continue;
       const std::string path = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
       const auto [at, fresh] = first.emplace(path, it->first.Mark());
       if (!fresh) {
-        problems_.push_back(location(source, it->first.Mark()) + ": key '" + path + "' appears twice (first at line " +
-                            std::to_string(at->second.line + 1) + ")");
+        problems_.push_back(location(source, it->first.Mark()) + ": key '" + shown(path) +
+                            "' appears twice (first at line " + std::to_string(at->second.line + 1) + ")");
       } else if (it->second.IsMap()) {
-        find_repeated_keys(it->second, path, source);
+        find_repeated_keys(it->second, path, source, depth + 1);
       }
     }
   }
@@ -188,6 +214,7 @@ class Loader {
   // section changes nothing. The fragment's own key and value nodes are inserted, so their marks locate later
   // problems, and origin_ records which file each replaced entry came from.
   void merge(YAML::Node& into, const YAML::Node& from, const std::string& prefix, const std::string& source) {
+    if (split_path(prefix).size() > kMaxDepth) return;  // reported by find_repeated_keys
     for (auto it = from.begin(); it != from.end(); ++it) {
       if (!it->first.IsScalar()) {
         problems_.push_back(location(source, it->first.Mark()) + ": keys must be plain names");
@@ -195,6 +222,12 @@ class Loader {
       }
       const std::string key = it->first.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
+      // A key the schema does not know is reported here, at the fragment's line, and not merged: looking a key
+      // up in a YAML mapping and removing it are linear, so merging thousands of them took quadratic time.
+      if (!find_field(path) && !is_section(path)) {
+        unknown_key(path, prefix, key, location(source, it->first.Mark()));
+        continue;
+      }
       const YAML::Node value = it->second;
       const YAML::Node current = static_cast<const YAML::Node&>(into)[key];
       if (current.IsDefined() && current.IsMap() && (value.IsMap() || value.IsNull())) {
@@ -217,13 +250,13 @@ class Loader {
   void apply_override(YAML::Node& root, const std::string& text) {
     const auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0) {
-      problems_.push_back("command line '" + text + "': expected key.path=value");
+      problems_.push_back("command line '" + shown(text) + "': expected key.path=value");
       return;
     }
     const std::string path = text.substr(0, eq);
     const std::string value_text = text.substr(eq + 1);
     if (!find_field(path) && is_section(path)) {  // `run=3`: a section, whose keys are set one by one
-      problems_.push_back("command line '" + text + "': '" + path + "' is a section; set one of its keys (" +
+      problems_.push_back("command line '" + shown(text) + "': '" + path + "' is a section; set one of its keys (" +
                           join(children_of(path)) + "), e.g. " + path + "." + children_of(path).front() + "=...");
       return;
     }
@@ -238,27 +271,27 @@ class Loader {
           if (p.substr(p.rfind('.') + 1) == last) hint = "; did you mean '" + p + "'?";
         }
       }
-      problems_.push_back("command line '" + text + "': unknown key '" + path + "'" + hint);
+      problems_.push_back("command line '" + shown(text) + "': unknown key '" + path + "'" + hint);
       return;
     }
     YAML::Node value;
     try {
       value = value_text.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value_text);
     } catch (const YAML::Exception& e) {
-      problems_.push_back("command line '" + text + "': cannot parse the value: " + e.msg);
+      problems_.push_back("command line '" + shown(text) + "': cannot parse the value: " + e.msg);
       return;
     }
     if (const std::size_t hash = comment_start(value_text); hash != std::string::npos) {
       // YAML drops a ' #' and what follows as a comment: on a command line that is part of a value (a path).
-      problems_.push_back("command line '" + text + "': " + path + ": the value '" + value_text + "' holds ' #', " +
-                          "where YAML starts a comment (the value would be '" +
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + value_text +
+                          "' holds ' #', " + "where YAML starts a comment (the value would be '" +
                           value_text.substr(0, value_text.find_last_not_of(" \t", hash - 1) + 1) +
                           "'); quote it: " + path + "='\"" + value_text + "\"'");
       return;
     }
     if (!value.IsNull() && !value.IsScalar() && !value.IsSequence()) {
       // YAML reads `file:` or `a: b` as a mapping: the colon, not the key, is what went wrong.
-      problems_.push_back("command line '" + text + "': " + path + ": the value '" + value_text +
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + value_text +
                           "' reads as a YAML mapping (a ':' at its end or before a space); expected a scalar or a "
                           "flow list like [1, 2] (quote a value with a colon: " +
                           path + "='\"" + value_text + "\"')");
@@ -318,6 +351,12 @@ class Loader {
   // An empty text is the empty deck only where the deck is not a file the user named.
   static YAML::Node parse_source(const std::string& source, const std::string& text, bool is_deck, bool empty_ok) {
     YAML::Node root;
+    if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
+      // yaml-cpp reads a NUL as an escape and echoes the raw bytes after it.
+      const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n') + 1;
+      throw DeckError({source + ":" + std::to_string(line) + ": holds a NUL byte; a " +
+                       (is_deck ? "deck" : "fragment") + " is a YAML text file (is it a binary file?)"});
+    }
     try {
       // Every document, so a second one (after a `---`) is refused rather than silently ignored.
       const std::vector<YAML::Node> documents = YAML::LoadAll(text);
@@ -327,6 +366,10 @@ class Loader {
                          "the others as fragments)"});
       }
       if (!documents.empty()) root = documents.front();
+    } catch (const YAML::DeepRecursion& e) {
+      throw DeckError({location(source, e.mark) + ": YAML nested too deep to read (lists or mappings " +
+                       "inside each other hundreds of times); no deck key is deeper than " +
+                       std::to_string(kMaxDepth)});
     } catch (const YAML::ParserException& e) {
       throw DeckError({location(source, e.mark) + ": YAML syntax error: " + e.msg});
     }
@@ -380,6 +423,9 @@ class Loader {
       finalize_migration(deck, options_, problems_);
       for (std::string& problem : problems_) relocate(problem);
     }
+    if (unlisted_ > 0) {
+      problems_.push_back("... and " + std::to_string(unlisted_) + " more unknown keys, not listed");
+    }
     if (!problems_.empty()) throw DeckError(problems_);
     return deck;
   }
@@ -392,7 +438,11 @@ class Loader {
 
  private:
   const LoadOptions& options_;
+  // Deeper than any deck key (section.key, section.subsection.key) with room to spare.
+  static constexpr int kMaxDepth = 8;
+  static constexpr std::size_t kMaxListed = 20;
   std::vector<std::string> problems_;
+  std::size_t unlisted_ = 0;  // unknown keys past kMaxListed problems
   std::set<std::string> seen_;
   std::map<std::string, std::string> override_of_;
   std::map<std::string, std::string> origin_;  // key path -> the fragment that replaced it (absent: the deck)

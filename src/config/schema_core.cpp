@@ -1,5 +1,6 @@
 // Deck keys of the core: backend, run, parallel, trace.
 #include "conductor/config/schema.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -105,6 +106,30 @@ void add_core_fields(std::vector<Field>& f) {
                   .range(0, 1e9));
 }
 
+namespace {
+
+// Why a run name (a folder name and a label in traces, logs and Slurm job output) is not a plain one: control
+// characters (a newline splits the log's lines) and bytes that are not UTF-8 (the terminal and HDF5 show them as
+// replacement characters) are refused, and so is a name longer than a folder name may be with runs/'s suffixes.
+std::string name_problem(const std::string& name) {
+  constexpr std::size_t kMaxName = 200;  // NAME_MAX (255) less "-policy" and room for the lock and temporaries
+  if (name.size() > kMaxName) {
+    return "has " + std::to_string(name.size()) + " bytes; a run name has at most " + std::to_string(kMaxName);
+  }
+  for (std::size_t i = 0; i < name.size();) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) return "holds a control character (byte " + std::to_string(c) + "); use printable ones";
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= name.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(name[i + k]) >> 6) == 0x2;
+    if (!ok) return "is not UTF-8 text (at byte " + std::to_string(i) + "); use letters, digits, '-', '_' or '.'";
+    i += len;
+  }
+  return {};
+}
+
+}  // namespace
+
 void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::string>& problems) {
 #ifndef CONDUCTOR_HAVE_CUDA
   if (deck.backend == "cuda") {
@@ -127,9 +152,11 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
   const std::string& name = deck.run.name;
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos) {
-    problems.push_back(options.source_name + ": run.name = '" + name + "' must be one folder name (not empty, no " +
-                       "'/', not '.' or '..'): the default run.output is runs/<run.name>; set run.output for " +
-                       "another place");
+    problems.push_back(options.source_name + ": run.name = '" + printable(name) + "' must be one folder name (not " +
+                       "empty, no '/', not '.' or '..'): the default run.output is runs/<run.name>; set run.output " +
+                       "for another place");
+  } else if (const std::string problem = name_problem(name); !problem.empty()) {
+    problems.push_back(options.source_name + ": run.name = '" + printable(name) + "' " + problem);
   } else if (deck.run.output.empty()) {
     // Each command its own default folder: a simulation or a policy's training never meets a measured run's
     // results (train-policy after `make run` was refused in runs/<run.name>).

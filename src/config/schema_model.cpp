@@ -135,8 +135,10 @@ void add_model_fields(std::vector<Field>& f) {
                   "optim.beta2", [](Deck & d) -> auto& { return d.optim.beta2; }, "AdamW beta2.")
                   .range(0, 0.999999));
   f.push_back(field<double>(
-                  "optim.eps", [](Deck & d) -> auto& { return d.optim.eps; }, "AdamW epsilon.")
-                  .range(0, 1));
+                  "optim.eps", [](Deck & d) -> auto& { return d.optim.eps; },
+                  "AdamW epsilon, above 0: the update divides by sqrt(v) + eps, and v is 0 for a weight whose "
+                  "gradient has been 0 (0 / 0 would make the weights NaN).")
+                  .range(1e-30, 1));
   f.push_back(field<double>(
                   "optim.weight_decay", [](Deck & d) -> auto& { return d.optim.weight_decay; },
                   "Decoupled weight decay, applied to weight matrices and embeddings (not to biases "

@@ -73,7 +73,7 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<std::vector<double>>(
                   "ppo.noise_levels", [](Deck & d) -> auto& { return d.policy.noise_levels; },
                   "Domain randomisation: each episode's gaussian noise level is drawn "
-                  "uniformly from [lo, hi].")
+                  "uniformly from [lo, hi]; one number: every episode at that level.")
                   .range(0, 10));
   f.push_back(field<double>(
                   "ppo.cost_spread", [](Deck & d) -> auto& { return d.policy.cost_spread; },
@@ -117,7 +117,8 @@ void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::st
       refuse("scheduler.verify_samples", std::to_string(deck.policy.verify_samples),
              std::to_string(defaults.verify_samples));
   }
-  const auto& lv = deck.policy.noise_levels;
+  auto& lv = deck.policy.noise_levels;
+  if (lv.size() == 1) lv.push_back(lv[0]);  // one level: [x, x]
   if (lv.size() != 2 || lv[0] > lv[1]) {
     std::string got;
     for (double x : lv) got += (got.empty() ? "" : ", ") + format_double(x);

@@ -244,11 +244,14 @@ void StageModel::load_stage(int vs, long long file_id, const std::string& file, 
   const long long first = read_i64(fid, "/meta/first_layer", file);
   const long long nl = read_i64(fid, "/meta/n_layers", file);
   if (nvs != num_vs_ || first != first_layer(vs) || nl != num_layers(vs)) {
-    throw InputError("checkpoint '" + file + "' holds layers " + std::to_string(first) + ".." +
-                     std::to_string(first + nl - 1) + " of a " + std::to_string(nvs) +
-                     "-virtual-stage split; this model's virtual stage " + std::to_string(vs) + " holds layers " +
-                     std::to_string(first_layer(vs)) + ".." + std::to_string(first_layer(vs) + num_layers(vs) - 1) +
-                     " of " + std::to_string(num_vs_));
+    // "layers 2..4", or "no layer" for a stage of none (a 0 in model.layers_per_stage).
+    const auto layers = [](long long from, long long n) {
+      return n <= 0 ? std::string("no layer") : "layers " + std::to_string(from) + ".." + std::to_string(from + n - 1);
+    };
+    throw InputError("checkpoint '" + file + "' holds " + layers(first, nl) + " of a " + std::to_string(nvs) +
+                     "-virtual-stage split; this model's virtual stage " + std::to_string(vs) + " holds " +
+                     layers(first_layer(vs), num_layers(vs)) + " of " + std::to_string(num_vs_) +
+                     " (model.n_layers or model.layers_per_stage differ from the run that wrote it)");
   }
   const long long step = read_i64(fid, "/meta/step", file);
   if (step != manifest_step) {

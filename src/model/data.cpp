@@ -63,17 +63,65 @@ std::string listed(const std::vector<std::string>& files) {
   return files.size() == 1 ? "'" + files[0] + "'" : std::to_string(files.size()) + " files";
 }
 
+// Windows of `window` tokens starting in a run of `count` tokens.
+std::size_t windows_in(std::size_t count, int window) {
+  return count >= static_cast<std::size_t>(window) ? count - static_cast<std::size_t>(window) + 1 : 0;
+}
+
+// Tokens of a training file held out for validation (data.valid_fraction): its last ones.
+std::size_t held_out_of(std::size_t count, const plan::Data& d) {
+  return static_cast<std::size_t>(static_cast<double>(count) * d.valid_fraction);
+}
+
+// What the files must give a run, before any is read: some file, bytes only where the vocabulary holds them.
+void check_sources(const plan::Plan& plan) {
+  const plan::Data& d = plan.data;
+  if (d.train_files.empty()) throw InputError("data.path = '" + d.path + "' matches no file");
+  if (d.source == "file" && plan.model.vocab < 256) {
+    throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " +
+                     std::to_string(plan.model.vocab));
+  }
+}
+
+// And once their sizes are known: a window to train on, and one to validate on where eval.every asks for it.
+void check_windows(const plan::Plan& plan, std::size_t train_windows, std::size_t valid_windows) {
+  const plan::Data& d = plan.data;
+  const int window = plan.model.seq_len + 1;
+  const auto too_short = [&](const std::string& key, const std::vector<std::string>& files, const char* part) {
+    return InputError(key + ": " + listed(files) + " hold" + (files.size() == 1 ? "s" : "") + " no " + part +
+                      "window of model.seq_len + 1 = " + std::to_string(window) +
+                      " tokens; use longer files or a shorter model.seq_len");
+  };
+  if (train_windows == 0) throw too_short("data.path", d.train_files, d.valid_fraction > 0 ? "training " : "");
+  if (plan.eval.every > 0 && valid_windows == 0) {
+    throw d.valid_files.empty() ? too_short("data.valid_fraction", d.train_files, "held-out ")
+                                : too_short("data.valid_path", d.valid_files, "");
+  }
+}
+
 }  // namespace
 
-void check_data_headers(const plan::Data& data) {
+void check_data_headers(const plan::Plan& plan) {
+  const plan::Data& data = plan.data;
   if (data.source == "synthetic") return;
-  for (const std::string& f : data.train_files) (void)read_keyed(data.source, f, "data.path");
-  for (const std::string& f : data.valid_files) (void)read_keyed(data.source, f, "data.valid_path");
+  check_sources(plan);
+  const int window = plan.model.seq_len + 1;
+  std::size_t train = 0, valid = 0;
+  for (const std::string& f : data.train_files) {
+    const std::size_t count = read_keyed(data.source, f, "data.path").count;
+    const std::size_t held_out = held_out_of(count, data);
+    train += windows_in(count - held_out, window);
+    valid += windows_in(held_out, window);
+  }
+  for (const std::string& f : data.valid_files) {
+    valid += windows_in(read_keyed(data.source, f, "data.valid_path").count, window);
+  }
+  check_windows(plan, train, valid);
 }
 
 void DataSource::Corpus::add(TokenSpan run, int window) {
   if (windows_before.empty()) windows_before.push_back(0);
-  const std::size_t n = run.count >= static_cast<std::size_t>(window) ? run.count - window + 1 : 0;
+  const std::size_t n = windows_in(run.count, window);
   windows_before.push_back(windows_before.back() + n);
   runs.push_back(std::move(run));
 }
@@ -87,10 +135,7 @@ void DataSource::Corpus::copy_window(std::size_t w, int window, int* tokens) con
 
 void DataSource::load_files(const plan::Plan& plan) {
   const plan::Data& d = plan.data;
-  if (d.train_files.empty()) throw InputError("data.path = '" + d.path + "' matches no file");
-  if (source_ == "file" && vocab_ < 256) {
-    throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " + std::to_string(vocab_));
-  }
+  check_sources(plan);
   const int window = seq_len_ + 1;
   // Every file's tokens of one type: llm.c's GPT-2 (uint16) and Llama-3 (uint32) shards come from different
   // tokenizers, so one run mixing them trains on ids that mean different words.
@@ -107,7 +152,7 @@ void DataSource::load_files(const plan::Plan& plan) {
     TokenSpan run = read_keyed(source_, f, "data.path");
     same_type(run, "data.path");
     files_.push_back(scan_token_file(run, vocab_, "data.path"));
-    const auto held_out = static_cast<std::size_t>(static_cast<double>(run.count) * d.valid_fraction);
+    const std::size_t held_out = held_out_of(run.count, d);
     if (held_out > 0) valid_.add(run.slice(run.count - held_out, held_out), window);
     train_.add(run.slice(0, run.count - held_out), window);
   }
@@ -117,16 +162,7 @@ void DataSource::load_files(const plan::Plan& plan) {
     files_.push_back(scan_token_file(run, vocab_, "data.valid_path"));
     valid_.add(std::move(run), window);
   }
-  const auto too_short = [&](const std::string& key, const std::vector<std::string>& files, const char* part) {
-    return InputError(key + ": " + listed(files) + " hold" + (files.size() == 1 ? "s" : "") + " no " + part +
-                      "window of model.seq_len + 1 = " + std::to_string(window) +
-                      " tokens; use longer files or a shorter model.seq_len");
-  };
-  if (train_.windows() == 0) throw too_short("data.path", d.train_files, d.valid_fraction > 0 ? "training " : "");
-  if (plan.eval.every > 0 && valid_.windows() == 0) {
-    throw d.valid_files.empty() ? too_short("data.valid_fraction", d.train_files, "held-out ")
-                                : too_short("data.valid_path", d.valid_files, "");
-  }
+  check_windows(plan, train_.windows(), valid_.windows());
 }
 
 void DataSource::row(std::uint64_t stream, int* tokens) const {

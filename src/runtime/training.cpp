@@ -312,6 +312,12 @@ Training::After Training::step_synchronously(int step) {
   if (numbers.stop) check_deferred_errors();  // before the update: a step read from a truncated file is not taken
   const Judgement j = judge(numbers, step);
   if (j.verdict == NonfiniteGuard::Verdict::Update) compute_->optimizer_step(j.norm, step);
+  if (model::StageModel* m = compute_->model(); m && injected_at("CONDUCTOR_INJECT_NAN_WEIGHTS", rank_, step)) {
+    const int vs = m->virtual_stages_held().front();  // an update gone wrong: one weight NaN
+    std::vector<float> params = m->read(vs, model::Buffer::Params);
+    params.front() = std::numeric_limits<float>::quiet_NaN();
+    m->write(vs, model::Buffer::Params, params);
+  }
   // Each rank's peaks: activations in flight (M_F, the memory model's unit) and bytes of its backend's memory.
   const double mine[2] = {so.peak_memory, compute_->peak_memory_bytes()};
   std::vector<trace::OpEvent> all;

@@ -213,7 +213,9 @@ class CliTest(unittest.TestCase):
         proc = conductor("simulate", static, "run.output=" + out, "run.steps=1")
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertFalse(os.path.exists(out))
-        for args in ((ppo, "scheduler.policy=mine.pt"), (static, "scheduler.policy="),
+        # validate makes the planner a run would make: the policy must be there (the shipped one).
+        shipped = "scheduler.policy=" + os.path.join(SRC, "inputs", "policies", "default.pt")
+        for args in ((ppo, shipped), (static, "scheduler.policy="),
                      (static, "scheduler.policy=''")):
             proc = conductor("validate", *args)
             self.assertEqual(proc.returncode, 0, proc.stderr)

@@ -229,6 +229,14 @@ class Checkpoints(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertRegex(r.text, r"warning: checkpoint\.resume = .*resuming with optim\.lr = 0\.001 here, .* there")
 
+    def test_resume_with_other_layers_names_the_keys(self):
+        # A checkpoint of 2 layers resumed with model.n_layers = 3: the stage files' layer ranges differ, and the
+        # message said only "layers 0..0" against "0..1" (or "2..1" for a stage of none), not which keys to check.
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + self.good, "model.n_layers=3",
+                   "run.output=" + os.path.join(self.tmp.name, "fresh"))
+        self.assertFault(r, 2, r"vstage_0\.h5' holds layers 0\.\.0 of a 2-virtual-stage split; this model's virtual "
+                               r"stage 0 holds layers 0\.\.1 of 2 \(model\.n_layers or model\.layers_per_stage differ")
+
     def test_resume_from_an_older_step_keeps_a_longer_runs_rows(self):
         # A run of 5 steps (checkpoints 1..5) resumed from step 2 into its own folder with run.steps = 3 and
         # another checkpoint.path dropped its steps 3 and 4 from the trace and metrics, exit 0.

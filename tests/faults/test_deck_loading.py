@@ -45,6 +45,88 @@ class DeckLoading(FaultCase):
                          r"frag\.yaml: holds 2 YAML documents .* a fragment is one document")
         self.assertEqual(run1("validate", self.write("one.yaml", "---\nrun: {name: one}\n...\n")).code, 0)
 
+    def test_alias_inside_its_own_mapping(self):
+        # `x: &x {a: *x}` is a cycle: the repeated-key walk followed it until the stack overflowed (exit 139, in
+        # every command and on every rank of a run).
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        for name, text in (("rec.yaml", "x: &x\n  a: *x\n"), ("frag.yaml", "noise: &n {kind: none, extra: *n}\n")):
+            args = (self.write(name, text),) if name == "rec.yaml" else (deck, self.write(name, text))
+            self.assertFault(run1("validate", *args), 2, name.replace(".", r"\.") +
+                             r":1:[0-9]+: '[a-z.]+' nests mappings 9 deep; no deck key is deeper than 8 \(a YAML alias")
+        self.assertFault(mpirun(2, "run", deck, self.write("frag2.yaml", "noise: &n {kind: none, extra: *n}\n")), 2,
+                         r"nests mappings 9 deep")
+
+    def test_many_unknown_keys_listed_briefly_and_fast(self):
+        # Merging a fragment key by key is linear per key in yaml-cpp: 20,000 unknown keys took 27 s, and each
+        # got a line of its own.
+        many = self.write("many.yaml", "run:\n" + "".join(f"  k{i}: 1\n" for i in range(20000)))
+        for args in ((self.write("ok.yaml", "run: {name: ok}\n"), many), (many,)):
+            r = run1("validate", *args, timeout=20)
+            self.assertFault(r, 2, r"unknown key 'run\.k0'")
+            self.assertRegex(r.text, r"\.\.\. and 19980 more unknown keys, not listed")
+            self.assertLess(len(r.text.splitlines()), 30, r.text[:2000])
+            self.assertLess(r.seconds, 10)
+
+    def test_text_yaml_cannot_read(self):
+        # A NUL byte: yaml-cpp's "unknown escape character" and the raw bytes after it; deep nesting: "bad file".
+        self.assertFault(run1("validate", self.write("nul.yaml", "run:\n  steps: 2\x00\n")), 2,
+                         r"nul\.yaml:2: holds a NUL byte; a deck is a YAML text file")
+        self.assertFault(run1("validate", self.write("deep.yaml", "run:\n  name: " + "[" * 3000 + "]" * 3000 + "\n")),
+                         2, r"deep\.yaml:2:[0-9]+: YAML nested too deep to read")
+        self.assertFault(run1("validate", self.write("merge.yaml", "run: {<<: {steps: 2}}\n")), 2,
+                         r"unknown key 'run\.<<'; YAML merge keys \(<<\) are not read")
+
+    def test_validate_opens_what_a_run_opens(self):
+        # validate answered 0 for decks `run` refused at once: data files without one window, a resume folder or
+        # a policy file that is not there.
+        deck = self.write("ok.yaml", "run: {name: ok}\nmodel: {vocab: 256, seq_len: 16}\n")
+        short = self.write("short.bin", "abc")
+        self.assertFault(run1("validate", deck, "data.source=file", "data.path=" + short), 2,
+                         r"data\.path: '.*short\.bin' holds no window of model\.seq_len \+ 1 = 17 tokens")
+        enough = self.write("enough.bin", "x" * 40)
+        self.assertEqual(run1("validate", deck, "data.source=file", "data.path=" + enough).code, 0)
+        self.assertFault(run1("validate", deck, "data.source=file", "data.path=" + enough, "eval.every=1",
+                              "data.valid_fraction=0.1"), 2,
+                         r"data\.valid_fraction: '.*enough\.bin' holds no held-out window")
+        self.assertFault(run1("validate", deck, "checkpoint.resume=" + self.tmp.name + "/none"), 2,
+                         r"checkpoint\.resume = '.*/none': no such folder")
+        self.assertFault(run1("validate", deck, "scheduler.kind=ppo", "scheduler.policy=" + self.tmp.name + "/p.pt"),
+                         2, r"policy file '.*/p\.pt' cannot be opened \(no such file\)")
+
+    def test_argument_mistakes_said_once_under_mpirun(self):
+        # Found before MPI starts, they were printed by every rank (the usage text three times at -n 3).
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        for args, message in ((("--bogus",), r"unknown flag '--bogus' for 'run'"),
+                              (("run.steps=2", deck), r"fragment '.*' after the override 'run\.steps=2'")):
+            r = mpirun(3, "run", deck, *args)
+            self.assertFault(r, 2, message)
+            self.assertEqual(len(re.findall(message, r.text)), 1, r.text)
+        # An empty argument where the DECK goes made the next one the deck.
+        self.assertFault(run1("validate", "", "run.output=x"), 2, r"argument 2 is empty; expected the DECK")
+
+    def test_one_noise_level_for_every_episode(self):
+        # The key's type says "number or list of numbers"; a number was refused as "must be two values".
+        r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "ppo.noise_levels=0.5")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertIn("noise_levels: [0.5, 0.5]", r.text)
+
+    def test_long_override_value_is_shortened(self):
+        r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "run.nosuch=" + "x" * 100000)
+        self.assertFault(r, 2, r"command line 'run\.nosuch=x+\.\.\.'")
+        self.assertLess(len(r.text), 2000)
+
+    def test_values_a_run_cannot_use(self):
+        deck = self.write("ok.yaml", "run: {name: ok}\n")
+        # optim.eps = 0 passed validation; training then divided 0 by 0 (a NaN loss at step 2).
+        self.assertFault(run1("validate", deck, "optim.eps=0"), 2, r"optim\.eps: value 0 is out of range \(allowed: 1e-30 \.\. 1\)")
+        for text, why in (('"a\\nb"', r"holds a control character \(byte 10\)"),
+                          ("x" * 201, r"has 201 bytes; a run name has at most 200"),
+                          ("\udcff\udcfe", r"is not UTF-8 text \(at byte 0\)")):
+            named = os.path.join(self.tmp.name, "named.yaml")
+            with open(named, "wb") as f:  # the name's bytes as written, 0xff 0xfe for the last
+                f.write(("run: {name: " + text + "}\n").encode("utf-8", "surrogateescape"))
+            self.assertFault(run1("validate", named), 2, r"run\.name = '.*' " + why)
+
     def test_every_fragments_problems_together(self):
         # A fragment's syntax error used to hide the other fragments' problems.
         deck = self.write("ok.yaml", "run: {name: ok}\n")
@@ -79,10 +161,10 @@ class DeckLoading(FaultCase):
         r = run1("validate", deck, "scheduler.policy=pol/x #y.pt")
         self.assertFault(r, 2, r"scheduler\.policy: the value 'pol/x #y\.pt' holds ' #', where YAML starts a "
                          r"comment \(the value would be 'pol/x'\); quote it: scheduler\.policy='\"pol/x #y\.pt\"'")
-        for ok in ('"pol/x #y.pt"', "pol/x#y.pt"):
+        # validate opens the policy as a run would: the file it names is the whole value.
+        for ok, read in (('"pol/x #y.pt"', "pol/x #y.pt"), ("pol/x#y.pt", "pol/x#y.pt")):
             r = run1("validate", deck, "scheduler.policy=" + ok)
-            self.assertEqual(r.code, 0, r.text)
-            self.assertIn("policy: " + ok, r.text)
+            self.assertFault(r, 2, "policy file '" + re.escape(read) + "' cannot be opened")
 
     def test_run_name_is_one_folder_name(self):
         # The default run.output is runs/<run.name>: '..' put a run's files in the working folder, '' in runs/.

@@ -86,11 +86,16 @@ class Guard(FaultCase):
     def test_stopped_rank_p4_watchdog(self):
         self.stopped_rank(4, 1)
 
-    def test_eps_zero_stops_on_nonfinite(self):
+    def test_nonfinite_weights_stop_before_the_checkpoint(self):
+        # An update that leaves a NaN weight (optim.eps = 0 did, dividing 0 by 0; now refused) stops the run at
+        # that step's checkpoint, which is not written.
         ckpt = os.path.join(self.tmp.name, "ckpt")
-        res = mpirun(2, "run", self.tiny(2, steps=6), "optim.eps=0", "checkpoint.path=" + ckpt,
-                     "checkpoint.every=1")
-        self.assertFault(res, 1, r"step \d+: non-finite")
+        env = dict(os.environ, CONDUCTOR_INJECT_NAN_WEIGHTS="0:1")
+        res = mpirun(2, "run", self.tiny(2, steps=6), "checkpoint.path=" + ckpt, "checkpoint.every=1", env=env)
+        self.assertFault(res, 1, r"step 2: non-finite weights of .* after the update; stopping without writing the "
+                                 r"checkpoint")
+        self.assertFalse(os.path.exists(os.path.join(ckpt, "step-000002")))
+        self.assertTrue(os.path.exists(os.path.join(ckpt, "step-000001")))
         self.assertNotIn("loss null", res.text)
         steps = self.assertTraceReadable(1)
         self.assertLess(len(steps), 6)  # stopped early

@@ -115,7 +115,9 @@ expect 0 "running: $src/scripts/conductor-launch mpirun -np 4 .*conductor run .*
 [[ ! -e out1 ]] && ok || bad "DRY_RUN=1 wrote into out1: $(ls -A out1)"
 # Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
 # checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
-mkdir -p out1r/checkpoints && echo step-000002 >out1r/checkpoints/latest
+# A step folder as a run leaves it (validate finds its manifest before the job starts).
+mkdir -p out1r/checkpoints/step-000002 && touch out1r/checkpoints/step-000002/manifest.txt &&
+  echo step-000002 >out1r/checkpoints/latest
 expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/checkpoints\$" -- \
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
 expect 0 "restart 1: resuming from $work/out1r/checkpoints \\(step-000002\\)" -- \
@@ -270,7 +272,8 @@ stop_before_launch() {
     wait "$pid"
     echo "exit $?" >>early.log)
 }
-mkdir -p outE/checkpoints && echo step-000002 >outE/checkpoints/latest
+mkdir -p outE/checkpoints/step-000002 && touch outE/checkpoints/step-000002/manifest.txt &&
+  echo step-000002 >outE/checkpoints/latest
 stop_before_launch outE 1
 if grep -q "stopped by SIGTERM before the launch: 'run' was not started (exit 3)" early.log &&
   grep -qx "exit 3" early.log && grep -q "stopped at step 2 of .*: requeueing job $fake_job to continue" early.log &&

@@ -27,8 +27,10 @@ namespace conductor::model {
 // The data files' headers (llm.c shards) and indexes (Megatron datasets, with their .bin's size) read and
 // checked without their tokens: what `conductor validate` checks before a job waits in a queue. Throws
 // InputError naming the key (data.path or data.valid_path) and the file; the token ids are checked when a run
-// opens the files (DataSource).
-void check_data_headers(const plan::Data& data);
+// opens the files (DataSource). Also what a run refuses before reading a token: no file, a byte file under a
+// vocabulary below 256, files holding no window of model.seq_len + 1 tokens (to train or, with eval.every, to
+// validate on).
+void check_data_headers(const plan::Plan& plan);
 
 class DataSource {
  public:

@@ -3,7 +3,9 @@
 // - CONDUCTOR_INJECT_FAILURE=RANK:STEP[:kill|:hang-help]: that rank throws at the start of that step (training),
 //   dies by SIGKILL there, or stops (SIGSTOP) when it starts computing real slices for a peer (migration);
 // - CONDUCTOR_INJECT_NAN / CONDUCTOR_INJECT_CLIP=RANK:STEP[,RANK:STEP...]: that rank's gradients read as NaN, or its
-//   sum of squares 1e30 larger (numerics).
+//   sum of squares 1e30 larger (numerics);
+// - CONDUCTOR_INJECT_NAN_WEIGHTS=RANK:STEP[,...]: after that step's update one of that rank's weights is NaN (the
+//   checkpoint's guard against non-finite state, training).
 namespace conductor::runtime {
 
 enum class InjectedFailure { None, Throw, Kill, HangHelp };
