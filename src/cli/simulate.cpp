@@ -12,6 +12,7 @@
 #include "conductor/cli/run_folder.hpp"
 #include "conductor/cli/size_guard.hpp"
 #include "conductor/config/resolve.hpp"
+#include "conductor/runtime/stop_signal.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/control_loop.hpp"
 #include "conductor/sim/noise.hpp"
@@ -149,6 +150,10 @@ int cmd_simulate(const Invocation& inv) {
     return kExitUsage;
   }
 
+  // SIGTERM/SIGINT (Slurm's time limit, scancel, Ctrl-C) end the run after the step in progress: its trace, and
+  // a summary.json of the steps done, are written as for a whole run, and the exit status says it stopped.
+  runtime::install_stop_handlers();
+  options.stop = &runtime::stop_requested;
   create_run_folder(out_dir);
   const std::string resolved = config::resolved_yaml(deck);
   write_text_file(out_dir / "resolved.yaml", resolved);
@@ -195,13 +200,22 @@ int cmd_simulate(const Invocation& inv) {
   sim::finish_run(run, schedule.p);
 
   const double limit = options.memory_limit;
-  const std::string json =
-      sim::dump_json(sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr));
+  sim::Json summary = sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr);
+  const bool stopped = runtime::stop_requested() && static_cast<int>(run.steps.size()) < deck.run.steps;
+  if (stopped) summary["stopped_by_signal"] = runtime::stop_signal_number();  // num_steps: the steps done
+  const std::string json = sim::dump_json(summary);
   write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());
   } else {
     print_human(run, deck, schedule, limit, out_dir);
+  }
+  if (stopped) {
+    std::fprintf(stderr,
+                 "conductor: simulate stopped by signal %d after %zu of run.steps = %d steps; %s holds them "
+                 "(summary.json, trace.h5)\n",
+                 runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str());
+    return kExitStopped;
   }
   return 0;
 }

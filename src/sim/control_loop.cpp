@@ -32,6 +32,7 @@ PlannedRun simulate_with_planner(const NoiseModel& noise, const SimOptions& opti
     r.events.clear();
     r.events.shrink_to_fit();
     out.run.steps.push_back(std::move(r));
+    if (options.stop && options.stop()) break;
     if (next) order = std::move(*next);
   }
   out.latency_ms.insert(out.latency_ms.end(), ahead.latency_ms().begin(), ahead.latency_ms().end());

@@ -48,6 +48,13 @@ std::int64_t to_ns(double ms) {
   return static_cast<std::int64_t>(std::llround(ms * 1e6));
 }
 
+// A time `ms` into the step whose origin is `origin_ns` on the run's clock, in the trace's nanoseconds: the sum
+// checked as to_ns checks a time (each part may fit where the sum does not).
+std::int64_t on_clock(std::int64_t origin_ns, double ms) {
+  (void)to_ns(static_cast<double>(origin_ns) * 1e-6 + ms);
+  return origin_ns + to_ns(ms);
+}
+
 // When a helper's compute starts: after the transfers out and before those back (half each: the cost model sums
 // both directions), so it lies inside the owner's op.
 double help_start(const sched::MigrationTiming& m) {
@@ -55,9 +62,11 @@ double help_start(const sched::MigrationTiming& m) {
 }
 
 // The trace row of rank `rank`'s compute on `owner`'s list op `index` (the owner's own row, or a helper's):
-// its fields from the action, the times on the run's clock.
-trace::OpEvent op_row(const sched::Schedule& s, int rank, int owner, int index, int step, double ready, double start,
-                      double end) {
+// its fields from the action, the times on the run's clock: the step's origin there (in whole nanoseconds) plus
+// the times in the step, each rounded on its own, so steps of the same times have the same rows but their origin
+// (rounding origin + time instead, a noise-free run's makespans differed by a nanosecond from step to step).
+trace::OpEvent op_row(const sched::Schedule& s, int rank, int owner, int index, int step, std::int64_t origin_ns,
+                      double ready, double start, double end) {
   const sched::Action& a = s.ranks[owner][index];
   trace::OpEvent e;
   e.step = step;
@@ -66,17 +75,17 @@ trace::OpEvent op_row(const sched::Schedule& s, int rank, int owner, int index, 
   e.chunk = a.chunk;
   e.microbatch = a.microbatch;
   e.kind = static_cast<trace::EventKind>(a.kind);
-  e.ready_ns = to_ns(ready);
-  e.start_ns = to_ns(start);
-  e.end_ns = to_ns(end);
+  e.ready_ns = on_clock(origin_ns, ready);
+  e.start_ns = on_clock(origin_ns, start);
+  e.end_ns = on_clock(origin_ns, end);
   return e;
 }
 
 // The helper's row of a migrated op, as the runtime writes it (HELP_F/B/W/BW on the helper, peer = the owner,
 // migrated = the slices, bytes both ways): its compute, ready when the payload is in (as in the runtime).
-trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming& m, int step, double origin) {
-  const double start = origin + help_start(m);
-  trace::OpEvent e = op_row(s, m.helper, m.owner, m.index, step, start, start, start + m.helper_compute);
+trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming& m, int step, std::int64_t origin_ns) {
+  const double start = help_start(m);
+  trace::OpEvent e = op_row(s, m.helper, m.owner, m.index, step, origin_ns, start, start, start + m.helper_compute);
   e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(e.kind));
   e.bytes = static_cast<std::int64_t>(std::llround(m.bytes));
   e.peer = m.owner;
@@ -209,21 +218,21 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     // Slices each migrated op sent away (the owner's row says so, as the runtime's does).
     std::map<std::pair<int, int>, int> sent;
     for (const sched::MigrationTiming& m : res.migrations) sent[{m.owner, m.index}] += m.slices;
+    const std::int64_t origin_ns = to_ns(origin);
     for (const auto& op : res.ops) {
-      trace::OpEvent e =
-          op_row(s, op.rank, op.rank, op.index, step, origin + op.ready, origin + op.start, origin + op.end);
+      trace::OpEvent e = op_row(s, op.rank, op.rank, op.index, step, origin_ns, op.ready, op.start, op.end);
       e.wait_ns = to_ns(op.wait);
       if (const auto it = sent.find({op.rank, op.index}); it != sent.end())
         e.migrated = static_cast<std::int8_t>(it->second);
       r.events.push_back(e);
     }
-    for (const sched::MigrationTiming& m : res.migrations) r.events.push_back(help_event(s, m, step, origin));
+    for (const sched::MigrationTiming& m : res.migrations) r.events.push_back(help_event(s, m, step, origin_ns));
     for (const auto& t : res.transfers) {
       trace::OpEvent e;
       e.step = step;
       e.microbatch = t.transfer.microbatch;
-      e.ready_ns = e.start_ns = to_ns(origin + t.sent);
-      e.end_ns = to_ns(origin + t.arrived);
+      e.ready_ns = e.start_ns = on_clock(origin_ns, t.sent);
+      e.end_ns = on_clock(origin_ns, t.arrived);
       e.bytes = options.activation_bytes;
       e.kind = trace::EventKind::SEND;
       e.rank = t.transfer.from_rank;

@@ -6,10 +6,12 @@ here must keep the graceful stop: exit 3 (the clean-stop code), every rank out w
 written, the trace closed and readable, a complete checkpoint of the last step; and a signal after the grace
 period must still abort. The steps are slowed to ~2.4 s by a sleeping straggler, longer than mpiexec's one
 second, so a stop that is not graceful shows; the per-rank exit times are printed."""
+import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -188,6 +190,36 @@ class Signals(FaultCase):
         self.assertIn("SIGTERM again: aborting", res.err)
         self.assertLess(max(exited.values()), 8, "the abort waited for the step: %s\n%s" % (exited, res.text))
         self.assertFalse(os.path.exists(os.path.join(self.out, "summary.json")))
+
+
+class SimulateStop(FaultCase):
+    """`conductor simulate` under SIGTERM (a Slurm time limit): it died at once (exit 143), leaving a trace and a
+    resolved.yaml without summary.json; now it ends after the step in progress, with both written."""
+
+    def test_sigterm_writes_the_steps_done(self):
+        deck = os.path.join(SOURCE, "inputs", "gpt3-1.5b.yaml")
+        proc = subprocess.Popen([BIN, "simulate", deck, "run.steps=1000000", "run.output=" + self.out,
+                                 "noise.kind=gaussian", "noise.level=0.1"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(self.out, "trace.h5")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # some steps in
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=EXIT_DEADLINE_S)
+        self.assertLess(time.monotonic() - sent, 10, err)
+        self.assertEqual(proc.returncode, EXIT_STOPPED, err)
+        self.assertRegex(err, r"conductor: simulate stopped by signal 15 after [0-9]+ of run\.steps = 1000000 steps; "
+                         + re.escape(self.out) + r" holds them")
+        self.assertIsNone(RAW_DUMP.search(err), err)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["stopped_by_signal"], signal.SIGTERM)
+        done = summary["num_steps"]
+        self.assertTrue(0 < done < 1000000, done)
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:
+            self.assertEqual(len(t["steps"]), done)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,34 @@ cost:
         check(spans["strict"] is not None and spans["readiness"] == spans["strict"],
               f"{name} 1f1b with migration: backfill {spans['readiness']} ms, strict {spans['strict']} ms (equal)")
 
+    # Noise-free steps are the same step: their makespans too, to the nanosecond. The events were rounded to ns on
+    # the run's clock (origin + time), so from_model's gpipe steps read 729.999898 and 729.999899 ms in turn.
+    sim_decks = os.path.join(source, "sim")
+    r = run(os.path.join(sim_decks, "from_model.yaml"), "parallel.virtual=1", "schedule.kind=gpipe", "noise.kind=none",
+            "run.steps=5", f"run.output={out}-same", "run.overwrite=true", "--json")
+    check(r.returncode == 0, f"from_model gpipe runs: {r.stderr}")
+    if r.returncode == 0:
+        spans = [x["makespan_ms"] for x in json.loads(r.stdout)["steps"]]
+        check(len(set(spans)) == 1, f"noise-free steps have one makespan: {spans}")
+    # The global tier with migration, noise-free: the planner blended the trace's ns-rounded op times into its
+    # estimates, its order and migration's ties moved, and steps from the third on took 56.57 ms, not 56.40.
+    policies = os.path.join(source, "policies")
+    spans = {}
+    for scheduler in ("static", "ppo"):
+        policy = ["scheduler.policy=" + os.path.join(policies, "default.pt")] if scheduler == "ppo" else []
+        r = run(os.path.join(policies, "default.yaml"), f"scheduler.kind={scheduler}", "noise.kind=none",
+                "schedule.hint=backfill",
+                "run.steps=6", f"run.output={out}-ppo", "run.overwrite=true", "trace.enabled=false", "--json", *policy)
+        check(r.returncode == 0, f"default.yaml {scheduler} runs: {r.stderr}")
+        spans[scheduler] = [x["makespan_ms"] for x in json.loads(r.stdout)["steps"]] if r.returncode == 0 else []
+    check(len(set(spans["ppo"])) == 1 and spans["ppo"][0] <= spans["static"][0],
+          f"noise-free ppo steps are one step, not slower than static: {spans}")
+    # With op times from the model the deck's per-stage lists are not read: another pipeline is not refused for
+    # their length.
+    r = run(os.path.join(source, "gpt3-1.5b.yaml"), "parallel.pipeline=4", "cost.device_tflops=150",
+            "model.layers_per_stage=balanced", "run.steps=1", f"run.output={out}-p4", "run.overwrite=true", "--json")
+    check(r.returncode == 0, f"gpt3-1.5b on 4 stages with derived costs runs: {r.stderr}")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

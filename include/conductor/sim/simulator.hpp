@@ -4,6 +4,7 @@
 // yields its figures and, on request, its trace events (trace::OpEvent, ns on a clock where step k starts
 // where step k-1 ended) for the HDF5 trace.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -35,6 +36,9 @@ struct SimOptions {
   // Overlapping steps (schedule.post_validation): each rank starts step k+1 as soon as it has finished its own
   // part of step k, instead of when the whole step has ended (StepClock; docs/post-validation.md).
   bool overlap_steps = false;
+  // Asked after each step (its callback done): true ends the run there, with the steps so far (a stop signal to
+  // `conductor simulate`). Empty: every step runs.
+  std::function<bool()> stop;
   // The plan's options for `schedule` (its per-rank memory limits: sched::rank_memory_limits).
   static SimOptions from_plan(const plan::Plan& plan, const sched::Schedule& schedule);
 };
@@ -132,6 +136,7 @@ RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise,
     r.events.clear();
     r.events.shrink_to_fit();
     run.steps.push_back(std::move(r));
+    if (options.stop && options.stop()) break;
   }
   finish_run(run, schedule.p);
   return run;
