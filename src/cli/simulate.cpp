@@ -135,11 +135,13 @@ int cmd_simulate(const Invocation& inv) {
   const sched::PlannerFactory make_planner = planner_factory(plan);
   std::unique_ptr<sched::OrderPlanner> planner;
   // Every check before anything is allocated or written: the size guard first (the schedule alone can outgrow
-  // the machine), then the run folder, then the inputs the schedule and the planner read.
+  // the machine), then the run folder and the trace's room in it, then the inputs the schedule and the planner read.
   try {
     check_simulate_size(deck, kSummarizeFromEventsUpTo);
-    check_trace_space(deck);
+    // The folder first: one that cannot be written (/proc, a read-only mount) is named as such, not as one with
+    // no free space for the trace.
     check_run_output(deck, config::Command::Simulate);
+    check_trace_space(deck);
     schedule = sched::make_schedule(plan);
     options = sim::SimOptions::from_plan(plan, schedule);
     options.order_bound = true;  // how far any order of the same draws could still go (not with migration)

@@ -82,7 +82,8 @@ void add_model_fields(std::vector<Field>& f) {
                   "Training tokens: `synthetic` (a built-in first-order Markov source with learnable "
                   "structure, seeded by run.seed), `file` (byte-level windows of data.path), `llmc` (llm.c "
                   "token shards: a 256-int32 header, magic 20240520 with uint16 tokens or 20240801 with uint32) "
-                  "or `megatron` (a Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx).")
+                  "or `megatron` (a Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx). Read by the cpu and "
+                  "cuda backends; `emulated` has no math and reads no data (so one override switches a deck).")
                   .one_of({"synthetic", "file", "llmc", "megatron"}));
   f.push_back(field<std::string>(
       "data.path", [](Deck & d) -> auto& { return d.data.path; },
@@ -105,7 +106,8 @@ void add_model_fields(std::vector<Field>& f) {
   f.push_back(field<int>(
                   "eval.every", [](Deck & d) -> auto& { return d.eval.every; },
                   "Validation loss (forward only, through the pipeline) after every N steps and after the last "
-                  "step; printed in the step line and stored in summary.json. 0: never.")
+                  "step; printed in the step line and stored in summary.json. 0: never. Backend `emulated` "
+                  "computes no loss: its runs report none (valid_losses empty), whatever this key.")
                   .range(0, 1e9));
   f.push_back(field<int>(
                   "eval.batches", [](Deck & d) -> auto& { return d.eval.batches; },

@@ -248,6 +248,9 @@ class Outputs(FaultCase):
         self.assertNotRegex(r.text, r"step +1/")
         r = run1("simulate", self.deck(steps=1), "run.output=" + blocker + "/out")
         self.assertFault(r, 2, r"run\.output = '.*a-file/out'")
+        # A folder no file can be made in: named as such, not as one without free space for the trace.
+        r = run1("simulate", self.deck(steps=1), "run.output=/proc/conductor-sim")
+        self.assertFault(r, 2, r"run\.output = '/proc/conductor-sim': cannot write in '/proc'")
 
     def test_unwritable_checkpoint_path_found_before_training(self):
         # /proc refuses new files even to root, which passes every permission check.
