@@ -202,10 +202,10 @@ int cmd_simulate(const Invocation& inv) {
   sim::finish_run(run, schedule.p);
 
   const double limit = options.memory_limit;
-  sim::Json summary = sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr);
   const bool stopped = runtime::stop_requested() && static_cast<int>(run.steps.size()) < deck.run.steps;
-  if (stopped) summary["stopped_by_signal"] = runtime::stop_signal_number();  // num_steps: the steps done
-  const std::string json = sim::dump_json(summary);
+  if (stopped) run.stopped_by_signal = runtime::stop_signal_number();  // num_steps: the steps done
+  const std::string json =
+      sim::dump_json(sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr));
   write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

@@ -87,6 +87,7 @@ Json summary_json(const RunResult& run, const plan::Plan& plan, const sched::Sch
                 {"steady_bubble_ratio", run.steady_bubble_ratio},
                 {"max_stage_bubble_ratio", run.mean_max_stage_bubble_ratio}};
   if (plan.migration.enabled) out["migration"] = migration_json(run, plan.migration);
+  if (run.stopped_by_signal != 0) out["stopped_by_signal"] = run.stopped_by_signal;
   return out;
 }
 

@@ -232,6 +232,7 @@ TEST(SummaryJson, DocsListEveryKey) {
   Simulated s = simulate_deck();
   s.options.order_bound = true;  // with conductor simulate's order bound
   s.run = sim::simulate_run(s.schedule, sim::NoiseModel::from_plan(config::resolve(s.deck), s.schedule), s.options, 3);
+  s.run.stopped_by_signal = 15;              // with the key of a run a signal stopped
   plan::Plan ppo = config::resolve(s.deck);  // with the keys of scheduler.kind ppo (policy)
   ppo.scheduler.kind = "ppo";
   const sched::PolicySource policy{"/p/policy.pt", 1, "0x00000001", ""};

@@ -107,6 +107,7 @@ struct RunResult {
   double mean_max_stage_bubble_ratio = 0;  // per step, the largest rank's 1 - busy / span (the paper's measure)
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   double mean_stage_bubble_ratio = 0;
+  int stopped_by_signal = 0;       // a stop signal ended the run before its last step (conductor simulate): its number
   double mean_order_bound_ms = 0;  // of the steps' order bounds (0 without SimOptions::order_bound)
   std::vector<double> mean_busy_ms, mean_idle_ms, peak_memory;  // per rank (peak over steps)
   double mean_migrated_ops = 0, mean_migration_bytes = 0;       // per step
