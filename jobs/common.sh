@@ -247,7 +247,9 @@ cj_latest_step() {
 # same OUTPUT), checkpoint.resume from it, in place of any checkpoint.resume of the overrides (which the first
 # attempt started from). The run then continues OUTPUT/trace.h5 instead of replacing it. Sets CJ_CK to the
 # checkpoint folder and CJ_RESUME_OWN to it when resuming from it (else empty). A restart without a checkpoint
-# yet starts over in OUTPUT, the killed attempt's files moved aside first (cj_set_aside).
+# yet starts over in OUTPUT, the killed attempt's files moved aside first (cj_set_aside). A first attempt whose
+# deck says run.overwrite=true (CJ_OVERWRITE) is a new run: a `latest` there is an earlier run's, and it moves
+# aside with that run's files (nothing deleted) instead of being resumed.
 cj_resume_overrides() {
   local output=$1 o user_resume=""
   shift
@@ -258,7 +260,11 @@ cj_resume_overrides() {
     if [[ $o == checkpoint.resume=* ]]; then user_resume=${o#checkpoint.resume=}; else CJ_RUN_OVERRIDES+=("$o"); fi
   done
   [[ $CJ_CK == "$output/checkpoints" ]] && CJ_RUN_OVERRIDES+=("checkpoint.path=$CJ_CK")
-  if [[ -f $CJ_CK/latest ]]; then
+  if [[ -f $CJ_CK/latest && ${SLURM_RESTART_COUNT:-0} -eq 0 && ${CJ_OVERWRITE:-false} == true ]]; then
+    # run.overwrite=true asks for a new run, not the continuation of the one whose checkpoints are there: they
+    # and its records move aside (nothing deleted), so that a `latest` found by a requeue is this run's own.
+    cj_set_aside "$output" "$CJ_CK" "the earlier run's"
+  elif [[ -f $CJ_CK/latest ]]; then
     [[ -n $user_resume ]] && cj_log "note: $CJ_CK holds this run's own checkpoints: resuming from them, not" \
       "from checkpoint.resume=$user_resume (where its first attempt started)"
     cj_log "restart ${SLURM_RESTART_COUNT:-0}: resuming from $CJ_CK ($(cat "$CJ_CK/latest"))"
@@ -274,12 +280,13 @@ cj_resume_overrides() {
   fi
 }
 
-# cj_set_aside OUTPUT CHECKPOINTS: moves what a killed attempt without a checkpoint left in OUTPUT (the run's
-# files: trace, summary, metrics, resolved deck, ...; the default checkpoint folder when it holds a partial step)
+# cj_set_aside OUTPUT CHECKPOINTS [WHOSE]: moves what a killed attempt without a checkpoint (or WHOSE: an earlier
+# run's) left in OUTPUT (the run's files: trace, summary, metrics, resolved deck, ...; the default checkpoint
+# folder when it holds anything)
 # into OUTPUT/attempt-N/ (N: the restart count, or the next free number), so the restart can start over in its
 # own folder. Nothing is deleted. DRY_RUN=1 only says what it would move.
 cj_set_aside() {
-  local output=$1 ck=$2 f items=() n dest
+  local output=$1 ck=$2 whose=${3:-"the killed attempt's"} f items=() n dest
   for f in trace.h5 summary.json metrics.jsonl resolved.yaml policy.pt curve.csv summary.csv summary.txt \
     "$output"/vstage_*.h5; do
     f=${f##*/}
@@ -291,14 +298,14 @@ cj_set_aside() {
   while [[ -e $output/attempt-$n ]]; do n=$((n + 1)); done
   dest=$output/attempt-$n
   if [[ ${DRY_RUN:-0} == 1 ]]; then
-    cj_log "DRY_RUN=1: would move the killed attempt's ${items[*]} into $dest/"
+    cj_log "DRY_RUN=1: would move $whose ${items[*]} into $dest/"
     return 0
   fi
-  mkdir "$dest" || cj_fail "cannot create '$dest' for the killed attempt's files"
+  mkdir "$dest" || cj_fail "cannot create '$dest' for $whose files"
   for f in "${items[@]}"; do
     mv -n "$output/$f" "$dest/" || cj_fail "cannot move '$output/$f' into '$dest/'"
   done
-  cj_log "moved the killed attempt's ${items[*]} into $dest/ (nothing deleted); the run starts over in $output"
+  cj_log "moved $whose ${items[*]} into $dest/ (nothing deleted); the run starts over in $output"
 }
 
 # cj_requeue_unfinished OUTPUT STEPS CHECKPOINTS [FRESH]: after a clean stop (exit 3) asked for by the batch
@@ -413,6 +420,21 @@ cj_launch() {
   done
   overrides+=("run.output=$output")
   trap cj_exit EXIT
+  # The deck on its own, and a run's task count against its pipeline, before OUTPUT is created or its job.log
+  # written: a job refused for them leaves no folder behind (the message is in the job's own output).
+  local early pipeline
+  early=$("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}") ||
+    cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
+  CJ_OVERWRITE=$(cj_deck_value <(printf '%s\n' "$early") run overwrite)
+  pipeline=$(cj_deck_value <(printf '%s\n' "$early") parallel pipeline)
+  [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
+  local ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
+  if [[ $command == run && -n ${SLURM_JOB_ID:-} ]]; then
+    [[ -n $ntasks ]] || cj_fail "SLURM_NTASKS is not set: submit with --ntasks or --ntasks-per-node"
+    [[ $ntasks -eq $pipeline ]] ||
+      cj_fail "the deck has parallel.pipeline=$pipeline but the job has $ntasks tasks; submit with" \
+        "--ntasks=$pipeline (or N nodes x G tasks per node = $pipeline), or override parallel.pipeline=$ntasks"
+  fi
   if [[ $dry != 1 ]]; then
     mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
     if [[ -n ${SLURM_JOB_ID:-} ]]; then
@@ -441,9 +463,7 @@ cj_launch() {
   "${check[@]}" >"$CJ_RESOLVED" ||
     cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
       "refused (listed above)"
-  local pipeline steps
-  pipeline=$(cj_deck_value "$CJ_RESOLVED" parallel pipeline)
-  [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
+  local steps
   if [[ $command == run && -n $CJ_RESUME_OWN ]]; then
     # conductor refuses to resume a finished run only once every rank started; said here, once.
     local reached
@@ -464,11 +484,6 @@ cj_launch() {
   local launch=()
   if [[ $command == run ]]; then
     if [[ -n ${SLURM_JOB_ID:-} ]]; then
-      local ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
-      [[ -n $ntasks ]] || cj_fail "SLURM_NTASKS is not set: submit with --ntasks or --ntasks-per-node"
-      [[ $ntasks -eq $pipeline ]] ||
-        cj_fail "the deck has parallel.pipeline=$pipeline but the job has $ntasks tasks; submit with" \
-          "--ntasks=$pipeline (or N nodes x G tasks per node = $pipeline), or override parallel.pipeline=$ntasks"
       # --kill-on-bad-exit: one failing rank ends the step instead of leaving the others blocked in MPI.
       # No --gpu-bind: every task sees all GPUs of its node and conductor picks SLURM_LOCALID's.
       launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks="$ntasks" --kill-on-bad-exit=1)

@@ -131,6 +131,11 @@ grep -q "running: .*checkpoint.resume=$work/out1r/checkpoints/step-000002" <<<"$
   bad "the restart still resumes from the user's checkpoint.resume: $LAST" || ok
 grep -q "note: $work/out1r/checkpoints holds this run's own checkpoints: resuming from them" <<<"$LAST" && ok ||
   bad "no note that the job's own checkpoints replace checkpoint.resume: $LAST"
+# run.overwrite=true on a first attempt asks for a new run: the earlier run's checkpoints there are not resumed
+# (a zb-h1 run went on as another deck's from its step 265); they move aside with its records.
+expect 0 "DRY_RUN=1: would move the earlier run's checkpoints into $work/out1r/attempt-1/" -- \
+  env OUTPUT=out1r OVERRIDES="run.overwrite=true" bash "$src/jobs/train-cpu.sbatch"
+grep -q "checkpoint.resume=" <<<"$LAST" && bad "run.overwrite=true resumed the earlier run: $LAST" || ok
 expect 0 "conductor run .* checkpoint.path=/elsewhere run.output=$work/out1c\$" -- \
   env OUTPUT=out1c OVERRIDES="checkpoint.path=/elsewhere" bash "$src/jobs/train-cpu.sbatch"
 for script in train.sbatch train-cpu.sbatch; do
@@ -149,6 +154,12 @@ expect 0 "running: srun --ntasks=1 --nodes=1 .*conductor simulate " -- \
   env SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out3 COMMAND=simulate bash "$src/jobs/train-cpu.sbatch"
 expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
   env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out4 bash "$src/jobs/train-cpu.sbatch"
+# Refused for the deck or the task count: no folder made, no job.log in it (not dry: the records).
+expect 2 "unknown key 'run.stepz'" -- env DRY_RUN=0 SLURM_JOB_ID=7 SLURM_NTASKS=4 OUTPUT=out4d OVERRIDES="run.stepz=2" \
+  bash "$src/jobs/train-cpu.sbatch"
+expect 2 "parallel.pipeline=4 but the job has 8 tasks" -- \
+  env DRY_RUN=0 SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out4t bash "$src/jobs/train-cpu.sbatch"
+[[ ! -e out4d && ! -e out4t ]] && ok || bad "a refused job made its OUTPUT: $(ls -d out4d out4t 2>&1)"
 expect 0 "run.output=$work/out5" -- env SLURM_JOB_ID=7 SLURM_NTASKS=8 OUTPUT=out5 \
   OVERRIDES="parallel.pipeline=8 model.n_layers=8 run.output=elsewhere" bash "$src/jobs/train-cpu.sbatch"
 grep -q "note: 'run.output=elsewhere' is replaced" <<<"$LAST" && ok || bad "no note about the replaced run.output"
