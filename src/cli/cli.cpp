@@ -1,14 +1,17 @@
 #include "conductor/cli/cli.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "conductor/runtime/stop_signal.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/hdf5.hpp"
 #include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
@@ -89,6 +92,16 @@ void print_command_help(const CommandSpec& c) {
   for (const auto& f : c.flags) {
     std::printf("  %-12s %s\n", (f.name + (f.takes_value ? " V" : "")).c_str(), f.help.c_str());
   }
+}
+
+// The command's exit status, unless what it printed on standard output did not get there (a full disk, a closed
+// pipe, /dev/full): then a failure, said on standard error, not a success with the output lost.
+int written_out(int status) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  const int err = errno;
+  std::fprintf(stderr, "conductor: cannot write to standard output (%s); what it printed is incomplete\n",
+               std::strerror(err != 0 ? err : EIO));
+  return status != 0 ? status : kExitFailure;
 }
 
 // Under a launcher (mpirun, srun), a rank other than the first: a mistake found before MPI starts (in the
@@ -216,7 +229,7 @@ int main(int argc, char** argv) {
   for (const auto& c : commands()) {
     if (c.name == first) spec = &c;
   }
-  if (!spec) return usage_error("unknown command '" + first + "'");
+  if (!spec) return usage_error("unknown command '" + printable(first) + "'");
   if (const std::string problem = environment_problem(); !problem.empty()) {
     if (!quiet_rank()) std::fprintf(stderr, "conductor: %s\n", problem.c_str());
     return kExitUsage;
@@ -245,7 +258,7 @@ int main(int argc, char** argv) {
       for (const auto& f : spec->flags) {
         if (f.name == name) flag = &f;
       }
-      if (!flag) return command_usage_error(*spec, "unknown flag '" + name + "' for '" + spec->name + "'");
+      if (!flag) return command_usage_error(*spec, "unknown flag '" + printable(name) + "' for '" + spec->name + "'");
       std::string value;
       if (flag->takes_value && eq != std::string::npos) {
         value = arg.substr(eq + 1);
@@ -253,7 +266,7 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) return command_usage_error(*spec, "flag '" + arg + "' needs a value");
         value = argv[++i];
       } else if (eq != std::string::npos) {
-        return command_usage_error(*spec, "flag '" + name + "' takes no value (got '" + arg + "')");
+        return command_usage_error(*spec, "flag '" + name + "' takes no value (got '" + printable(arg) + "')");
       }
       inv.flags[name] = value;
     } else if (inv.deck_path.empty()) {
@@ -279,14 +292,18 @@ int main(int argc, char** argv) {
   // summary, a half-written trace. Ignored, the write fails with EFBIG, which every writer reports naming the file
   // (as a full disk), collectively.
   std::signal(SIGXFSZ, SIG_IGN);
-  // A stop asked for while the run starts (MPI start-up, loading, a checkpoint's check) is kept, not fatal: the
-  // run then stops after its first step, as after any other (scripts/conductor-launch signals as soon as the
-  // ranks exist).
-  if (spec->name == "run") runtime::install_stop_handlers();
+  // A reader that quits early (`conductor simulate ... | head`) ended the process with SIGPIPE: no message, and a
+  // simulation's results lost mid-run. Ignored, the writes to the pipe fail instead, the command finishes its
+  // work, and the end says that standard output was not written (written_out).
+  std::signal(SIGPIPE, SIG_IGN);
+  // A stop asked for while the command starts (MPI start-up, loading, a checkpoint's check) is kept, not fatal:
+  // a run then stops after its first step, as after any other (scripts/conductor-launch signals as soon as the
+  // ranks exist); simulate and train-policy before they write anything.
+  if (spec->name == "run" || spec->name == "simulate" || spec->name == "train-policy") runtime::install_stop_handlers();
   std::unique_ptr<mpi::Session> session;
   if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);
   try {
-    return spec->fn(inv);
+    return written_out(spec->fn(inv));
   } catch (const CollectiveExit& e) {
     return e.exit_code();
   } catch (const Error& e) {

@@ -15,6 +15,7 @@
 #include "conductor/sim/noise.hpp"
 #include "conductor/sim/simulator.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::cli {
 
@@ -63,7 +64,7 @@ void print_chart(const std::string& deck_path, const sched::Schedule& schedule, 
 int cmd_schedule(const Invocation& inv) {
   const std::string format = inv.has_flag("--format") ? inv.flags.at("--format") : "text";
   if (format != "text" && format != "csv" && format != "chart") {
-    std::fprintf(stderr, "conductor: --format '%s' is not a format: text, csv or chart\n", format.c_str());
+    std::fprintf(stderr, "conductor: --format '%s' is not a format: text, csv or chart\n", printable(format).c_str());
     return kExitUsage;
   }
   const config::Deck deck = load_deck(inv, config::Command::Simulate);

@@ -154,8 +154,12 @@ int cmd_simulate(const Invocation& inv) {
 
   // SIGTERM/SIGINT (Slurm's time limit, scancel, Ctrl-C) end the run after the step in progress: its trace, and
   // a summary.json of the steps done, are written as for a whole run, and the exit status says it stopped.
-  runtime::install_stop_handlers();
-  options.stop = &runtime::stop_requested;
+  options.stop = &runtime::stop_requested;  // the handlers are installed from the start (cli.cpp)
+  if (runtime::stop_requested()) {
+    std::fprintf(stderr, "conductor: simulate stopped by signal %d before it started; nothing written\n",
+                 runtime::stop_signal_number());
+    return kExitStopped;
+  }
   create_run_folder(out_dir);
   const std::string resolved = config::resolved_yaml(deck);
   write_text_file(out_dir / "resolved.yaml", resolved);
@@ -215,8 +219,9 @@ int cmd_simulate(const Invocation& inv) {
   if (stopped) {
     std::fprintf(stderr,
                  "conductor: simulate stopped by signal %d after %zu of run.steps = %d steps; %s holds them "
-                 "(summary.json, trace.h5)\n",
-                 runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str());
+                 "(summary.json%s)\n",
+                 runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str(),
+                 writer ? ", trace.h5" : "");
     return kExitStopped;
   }
   return 0;

@@ -95,7 +95,7 @@ int cmd_validate(const Invocation& inv) {
                                                            : config::Command::Validate;
   if (command == config::Command::Validate) {
     std::fprintf(stderr, "conductor validate: --output-for '%s': expected run, simulate or train-policy\n",
-                 what.c_str());
+                 printable(what).c_str());
     return kExitUsage;
   }
   const config::Deck deck = load_deck(inv, command == config::Command::Run ? config::Command::Validate : command);

@@ -43,8 +43,15 @@ bool is_section(const std::string& path) {
   return false;
 }
 
-// A key or override as a message quotes it: whole unless it is long (a 100 KB value would fill the screen).
-std::string shown(const std::string& text) { return text.size() <= 160 ? text : printable(text, 160); }
+// A key or override as a message quotes it: as written, unless it is long (a 100 KB value would fill the
+// screen) or holds control bytes (an escape sequence would reach the terminal): then escaped and cut.
+std::string shown(const std::string& text) {
+  const bool plain = text.size() <= 160 && std::none_of(text.begin(), text.end(), [](char ch) {
+                       const auto c = static_cast<unsigned char>(ch);
+                       return c < 0x20 || c == 0x7f;
+                     });
+  return plain ? text : printable(text, 160);
+}
 
 std::vector<std::string> all_paths() {
   std::vector<std::string> paths;
@@ -271,12 +278,30 @@ class Loader {
           if (p.substr(p.rfind('.') + 1) == last) hint = "; did you mean '" + p + "'?";
         }
       }
-      problems_.push_back("command line '" + shown(text) + "': unknown key '" + path + "'" + hint);
+      problems_.push_back("command line '" + shown(text) + "': unknown key '" + shown(path) + "'" + hint);
+      return;
+    }
+    // YAML would fold a line break into a space (`a\nb` reads 'a b') or end the value at a `---` line: an
+    // override is one line. Bytes that are not UTF-8 it reads as an empty string.
+    if (value_text.find_first_of("\r\n") != std::string::npos) {
+      problems_.push_back("command line '" + printable(text, 160) + "': " + path +
+                          ": the value holds a line break; an override's value is one line (a list: [1, 2])");
+      return;
+    }
+    if (const std::size_t at = utf8_error_at(value_text); at != std::string::npos) {
+      problems_.push_back("command line '" + printable(text, 160) + "': " + path +
+                          ": the value is not UTF-8 text (at byte " + std::to_string(at) + ")");
       return;
     }
     YAML::Node value;
     try {
       value = value_text.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(value_text);
+    } catch (const YAML::DeepRecursion&) {
+      problems_.push_back("command line '" + shown(text) +
+                          "': the value nests lists or mappings too deep to read; "
+                          "no deck key is deeper than " +
+                          std::to_string(kMaxDepth));
+      return;
     } catch (const YAML::Exception& e) {
       problems_.push_back("command line '" + shown(text) + "': cannot parse the value: " + e.msg);
       return;

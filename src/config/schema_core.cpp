@@ -116,14 +116,12 @@ std::string name_problem(const std::string& name) {
   if (name.size() > kMaxName) {
     return "has " + std::to_string(name.size()) + " bytes; a run name has at most " + std::to_string(kMaxName);
   }
-  for (std::size_t i = 0; i < name.size();) {
-    const auto c = static_cast<unsigned char>(name[i]);
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) return "holds a control character (byte " + std::to_string(c) + "); use printable ones";
-    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool ok = len > 0 && i + len <= name.size();
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(name[i + k]) >> 6) == 0x2;
-    if (!ok) return "is not UTF-8 text (at byte " + std::to_string(i) + "); use letters, digits, '-', '_' or '.'";
-    i += len;
+  }
+  if (const std::size_t at = utf8_error_at(name); at != std::string::npos) {
+    return "is not UTF-8 text (at byte " + std::to_string(at) + "); use letters, digits, '-', '_' or '.'";
   }
   return {};
 }

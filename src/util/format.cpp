@@ -32,4 +32,16 @@ std::string printable(const std::string& text, std::size_t max_chars) {
   return out;
 }
 
+std::size_t utf8_error_at(const std::string& text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= text.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (!ok) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 }  // namespace conductor

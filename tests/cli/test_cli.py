@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """The conductor command line: subcommands, --help, --version, usage errors, deck errors (exit 2)."""
+import json
 import os
 import struct
 import subprocess
@@ -36,6 +37,42 @@ class CliTest(unittest.TestCase):
             self.skipTest("the source tree is not a git checkout")
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=SRC).returncode == 1
         self.assertIn("(git %s%s)" % (head.stdout.strip(), "-dirty" if dirty else ""), proc.stdout)
+
+    def test_standard_output_that_fails(self):
+        # /dev/full took the resolved deck with exit 0; a reader that quit early (`| head`) ended a simulation by
+        # SIGPIPE (exit 141), its results not written.
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([BIN, "validate", os.path.join(SRC, "inputs", "quickstart.yaml")], stdout=full,
+                                  stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("conductor: cannot write to standard output (No space left on device)", proc.stderr)
+        out = os.path.join(self.tmp.name, "sim")
+        proc = subprocess.Popen([BIN, "simulate", os.path.join(SRC, "inputs", "quickstart.yaml"), "run.steps=3",
+                                 "run.output=" + out, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()  # the reader is gone before a byte is written
+        err = proc.stderr.read().decode()
+        self.assertEqual(proc.wait(timeout=60), 1, err)
+        self.assertIn("cannot write to standard output (Broken pipe)", err)
+        with open(os.path.join(out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["num_steps"], 3)
+
+    def test_override_values_yaml_would_change(self):
+        deck = os.path.join(SRC, "inputs", "quickstart.yaml")
+        for value, message in (("a\nb", "run.name: the value holds a line break; an override's value is one line"),
+                               ("3\n---\n4", "the value holds a line break"),
+                               ("\udcff\udcfe", "run.name: the value is not UTF-8 text (at byte 0)")):
+            key = "run.steps" if value.startswith("3") else "run.name"
+            arg = (key + "=" + value).encode("utf-8", "surrogateescape")
+            proc = subprocess.run([BIN.encode(), b"validate", deck.encode(), arg], capture_output=True, timeout=60)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(message, proc.stderr.decode("utf-8", "replace"))
+        proc = conductor("validate", deck, "noise.kind=" + "[" * 3000)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("the value nests lists or mappings too deep to read", proc.stderr)
+        self.assertNotIn("bad file", proc.stderr)
+        proc = conductor("x\x1b[2J")  # an escape sequence is shown, not sent to the terminal
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("unknown command 'x\\x1B[2J'", proc.stderr)
 
     def test_help_lists_commands(self):
         proc = conductor("--help")

@@ -15,4 +15,7 @@ std::string format_double(double v);
 // reach the terminal raw) and at most `max_chars` of it, then "...".
 std::string printable(const std::string& text, std::size_t max_chars = 60);
 
+// Where `text` stops being UTF-8 (the byte offset of the first sequence that is not one), or npos when it is.
+std::size_t utf8_error_at(const std::string& text);
+
 }  // namespace conductor
