@@ -161,11 +161,17 @@ int cmd_simulate(const Invocation& inv) {
     return kExitStopped;
   }
   create_run_folder(out_dir);
+  // A folder holding earlier results (this deck's, which simulate may rewrite, or any with run.overwrite) keeps
+  // them until this run is complete: its files are written beside them (*.new) and renamed over them at the
+  // end, so a rerun stopped halfway leaves the earlier complete results as they were.
+  std::error_code ec;
+  const bool earlier = std::filesystem::exists(out_dir / "summary.json", ec);
+  const auto fresh = [&](const char* name) { return out_dir / (std::string(name) + (earlier ? ".new" : "")); };
   const std::string resolved = config::resolved_yaml(deck);
-  write_text_file(out_dir / "resolved.yaml", resolved);
+  write_text_file(fresh("resolved.yaml"), resolved);
 
   std::unique_ptr<trace::TraceWriter> writer =
-      deck.trace.enabled ? open_trace(deck, schedule, resolved, out_dir / "trace.h5") : nullptr;
+      deck.trace.enabled ? open_trace(deck, schedule, resolved, fresh("trace.h5")) : nullptr;
   options.record_events = deck.trace.enabled || schedule.num_actions() <= kSummarizeFromEventsUpTo;
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
@@ -210,6 +216,27 @@ int cmd_simulate(const Invocation& inv) {
   if (stopped) run.stopped_by_signal = runtime::stop_signal_number();  // num_steps: the steps done
   const std::string json =
       sim::dump_json(sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr));
+  if (stopped && earlier) {
+    // A stopped rerun: the earlier complete results stay; what this run wrote beside them goes.
+    for (const char* name : {"resolved.yaml", "trace.h5"}) std::filesystem::remove(fresh(name), ec);
+    std::fprintf(stderr,
+                 "conductor: simulate stopped by signal %d after %zu of run.steps = %d steps; the earlier results in "
+                 "%s are kept as they were\n",
+                 runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str());
+    return kExitStopped;
+  }
+  if (earlier) {
+    for (const char* name : {"resolved.yaml", "trace.h5"}) {
+      if (!std::filesystem::exists(fresh(name), ec)) {
+        std::filesystem::remove(out_dir / name, ec);  // trace.enabled=false now: the earlier trace is not this run's
+        continue;
+      }
+      std::filesystem::rename(fresh(name), out_dir / name, ec);
+      if (ec)
+        throw Error("cannot rename '" + fresh(name).string() + "' over '" + (out_dir / name).string() +
+                    "': " + ec.message());
+    }
+  }
   write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

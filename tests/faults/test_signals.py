@@ -221,6 +221,34 @@ class SimulateStop(FaultCase):
         with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:
             self.assertEqual(len(t["steps"]), done)
 
+    def test_sigterm_to_a_rerun_keeps_the_earlier_results(self):
+        # A rerun into a folder of complete results (run.overwrite=true here; simulate's own deck alike) stopped
+        # halfway replaced them with its partial ones: it writes beside them and renames only once complete.
+        deck = os.path.join(SOURCE, "inputs", "gpt3-1.5b.yaml")
+        first = subprocess.run([BIN, "simulate", deck, "run.steps=50", "run.output=" + self.out],
+                               capture_output=True, text=True, timeout=120)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        proc = subprocess.Popen([BIN, "simulate", deck, "run.steps=1000000", "run.output=" + self.out,
+                                 "run.overwrite=true", "noise.kind=gaussian", "noise.level=0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(self.out, "trace.h5.new")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=EXIT_DEADLINE_S)
+        self.assertEqual(proc.returncode, EXIT_STOPPED, err)
+        self.assertRegex(err, r"simulate stopped by signal 15 after [0-9]+ of run\.steps = 1000000 steps; the "
+                              r"earlier results in .* are kept as they were")
+        self.assertEqual(sorted(f for f in os.listdir(self.out) if not f.startswith(".")),
+                         ["resolved.yaml", "summary.json", "trace.h5"])
+        with open(os.path.join(self.out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["num_steps"], 50)
+        with h5py.File(os.path.join(self.out, "trace.h5"), "r") as t:
+            self.assertEqual(len(t["steps"]), 50)
+        with open(os.path.join(self.out, "resolved.yaml")) as f:
+            self.assertIn("steps: 50", f.read())
+
 
 if __name__ == "__main__":
     unittest.main()
