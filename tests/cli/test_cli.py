@@ -9,6 +9,7 @@ import unittest
 
 BIN = os.environ["CONDUCTOR_BINARY"]
 SRC = os.environ["CONDUCTOR_SOURCE_DIR"]
+HAVE_POLICY = os.environ.get("CONDUCTOR_HAVE_POLICY") != "0"  # built with the global tier (LibTorch)
 
 
 def conductor(*args):
@@ -230,6 +231,10 @@ class CliTest(unittest.TestCase):
                       "scheduler.kind ppo only", proc.stderr)
         for args in (("scheduler.ema=0.5",), ("scheduler.kind=ppo",), ("scheduler.kind=ppo", "scheduler.verify_samples=4")):
             proc = conductor("validate", static, *args)
+            if "scheduler.kind=ppo" in args and not HAVE_POLICY:  # validate makes the planner a run would make
+                self.assertEqual(proc.returncode, 2, (args, proc.stderr))
+                self.assertIn("-DCONDUCTOR_POLICY=OFF", proc.stderr)
+                continue
             self.assertEqual(proc.returncode, 0, (args, proc.stderr))
 
     def test_policy_only_with_ppo(self):
@@ -255,6 +260,10 @@ class CliTest(unittest.TestCase):
         for args in ((ppo, shipped), (static, "scheduler.policy="),
                      (static, "scheduler.policy=''")):
             proc = conductor("validate", *args)
+            if args[0] == ppo and not HAVE_POLICY:
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn("-DCONDUCTOR_POLICY=OFF", proc.stderr)
+                continue
             self.assertEqual(proc.returncode, 0, proc.stderr)
 
     def test_misspelled_section(self):
