@@ -46,10 +46,7 @@ bool is_section(const std::string& path) {
 // A key or override as a message quotes it: as written, unless it is long (a 100 KB value would fill the
 // screen) or holds control bytes (an escape sequence would reach the terminal): then escaped and cut.
 std::string shown(const std::string& text) {
-  const bool plain = text.size() <= 160 && std::none_of(text.begin(), text.end(), [](char ch) {
-                       const auto c = static_cast<unsigned char>(ch);
-                       return c < 0x20 || c == 0x7f;
-                     });
+  const bool plain = text.size() <= 160 && control_byte_at(text) == std::string::npos;
   return plain ? text : printable(text, 160);
 }
 

@@ -116,9 +116,9 @@ std::string name_problem(const std::string& name) {
   if (name.size() > kMaxName) {
     return "has " + std::to_string(name.size()) + " bytes; a run name has at most " + std::to_string(kMaxName);
   }
-  for (const char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c == 0x7f) return "holds a control character (byte " + std::to_string(c) + "); use printable ones";
+  if (const std::size_t at = control_byte_at(name); at != std::string::npos) {
+    return "holds a control character (byte " + std::to_string(static_cast<unsigned char>(name[at])) +
+           "); use printable ones";
   }
   if (const std::size_t at = utf8_error_at(name); at != std::string::npos) {
     return "is not UTF-8 text (at byte " + std::to_string(at) + "); use letters, digits, '-', '_' or '.'";

@@ -32,6 +32,14 @@ std::string printable(const std::string& text, std::size_t max_chars) {
   return out;
 }
 
+std::size_t control_byte_at(const std::string& text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+  }
+  return std::string::npos;
+}
+
 std::size_t utf8_error_at(const std::string& text) {
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);

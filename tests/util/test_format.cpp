@@ -1,4 +1,5 @@
-// format_double: the shortest text that reads back as the same double, in the notation %.17g would choose.
+// format_double: the shortest text that reads back as the same double, in the notation %.17g would choose;
+// control_byte_at: the bytes a message must escape.
 #include "conductor/util/format.hpp"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,9 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <string>
 
+using conductor::control_byte_at;
 using conductor::format_double;
 
 TEST(FormatDouble, ShortestTextOfDeckValues) {
@@ -53,4 +56,14 @@ TEST(FormatDouble, RoundTripsEveryBitPattern) {
           << text;
     }
   }
+}
+
+// Control bytes are C0 and DEL; tab and newline count (a name holding one breaks a log line), UTF-8 does not.
+TEST(ControlByteAt, FindsTheFirstControlByte) {
+  EXPECT_EQ(control_byte_at("plain name-1.2_x"), std::string::npos);
+  EXPECT_EQ(control_byte_at("caf\xC3\xA9"), std::string::npos);
+  EXPECT_EQ(control_byte_at("a\tb\nc"), 1u);
+  EXPECT_EQ(control_byte_at("ab\x7f"), 2u);
+  EXPECT_EQ(control_byte_at(std::string("x\0y", 3)), 1u);
+  EXPECT_EQ(control_byte_at("\x1b[31m"), 0u);
 }

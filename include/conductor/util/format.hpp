@@ -15,6 +15,10 @@ std::string format_double(double v);
 // reach the terminal raw) and at most `max_chars` of it, then "...".
 std::string printable(const std::string& text, std::size_t max_chars = 60);
 
+// Where `text` holds its first control byte (below 0x20, or DEL), or npos when it holds none: such bytes in a
+// name or a quoted key would move the terminal's cursor or start an escape sequence.
+std::size_t control_byte_at(const std::string& text);
+
 // Where `text` stops being UTF-8 (the byte offset of the first sequence that is not one), or npos when it is.
 std::size_t utf8_error_at(const std::string& text);
 
