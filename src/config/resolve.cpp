@@ -10,6 +10,7 @@
 #include <string>
 
 #include "conductor/plan/flops.hpp"
+#include "conductor/trace/event.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 
@@ -247,7 +248,6 @@ namespace {
 // cost.bandwidth_gbps gives infinite times, huge costs times many microbatches a step past what the trace's
 // nanosecond clock (int64) holds. Refused here, naming the keys, rather than found as an empty step later.
 void check_op_times(const Deck& d, const plan::Costs& c) {
-  constexpr double kClockMs = 1e-6;  // the trace's tick, 1 ns
   const std::string costs = d.cost.device_tflops > 0 ? "cost.device_tflops = " + format_double(d.cost.device_tflops) +
                                                            " (op times derived from the model)"
                                                      : "cost.forward, cost.backward_input and cost.backward_weight";
@@ -261,9 +261,9 @@ void check_op_times(const Deck& d, const plan::Costs& c) {
       }
       // The trace counts nanoseconds: a shorter op rounds to nothing, and the step's figures contradict each other
       // (a makespan of 0 beside a run throughput of 1e13).
-      if (t > 0 && t < kClockMs) {
+      if (t > 0 && t < trace::kTickMs) {
         throw InputError(costs + " give an op time of " + format_double(t) + " ms on stage " + std::to_string(r) +
-                         ", below the trace clock's 1 ns (" + format_double(kClockMs) +
+                         ", below the trace clock's 1 ns (" + format_double(trace::kTickMs) +
                          " ms); every op time is 0 or at least that");
       }
       work += t;

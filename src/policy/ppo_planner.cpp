@@ -14,13 +14,12 @@
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/generators.hpp"
 #include "conductor/sim/noise.hpp"
+#include "conductor/trace/event.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::policy {
 
 namespace {
-
-constexpr double kTraceTickMs = 1e-6;  // the trace's clock: whole nanoseconds
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -100,7 +99,7 @@ class PpoPlanner final : public sched::OrderPlanner {
     double comm_sum = 0;
     int comm_cnt = 0;
     for (const auto& e : events) {
-      const double ms = static_cast<double>(e.end_ns - e.start_ns) * 1e-6;
+      const double ms = static_cast<double>(e.end_ns - e.start_ns) * trace::kTickMs;
       if (e.kind == trace::EventKind::SEND) {
         comm_sum += ms;
         ++comm_cnt;
@@ -116,36 +115,37 @@ class PpoPlanner final : public sched::OrderPlanner {
     // The trace counts whole nanoseconds: a mean within that rounding of the estimate says nothing new, and
     // blending it in would move a noise-free estimate off the costs by a rounding (and with it the policy's
     // order and migration's ties: a noise-free run's steps changed from the third on, slower by 0.3%).
-    auto blend = [&](double& est, double observed) {
-      if (std::abs(observed - est) > kTraceTickMs * v) est = (1.0 - ema_) * est + ema_ * observed;
+    // `tolerance`: the rounding the mean can carry (a chunk op's v ticks scaled up to the stage's op; one tick for a
+    // transfer).
+    auto blend = [&](double& est, double observed, double tolerance) {
+      if (std::abs(observed - est) > tolerance) est = (1.0 - ema_) * est + ema_ * observed;
     };
+    const double op_tolerance = trace::kTickMs * v;
     double rel_var = 0;
     int rel_n = 0;
     for (int r = 0; r < p; ++r) {
       double* est[3] = {&estimate_.forward[r], &estimate_.backward_input[r], &estimate_.backward_weight[r]};
       for (int k = 0; k < 3; ++k) {
-        if (cnt[r][k] > 0) blend(*est[k], sum[r][k] / cnt[r][k] * v);
+        if (cnt[r][k] > 0) blend(*est[k], sum[r][k] / cnt[r][k] * v, op_tolerance);
       }
       if (cnt[r][3] > 0) {  // fused BW: keep the estimate's B:W split
         const double b = *est[1], w = *est[2];
         const double share = (b + w) > 0 ? b / (b + w) : 0.5;
         const double bw = sum[r][3] / cnt[r][3] * v;
-        blend(*est[1], bw * share);
-        blend(*est[2], bw * (1.0 - share));
+        blend(*est[1], bw * share, op_tolerance);
+        blend(*est[2], bw * (1.0 - share), op_tolerance);
       }
       for (int k = 0; k < 4; ++k) {
         if (cnt[r][k] < 2) continue;
         const double mean = sum[r][k] / cnt[r][k];
         if (mean <= 0) continue;
         double var = std::max(0.0, sq[r][k] / cnt[r][k] - mean * mean);
-        if (var <= kTraceTickMs * kTraceTickMs) var = 0;  // the same times, but for the trace's rounding
+        if (var <= trace::kTickMs * trace::kTickMs) var = 0;  // the same times, but for the trace's rounding
         rel_var += var / (mean * mean) * cnt[r][k];
         rel_n += cnt[r][k];
       }
     }
-    if (comm_cnt > 0 && std::abs(comm_sum / comm_cnt - estimate_.comm) > kTraceTickMs) {
-      estimate_.comm = (1.0 - ema_) * estimate_.comm + ema_ * comm_sum / comm_cnt;
-    }
+    if (comm_cnt > 0) blend(estimate_.comm, comm_sum / comm_cnt, trace::kTickMs);
     if (rel_n > 0) {
       const double level = std::sqrt(rel_var / rel_n);
       stats_.estimated_level = observed_any_ ? (1.0 - ema_) * stats_.estimated_level + ema_ * level : level;

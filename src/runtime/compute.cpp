@@ -24,6 +24,7 @@
 #endif
 #include "conductor/runtime/clock.hpp"
 #include "conductor/sched/cost.hpp"
+#include "conductor/trace/event.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::runtime {
@@ -44,8 +45,6 @@ void sleep_until_ns(std::int64_t deadline_ns) {
 }
 
 namespace {
-
-std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
 // One action of a virtual stage on the stage model (host or device backend alike).
 void run_stage_op(model::StageModel& model, const sched::Action& a, int stage, const float* in, float* out) {
@@ -231,7 +230,7 @@ class HostModelCompute final : public StageCompute {
     last_.start_ns = steady_now_ns();
     run_op(a, stage, in, out);
     if (const double extra = injected_ms(step, a); extra > 0) {
-      sleep_with_progress_until_ns(steady_now_ns() + ms_to_ns(extra), progress_);  // migration's messages move
+      sleep_with_progress_until_ns(steady_now_ns() + trace::ms_to_ns(extra), progress_);  // migration's messages move
     }
     last_.end_ns = steady_now_ns();
     return ++tickets_;
@@ -313,7 +312,7 @@ class DeviceModelCompute final : public StageCompute {
     marks.start = clock_->mark();
     run_op(a, stage, in, out);  // host-synchronous where it gives slices (StageCompute::run_op)
     if (const double extra = injected_ms(step, a); extra > 0) {
-      backend_->delay(ms_to_ns(extra));  // on the GPU: it delays exactly the ops queued behind it
+      backend_->delay(trace::ms_to_ns(extra));  // on the GPU: it delays exactly the ops queued behind it
     }
     marks.end = clock_->mark();
     const OpTicket t = ++tickets_;
@@ -368,7 +367,7 @@ class EmulatedCompute final : public Compute {
     last_.start_ns = steady_now_ns();
     const double ms = noise_.compute_time_ms(step, rank_, a.chunk, a.microbatch, a.kind) * share_;
     share_ = 1.0;
-    sleep_with_progress_until_ns(last_.start_ns + ms_to_ns(ms), progress_);
+    sleep_with_progress_until_ns(last_.start_ns + trace::ms_to_ns(ms), progress_);
     last_.end_ns = steady_now_ns();
     return ++tickets_;
   }

@@ -12,14 +12,9 @@
 
 #include "conductor/runtime/control_plane.hpp"
 #include "conductor/runtime/migration_peer.hpp"
+#include "conductor/trace/event.hpp"
 
 namespace conductor::runtime {
-
-namespace {
-
-std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
-
-}  // namespace
 
 Executor::Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
                    const sim::NoiseModel& noise, ExecutorOptions options)
@@ -323,7 +318,7 @@ void Executor::Step::post_output(int i, std::int64_t end) {
   if (!out || out->local()) return;
   send_events_[i] = transfer_event(ctx_.step, ex_.rank_, trace::EventKind::SEND, *out, end, end, bytes_);
   if (early_send_done_[at(i)] >= 0) send_finished(i, std::max(end, early_send_done_[at(i)]));
-  plane_.send_header(i, *out, end + ms_to_ns(ex_.injected_comm_ms(ctx_.step, *out)));
+  plane_.send_header(i, *out, end + trace::ms_to_ns(ex_.injected_comm_ms(ctx_.step, *out)));
   if (has_payload_ && !early_sends_) {
     plane_.post_send(Plane::Data, out->to_rank, ControlPlane::tag_of(order_, *out), out_buf_[at(i)], payload_bytes_,
                      Role::Tensor, i);

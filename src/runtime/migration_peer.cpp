@@ -10,13 +10,12 @@
 #include <string>
 
 #include "conductor/runtime/fault_injection.hpp"
+#include "conductor/trace/event.hpp"
 #include "conductor/util/error.hpp"
 
 namespace conductor::runtime {
 
 namespace {
-
-std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
 // Real slices' payloads and answers are floats (model::StageModel's requests) carried as the transport's bytes.
 std::vector<char> as_bytes(const std::vector<float>& floats) {
@@ -332,7 +331,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   c.kind = Kind::Help;
   c.index = i;
   c.slices = o.slices;
-  c.help_ns = ms_to_ns(o.helper_compute);
+  c.help_ns = trace::ms_to_ns(o.helper_compute);
   if (moves == Compute::SliceMoves::Real) {
     const sched::OpKind kind = ctx_.actions()[static_cast<std::size_t>(i)].kind;
     // W: one request, the answer lands after the op. F, B: one request per layer, each answer awaited inside the op
@@ -355,7 +354,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
     c.bytes_back = std::max<std::int64_t>(1, bytes - c.bytes_out);  // at least the verdict's byte
     post_help(i, o.helper, c, std::vector<char>(static_cast<std::size_t>(c.bytes_out)));
   }
-  peers_[static_cast<std::size_t>(o.helper)].engaged_until = now + ms_to_ns(o.help_time);
+  peers_[static_cast<std::size_t>(o.helper)].engaged_until = now + trace::ms_to_ns(o.help_time);
   own.helper = o.helper;
   own.decided_at = now;
   own.slices = o.slices;

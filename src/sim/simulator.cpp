@@ -11,6 +11,7 @@
 #include "conductor/sched/generators.hpp"
 #include "conductor/sched/migration.hpp"
 #include "conductor/sim/order_bound.hpp"
+#include "conductor/trace/event.hpp"
 #include "conductor/trace/summary.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
@@ -45,13 +46,13 @@ std::int64_t to_ns(double ms) {
                      "noise.straggler_factor) drew op times that large from the deck's costs (cost.*) over run.steps; "
                      "lower them");
   }
-  return static_cast<std::int64_t>(std::llround(ms * 1e6));
+  return trace::ms_to_ns(ms);
 }
 
 // A time `ms` into the step whose origin is `origin_ns` on the run's clock, in the trace's nanoseconds: the sum
 // checked as to_ns checks a time (each part may fit where the sum does not).
 std::int64_t on_clock(std::int64_t origin_ns, double ms) {
-  (void)to_ns(static_cast<double>(origin_ns) * 1e-6 + ms);
+  (void)to_ns(static_cast<double>(origin_ns) * trace::kTickMs + ms);
   return origin_ns + to_ns(ms);
 }
 

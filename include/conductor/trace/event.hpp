@@ -1,6 +1,7 @@
 #pragma once
 // The records every trace holds, whoever wrote it (the simulator or the MPI runtime). The HDF5 layout of
 // these records is documented in docs/trace.md; field names here are the dataset field names there.
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,6 +10,13 @@
 namespace conductor::trace {
 
 inline constexpr int kSchemaVersion = 1;
+
+// The trace's clock counts whole nanoseconds; op times, costs and the deck are in milliseconds.
+inline constexpr double kNsPerMs = 1e6;
+inline constexpr double kTickMs = 1.0 / kNsPerMs;  // one tick of the trace's clock, in ms
+
+// A time in ms on the trace's clock: rounded to the nearest tick.
+inline std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * kNsPerMs)); }
 
 // HDF5 enum "kind" of /events. Values are part of the schema: append, never renumber.
 enum class EventKind : std::int8_t {
