@@ -422,11 +422,12 @@ cj_launch() {
   trap cj_exit EXIT
   # The deck on its own, and a run's task count against its pipeline, before OUTPUT is created or its job.log
   # written: a job refused for them leaves no folder behind (the message is in the job's own output).
-  local early pipeline
-  early=$("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}") ||
+  local pipeline
+  CJ_RESOLVED=$(mktemp "${TMPDIR:-/tmp}/conductor-deck.XXXXXX") || cj_fail "cannot create a temporary file"
+  "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" >"$CJ_RESOLVED" ||
     cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
-  CJ_OVERWRITE=$(cj_deck_value <(printf '%s\n' "$early") run overwrite)
-  pipeline=$(cj_deck_value <(printf '%s\n' "$early") parallel pipeline)
+  CJ_OVERWRITE=$(cj_deck_value "$CJ_RESOLVED" run overwrite)
+  pipeline=$(cj_deck_value "$CJ_RESOLVED" parallel pipeline)
   [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
   local ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
   if [[ $command == run && -n ${SLURM_JOB_ID:-} ]]; then
@@ -455,14 +456,15 @@ cj_launch() {
   fi
 
   # Deck problems are reported once, here, instead of once per rank after a queue wait; so is a run folder the
-  # command would refuse (another run's results), before anything is recorded in it.
-  local check=("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}")
-  [[ $command == validate ]] || check+=(--output-for "$command")
-  cj_log "checking: $(cj_quote "${check[@]}")"
-  CJ_RESOLVED=$(mktemp "${TMPDIR:-/tmp}/conductor-deck.XXXXXX") || cj_fail "cannot create a temporary file"
-  "${check[@]}" >"$CJ_RESOLVED" ||
-    cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
-      "refused (listed above)"
+  # command would refuse (another run's results), before anything is recorded in it. The deck is checked again
+  # with the resume overrides above; a validate job's deck was checked in full at the start.
+  if [[ $command != validate ]]; then
+    local check=("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" --output-for "$command")
+    cj_log "checking: $(cj_quote "${check[@]}")"
+    "${check[@]}" >"$CJ_RESOLVED" ||
+      cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
+        "refused (listed above)"
+  fi
   local steps
   if [[ $command == run && -n $CJ_RESUME_OWN ]]; then
     # conductor refuses to resume a finished run only once every rank started; said here, once.
