@@ -400,4 +400,32 @@ void create_run_folder(const fs::path& dir) {
   lock_folder(dir, "run.output");
 }
 
+ResultFiles::ResultFiles(fs::path dir, std::vector<std::string> names)
+    : dir_(std::move(dir)), names_(std::move(names)) {
+  std::error_code ec;
+  earlier_ = fs::exists(dir_ / "summary.json", ec);
+}
+
+fs::path ResultFiles::path(const std::string& name) const { return dir_ / (earlier_ ? name + ".new" : name); }
+
+void ResultFiles::commit() const {
+  if (!earlier_) return;
+  std::error_code ec;
+  for (const auto& name : names_) {
+    if (!fs::exists(path(name), ec)) {
+      fs::remove(dir_ / name, ec);
+      continue;
+    }
+    fs::rename(path(name), dir_ / name, ec);
+    if (ec) {
+      throw Error("cannot rename '" + path(name).string() + "' over '" + (dir_ / name).string() + "': " + ec.message());
+    }
+  }
+}
+
+void ResultFiles::discard() const {
+  std::error_code ec;
+  for (const auto& name : names_) fs::remove(path(name), ec);
+}
+
 }  // namespace conductor::cli

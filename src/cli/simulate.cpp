@@ -101,6 +101,40 @@ std::unique_ptr<trace::TraceWriter> open_trace(const config::Deck& deck, const s
   return std::make_unique<trace::TraceWriter>(path.string(), info);
 }
 
+// A run of the deck's schedule (no global tier): each step's figures from its events (trace/summary.hpp) when it
+// has them, and its events into the trace.
+sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::NoiseModel& noise,
+                               const sim::SimOptions& options, int steps, Progress& progress,
+                               trace::TraceWriter* writer) {
+  return sim::simulate_run(schedule, noise, options, steps, [&](sim::StepResult& r) {
+    progress.update(r.step + 1);
+    if (r.events.empty()) return;
+    // The shared definition of the per-step figures (trace/summary.hpp).
+    const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
+    // The step's span is the trace's, in its whole nanoseconds, with or without migration (so a run where
+    // nothing moves reports the same makespan either way). With migration the events hold each op from its
+    // start on the owner to its end (the helper's part included: the owner's wait for it counts as busy in the
+    // trace, as in the runtime's) and the helpers' HELP rows: the simulator's own bubbles and bound, which
+    // count each rank's compute only, stay in summary.json.
+    r.makespan_ms = static_cast<double>(rec.makespan_ns) * trace::kTickMs;
+    r.throughput = rec.samples_per_s;
+    // The compute-only bound never exceeds the step (no rank computes two things at once); against the
+    // rounded makespan it may by under a nanosecond, which would read as a step faster than its bound.
+    if (options.migration.enabled) {
+      r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
+    } else {
+      r.bubble_ratio = rec.bubble_ratio;
+      r.stage_bubble_ratio = rec.stage_bubble_ratio;
+      r.lower_bound_ms = rec.lower_bound_ns * trace::kTickMs;
+    }
+    if (writer) {
+      writer->append_events(r.events);
+      writer->append_step(rec);
+      writer->flush();
+    }
+  });
+}
+
 // The whole control loop of the global tier, as rank 0 runs it: after each simulated step the scheduler sees that
 // step's timings and produces the next step's order. Its mean latency per order goes to stderr.
 sim::RunResult simulate_planned(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
@@ -161,53 +195,19 @@ int cmd_simulate(const Invocation& inv) {
     return kExitStopped;
   }
   create_run_folder(out_dir);
-  // A folder holding earlier results (this deck's, which simulate may rewrite, or any with run.overwrite) keeps
-  // them until this run is complete: its files are written beside them (*.new) and renamed over them at the
-  // end, so a rerun stopped halfway leaves the earlier complete results as they were.
-  std::error_code ec;
-  const bool earlier = std::filesystem::exists(out_dir / "summary.json", ec);
-  const auto fresh = [&](const char* name) { return out_dir / (std::string(name) + (earlier ? ".new" : "")); };
+  const ResultFiles files(out_dir, {"resolved.yaml", "trace.h5"});  // beside earlier results until complete
   const std::string resolved = config::resolved_yaml(deck);
-  write_text_file(fresh("resolved.yaml"), resolved);
+  write_text_file(files.path("resolved.yaml"), resolved);
 
   std::unique_ptr<trace::TraceWriter> writer =
-      deck.trace.enabled ? open_trace(deck, schedule, resolved, fresh("trace.h5")) : nullptr;
+      deck.trace.enabled ? open_trace(deck, schedule, resolved, files.path("trace.h5")) : nullptr;
   options.record_events = deck.trace.enabled || schedule.num_actions() <= kSummarizeFromEventsUpTo;
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
-  sim::RunResult run;
   Progress progress("simulate", "steps", deck.run.steps);  // on stderr, at most once a second
-  if (!planner) {
-    run = sim::simulate_run(schedule, *noise, options, deck.run.steps, [&](sim::StepResult& r) {
-      progress.update(r.step + 1);
-      if (r.events.empty()) return;
-      // The shared definition of the per-step figures (trace/summary.hpp).
-      const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-      // The step's span is the trace's, in its whole nanoseconds, with or without migration (so a run where
-      // nothing moves reports the same makespan either way). With migration the events hold each op from its
-      // start on the owner to its end (the helper's part included: the owner's wait for it counts as busy in the
-      // trace, as in the runtime's) and the helpers' HELP rows: the simulator's own bubbles and bound, which
-      // count each rank's compute only, stay in summary.json.
-      r.makespan_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
-      r.throughput = rec.samples_per_s;
-      // The compute-only bound never exceeds the step (no rank computes two things at once); against the
-      // rounded makespan it may by under a nanosecond, which would read as a step faster than its bound.
-      if (options.migration.enabled) {
-        r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
-      } else {
-        r.bubble_ratio = rec.bubble_ratio;
-        r.stage_bubble_ratio = rec.stage_bubble_ratio;
-        r.lower_bound_ms = rec.lower_bound_ns * 1e-6;
-      }
-      if (writer) {
-        writer->append_events(r.events);
-        writer->append_step(rec);
-        writer->flush();
-      }
-    });
-  } else {
-    run = simulate_planned(*noise, options, deck.run.steps, *planner, schedule.p, progress, writer.get());
-  }
+  sim::RunResult run =
+      planner ? simulate_planned(*noise, options, deck.run.steps, *planner, schedule.p, progress, writer.get())
+              : simulate_listed(schedule, *noise, options, deck.run.steps, progress, writer.get());
   if (writer) writer->close();
   sim::finish_run(run, schedule.p);
 
@@ -216,27 +216,16 @@ int cmd_simulate(const Invocation& inv) {
   if (stopped) run.stopped_by_signal = runtime::stop_signal_number();  // num_steps: the steps done
   const std::string json =
       sim::dump_json(sim::summary_json(run, plan, schedule, limit, planner ? planner->policy_source() : nullptr));
-  if (stopped && earlier) {
+  if (stopped && files.earlier()) {
     // A stopped rerun: the earlier complete results stay; what this run wrote beside them goes.
-    for (const char* name : {"resolved.yaml", "trace.h5"}) std::filesystem::remove(fresh(name), ec);
+    files.discard();
     std::fprintf(stderr,
                  "conductor: simulate stopped by signal %d after %zu of run.steps = %d steps; the earlier results in "
                  "%s are kept as they were\n",
                  runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str());
     return kExitStopped;
   }
-  if (earlier) {
-    for (const char* name : {"resolved.yaml", "trace.h5"}) {
-      if (!std::filesystem::exists(fresh(name), ec)) {
-        std::filesystem::remove(out_dir / name, ec);  // trace.enabled=false now: the earlier trace is not this run's
-        continue;
-      }
-      std::filesystem::rename(fresh(name), out_dir / name, ec);
-      if (ec)
-        throw Error("cannot rename '" + fresh(name).string() + "' over '" + (out_dir / name).string() +
-                    "': " + ec.message());
-    }
-  }
+  files.commit();
   write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());

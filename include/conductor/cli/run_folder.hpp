@@ -51,4 +51,24 @@ std::filesystem::path deepest_checkpoint_file(const config::Deck& deck);
 // Creates the run folder; InputError (exit 2) naming run.output when it cannot be.
 void create_run_folder(const std::filesystem::path& dir);
 
+// A folder holding earlier results (summary.json; this deck's, which simulate may rewrite, or any with
+// run.overwrite) keeps them until the new run is complete: its files are written beside them (`NAME.new`) and
+// renamed over them by commit(), so a rerun stopped halfway (discard()) leaves the earlier complete results as
+// they were. Without earlier results every file is written in place.
+class ResultFiles {
+ public:
+  ResultFiles(std::filesystem::path dir, std::vector<std::string> names);
+  bool earlier() const { return earlier_; }
+  std::filesystem::path path(const std::string& name) const;  // where this run writes `name` (one of names)
+  // Each written file over its earlier one; an earlier file this run did not write (trace.enabled=false now) is
+  // removed, since it is not this run's. Error naming both paths when a rename fails.
+  void commit() const;
+  void discard() const;  // this run's files removed, the earlier ones kept
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::string> names_;
+  bool earlier_ = false;
+};
+
 }  // namespace conductor::cli
