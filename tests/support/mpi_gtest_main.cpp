@@ -1,9 +1,14 @@
 // gtest main for tests under mpiexec: rank 0 prints the usual report, other ranks print only their failures
-// (tagged with the rank), and a failure on any rank fails the test on every rank.
+// (tagged with the rank), and a failure on any rank fails the test on every rank. The runs a test trains print
+// warnings and errors only (CONDUCTOR_LOG=info brings their step lines back): dozens of runs' progress lines
+// pushed a failure's message out of the part of a log CI shows.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+
+#include "conductor/util/log.hpp"
 
 namespace {
 class FailureOnlyPrinter : public ::testing::EmptyTestEventListener {
@@ -23,6 +28,7 @@ class FailureOnlyPrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
+  if (std::getenv("CONDUCTOR_LOG") == nullptr) conductor::log::set_level(conductor::log::Level::Warn);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) {
