@@ -3,6 +3,7 @@ each rank takes to exit, and check what a user sees (exit code, one clear messag
 is left on disk. Each tests/faults/test_<area>.py imports this; every case states its expected exit code."""
 import os
 import re
+import resource
 import signal
 import subprocess
 import tempfile
@@ -27,11 +28,14 @@ RAW_DUMP = re.compile(r"HDF5-DIAG|Traceback \(most recent call last\)|core dumpe
 
 
 class Result:
-    def __init__(self, proc, seconds):
+    def __init__(self, proc, seconds, cpu_seconds=None):
         self.code = proc.returncode
         self.out = proc.stdout
         self.err = proc.stderr
-        self.seconds = seconds
+        self.seconds = seconds  # wall time: for the exit deadline
+        # CPU time (user + system) of the process and what it waited for: how much work a command did, which a
+        # loaded machine (ctest -j2 on 2 cores) does not stretch as it stretches wall time.
+        self.cpu_seconds = cpu_seconds
 
     @property
     def text(self):
@@ -97,6 +101,12 @@ class Background:
                       time.monotonic() - since)
 
 
+def children_cpu_seconds():
+    """CPU seconds of every finished child process of this one (and theirs) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def mpirun(np, *args, env=None, timeout=EXIT_DEADLINE_S + 60, cwd=None):
     """Runs `conductor ARGS` on np ranks; returns a Result with the wall time of the whole job."""
     cmd = [MPIEXEC, "-n", str(np), "--oversubscribe", BIN, *args]
@@ -107,9 +117,9 @@ def mpirun(np, *args, env=None, timeout=EXIT_DEADLINE_S + 60, cwd=None):
 
 def run1(*args, env=None, timeout=60, cwd=None):
     """Runs `conductor ARGS` as one process (validate, simulate)."""
-    start = time.monotonic()
+    start, cpu = time.monotonic(), children_cpu_seconds()
     proc = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    return Result(proc, time.monotonic() - start)
+    return Result(proc, time.monotonic() - start, children_cpu_seconds() - cpu)
 
 
 class FaultCase(unittest.TestCase):

@@ -67,7 +67,7 @@ class DeckLoading(FaultCase):
             self.assertFault(r, 2, r"unknown key 'run\.k0'")
             self.assertRegex(r.text, r"\.\.\. and 19980 more unknown keys, not listed")
             self.assertLess(len(r.text.splitlines()), 30, r.text[:2000])
-            self.assertLess(r.seconds, 10)
+            self.assertLess(r.cpu_seconds, 10)
 
     def test_text_yaml_cannot_read(self):
         # A NUL byte: yaml-cpp's "unknown escape character" and the raw bytes after it; deep nesting: "bad file".
@@ -186,7 +186,7 @@ class DeckLoading(FaultCase):
         big = self.write("big.yaml", "run: {name: big}\n" + ("# padding\n" * 120000))
         r = run1("simulate", big)
         self.assertFault(r, 2, r"big\.yaml: 1200017 bytes; a deck is at most 1048576 bytes")
-        self.assertLess(r.seconds, 10)
+        self.assertLess(r.cpu_seconds, 10)
 
     def test_override_changes_one_key_through_aliases(self):
         deck = self.write("alias.yaml", "run:\n  steps: &n 5\n  seed: *n\n")
