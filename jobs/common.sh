@@ -352,20 +352,31 @@ cj_requeue_unfinished() {
   }
 }
 
-# cj_record DEST SOURCE: installs SOURCE's content as the record DEST (deck.resolved.yaml, combination.txt)
+# cj_record DEST SOURCE [IGNORE]: installs SOURCE's content as the record DEST (deck.resolved.yaml, combination.txt)
 # unless DEST holds something else (another job's, or an earlier attempt's of this one): then as DEST-TAG.EXT,
-# TAG the job id (local-PID outside Slurm), with a note. An identical DEST is left as it is.
+# TAG the job id (local-PID outside Slurm), with a note. An identical DEST is left as it is, and so is one that
+# differs only in the key IGNORE (section.key): an attempt resuming its own run adds checkpoint.resume.
 cj_record() {
-  local dest=$1 src=$2 alt
+  local dest=$1 src=$2 ignore=${3:-} alt
   if [[ ! -e $dest ]] && (set -C && cat "$src" >"$dest") 2>/dev/null; then
     return 0 # created here (noclobber: exclusively, so a job started at the same time cannot replace it)
   fi
   [[ -e $dest ]] || cj_fail "cannot write '$dest'"
-  if ! cmp -s "$src" "$dest"; then
-    alt="${dest%.*}-${SLURM_JOB_ID:-local-$$}.${dest##*.}"
-    cp "$src" "$alt" || cj_fail "cannot write '$alt'"
-    cj_log "note: $dest (an earlier job's or attempt's) differs from this one's; kept, this one's is $alt"
+  cmp -s "$src" "$dest" && return 0
+  if [[ -n $ignore ]] && cmp -s <(cj_deck_without "$src" "$ignore") <(cj_deck_without "$dest" "$ignore"); then
+    return 0
   fi
+  alt="${dest%.*}-${SLURM_JOB_ID:-local-$$}.${dest##*.}"
+  cp "$src" "$alt" || cj_fail "cannot write '$alt'"
+  cj_log "note: $dest (an earlier job's or attempt's) differs from this one's; kept, this one's is $alt"
+}
+
+# cj_deck_without RESOLVED_YAML SECTION.KEY: the resolved deck without that key's line.
+cj_deck_without() {
+  awk -v s="${2%%.*}" -v k="${2#*.}" '
+    /^[^ ]/ { sec = $0; sub(/:.*/, "", sec) }
+    !(sec == s && $0 ~ "^  " k ":")
+  ' "$1"
 }
 
 # More records for cj_launch, as pairs NAME FILE (sweep.sbatch: combination.txt), and temporary files to remove
@@ -521,7 +532,7 @@ cj_launch() {
     echo "deck: $deck"
     echo "command: $(cj_quote "${cmd[@]}")"
   } >>"$output/job.txt" || cj_fail "cannot write '$output/job.txt'"
-  cj_record "$output/deck.resolved.yaml" "$CJ_RESOLVED"
+  cj_record "$output/deck.resolved.yaml" "$CJ_RESOLVED" ${CJ_RESUME_OWN:+checkpoint.resume}
   local i
   for ((i = 0; i + 1 < ${#CJ_RECORDS[@]}; i += 2)); do
     cj_record "$output/${CJ_RECORDS[i]}" "${CJ_RECORDS[i + 1]}"

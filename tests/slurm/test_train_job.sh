@@ -315,6 +315,10 @@ if [[ $mode == run ]]; then
   [[ ${restarts:-0} -ge 1 ]] || fail "the job was not restarted (Restarts=$restarts)"
   grep -q "resuming from $rq_out/checkpoints" "$work/requeue-$rq_id.log" ||
     fail "the restarted job did not resume from its checkpoint (requeue-$rq_id.log)"
+  # The resumed attempt's deck is the first's but for checkpoint.resume: one record, no note of a difference.
+  if grep -q "differs from this one's" "$work/requeue-$rq_id.log" || compgen -G "$rq_out/deck.resolved-*" >/dev/null; then
+    fail "the resumed attempt's deck was recorded as another deck: $(grep "differs" "$work/requeue-$rq_id.log")"
+  fi
   ref_out=$work/requeue-reference
   # shellcheck disable=SC2086
   ${MPIEXEC:-mpiexec} -n "$ntasks" --oversubscribe "$bin" run "$deck" $rq_overrides "run.output=$ref_out" \
