@@ -1,6 +1,7 @@
 #include "conductor/cli/cli.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "conductor/runtime/stop_signal.hpp"
 #include "conductor/util/error.hpp"
@@ -113,8 +115,19 @@ bool quiet_rank() {
   return false;
 }
 
+// A quiet rank's exit after such a mistake: once the first rank has said it. A launcher that sees one rank fail
+// ends the others (mpirun, srun --kill-on-bad-exit); a quiet rank that exited first got the first rank killed
+// before it printed, and the mistake went unsaid (seen under load). The launcher ends this wait when the first
+// rank exits (no stop handler is installed yet: its SIGTERM ends the process); one that lets the other ranks run
+// on sees them exit after kQuietWait.
+int quiet_exit() {
+  constexpr auto kQuietWait = std::chrono::seconds(10);
+  std::this_thread::sleep_for(kQuietWait);
+  return kExitUsage;
+}
+
 int usage_error(const std::string& message) {
-  if (quiet_rank()) return kExitUsage;
+  if (quiet_rank()) return quiet_exit();
   std::fprintf(stderr, "conductor: %s\n", message.c_str());
   print_usage(stderr);
   return kExitUsage;
@@ -122,7 +135,7 @@ int usage_error(const std::string& message) {
 
 // A command's own usage after a mistake in its arguments (its flags, not every command's).
 int command_usage_error(const CommandSpec& c, const std::string& message) {
-  if (quiet_rank()) return kExitUsage;
+  if (quiet_rank()) return quiet_exit();
   std::fprintf(stderr, "conductor: %s\nusage: conductor %s %s\nflags:", message.c_str(), c.name.c_str(),
                c.usage.c_str());
   for (const auto& f : c.flags) std::fprintf(stderr, " %s%s", f.name.c_str(), f.takes_value ? " V" : "");
@@ -231,7 +244,8 @@ int main(int argc, char** argv) {
   }
   if (!spec) return usage_error("unknown command '" + printable(first) + "'");
   if (const std::string problem = environment_problem(); !problem.empty()) {
-    if (!quiet_rank()) std::fprintf(stderr, "conductor: %s\n", problem.c_str());
+    if (quiet_rank()) return quiet_exit();
+    std::fprintf(stderr, "conductor: %s\n", problem.c_str());
     return kExitUsage;
   }
 

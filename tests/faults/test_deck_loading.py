@@ -3,9 +3,11 @@
 aliases, empty and ignored values): each an exit 2 with one message at the right place, before anything runs."""
 import os
 import re
+import subprocess
+import time
 import unittest
 
-from faultlib import FaultCase, mpirun, run1
+from faultlib import BIN, MPIEXEC, FaultCase, Result, mpirun, run1
 
 HAVE_POLICY = os.environ.get("CONDUCTOR_HAVE_POLICY") != "0"  # built with the global tier (LibTorch)
 
@@ -104,6 +106,15 @@ class DeckLoading(FaultCase):
             r = mpirun(3, "run", deck, *args)
             self.assertFault(r, 2, message)
             self.assertEqual(len(re.findall(message, r.text)), 1, r.text)
+        # The first rank late (a loaded node): the others waited for nothing, exited first, and mpirun killed the
+        # first rank before it printed: the mistake went unsaid.
+        late_first = ["sh", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then sleep 1; fi; exec "$0" "$@"', BIN]
+        start = time.monotonic()
+        proc = subprocess.run([MPIEXEC, "-n", "3", "--oversubscribe", *late_first, "run", deck, "--bogus"],
+                              capture_output=True, text=True, timeout=60)
+        r = Result(proc, time.monotonic() - start)
+        self.assertFault(r, 2, r"unknown flag '--bogus' for 'run'")
+        self.assertEqual(len(re.findall(r"unknown flag", r.text)), 1, r.text)
         # An empty argument where the DECK goes made the next one the deck.
         self.assertFault(run1("validate", "", "run.output=x"), 2, r"argument 2 is empty; expected the DECK")
 
