@@ -96,6 +96,21 @@ cj_expand_overrides() {
   done
 }
 
+# cj_exit_reason CODE: what an exit status above 128 means (a process of the command killed by a signal: the
+# shell's and srun's 128 + N), for the job's error line; nothing for other codes (conductor's own: README).
+cj_exit_reason() {
+  local code=$1 name
+  ((code > 128 && code < 160)) || return 0
+  name=$(kill -l $((code - 128)) 2>/dev/null) || name=$((code - 128))
+  printf ' (a process was killed by SIG%s' "$name"
+  case $name in
+    KILL) printf ': the out-of-memory killer, a hard time limit or scancel -s KILL; the job log and dmesg say which' ;;
+    TERM) printf ' before it could stop cleanly (exit 3)' ;;
+    SEGV | BUS | ABRT) printf ': a crash; its core or the rank'"'"'s last lines above say where' ;;
+  esac
+  printf ')'
+}
+
 # cj_deck_value RESOLVED_YAML SECTION KEY: the value of `section.key` in the output of `conductor validate`.
 cj_deck_value() {
   awk -v s="$2" -v k="$3" '
@@ -561,7 +576,7 @@ cj_launch() {
     exit 3
   fi
   if [[ $rc -ne 0 ]]; then
-    echo "conductor-job: error: '$command' failed with exit code $rc" >&2
+    echo "conductor-job: error: '$command' failed with exit code $rc$(cj_exit_reason "$rc")" >&2
     exit "$rc"
   fi
   if [[ $command != validate && $fresh != 1 ]]; then

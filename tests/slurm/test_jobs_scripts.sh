@@ -190,6 +190,11 @@ printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nexit 0\n' "$bin" >fak
 chmod +x fake-conductor
 expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out8 bash "$src/jobs/train-cpu.sbatch"
+# A command killed by a signal: the job's error names it (exit 137 alone read as just another failure).
+printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nkill -KILL $$\n' "$bin" >killed-conductor
+chmod +x killed-conductor
+expect 137 "failed with exit code 137 \(a process was killed by SIGKILL: the out-of-memory killer" -- \
+  env DRY_RUN=0 CONDUCTOR_BINARY="$work/killed-conductor" COMMAND=simulate OUTPUT=out8k bash "$src/jobs/train-cpu.sbatch"
 # A requeued job's folder keeps the previous attempt's summary.json: that one does not count as this launch's.
 # (The folder holds that attempt's resolved.yaml of the same deck, as simulate wrote it: a rerun of it is allowed.)
 mkdir -p out9 && echo '{"steps": 7}' >out9/summary.json && touch -d '-1 minute' out9/summary.json
