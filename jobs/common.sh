@@ -91,7 +91,8 @@ cj_expand_overrides() {
     elif [[ $entry == *=* ]]; then
       CJ_OVERRIDES+=("$entry")
     else
-      cj_fail "override '$entry' is neither key.path=value nor @FILE"
+      cj_fail "OVERRIDES: '$entry' is neither key.path=value nor @FILE (entries are split at spaces and newlines:" \
+        "a value holding a space goes in a YAML fragment file, passed as @FILE)"
     fi
   done
 }

@@ -182,7 +182,7 @@ expect 2 "conductor binary '/nonexistent/conductor' is missing" -- \
   env CONDUCTOR_BINARY=/nonexistent/conductor bash "$src/jobs/train-cpu.sbatch"
 expect 2 "unknown key 'run.stepz'.*did you mean 'run.steps'" -- \
   env OVERRIDES="run.stepz=3" bash "$src/jobs/train-cpu.sbatch"
-expect 2 "override 'steps' is neither" -- env OVERRIDES="steps" bash "$src/jobs/train-cpu.sbatch"
+expect 2 "OVERRIDES: 'steps' is neither" -- env OVERRIDES="steps" bash "$src/jobs/train-cpu.sbatch"
 expect 2 "COMMAND='train': expected run, simulate or validate" -- \
   env COMMAND=train OUTPUT=out7 bash "$src/jobs/train-cpu.sbatch"
 # Not DRY: a run that "succeeds" without writing summary.json is an error (srun can exit 0 when nothing ran).
@@ -190,6 +190,9 @@ printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nexit 0\n' "$bin" >fak
 chmod +x fake-conductor
 expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/fake-conductor" COMMAND=simulate OUTPUT=out8 bash "$src/jobs/train-cpu.sbatch"
+# A value with a space splits into a word that is no override: refused, saying where such a value goes.
+expect 2 "OVERRIDES: 'run' is neither key.path=value nor @FILE .*a value holding a space goes in a YAML fragment" -- \
+  env OVERRIDES="run.name=my run" OUTPUT=out8s bash "$src/jobs/train-cpu.sbatch"
 # A command killed by a signal: the job's error names it (exit 137 alone read as just another failure).
 printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nkill -KILL $$\n' "$bin" >killed-conductor
 chmod +x killed-conductor
