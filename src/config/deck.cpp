@@ -44,9 +44,11 @@ bool is_section(const std::string& path) {
 }
 
 // A key or override as a message quotes it: as written, unless it is long (a 100 KB value would fill the
-// screen) or holds control bytes (an escape sequence would reach the terminal): then escaped and cut.
+// screen), holds control bytes (an escape sequence would reach the terminal) or is not UTF-8 (the terminal would
+// garble it): then escaped and cut. Every quote of the command line goes through here.
 std::string shown(const std::string& text) {
-  const bool plain = text.size() <= 160 && control_byte_at(text) == std::string::npos;
+  const bool plain =
+      text.size() <= 160 && control_byte_at(text) == std::string::npos && utf8_error_at(text) == std::string::npos;
   return plain ? text : printable(text, 160);
 }
 
@@ -281,13 +283,13 @@ class Loader {
     // YAML would fold a line break into a space (`a\nb` reads 'a b') or end the value at a `---` line: an
     // override is one line. Bytes that are not UTF-8 it reads as an empty string.
     if (value_text.find_first_of("\r\n") != std::string::npos) {
-      problems_.push_back("command line '" + printable(text, 160) + "': " + path +
+      problems_.push_back("command line '" + shown(text) + "': " + path +
                           ": the value holds a line break; an override's value is one line (a list: [1, 2])");
       return;
     }
     if (const std::size_t at = utf8_error_at(value_text); at != std::string::npos) {
-      problems_.push_back("command line '" + printable(text, 160) + "': " + path +
-                          ": the value is not UTF-8 text (at byte " + std::to_string(at) + ")");
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value is not UTF-8 text (at byte " +
+                          std::to_string(at) + ")");
       return;
     }
     YAML::Node value;

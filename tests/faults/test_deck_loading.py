@@ -129,6 +129,11 @@ class DeckLoading(FaultCase):
         self.assertFault(r, 2, r"command line 'run\.nosuch=x+\.\.\.'")
         self.assertLess(len(r.text), 2000)
 
+    def test_key_that_is_not_utf8_is_escaped(self):
+        # The value's UTF-8 was checked, but a key's bytes reached the terminal as written.
+        r = run1("validate", self.write("ok.yaml", "run: {name: ok}\n"), "run.n\udcffame=1")
+        self.assertFault(r, 2, r"command line 'run\.n\\xFFame=1': unknown key 'run\.n\\xFFame'")
+
     def test_values_a_run_cannot_use(self):
         deck = self.write("ok.yaml", "run: {name: ok}\n")
         # optim.eps = 0 passed validation; training then divided 0 by 0 (a NaN loss at step 2).
