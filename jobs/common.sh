@@ -112,13 +112,20 @@ cj_exit_reason() {
   printf ')'
 }
 
-# cj_deck_value RESOLVED_YAML SECTION KEY: the value of `section.key` in the output of `conductor validate`.
-cj_deck_value() {
-  awk -v s="$2" -v k="$3" '
+# cj_deck_key RESOLVED_YAML SECTION KEY value|without: the one reader of `section.key`'s line in the output of
+# `conductor validate` (sections at the line's start, their keys two spaces in): `value` prints the key's value,
+# `without` the deck without that line.
+cj_deck_key() {
+  awk -v s="$2" -v k="$3" -v action="$4" '
     /^[^ ]/ { sec = $0; sub(/:.*/, "", sec) }
-    sec == s && $0 ~ "^  " k ":" { v = $0; sub(/^[^:]*:[[:space:]]*/, "", v); print v; exit }
+    { hit = sec == s && $0 ~ "^  " k ":" }
+    action == "value" && hit { v = $0; sub(/^[^:]*:[[:space:]]*/, "", v); print v; exit }
+    action == "without" && !hit
   ' "$1"
 }
+
+# cj_deck_value RESOLVED_YAML SECTION KEY: the value of `section.key`.
+cj_deck_value() { cj_deck_key "$1" "$2" "$3" value; }
 
 # --- Stop signals to the batch shell: the time-limit warning (#SBATCH --signal=B:TERM@LEAD), preemption,
 # `scancel -b -s TERM`. The batch scripts remember one from their first line on (a trap of their own until
@@ -388,12 +395,7 @@ cj_record() {
 }
 
 # cj_deck_without RESOLVED_YAML SECTION.KEY: the resolved deck without that key's line.
-cj_deck_without() {
-  awk -v s="${2%%.*}" -v k="${2#*.}" '
-    /^[^ ]/ { sec = $0; sub(/:.*/, "", sec) }
-    !(sec == s && $0 ~ "^  " k ":")
-  ' "$1"
-}
+cj_deck_without() { cj_deck_key "$1" "${2%%.*}" "${2#*.}" without; }
 
 # More records for cj_launch, as pairs NAME FILE (sweep.sbatch: combination.txt), and temporary files to remove
 # at the end (cj_exit).
