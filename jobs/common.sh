@@ -436,7 +436,7 @@ cj_stopped_before_launch() {
 cj_launch() {
   local command=$1 deck=$2 output=$3
   shift 3
-  local overrides=() fragments=() o dry=${DRY_RUN:-0}
+  local overrides=() fragments=() o dry=${DRY_RUN:-0} pipeline ntasks cmd=()
   for o in "$@"; do
     if [[ $o == @* ]]; then fragments+=("$o"); else overrides+=("$o"); fi
   done
@@ -449,44 +449,81 @@ cj_launch() {
   done
   overrides+=("run.output=$output")
   trap cj_exit EXIT
-  # The deck on its own, and a run's task count against its pipeline, before OUTPUT is created or its job.log
-  # written: a job refused for them leaves no folder behind (the message is in the job's own output).
-  local pipeline
+  cj_launch_check_deck
+  [[ $dry == 1 ]] || cj_launch_open_output
+  if [[ $command == run ]]; then
+    cj_check_time_limit
+    cj_resume_overrides "$output" "${overrides[@]}"
+    overrides=("${CJ_RUN_OVERRIDES[@]}")
+  fi
+  cj_launch_check_again
+  cj_launch_command
+
+  # A command in the foreground (all but a run under Slurm) gets the default SIGTERM back: the batch shell
+  # would run a trap only after it ended.
+  [[ $command == run && -n ${SLURM_JOB_ID:-} ]] || trap - TERM
+  [[ $CJ_GOT_TERM == 1 && $dry != 1 ]] && cj_stopped_before_launch "$command" "$output"
+  [[ $dry == 1 ]] || CJ_LAUNCHING=1 # from here on, a SIGTERM is passed on to the run (cj_on_term)
+  cj_log "running: $(cj_quote "${cmd[@]}")"
+  if [[ $dry == 1 ]]; then
+    cj_log "DRY_RUN=1: not launched; nothing written to $output"
+    return 0
+  fi
+  cj_launch_record
+
+  # A requeued job's folder holds the previous attempt's summary.json: only one written by this launch counts.
+  # The stamp lives in the output folder, so both mtimes come from the same file system's clock.
+  CJ_STAMP="$output/.conductor-launch-stamp"
+  : >"$CJ_STAMP" || cj_fail "cannot write to the output folder '$output'"
+  local rc=0
+  if [[ -n ${SLURM_JOB_ID:-} && $command == run ]]; then
+    cj_run_forwarding_term "${cmd[@]}"
+    rc=$CJ_RC
+  else
+    "${cmd[@]}" || rc=$?
+  fi
+  cj_launch_finish "$rc"
+}
+
+# The parts of cj_launch, in its order. They read and set cj_launch's locals (command, deck, output, fragments,
+# overrides, dry, pipeline, ntasks, cmd: bash's dynamic scope), so each step is named without passing arrays.
+
+# The deck on its own, and a run's task count against its pipeline, before OUTPUT is created or its job.log
+# written: a job refused for them leaves no folder behind (the message is in the job's own output).
+cj_launch_check_deck() {
   CJ_RESOLVED=$(mktemp "${TMPDIR:-/tmp}/conductor-deck.XXXXXX") || cj_fail "cannot create a temporary file"
   "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" >"$CJ_RESOLVED" ||
     cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
   CJ_OVERWRITE=$(cj_deck_value "$CJ_RESOLVED" run overwrite)
   pipeline=$(cj_deck_value "$CJ_RESOLVED" parallel pipeline)
   [[ $pipeline =~ ^[0-9]+$ ]] || cj_fail "cannot read parallel.pipeline from the resolved deck"
-  local ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
+  ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
   if [[ $command == run && -n ${SLURM_JOB_ID:-} ]]; then
     [[ -n $ntasks ]] || cj_fail "SLURM_NTASKS is not set: submit with --ntasks or --ntasks-per-node"
     [[ $ntasks -eq $pipeline ]] ||
       cj_fail "the deck has parallel.pipeline=$pipeline but the job has $ntasks tasks; submit with" \
         "--ntasks=$pipeline (or N nodes x G tasks per node = $pipeline), or override parallel.pipeline=$ntasks"
   fi
-  if [[ $dry != 1 ]]; then
-    mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
-    if [[ -n ${SLURM_JOB_ID:-} ]]; then
-      # The job's log also lands in the run folder, appended to by every attempt of a requeued job. tee ignores
-      # SIGTERM: a plain scancel signals every process of the job, and the run's last lines (its stop) and the
-      # batch shell's would be lost (and the shell die of SIGPIPE).
-      exec > >(
-        trap '' TERM INT HUP
-        exec tee -a "$output/job.log"
-      ) 2>&1
-      CJ_TEE_PID=$!
-    fi
-  fi
-  if [[ $command == run ]]; then
-    cj_check_time_limit
-    cj_resume_overrides "$output" "${overrides[@]}"
-    overrides=("${CJ_RUN_OVERRIDES[@]}")
-  fi
+}
 
-  # Deck problems are reported once, here, instead of once per rank after a queue wait; so is a run folder the
-  # command would refuse (another run's results), before anything is recorded in it. The deck is checked again
-  # with the resume overrides above; a validate job's deck was checked in full at the start.
+# OUTPUT, and under Slurm the job's log in it, appended to by every attempt of a requeued job. tee ignores
+# SIGTERM: a plain scancel signals every process of the job, and the run's last lines (its stop) and the batch
+# shell's would be lost (and the shell die of SIGPIPE).
+cj_launch_open_output() {
+  mkdir -p "$output" || cj_fail "cannot create the output folder '$output'"
+  [[ -n ${SLURM_JOB_ID:-} ]] || return 0
+  exec > >(
+    trap '' TERM INT HUP
+    exec tee -a "$output/job.log"
+  ) 2>&1
+  CJ_TEE_PID=$!
+}
+
+# Deck problems are reported once, here, instead of once per rank after a queue wait; so is a run folder the
+# command would refuse (another run's results), before anything is recorded in it. The deck is checked again with
+# the resume overrides; a validate job's deck was checked in full at the start. Then a run resuming its own
+# folder: conductor refuses to resume a finished run only once every rank started; said here, once.
+cj_launch_check_again() {
   if [[ $command != validate ]]; then
     local check=("$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" --output-for "$command")
     cj_log "checking: $(cj_quote "${check[@]}")"
@@ -494,24 +531,23 @@ cj_launch() {
       cj_fail "the deck '$deck' with the fragments and overrides above has problems, or its output folder is" \
         "refused (listed above)"
   fi
-  local steps
-  if [[ $command == run && -n $CJ_RESUME_OWN ]]; then
-    # conductor refuses to resume a finished run only once every rank started; said here, once.
-    local reached
-    steps=$(cj_deck_value "$CJ_RESOLVED" run steps)
-    reached=$(cj_latest_step "$CJ_RESUME_OWN") || reached=0
-    if [[ $steps =~ ^[0-9]+$ && $reached -ge $steps ]]; then
-      if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
-        cj_log "the run in $output is complete (checkpoint step $reached, run.steps = $steps): an earlier attempt" \
-          "of this job finished it; nothing to do"
-        exit 0
-      fi
-      cj_fail "the run in '$output' is already complete ($CJ_RESUME_OWN/latest is step $reached, run.steps =" \
-        "$steps); nothing was started, and its records stay as they are. Raise run.steps to continue it, or choose" \
-        "another OUTPUT"
-    fi
+  [[ $command == run && -n $CJ_RESUME_OWN ]] || return 0
+  local steps reached
+  steps=$(cj_deck_value "$CJ_RESOLVED" run steps)
+  reached=$(cj_latest_step "$CJ_RESUME_OWN") || reached=0
+  [[ $steps =~ ^[0-9]+$ && $reached -ge $steps ]] || return 0
+  if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
+    cj_log "the run in $output is complete (checkpoint step $reached, run.steps = $steps): an earlier attempt" \
+      "of this job finished it; nothing to do"
+    exit 0
   fi
+  cj_fail "the run in '$output' is already complete ($CJ_RESUME_OWN/latest is step $reached, run.steps =" \
+    "$steps); nothing was started, and its records stay as they are. Raise run.steps to continue it, or choose" \
+    "another OUTPUT"
+}
 
+# The command line that runs it (cmd).
+cj_launch_command() {
   local launch=()
   if [[ $command == run ]]; then
     if [[ -n ${SLURM_JOB_ID:-} ]]; then
@@ -524,22 +560,15 @@ cj_launch() {
   elif [[ -n ${SLURM_JOB_ID:-} ]]; then
     launch=(srun --ntasks=1 --nodes=1)
   fi
-  local cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${fragments[@]}" "${overrides[@]}")
+  cmd=("${launch[@]}" "$CONDUCTOR_BINARY" "$command" "$deck" "${fragments[@]}" "${overrides[@]}")
   # A run goes through scripts/conductor-launch: a SIGTERM (twice, too) then reaches every rank once as a
   # graceful stop, where mpirun and srun would kill the ranks.
   [[ $command == run ]] && cmd=("$CONDUCTOR_ROOT/scripts/conductor-launch" "${cmd[@]}")
+  return 0
+}
 
-  # A command in the foreground (all but a run under Slurm) gets the default SIGTERM back: the batch shell
-  # would run a trap only after it ended.
-  [[ $command == run && -n ${SLURM_JOB_ID:-} ]] || trap - TERM
-  [[ $CJ_GOT_TERM == 1 && $dry != 1 ]] && cj_stopped_before_launch "$command" "$output"
-  [[ $dry == 1 ]] || CJ_LAUNCHING=1 # from here on, a SIGTERM is passed on to the run (cj_on_term)
-  cj_log "running: $(cj_quote "${cmd[@]}")"
-  if [[ $dry == 1 ]]; then
-    cj_log "DRY_RUN=1: not launched; nothing written to $output"
-    return 0
-  fi
-
+# What runs, recorded in OUTPUT: a block of job.txt per launch, the resolved deck and CJ_RECORDS.
+cj_launch_record() {
   {
     [[ -s $output/job.txt ]] && echo
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -555,19 +584,11 @@ cj_launch() {
   for ((i = 0; i + 1 < ${#CJ_RECORDS[@]}; i += 2)); do
     cj_record "$output/${CJ_RECORDS[i]}" "${CJ_RECORDS[i + 1]}"
   done
+}
 
-  # A requeued job's folder holds the previous attempt's summary.json: only one written by this launch counts.
-  # The stamp lives in the output folder, so both mtimes come from the same file system's clock.
-  CJ_STAMP="$output/.conductor-launch-stamp"
-  : >"$CJ_STAMP" || cj_fail "cannot write to the output folder '$output'"
-  local rc=0
-  if [[ -n ${SLURM_JOB_ID:-} && $command == run ]]; then
-    cj_run_forwarding_term "${cmd[@]}"
-    rc=$CJ_RC
-  else
-    "${cmd[@]}" || rc=$?
-  fi
-  local fresh=0
+# cj_launch_finish RC: the job's end after the command exited with RC.
+cj_launch_finish() {
+  local rc=$1 fresh=0
   [[ -s $output/summary.json && ! $output/summary.json -ot $CJ_STAMP ]] && fresh=1
   rm -f "$CJ_STAMP"
   if [[ $command == run && $rc -eq 3 ]]; then
