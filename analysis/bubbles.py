@@ -2,7 +2,7 @@
 """Bubble analysis of conductor traces: bubble ratio per rank, per step and overall, both the global one
 (1 - busy / (ranks x makespan)) and the Zero Bubble paper's per-stage one (1 - busy / the rank's own span,
 averaged over ranks), the overall figures being the mean of the per-step values (as summary.json has them);
-idle time split into warm-up / steady state / cool-down and into waiting-for-data / ready-but-not-picked; the
+idle time split into warm-up / steady state / cool-down and into waiting-for-data-or-memory / ready-but-not-picked; the
 critical path of a step; with migration, per rank the time it spent on slices of other ranks' ops (helped) and
 the time other ranks spent on slices of its own ops (recovered: the work migration took off it, measured on the
 helpers).
@@ -106,7 +106,7 @@ def print_table(res, out):
                                                             info["backend"], info["world_size"], o["steps"]))
     idle = o["idle_ns"] or 1
     out.write("overall bubble ratio %s (per-stage, Zero Bubble paper: %s; both the mean over steps); idle: "
-              "warm-up %s, steady %s, cool-down %s; waiting for data %s, ready but not picked %s\n" % (
+              "warm-up %s, steady %s, cool-down %s; waiting for data or memory %s, ready but not picked %s\n" % (
                   pct(o["bubble_ratio"]), pct(o["stage_bubble_ratio"]), pct(o["warmup_ns"] / idle),
                                              pct(o["steady_ns"] / idle), pct(o["cooldown_ns"] / idle),
                                              pct(o["waiting_ns"] / idle), pct(o["not_picked_ns"] / idle)))

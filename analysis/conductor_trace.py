@@ -541,8 +541,8 @@ def stored_stage_bubble(trace, row):
 
 
 def idle_split(trace, step, figures=None):
-    """Per rank idle time of a step, split into warm-up / steady / cool-down and into waiting for data /
-    ready but not picked (definitions in docs/trace.md). Returns a list of dicts, one per rank."""
+    """Per rank idle time of a step, split into warm-up / steady / cool-down and into waiting for data
+    or memory / ready but not picked (definitions in docs/trace.md). Returns a list of dicts, one per rank."""
     fig = figures or step_figures(trace, step)
     t0, t1 = fig["start_ns"], fig["end_ns"]
     ev = trace.step_events(step, compute_only=True)

@@ -302,7 +302,7 @@ std::int64_t Executor::Step::record_op(int i, const OpSpan& span) {
   e.chunk = a.chunk;
   e.microbatch = a.microbatch;
   e.kind = static_cast<trace::EventKind>(a.kind);
-  e.ready_ns = std::min(ctx_.begin + static_cast<std::int64_t>(driver_.ready_at(i)), start);
+  e.ready_ns = std::min(ctx_.begin + static_cast<std::int64_t>(driver_.startable_at(i)), start);
   e.start_ns = start;
   e.end_ns = end;
   e.bytes = bytes_;

@@ -94,6 +94,10 @@ RankDriver::RankDriver(const Schedule& schedule, int rank, const DriverOptions& 
       options_(options),
       fit_scale_(fit_scale(options.spread)) {
   ready_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
+  fits_at_.assign(static_cast<std::size_t>(arbiter_.size()), 0.0);
+  for (int i = 0; i < arbiter_.size(); ++i) {
+    if (arbiter_.actions()[static_cast<std::size_t>(i)].kind == OpKind::F) forwards_.push_back(i);
+  }
   if (backfilling()) {
     expected_.assign(static_cast<std::size_t>(arbiter_.size()), kNotAnnounced);
     build_buckets();
@@ -138,6 +142,19 @@ void RankDriver::begin(double now) {
   std::fill(expected_.begin(), expected_.end(), kNotAnnounced);
   for (Bucket& b : buckets_) b.heap.clear();
   stamp_ready(now);
+  fits_cursor_ = 0;
+  for (const int i : forwards_) fits_at_[static_cast<std::size_t>(i)] = std::numeric_limits<double>::infinity();
+  stamp_fits(now);
+}
+
+void RankDriver::stamp_fits(double now) {
+  for (; fits_cursor_ < forwards_.size(); ++fits_cursor_) {
+    const int i = forwards_[fits_cursor_];
+    if (!arbiter_.is_started(i) && !arbiter_.fits(i)) return;
+    // A started F was stamped before it started (it fit then); the guard keeps its stamp.
+    double& at = fits_at_[static_cast<std::size_t>(i)];
+    at = std::min(at, now);
+  }
 }
 
 void RankDriver::stamp_ready(double now) {
@@ -265,7 +282,7 @@ OpStart RankDriver::start(int index, double now) {
   if (!buckets_.empty()) clean_bucket(index);
   OpStart op;
   op.index = index;
-  op.ready = ready_at_[static_cast<std::size_t>(index)];
+  op.ready = startable_at(index);
   op.start = now;
   op.wait = started_ > 0 ? now - free_since_ : now - begin_;
   if (started_ == 0) first_start_ = now;
@@ -279,6 +296,7 @@ void RankDriver::complete(int index, double now) {
   last_end_ = std::max(last_end_, now);
   latest_ = std::max(latest_, now);
   stamp_ready(now);
+  stamp_fits(now);
 }
 
 }  // namespace conductor::sched

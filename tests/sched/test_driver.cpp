@@ -133,6 +133,32 @@ TEST(RankDriver, RecordsReadyAndWaitOnTheCallersClock) {
   EXPECT_EQ(d.arbiter().num_done(), 0);
 }
 
+// An F held back by the memory limit is startable (the trace's ready_ns) only once a completion frees its memory:
+// the analysis counted that idle time as "ready but not picked" when ready_ns was the inputs' time alone.
+TEST(RankDriver, StartableOnceInputsAreInAndMemoryFits) {
+  const Schedule s = one_f_one_b(2, 4);                               // rank 0: F0 F1 B0 F2 B1 F3 B2 B3
+  RankDriver d(s, 0, options(Execution::Strict, Hint::Schedule, 2));  // a B frees its F's whole M_F
+  d.begin(10.0);
+  const int f0 = d.arbiter().index_of(OpKind::F, 0, 0), f1 = d.arbiter().index_of(OpKind::F, 0, 1);
+  const int f2 = d.arbiter().index_of(OpKind::F, 0, 2), b0 = d.arbiter().backward_index(0, 0);
+  EXPECT_DOUBLE_EQ(d.startable_at(f1), 10.0);  // the first stage's forwards need no input; two fit
+  EXPECT_DOUBLE_EQ(d.start(f0, 10.0).ready, 10.0);
+  d.complete(f0, 11.0);
+  EXPECT_DOUBLE_EQ(d.start(f1, 11.0).ready, 10.0);
+  d.complete(f1, 12.0);
+  EXPECT_DOUBLE_EQ(d.ready_at(f2), 10.0);  // its inputs were in from the start...
+  EXPECT_FALSE(d.arbiter().fits(f2));      // ...but two M_F are held
+  EXPECT_TRUE(std::isinf(d.startable_at(f2)));
+  d.input_arrived(b0, 15.0);
+  EXPECT_DOUBLE_EQ(d.start(b0, 15.0).ready, 15.0);
+  d.complete(b0, 17.0);  // frees F0's memory
+  EXPECT_DOUBLE_EQ(d.startable_at(f2), 17.0);
+  EXPECT_DOUBLE_EQ(d.start(f2, 17.0).ready, 17.0);
+  d.begin(0.0);  // a new step: every F fits again from its begin
+  EXPECT_DOUBLE_EQ(d.startable_at(f0), 0.0);
+  EXPECT_TRUE(std::isinf(d.startable_at(f2)));
+}
+
 // The runtime decides at the latest event time (RankDriver::latest): arrivals, announcements and completions
 // move it, starts do not (a replay knows a start only at its recorded time, after the decision), a new step
 // resets it.

@@ -108,7 +108,7 @@ Hint ranking(const DriverOptions& options);
 // What the driver knows of an op when it starts.
 struct OpStart {
   int index = 0;     // position in the rank's list
-  double ready = 0;  // inputs arrived and same-stage predecessor done
+  double ready = 0;  // startable since: inputs arrived, same-stage predecessor done and memory fits
   double start = 0;  // now
   double wait = 0;   // the rank's idle time right before this op (since its last op ended, or since begin)
 };
@@ -145,7 +145,14 @@ class RankDriver {
   bool finished() const { return arbiter_.finished(); }
   int in_flight() const { return started_ - arbiter_.num_done(); }  // started, not complete
   bool running() const { return in_flight() > 0; }
+  // When action `index`'s inputs were in (its cross-rank input arrived, its same-stage predecessor done).
   double ready_at(int index) const { return ready_at_[static_cast<std::size_t>(index)]; }
+  // When it could start: its inputs in and, for an F, its memory free (the trace's ready_ns: idle time with an
+  // F held back by the memory limit is no op's choice, not "ready but not picked").
+  double startable_at(int index) const {
+    const std::size_t i = static_cast<std::size_t>(index);
+    return std::max(ready_at_[i], fits_at_[i]);
+  }
   double free_since() const { return free_since_; }  // end of the last op (or begin)
   bool started_any() const { return started_ > 0; }
   double first_start() const { return first_start_; }
@@ -158,6 +165,11 @@ class RankDriver {
 
  private:
   void stamp_ready(double now);
+  // Stamps fits_at_ for the Fs that fit in memory from `now` on (after begin and after each completion: only a
+  // completion frees memory). Once an F fits it fits until it starts (the arbiter's reservations: starting an F
+  // leaves every other F's room as it was, or, for an F listed after it, starts only when that one fits too), so
+  // the Fs that fit are a prefix of the unstarted ones in list order, and a cursor walks them once per step.
+  void stamp_fits(double now);
   bool backfilling() const { return options_.execution == Execution::Readiness && ranking_ == Hint::Backfill; }
   // Backfill: the list's next op, or (when it waits) the ops that may start before it, best first.
   void backfill_candidates(double now, std::vector<int>& out) const;
@@ -178,6 +190,9 @@ class RankDriver {
   Arbiter arbiter_;                // after ranking_: its memory budget depends on the ranking
   DriverOptions options_;
   std::vector<double> ready_at_;
+  std::vector<double> fits_at_;   // per action: when its memory fit (0 for B, W, BW: they only free memory)
+  std::vector<int> forwards_;     // the list positions of the Fs, in list order
+  std::size_t fits_cursor_ = 0;   // the first of forwards_ not yet stamped
   double fit_scale_ = 1.0;        // an op's estimate times this must fit the gap (1 with exact estimates)
   std::vector<double> expected_;  // announced arrival of each action's cross-rank input (NaN: none yet)
   std::vector<int> candidates_;
