@@ -223,11 +223,8 @@ def main(argv=None):
             for res in results:
                 print_table(res, out)
 
-    if args.output == "-":
-        write(sys.stdout)
-    else:
-        with ct.output_file(args.output, newline="") as out:
-            write(out)
+    with ct.output_file(args.output, newline="") as out:  # "-": standard output
+        write(out)
     return 0
 
 

@@ -253,10 +253,15 @@ def _pm(value, fmt, scale=1.0, suffix=""):
     return (fmt % (mean * scale)) + ("" if sd is None else " ± " + fmt % (sd * scale)) + suffix
 
 
+def skipped(skip):
+    """The steps left out, as the report and the chart's title say it (skip > 0)."""
+    return "step 0 (warm-up) left out" if skip == 1 else "first %d steps left out" % skip
+
+
 def markdown(groups, varying, other, base, png_name, skip):
     runs = [r for g in groups for r in g["runs"]]
     fixed = [(a, groups[0]["axes"][a]) for a in AXES if a not in varying and groups[0]["axes"][a]]
-    warm = "step 0 (warm-up) left out" if skip == 1 else ("first %d steps left out" % skip if skip else "all steps")
+    warm = skipped(skip) if skip else "all steps"
     lines = ["# Run comparison", "",
              "%d runs in %d configurations; %s; mean ± sample standard deviation over repeats; speedup vs **%s** "
              "(baseline mean makespan / mean makespan)." % (len(runs), len(groups), warm, base["label"]), ""]
@@ -322,7 +327,7 @@ def chart(groups, varying, base, path, skip, dpi=100):
     runs = sum(len(g["runs"]) for g in groups)
     reps = sorted({len(g["runs"]) for g in groups})
     fig.suptitle("%d runs, %d configurations, %s repeat(s)%s" %
-                 (runs, n, "/".join(map(str, reps)), "; step 0 left out" if skip else ""),
+                 (runs, n, "/".join(map(str, reps)), "; " + skipped(skip) if skip else ""),
                  fontsize=9, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if n > 6 else 0.92))
     try:

@@ -801,9 +801,24 @@ def is_hdf5(path):
     return False
 
 
+# What conductor and its job scripts write into a run folder (src/cli/run_folder.cpp's kRunFiles, and
+# jobs/common.sh's records): a tool's output of that name in a run folder would replace the run's own record.
+RUN_RECORDS = ("trace.h5", "summary.json", "metrics.jsonl", "resolved.yaml", "policy.pt", "curve.csv", "summary.csv",
+               "summary.txt", "deck.resolved.yaml", "job.txt", "job.log", "combination.txt")
+
+
+def run_record(path):
+    """Whether existing file `path` is one of a run folder's records: a name conductor writes, in a folder that
+    holds a run's resolved deck (every command writes resolved.yaml; a job's folder has deck.resolved.yaml)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return (os.path.basename(path) in RUN_RECORDS and os.path.isfile(path) and
+            any(os.path.isfile(os.path.join(folder, f)) for f in ("resolved.yaml", "deck.resolved.yaml")))
+
+
 def check_outputs(inputs, outputs):
     """Refuses (TraceError) an output that is one of the input traces, an existing HDF5 file (another run's trace
-    or checkpoint: nothing already written is overwritten) or another output of the same command.
+    or checkpoint), a run folder's record (summary.json, resolved.yaml, ...: run_record) or another output of the
+    same command: nothing already written by a run is overwritten; an earlier report of a tool is.
     inputs: trace paths; outputs: [(what, path)], `what` naming the option (e.g. "-o"); "-" (stdout) and None
     are skipped."""
     outs = [(what, path) for what, path in outputs if path and path != "-"]
@@ -815,6 +830,9 @@ def check_outputs(inputs, outputs):
         if is_hdf5(path):
             raise TraceError("%s: the output (%s) is an HDF5 file (a trace?); refusing to overwrite it, choose "
                              "another output file" % (path, what))
+        if run_record(path):
+            raise TraceError("%s: the output (%s) is a record of the run in %s; refusing to overwrite it, choose "
+                             "another output file" % (path, what, os.path.dirname(path) or "."))
         for other_what, other in outs[:i]:
             if same_file(path, other):
                 raise TraceError("%s: the outputs %s and %s are the same file; choose different files" %
@@ -844,8 +862,12 @@ def check_output_folder(path):
 
 @contextlib.contextmanager
 def output_file(path, newline=None):
-    """`with output_file(path) as f:` writes text file `path`; an error opening, writing or closing it becomes a
-    TraceError naming the file."""
+    """`with output_file(path) as f:` writes text file `path` ("-": standard output); an error opening, writing
+    or closing it becomes a TraceError naming the file."""
+    if path == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
     try:
         f = open(path, "w", newline=newline)
     except OSError as e:

@@ -447,7 +447,8 @@ def write(trace, p, output, per_rank=()):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", metavar="TRACE", help="trace.h5 (simulator or runtime)")
-    p.add_argument("-o", "--output", required=True, help="output JSON (all ranks; distributedInfo.rank = 0)")
+    p.add_argument("-o", "--output", required=True,
+                   help="output JSON (all ranks; distributedInfo.rank = 0); - for standard output")
     p.add_argument("--per-rank", metavar="DIR", help="also write DIR/rank<R>.json, one per rank (for HTA)")
     args = p.parse_args(argv)
     trace = ct.load(args.trace)
@@ -456,20 +457,30 @@ def main(argv=None):
     per_rank = [os.path.join(args.per_rank, "rank%d.json" % r) for r in range(trace.world_size)
                 if args.per_rank]
     ct.check_outputs([args.trace], [("-o", args.output)] + [("--per-rank", f) for f in per_rank])
-    todo = plan(trace)
+    # Every output is checked before the first is written: a failure halfway left -o replaced and some ranks'
+    # files written.
+    if args.output != "-":
+        ct.check_output_folder(args.output)
     if args.per_rank:
+        if os.path.exists(args.per_rank) and not os.path.isdir(args.per_rank):
+            raise ct.TraceError("%s: --per-rank names a folder (it gets rank<R>.json files), and this is a file" %
+                                args.per_rank)
         try:
             os.makedirs(args.per_rank, exist_ok=True)
         except OSError as e:
             raise ct.output_error(args.per_rank, e) from None
+        for f in per_rank:
+            ct.check_output_folder(f)
+    todo = plan(trace)
     write(trace, todo, args.output, per_rank)
     # one kernel event per row, one flow per SEND, two per help with its owner's op
     migrations = 2 * sum(1 for _, o in todo["links"] if o is not None)
+    said = sys.stderr if args.output == "-" else sys.stdout  # the JSON alone on standard output
     print("wrote %s: %d events, %d transfers%s, %d ranks, %d steps" %
-          (args.output, len(trace.events), len(todo["pairs"][0]),
-           ", %d migration flows" % migrations if migrations else "", trace.world_size, len(trace.steps)))
+          ("standard output" if args.output == "-" else args.output, len(trace.events), len(todo["pairs"][0]),
+           ", %d migration flows" % migrations if migrations else "", trace.world_size, len(trace.steps)), file=said)
     if args.per_rank:
-        print("wrote %s/rank0..%d.json" % (args.per_rank, trace.world_size - 1))
+        print("wrote %s/rank0..%d.json" % (args.per_rank, trace.world_size - 1), file=said)
     return 0
 
 

@@ -506,6 +506,59 @@ class OutputPaths(TempDirCase):
             self.assertIn("traceEvents", load_json(self.path(name)))
         os.mkfifo(self.path("fifo"))
         ct.check_outputs([a], [("-o", self.path("fifo"))])
+
+    def test_a_run_folders_records_are_never_overwritten(self):
+        """summary.json, resolved.yaml ... in a folder holding a run's resolved deck are the run's records: refused
+        as outputs by every tool (bubbles.py -o summary.json replaced a run's summary); the same names elsewhere,
+        and other files in a run folder (a tool's earlier report), are written."""
+        a = self.example("trace.h5")
+        os.mkdir(self.path("run"))
+        with open(self.path("run/resolved.yaml"), "w") as f:
+            f.write("run: {name: x}\n")
+        with open(self.path("run/summary.json"), "w") as f:
+            f.write("{}")
+        for script, args, path in (
+                ("bubbles.py", [a, "-o", self.path("run/summary.json")], self.path("run/summary.json")),
+                ("perfetto.py", [a, "-o", self.path("run/resolved.yaml")], self.path("run/resolved.yaml")),
+                ("compare.py", [a, "-o", self.path("run/resolved.yaml"), "--include-warmup"],
+                 self.path("run/resolved.yaml"))):
+            line = self.refused(script, args, "%s: the output (-o) is a record of the run in %s" %
+                                (path, self.path("run")))
+            self.assertIn("refusing to overwrite it", line)
+        with open(self.path("run/summary.json")) as f:
+            self.assertEqual(f.read(), "{}")
+        with open(self.path("run/resolved.yaml")) as f:
+            self.assertEqual(f.read(), "run: {name: x}\n")
+        self.assertFalse(os.path.exists(self.path("run/resolved.png")))
+        for out in ("run/bubbles.txt", "summary.json"):  # not a record / not in a run folder
+            for _ in range(2):
+                self.assertEqual(run("bubbles.py", a, "-o", self.path(out)).returncode, 0)
+
+    def test_perfetto_checks_every_output_before_writing_one(self):
+        """A per-rank file that cannot be written left -o replaced and the lower ranks' files written; a
+        --per-rank naming a file is said as such; -o - is standard output (it made a file named '-')."""
+        a = self.example("trace.h5")
+        with open(self.path("p.json"), "w") as f:
+            f.write("precious")
+        os.makedirs(self.path("pr/rank1.json"))
+        self.refused("perfetto.py", [a, "-o", self.path("p.json"), "--per-rank", self.path("pr")],
+                     "%s: cannot write the output file (Is a directory)" % self.path("pr/rank1.json"))
+        with open(self.path("p.json")) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertFalse(os.path.exists(self.path("pr/rank0.json")))
+        self.refused("perfetto.py", [a, "-o", self.path("q.json"), "--per-rank", self.path("p.json")],
+                     "%s: --per-rank names a folder (it gets rank<R>.json files), and this is a file" %
+                     self.path("p.json"))
+        cwd = os.getcwd()
+        os.chdir(self.dir)
+        try:
+            r = run("perfetto.py", a, "-o", "-")
+        finally:
+            os.chdir(cwd)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("traceEvents", json.loads(r.stdout))
+        self.assertIn("wrote standard output:", r.stderr)
+        self.assertFalse(os.path.exists(self.path("-")))
         self.assertFalse(ct.is_hdf5(self.path("fifo")) or ct.is_hdf5(self.dir) or ct.is_hdf5(self.path("none")))
 
 
@@ -1214,6 +1267,26 @@ class SweepReport(TempDirCase):
         self.assertEqual(compare.main(specs + ["-o", out, "--include-warmup"]), 0)
         with open(out) as f:
             self.assertIn("| q-1f1b-none | 1f1b | none | 2 | 3 | ", f.read())
+
+    def test_chart_title_says_the_steps_left_out(self):
+        # The report said "first 2 steps left out" where the chart's title said "step 0 left out".
+        specs = []
+        for rep in range(2):
+            name = "q-zb-h1-none-r%d" % rep
+            sweep_trace(self.path(name + ".h5"), name, "zb-h1", "none", [6000, 900, 600, 600], seed=rep)
+            specs.append("%s=%s" % (name, self.path(name + ".h5")))
+        titles = []
+        real = compare.ct.save_figure
+        compare.ct.save_figure = lambda fig, path, dpi: titles.append(fig._suptitle.get_text())
+        try:
+            for skip, said in (("2", "first 2 steps left out"), ("1", "step 0 (warm-up) left out")):
+                out = self.path("report-%s.md" % skip)
+                self.assertEqual(compare.main(specs + ["-o", out, "--skip", skip]), 0)
+                with open(out) as f:
+                    self.assertIn(said, f.read())
+                self.assertTrue(titles[-1].endswith("; " + said), titles[-1])
+        finally:
+            compare.ct.save_figure = real
 
     def test_bookkeeping_keys_do_not_split_configurations(self):
         # `make run` passes run.overwrite=true, a measured run may log every step: neither changes what a run
