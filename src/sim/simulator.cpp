@@ -223,6 +223,7 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     for (const auto& op : res.ops) {
       trace::OpEvent e = op_row(s, op.rank, op.rank, op.index, step, origin_ns, op.ready, op.start, op.end);
       e.wait_ns = to_ns(op.wait);
+      e.bytes = options.activation_bytes;  // the activation (or its gradient) it holds, as the runtime's rows
       if (const auto it = sent.find({op.rank, op.index}); it != sent.end())
         e.migrated = static_cast<std::int8_t>(it->second);
       r.events.push_back(e);

@@ -84,6 +84,9 @@ cost:
             compute = int(((kinds >= 0) & (kinds <= 3)).sum())
             check(compute == 3 * 4 * 8 * 3, f"trace holds every op of every step, got {compute}")
             check(len(steps) == 3, "three step rows")
+            sent = set(ev["bytes"][kinds == 4].tolist())  # SEND
+            check(sent == {4 * 64 * 64 * 4} and set(ev["bytes"][kinds <= 3].tolist()) == sent,
+                  f"compute rows hold one activation's bytes, as transfers move (the runtime's rows): {sent}")
             check(abs(steps["makespan_ns"][0] * 1e-6 - j["steps"][0]["makespan_ms"]) < 1e-6, "trace makespan = summary")
     except ImportError:
         print("h5py missing: trace not checked")

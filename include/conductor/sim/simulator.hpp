@@ -28,7 +28,7 @@ struct SimOptions {
   bool record_events = false;               // fill StepResult::events
   bool comm_events = false;                 // also SEND/RECV events
   double samples_per_step = 1.0;            // m x microbatch_size, for throughput
-  std::int64_t activation_bytes = 0;        // bytes of one transfer, for SEND/RECV events
+  std::int64_t activation_bytes = 0;        // one microbatch's activation: SEND/RECV and compute rows' bytes
   plan::Migration migration;                // computation migration (sched/migration.hpp); off by default
   // Fill StepResult::order_bound_ms (sim/order_bound.hpp; one more pass over the step's draws): `conductor
   // simulate` asks for it; not with migration, which moves work and so is not bound by it.
