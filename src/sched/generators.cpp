@@ -470,14 +470,15 @@ Schedule make_schedule(const plan::Plan& plan) {
     return generate(kind, p, m, v, cost, plan_limit(plan), objective);
   } catch (const MemoryLimitError& e) {
     if (plan.memory.limit_key.empty()) throw;
-    // The user's limit is what the list cannot fit: name the key and the schedule's own limit.
-    std::string own;
+    // The user's limit is what the list cannot fit: name the key, the schedule kind's own limit (what 0 takes:
+    // docs/deck.md) and the list's peak under it (the least limit that list runs in).
+    std::string own = fmt(default_memory_limit(kind, p, m, v)) + " M_F";
     try {
       const Schedule s = generate(kind, p, m, v, cost, 0.0, objective);
       const auto peak = list_peak_memory(s, cost.memory_after_b);
-      own = fmt(*std::max_element(peak.begin(), peak.end())) + " M_F";
+      own += ", its list's peak " + fmt(*std::max_element(peak.begin(), peak.end())) + " M_F";
     } catch (const InputError&) {
-      own = "unknown: it fails too";
+      own += ", where the generator fails too";
     }
     throw InputError(std::string(e.what()) + " (the limit is " + plan.memory.limit_key + " = " + fmt(plan_limit(plan)) +
                      "; 0 takes the schedule's own limit, here " + own + ")");

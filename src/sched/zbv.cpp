@@ -8,6 +8,7 @@
 // Naming inside the search follows the V's direction, not the chunk index: pass 0 is the first op of its kind a
 // microbatch meets on a rank (F: chunk 0; B and W: chunk 1, the top of the V going backward), pass 1 the second.
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -263,15 +264,23 @@ Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
   }
   // The published search's four variants (W before a waiting B resp. F allowed or not); the smallest largest
   // per-rank bubble wins, the first on ties.
-  ZbvResult best;
-  ZbvSearch search(p, m, cost, limit);
-  for (bool fill_b : {true, false}) {
-    for (bool fill_f : {true, false}) {
-      ZbvResult r = search.search(fill_f, fill_b, {});
-      if (r.ok && r.max_bubble < best.max_bubble) best = std::move(r);
+  const auto best_of = [](ZbvSearch& search) {
+    ZbvResult best;
+    for (bool fill_b : {true, false}) {
+      for (bool fill_f : {true, false}) {
+        ZbvResult r = search.search(fill_f, fill_b, {});
+        if (r.ok && r.max_bubble < best.max_bubble) best = std::move(r);
+      }
     }
-  }
+    return best;
+  };
+  ZbvSearch search(p, m, cost, limit);
+  ZbvResult best = best_of(search);
   if (!best.ok) {
+    // A tight limit also makes a variant place an op before its producer (its warm-up holds fewer forwards):
+    // the same search without a limit tells which of the two failed it.
+    ZbvSearch unlimited(p, m, cost, std::numeric_limits<double>::infinity());
+    if (std::isfinite(limit) && best_of(unlimited).ok) search.over_memory = true, search.out_of_order = false;
     std::string why;
     if (search.out_of_order) {
       why =

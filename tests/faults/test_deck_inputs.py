@@ -73,8 +73,15 @@ class DeckInputs(FaultCase):
             r = run1(command, self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=1")
             self.assertFault(r, 2, r"1f1b with memory limit 1 M_F: .*does not fit in memory: .*over the limit of 1 M_F "
                                    r"\(the limit is "
-                                   r"schedule\.memory_limit = 1; 0 takes the schedule's own limit, here 2 M_F\)")
+                                   r"schedule\.memory_limit = 1; 0 takes the schedule's own limit, here 2 M_F, its "
+                                   r"list's peak 2 M_F\)")
             self.assertFalse(os.path.exists(self.out))
+        # The own limit is the kind's (2p for zb-h2), which its list need not reach: the message gave the peak as
+        # the limit.
+        r = run1("validate", self.deck(steps=1, p=4, m=8), "schedule.kind=zb-h2", "cost.memory_after_b=0.5",
+                 "schedule.memory_limit=6.5")
+        self.assertFault(r, 2, r"over the limit of 6\.5 M_F \(the limit is schedule\.memory_limit = 6\.5; 0 takes the "
+                               r"schedule's own limit, here 8 M_F, its list's peak 7 M_F\)")
         self.assertEqual(run1("validate", self.deck(steps=1), "schedule.kind=1f1b", "schedule.memory_limit=2").code, 0)
 
     def test_zb_v_search_failures_say_why(self):
@@ -88,6 +95,12 @@ class DeckInputs(FaultCase):
         r = run1("validate", self.deck(steps=1, m=4), "schedule.kind=zb-v", "parallel.virtual=2",
                  "model.n_layers=4", "schedule.memory_limit=1")
         self.assertFault(r, 2, r"the memory limit of 1 M_F per rank is below what it needs")
+        # Even costs, a limit under p: the search's variants also placed an op before its producer, and the
+        # message blamed uneven costs alone. The search without a limit tells.
+        r = run1("validate", self.deck(steps=1, p=4, m=8), "schedule.kind=zb-v", "parallel.virtual=2",
+                 "model.n_layers=8", "schedule.memory_limit=3")
+        self.assertFault(r, 2, r"\(the memory limit of 3 M_F per rank is below what it needs \(about p M_F\)\)")
+        self.assertNotIn("uneven", r.text)
 
     def test_output_file_names_taken_by_folders(self):
         # trace.h5 as a folder gave HDF5's raw multi-line dump (exit 1); summary.json as a folder failed after the
