@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "conductor/sched/engine.hpp"
 #include "conductor/sched/validate.hpp"
@@ -37,10 +38,10 @@ std::string torch_name(const Schedule& s, int rank, const Action& a, Letters let
   return std::to_string(s.stage_of(rank, a.chunk)) + torch_letter(a.kind, letters) + std::to_string(a.microbatch);
 }
 
-std::string trim(const std::string& text) {
+std::string trim(std::string_view text) {
   const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+  if (first == std::string_view::npos) return "";
+  return std::string(text.substr(first, text.find_last_not_of(" \t\r") - first + 1));
 }
 
 // One compute action as torch writes it, with its stage index still global.
@@ -282,19 +283,24 @@ std::string to_torch_csv(const Schedule& s) {
 
 Schedule parse_torch_csv(const std::string& text, const std::string& source, const ScheduleShape& shape,
                          CsvReading* reading) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  // Lines and fields are views of the text (std::getline's splits: no empty line after a last line end, none
+  // after a last comma): a file up to the reader's 1 GiB is held once.
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    lines.push_back(std::string_view(text).substr(at, end - at));
+    at = end + 1;
+  }
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   if (static_cast<int>(lines.size()) != shape.p) {
     // What the count holds that a rank line cannot: blank lines, and conductor's text form saved as .csv.
-    const auto blank = std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return trim(l).empty(); });
-    const auto text_form = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    const auto blank = std::count_if(lines.begin(), lines.end(), [](std::string_view l) { return trim(l).empty(); });
+    const auto text_form = std::any_of(lines.begin(), lines.end(), [](std::string_view l) {
       const std::string t = trim(l);
       return !t.empty() && (t.rfind("pipeline ", 0) == 0 || t.rfind("rank ", 0) == 0);
     });
     // A '#' line in a CSV that is otherwise one: a comment torch's format has no room for (every line is a rank).
-    const auto comment = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    const auto comment = std::find_if(lines.begin(), lines.end(), [](std::string_view l) {
       const std::string t = trim(l);
       return !t.empty() && t[0] == '#';
     });
@@ -312,12 +318,19 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
     throw InputError(why);
   }
   const int stages = shape.p * shape.v;
+  // A rank holds at most an F, a B (or I) and a W of each of its v x m (chunk, microbatch): a file with more is
+  // refused at the first action past that, before it is held (a duplicated line of 20 million actions took 28
+  // times its size in memory to be refused as a duplicate).
+  const long long most = 3LL * shape.v * shape.m;
   std::vector<Located> all;
   for (int r = 0; r < shape.p; ++r) {
-    std::istringstream fields(lines[static_cast<std::size_t>(r)]);
-    std::string field;
-    for (int f = 0; std::getline(fields, field, ','); ++f) {
-      field = trim(field);
+    const std::string_view line = lines[static_cast<std::size_t>(r)];
+    long long held = 0;
+    int f = 0;
+    for (std::size_t at = 0; at < line.size(); ++f) {
+      const std::size_t end = std::min(line.find(',', at), line.size());
+      std::string field = trim(line.substr(at, end - at));
+      at = end + 1;
       // A quoted field's own spaces go too, as torch's _Action.from_str strips them.
       if (field.size() >= 2 && field.front() == '"' && field.back() == '"')
         field = trim(field.substr(1, field.size() - 2));
@@ -337,7 +350,14 @@ Schedule parse_torch_csv(const std::string& text, const std::string& source, con
           fail("action '" + field + "' names microbatch " + number(a.microbatch) +
                " but parallel.microbatches = " + std::to_string(shape.m));
         }
-        if (!a.runtime) all.push_back({a, r, f});
+        if (a.runtime) continue;
+        if (++held > most) {
+          fail("action '" + field + "' is the rank's action number " + std::to_string(held) + ", past the " +
+               std::to_string(most) + " a rank holds (an F, a B or I and a W of each of its parallel.virtual x " +
+               "parallel.microbatches = " + std::to_string(shape.v) + " x " + std::to_string(shape.m) +
+               " chunks and microbatches): an action given twice, or a schedule for more microbatches");
+        }
+        all.push_back({a, r, f});
       }
     }
   }

@@ -101,6 +101,25 @@ class ScheduleCommandTest(unittest.TestCase):
         self.assertIn("pipeline 32768", self.ok(self.deck, "parallel.pipeline=32768", "parallel.microbatches=1",
                                                 "schedule.kind=zb-h1"))
 
+    def test_csv_with_more_actions_than_a_rank_holds_is_refused_early(self):
+        # A line of 4 million actions for p = 2, m = 2 was held whole (28 times the file's size in memory) before
+        # validation said "appears twice". Now refused at the first action past 3 x v x m, with the file held once.
+        big = self.write("big.csv", "0F0,0B0," * 2_000_000 + "\n,1F0,1B0,1F1,1B1\n")
+        code = ("import resource, subprocess, sys; "
+                "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+                "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+                "print(p.stderr, end='')")
+        proc = subprocess.run(["/usr/bin/python3", "-c", code, BIN, "schedule", self.deck, "schedule.kind=file:" + big],
+                              capture_output=True, text=True, timeout=120)
+        first, err = proc.stdout.split("\n", 1)
+        code, kib = map(int, first.split())
+        self.assertEqual(code, 2, err)
+        self.assertIn(big + ": rank 0, position 6: action '0F0' is the rank's action number 7, past the 6 a rank "
+                      "holds (an F, a B or I and a W of each of its parallel.virtual x parallel.microbatches = 1 x 2 "
+                      "chunks and microbatches): an action given twice, or a schedule for more microbatches", err)
+        size_kib = os.path.getsize(big) / 1024
+        self.assertLess(kib, 6 * size_kib + 100 * 1024, "peak memory %d KiB for a %d KiB file" % (kib, size_kib))
+
     def test_bad_format(self):
         self.assertIn("--format 'xml' is not a format: text, csv or chart", self.refused(self.deck, "--format", "xml"))
         self.assertIn("flag '--format' needs a value", self.refused(self.deck, "--format"))
