@@ -21,18 +21,26 @@ namespace conductor::cli {
 
 namespace {
 
-constexpr int kChartColumns = 100;  // the step's makespan spread over this many characters
+// The step's makespan is spread over 100 to 400 characters: as few as let the shortest op show its whole label.
+constexpr int kChartColumns = 100, kChartMaxColumns = 400;
 
-// One op's cells: its kind and microbatch ("F3", "BW12"), then '-' to its end; lower case for chunks >= 1, so
-// the two chunks of an interleaved or V schedule stand apart. What does not fit its cells is cut.
-void draw_op(std::string& row, const trace::OpEvent& e, std::int64_t t0, double ns_per_column) {
-  const auto first = static_cast<std::size_t>(std::llround(static_cast<double>(e.start_ns - t0) / ns_per_column));
-  auto last = static_cast<std::size_t>(std::llround(static_cast<double>(e.end_ns - t0) / ns_per_column));
-  last = std::min(std::max(last, first + 1), row.size());  // every op shows, however short
+// An op's label: its kind and microbatch ("F3", "BW12"); lower case for chunks >= 1, so the two chunks of an
+// interleaved or V schedule stand apart.
+std::string op_label(const trace::OpEvent& e) {
   std::string label = std::string(trace::to_string(e.kind)) + std::to_string(e.microbatch);
   if (e.chunk > 0)
     std::transform(label.begin(), label.end(), label.begin(), [](unsigned char c) { return std::tolower(c); });
+  return label;
+}
+
+// One op's cells: its label, then '-' to its end. What does not fit its cells is cut (returns false).
+bool draw_op(std::string& row, const trace::OpEvent& e, std::int64_t t0, double ns_per_column) {
+  const auto first = static_cast<std::size_t>(std::llround(static_cast<double>(e.start_ns - t0) / ns_per_column));
+  auto last = static_cast<std::size_t>(std::llround(static_cast<double>(e.end_ns - t0) / ns_per_column));
+  last = std::min(std::max(last, first + 1), row.size());  // every op shows, however short
+  const std::string label = op_label(e);
   for (std::size_t i = first; i < last; ++i) row[i] = i - first < label.size() ? label[i - first] : '-';
+  return last - first >= label.size();
 }
 
 void print_chart(const std::string& deck_path, const sched::Schedule& schedule, const sim::StepResult& step) {
@@ -44,18 +52,29 @@ void print_chart(const std::string& deck_path, const sched::Schedule& schedule, 
     t1 = any ? std::max(t1, e.end_ns) : e.end_ns;
     any = true;
   }
-  const double ns_per_column = std::max<double>(1.0, static_cast<double>(t1 - t0) / kChartColumns);
-  std::vector<std::string> rows(static_cast<std::size_t>(schedule.p), std::string(kChartColumns, '.'));
+  // Columns for the op that needs the most per nanosecond (its label over its time), within the bounds.
+  double columns = kChartColumns;
   for (const auto& e : step.events) {
-    if (e.peer < 0) draw_op(rows[static_cast<std::size_t>(e.rank)], e, t0, ns_per_column);
+    if (e.peer < 0 && e.end_ns > e.start_ns)
+      columns = std::max(columns, static_cast<double>(op_label(e).size() + 1) * static_cast<double>(t1 - t0) /
+                                      static_cast<double>(e.end_ns - e.start_ns));
+  }
+  const int width = static_cast<int>(std::min<double>(std::ceil(columns), kChartMaxColumns));
+  const double ns_per_column = std::max<double>(1.0, static_cast<double>(t1 - t0) / width);
+  std::vector<std::string> rows(static_cast<std::size_t>(schedule.p),
+                                std::string(static_cast<std::size_t>(width), '.'));
+  bool cut = false;
+  for (const auto& e : step.events) {
+    if (e.peer < 0) cut |= !draw_op(rows[static_cast<std::size_t>(e.rank)], e, t0, ns_per_column);
   }
   std::printf("%s: %s, p %d, m %d, v %d (%s placement); simulated step 0: makespan %.4g ms, bubble %.3f\n",
               deck_path.c_str(), schedule.name.c_str(), schedule.p, schedule.m, schedule.v,
               sched::to_string(schedule.placement), step.makespan_ms, step.bubble_ratio);
   std::printf(
       "one column = %.4g ms; F forward, B backward (input), W backward (weights), BW full backward, then the "
-      "microbatch; lower case: chunk 1 and up; '.' idle\n",
-      ns_per_column * 1e-6);
+      "microbatch; lower case: chunk 1 and up; '.' idle%s\n",
+      ns_per_column * 1e-6,
+      cut ? "; ops too short for their label show its start (analysis/timeline.py draws every step in full)" : "");
   for (int r = 0; r < schedule.p; ++r) std::printf("rank %3d |%s|\n", r, rows[static_cast<std::size_t>(r)].c_str());
 }
 

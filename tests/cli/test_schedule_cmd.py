@@ -66,6 +66,18 @@ class ScheduleCommandTest(unittest.TestCase):
         self.assertTrue(rows[1].startswith("rank   1 |" + "." * 11 + "F0--"), rows[1])
         self.assertIn("BW1", rows[0])
         self.assertTrue(rows[1].endswith(".|"), rows[1])
+        # Many short ops: the chart widens (up to 400 columns) until each shows its whole label; 100 columns drew
+        # F10 and F11 as 'F1' and dropped most microbatch digits.
+        lines = self.ok(self.deck, "--format", "chart", "parallel.pipeline=4", "parallel.microbatches=12",
+                        "parallel.virtual=2", "schedule.kind=dualpipev", "model.n_layers=8").splitlines()
+        rows = lines[2:]
+        self.assertNotIn("too short for their label", lines[1])
+        for r, row in enumerate(rows):
+            cells = row.split("|")[1]
+            self.assertTrue(100 < len(cells) <= 400, row)
+            labels = [x for x in cells.replace(".", "-").split("-") if x]
+            self.assertEqual(len(labels), len(set(labels)), row)  # every op tells its microbatch apart
+            self.assertIn("F11", labels, row)
 
     def test_round_trip_through_a_csv_file(self):
         # Every generator round-trips in the schedule layer's tests (sched_tests TorchCsv.*); here the command's.
