@@ -393,8 +393,8 @@ bool is_torch_csv(const std::string& path, const std::string& text) {
   for (std::string line; std::getline(in, line);) {
     line = trim(line);
     if (line.empty()) continue;
-    // The text form starts with a comment or a key word; a CSV line with an action or an idle slot.
-    return line[0] == ',' || line[0] == '(' || std::isdigit(static_cast<unsigned char>(line[0]));
+    // The text form starts with a comment or a key word; a CSV line with an action (quoted, too) or an idle slot.
+    return line[0] == ',' || line[0] == '(' || line[0] == '"' || std::isdigit(static_cast<unsigned char>(line[0]));
   }
   return false;
 }

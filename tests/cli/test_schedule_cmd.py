@@ -132,6 +132,11 @@ class ScheduleCommandTest(unittest.TestCase):
         size_kib = os.path.getsize(big) / 1024
         self.assertLess(kib, 6 * size_kib + 100 * 1024, "peak memory %d KiB for a %d KiB file" % (kib, size_kib))
 
+    def test_csv_named_otherwise_with_a_quoted_first_field(self):
+        # Read as the text form ("unknown key '"0F0",0F1,...'") where its name does not end in .csv.
+        q = self.write("q.dat", '"0F0",0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n')
+        self.assertIn("rank 0: 0F0 0F1 0BW0 0BW1", self.ok(self.deck, "schedule.kind=file:" + q))
+
     def test_bad_format(self):
         self.assertIn("--format 'xml' is not a format: text, csv or chart", self.refused(self.deck, "--format", "xml"))
         self.assertIn("flag '--format' needs a value", self.refused(self.deck, "--format"))
