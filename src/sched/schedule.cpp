@@ -240,6 +240,15 @@ Schedule parse_text(const std::string& text, const std::string& source) {
           fail("action '" + printable(tok) + "': microbatch " + std::to_string(a.microbatch) +
                " but microbatches = " + std::to_string(s.m));
         }
+        // At most an F, a B and a W of each (chunk, microbatch): refused at the first action past that, before
+        // a file of repeated actions is held whole (as the CSV reader does).
+        if (s.ranks[current].size() >= 3ULL * static_cast<unsigned>(s.v) * static_cast<unsigned>(s.m)) {
+          fail("action '" + printable(tok) + "' is rank " + std::to_string(current) + "'s action number " +
+               std::to_string(s.ranks[current].size() + 1) +
+               ", past the 3 x virtual x microbatches = " + std::to_string(3LL * s.v * s.m) +
+               " a rank holds: an action given twice, or a schedule for more "
+               "microbatches");
+        }
         s.ranks[current].push_back(a);
       }
     }

@@ -132,6 +132,12 @@ class ScheduleCommandTest(unittest.TestCase):
         size_kib = os.path.getsize(big) / 1024
         self.assertLess(kib, 6 * size_kib + 100 * 1024, "peak memory %d KiB for a %d KiB file" % (kib, size_kib))
 
+    def test_text_form_with_more_actions_than_a_rank_holds(self):
+        t = self.write("t.sched", "pipeline 2\nmicrobatches 2\nrank 0: 0F0 0F1 0BW0 0BW1 0F0 0F1\n  0BW0\n"
+                                  "rank 1: 0F0 0BW0\n")
+        self.assertIn(t + ":4: action '0BW0' is rank 0's action number 7, past the 3 x virtual x microbatches = 6 "
+                      "a rank holds", self.refused(self.deck, "schedule.kind=file:" + t))
+
     def test_csv_named_otherwise_with_a_quoted_first_field(self):
         # Read as the text form ("unknown key '"0F0",0F1,...'") where its name does not end in .csv.
         q = self.write("q.dat", '"0F0",0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n')
