@@ -1,10 +1,12 @@
 #include "conductor/runtime/checkpointing.hpp"
 
+#include <csignal>
 #include <sstream>
 
 #include "collective.hpp"
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
+#include "conductor/runtime/fault_injection.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
@@ -21,20 +23,21 @@ int rank_of(MPI_Comm comm) {
   return rank;
 }
 
-// Every rank's text, concatenated in rank order, on rank 0.
-std::string gather_to_root(const std::string& mine, MPI_Comm comm) {
+// Every rank's text, concatenated in rank order, on rank 0 (under the watchdog, naming `what`).
+std::string gather_to_root(const std::string& mine, MPI_Comm comm, const Watchdog& watchdog, const std::string& what) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   const int bytes = static_cast<int>(mine.size());
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-  MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  watched_gather(watchdog, &bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm, what);
   int total = 0;
   for (int r = 0; r < size; ++r) {
     displs[static_cast<std::size_t>(r)] = total;
     total += counts[static_cast<std::size_t>(r)];
   }
   std::string all(rank_of(comm) == 0 ? static_cast<std::size_t>(total) : 0, '\0');
-  MPI_Gatherv(mine.data(), bytes, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, comm);
+  watched_gatherv(watchdog, mine.data(), bytes, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, comm,
+                  what);
   return all;
 }
 
@@ -140,17 +143,21 @@ Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model,
 }
 
 void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, int skipped_nonfinite,
-                          MPI_Comm comm) {
+                          MPI_Comm comm, const Watchdog& watchdog) {
   const int rank = rank_of(comm);
   const std::string& root = plan.checkpoint.path;
+  const std::string what = "every rank's part of checkpoint step " + std::to_string(step);
   try {
-    collectively(comm, kExitFailure, [&] {
+    collectively(comm, kExitFailure, watchdog, what, [&] {
       if (rank == 0) model::begin_step(root, step);
     });
     std::vector<model::CheckpointFile> mine;
-    collectively(comm, kExitFailure, [&] { mine = model.save_checkpoint(model::partial_folder(root, step), step); });
-    const std::string all = gather_to_root(entries_text(mine), comm);
-    collectively(comm, kExitFailure, [&] {
+    collectively(comm, kExitFailure, watchdog, what, [&] {
+      mine = model.save_checkpoint(model::partial_folder(root, step), step);
+      if (injected_failure(rank, step) == InjectedFailure::HangCheckpoint) std::raise(SIGSTOP);
+    });
+    const std::string all = gather_to_root(entries_text(mine), comm, watchdog, what);
+    collectively(comm, kExitFailure, watchdog, what, [&] {
       if (rank != 0) return;
       model::Manifest m;
       m.step = step;

@@ -13,6 +13,8 @@ InjectedFailure injected_failure(int rank, int step) {
   if (!env || std::sscanf(env, "%d:%d:%15s", &r, &s, how) < 2 || r != rank || s != step) return InjectedFailure::None;
   if (!std::strcmp(how, "kill")) return InjectedFailure::Kill;
   if (!std::strcmp(how, "hang-help")) return InjectedFailure::HangHelp;
+  if (!std::strcmp(how, "hang-checkpoint")) return InjectedFailure::HangCheckpoint;
+  if (!std::strcmp(how, "hang-end")) return InjectedFailure::HangEnd;
   return InjectedFailure::Throw;
 }
 

@@ -281,6 +281,12 @@ RunOutcome Training::run() {
   }
   check_deferred_errors();  // a record of the last step that failed has no next step to stop
   finish();
+  // Every rank at the end, under the watchdog: one stopped after its last step left the others in MPI_Finalize
+  // (which waits for every rank) with no message.
+  if (injected_failure(rank_, plan_.run.steps) == InjectedFailure::HangEnd) std::raise(SIGSTOP);
+  MPI_Request all_done;
+  MPI_Ibarrier(comm_, &all_done);
+  watchdog_->wait(all_done, "every rank to end the run (the results are written)");
   return outcome_;
 }
 
@@ -602,14 +608,15 @@ void Training::checkpoint_if_due(int step, bool stopping, bool last) {
   if (!compute_->model() || plan_.checkpoint.path.empty()) return;
   const int every = plan_.checkpoint.every;
   if (!(last || stopping || (every > 0 && (step + 1) % every == 0))) return;
-  collectively(comm_, kExitFailure, [&] {
+  const std::string what = "every rank's check of its state before checkpoint step " + std::to_string(step + 1);
+  collectively(comm_, kExitFailure, *watchdog_, what, [&] {
     // Never a checkpoint of non-finite state (NaN weights pass the loss check for one step: the update that made
     // them ran after it).
     if (std::string where; !state_is_finite(*compute_, where))
       throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
                   " after the update; stopping without writing the checkpoint");
   });
-  save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_);
+  save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_, *watchdog_);
 }
 
 // A stop signal, or a data read of this rank's that failed during the step (model/data.hpp): either asks every

@@ -10,6 +10,7 @@
 
 #include "conductor/runtime/clock.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
 
 namespace conductor::runtime {
@@ -79,7 +80,7 @@ void Watchdog::fire(const std::string& what, double waited_s, int peer) const {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", waited_s);
   log::error("watchdog: rank " + std::to_string(rank_) + " waited " + secs + " s for " + what +
-             "; no message arrived; aborting (runtime.watchdog_s = " + std::to_string(seconds_) + ")");
+             "; no message arrived; aborting (runtime.watchdog_s = " + format_double(seconds_) + ")");
   std::fflush(nullptr);
   std::_Exit(kExitFailure);
 }
@@ -129,6 +130,22 @@ void watched_gather(const Watchdog& w, const void* send, int send_count, MPI_Dat
   MPI_Request r;
   MPI_Igather(send, send_count, send_type, recv, recv_count, recv_type, root, comm, &r);
   w.wait(r, what);
+}
+
+void watched_check_all(const Watchdog& w, bool ok, const std::string& message, int exit_code, MPI_Comm comm,
+                       const std::string& what) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int mine = ok ? size : rank;
+  int first_failed = size;
+  watched_allreduce(w, &mine, &first_failed, 1, MPI_INT, MPI_MIN, comm, what);
+  if (first_failed == size) return;
+  if (rank == first_failed) log::error(message);
+  const int code = ok ? 0 : exit_code;
+  int agreed = 0;
+  watched_allreduce(w, &code, &agreed, 1, MPI_INT, MPI_MAX, comm, what);
+  throw CollectiveExit(agreed);
 }
 
 void watched_gatherv(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,

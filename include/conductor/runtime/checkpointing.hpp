@@ -5,6 +5,7 @@
 
 #include "conductor/model/stage.hpp"
 #include "conductor/plan/plan.hpp"
+#include "conductor/runtime/watchdog.hpp"
 
 namespace conductor::runtime {
 
@@ -26,8 +27,10 @@ Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model,
 // the manifest, renames the folder into place, moves `latest` and prunes to checkpoint.keep only after every
 // rank succeeded. A failure (e.g. a full disk) removes the partial folder, leaves the previous steps intact and
 // ends every rank with exit 1 and one message naming the file and step.
-// skipped_nonfinite: the run's non-finite steps skipped so far, kept in the manifest for a resumed run.
+// skipped_nonfinite: the run's non-finite steps skipped so far, kept in the manifest for a resumed run. Its
+// collectives are under `watchdog`: a rank stopped or hung while it writes ends the run after
+// runtime.watchdog_s, naming the step, instead of leaving the others blocked.
 void save_checkpoint_step(const plan::Plan& plan, const model::StageModel& model, int step, int skipped_nonfinite,
-                          MPI_Comm comm);
+                          MPI_Comm comm, const Watchdog& watchdog);
 
 }  // namespace conductor::runtime

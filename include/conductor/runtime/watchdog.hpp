@@ -82,5 +82,9 @@ void watched_gather(const Watchdog& w, const void* send, int send_count, MPI_Dat
 void watched_gatherv(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,
                      const int* recv_counts, const int* displs, MPI_Datatype recv_type, int root, MPI_Comm comm,
                      const std::string& what);
+// mpi::check_all with its agreement watched: the lowest failed rank says `message`, every rank throws
+// CollectiveExit with the agreed code; a rank that never joins ends the run after the deadline, naming `what`.
+void watched_check_all(const Watchdog& w, bool ok, const std::string& message, int exit_code, MPI_Comm comm,
+                       const std::string& what);
 
 }  // namespace conductor::runtime
