@@ -290,23 +290,29 @@ std::string begin_step(const std::string& root, int step) {
   return dir;
 }
 
+// Every write that can fail for room (the manifest, the new `latest`) comes before the step's folder is renamed
+// into place: a full disk then leaves the step partial (abandoned) and `latest` where it was, never a complete
+// step that `latest` does not name (a resume from the root wrote over it without a word).
 void commit_step(const std::string& root, const Manifest& manifest, int keep) {
   const fs::path r(root);
   const std::string partial = partial_folder(root, manifest.step);
   const fs::path final_dir = r / step_folder_name(manifest.step);
-  write_text_durably(fs::path(partial) / kManifestName, manifest_text(manifest));
-  util::fsync_folder(partial);
+  const std::string step = "checkpoint step " + std::to_string(manifest.step) + ": ";
+  const fs::path latest_tmp = r / (std::string(kLatestName) + ".tmp");
+  try {
+    write_text_durably(fs::path(partial) / kManifestName, manifest_text(manifest));
+    util::fsync_folder(partial);
+    write_text_durably(latest_tmp, step_folder_name(manifest.step) + "\n");
+  } catch (const Error& e) {
+    throw Error(step + e.what());
+  }
   std::error_code ec;
   if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);  // a stale step of an abandoned run
   if (!ec) fs::rename(partial, final_dir, ec);
-  if (ec)
-    throw Error("checkpoint step " + std::to_string(manifest.step) + ": cannot rename '" + partial + "' to '" +
-                final_dir.string() + "': " + ec.message());
+  if (ec) throw Error(step + "cannot rename '" + partial + "' to '" + final_dir.string() + "': " + ec.message());
   util::fsync_folder(root);
-  const fs::path latest_tmp = r / (std::string(kLatestName) + ".tmp");
-  write_text_durably(latest_tmp, step_folder_name(manifest.step) + "\n");
   fs::rename(latest_tmp, r / kLatestName, ec);
-  if (ec) throw Error("checkpoint: cannot replace '" + (r / kLatestName).string() + "': " + ec.message());
+  if (ec) throw Error(step + "cannot replace '" + (r / kLatestName).string() + "': " + ec.message());
   util::fsync_folder(root);
   prune(r, manifest.step, keep);
 }
@@ -314,6 +320,7 @@ void commit_step(const std::string& root, const Manifest& manifest, int keep) {
 void abandon_step(const std::string& root, int step) noexcept {
   std::error_code ec;
   fs::remove_all(partial_folder(root, step), ec);
+  fs::remove(fs::path(root) / (std::string(kLatestName) + ".tmp"), ec);  // a `latest` never moved into place
 }
 
 void write_checkpoint(const StageModel& model, const std::string& root, int step, int keep, int pipeline,

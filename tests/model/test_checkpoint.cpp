@@ -273,6 +273,33 @@ TEST(CheckpointSteps, FailedWriteNamesFileAndReason) {
   }
 }
 
+// A full disk at the new `latest` (after every file of the step is written) renamed the step into place and left
+// `latest` on the step before: a complete step no pointer named, which a resume from the root wrote over. Now the
+// step stays partial and is abandoned, `latest` unmoved, and the message names the step.
+TEST(CheckpointSteps, FullDiskAtLatestCommitsNothing) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string root = fresh_dir("full_latest");
+  const auto deck = four_steps(root, 2);
+  fs::create_symlink("/dev/full", root + "/latest.tmp");
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  try {
+    write_checkpoint(model, root, 5, 2, 2, 1);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("checkpoint step 5: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(root + "/latest.tmp"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000003", "step-000004"}));
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "step-000004\n");
+  write_checkpoint(model, root, 5, 2, 2, 1);  // room again: the step commits
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "step-000005\n");
+}
+
 // The manifest records the data files the run read (size and CRC-32 of each); a path is the rest of its line,
 // so spaces survive, and a newline or backslash is escaped. A manifest written before the record existed reads
 // as data_recorded false (and resumes: the runtime warns).
