@@ -200,7 +200,11 @@ def _open(path):
         try:
             return h5py.File(path, "r", swmr=True)
         except OSError:
-            raise TraceError("%s: not a readable HDF5 file (%s)" % (path, _reason(first))) from None
+            # Marked open, but not for SWMR writing: a run killed while it reopened the trace to continue it
+            # (conductor itself reads past the mark). Every row is there; h5py cannot read past the mark.
+            raise TraceError("%s: marked open for writing by a killed run (not in SWMR mode, which h5py can read); "
+                             "clear the mark with `h5clear -s %s` (package hdf5-tools): every row it holds reads "
+                             "back" % (path, path)) from None
 
 
 def _probe_timeout(path):

@@ -954,6 +954,28 @@ class KilledRun(TempDirCase):
         self.assertEqual(len(d["per_step"]), 1)
         self.assertAlmostEqual(d["overall"]["bubble_ratio"], 0.35)
 
+    def test_plain_marked_file_names_h5clear(self):
+        """A run killed while it reopened its trace to continue it leaves the plain 'open for write' mark, which
+        h5py's SWMR reader refuses too ("not a readable HDF5 file" before): the message says how to clear it."""
+        import h5py
+        src, p = self.example("plain.h5"), self.path("reopened.h5")
+        with h5py.File(src, "r") as a, h5py.File(p, "w", libver="latest") as b:  # the mark needs the 1.10 format
+            for k in a:
+                a.copy(a[k], b, k)
+            for k, v in a.attrs.items():
+                b.attrs[k] = v
+        self.assertEqual(run("bubbles.py", p).returncode, 0)
+        pid = os.fork()
+        if pid == 0:
+            keep = h5py.File(p, "r+", locking=False)
+            assert keep is not None
+            os._exit(0)  # no close: the plain mark stays
+        os.waitpid(pid, 0)
+        r = run("bubbles.py", p)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("%s: marked open for writing by a killed run (not in SWMR mode, which h5py can read); clear "
+                      "the mark with `h5clear -s %s` (package hdf5-tools)" % (p, p), r.stderr)
+
 
 class ProfilerExport(TempDirCase):
     def test_flows_profiler_steps_hta_fields_and_counters(self):

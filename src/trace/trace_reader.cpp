@@ -141,13 +141,10 @@ Trace read_trace(const std::string& path) {
   h5::Silence silence;
   h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_file_locking(fapl.get(), false, true);
-  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.valid()) {
-    // A run killed while writing leaves the file marked "open for SWMR write"; a SWMR reader may open it.
-    H5Eclear2(H5E_DEFAULT);
-    file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
-  }
-  if (!file.valid()) h5::fail_input(path, "H5Fopen");
+  // A run killed while writing leaves the file marked open for writing: read past the mark (h5util.hpp).
+  std::string plain;
+  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
+  if (!file.valid()) throw InputError("trace " + path + ": H5Fopen failed: " + plain);
   hid_t f = file.get();
 
   Trace t;

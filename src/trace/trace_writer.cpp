@@ -349,13 +349,10 @@ namespace {
 
 // A run killed while writing (SIGKILL, a node lost, an MPI_Abort) leaves its trace marked open for SWMR writing, and
 // a plain open refuses it ("file is already open for write"). Every flushed step in it is whole (the SWMR design
-// above), so a resumed run continues it: read with SWMR read, reopened for writing with the mark cleared, as
-// `h5clear -s` clears it. The property is HDF5's own ("clear_status_flags", registered on every file-access list
-// since 1.10, the one h5clear sets; not in the public headers); false where this HDF5 lacks it.
-bool clear_killed_writers_mark(hid_t fapl) {
-  hbool_t clear = 1;
-  return H5Pexist(fapl, "clear_status_flags") > 0 && H5Pset(fapl, "clear_status_flags", &clear) >= 0;
-}
+// above), so a resumed run continues it: read past the mark (h5::open_read_only), reopened for writing with the
+// mark cleared, as `h5clear -s` clears it (h5::clear_killed_writers_mark). A run killed while it reopened the
+// trace to continue it, before SWMR writing started, leaves the plain mark: the same.
+using h5::clear_killed_writers_mark;
 
 // A trace to continue is read first, read-only, so a damaged one is refused before anything writes to it (opened
 // for writing, HDF5 may write to a file it cannot parse, and a file it cannot close stalls the library's exit).
@@ -369,12 +366,10 @@ void check_continuable(const std::string& path) {
   h5::Handle fapl = file_access(path);
   // Closing the file closes whatever a failed open left of its objects.
   h5::check_status(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), path, "H5Pset_fclose_degree");
-  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.valid()) {
-    const std::string plain = hdf5::innermost_error();
-    H5Eclear2(H5E_DEFAULT);
-    file = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
-    if (!file.valid()) refuse("not an HDF5 file: " + plain);
+  std::string plain;
+  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
+  if (!file.valid()) refuse("not an HDF5 file: " + (plain.empty() ? std::string("no detail from HDF5") : plain));
+  if (!plain.empty()) {  // opened past a killed writer's mark: writing it needs the mark cleared
     h5::Handle probe(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"), H5Pclose);
     if (plain.find("already open for write") != std::string::npos && !clear_killed_writers_mark(probe.get())) {
       H5Eclear2(H5E_DEFAULT);

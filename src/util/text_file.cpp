@@ -14,13 +14,20 @@
 namespace conductor {
 
 void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  // A full disk left a run's summary.json empty (a resumed run's, the previous attempt's, lost with it).
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  const auto fail = [&](int err) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw Error("cannot write '" + path.string() + "': " + std::strerror(err));
+  };
   // stdio rather than a stream, for errno: the error says why (a full disk, a file-size limit).
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw Error("cannot write '" + path.string() + "': " + std::strerror(errno));
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) fail(errno);
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
   const int err = errno;
-  if (std::fclose(f) != 0 || !written)
-    throw Error("cannot write '" + path.string() + "': " + std::strerror(written ? errno : err));
+  if (std::fclose(f) != 0 || !written) fail(written ? errno : err);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(errno);
 }
 
 namespace {

@@ -410,6 +410,45 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
   }
 }
 
+// A run killed while it reopened its trace to continue it (open for writing, before SWMR writing started) leaves
+// the plain "open for write" mark, which a SWMR reader refuses too: a resume said the trace "cannot be read" and
+// read_trace failed. Both read past the mark now, and the resume continues it.
+TEST(TraceIO, TraceLeftOpenByAKilledResumeIsReadAndContinued) {
+  TempDir dir;
+  const std::string path = (dir.path / "trace.h5").string();
+  {
+    TraceWriter w(path, sample_info());
+    for (int s = 0; s < 3; ++s) {
+      auto ev = step_events(s, 2, 4);
+      w.append_events(ev);
+      w.append_step(step_record(ev, s, 2));
+    }
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // opens it for writing, as a resume does first, and dies there
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, false, true);
+    _exit(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl) >= 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  hid_t probe = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  ASSERT_LT(probe, 0) << "the file is not marked as a killed plain writer leaves it";
+  EXPECT_EQ(read_trace(path).steps.size(), 3u);
+  {
+    TraceWriter w(path, 3);
+    auto ev = step_events(3, 2, 4);
+    w.append_events(ev);
+    w.append_step(step_record(ev, 3, 2));
+  }
+  const Trace t = read_trace(path);
+  ASSERT_EQ(t.steps.size(), 4u);
+  EXPECT_EQ(t.steps[3].step, 3);
+}
+
 // A trace written before /steps had stage_bubble_ratio (rewritten here without that column by h5py) is still
 // read, the per-stage bubble recomputed from its events; a resumed run refuses to append to it.
 TEST(TraceIO, TraceWithoutStageBubbleColumnIsReadAndNotContinued) {

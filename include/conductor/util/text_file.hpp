@@ -8,6 +8,8 @@
 
 namespace conductor {
 
+// Writes `text` to PATH.tmp and renames it over `path`: a write that fails (a full disk, a file-size limit) throws
+// naming `path` and leaves it as it was (or absent), never empty or cut short.
 void write_text_file(const std::filesystem::path& path, const std::string& text);
 
 // The whole text of `path`, the `what` a deck names (e.g. "schedule file"); InputError naming the file and why when
