@@ -169,8 +169,12 @@ namespace {
 std::vector<unsigned char> verified_bytes(const std::string& file, const CheckpointFile& entry,
                                           const std::string& dir) {
   const std::string manifest = (std::filesystem::path(dir) / kManifestName).string();
-  if (!std::filesystem::is_regular_file(file))
-    throw InputError("checkpoint file '" + file + "' is missing (listed in '" + manifest + "')");
+  if (!std::filesystem::is_regular_file(file)) {
+    std::error_code ec;
+    throw InputError("checkpoint file '" + file + "' " +
+                     (std::filesystem::exists(file, ec) ? "is not a regular file (a folder?)" : "is missing") +
+                     " (listed in '" + manifest + "')");
+  }
   std::vector<unsigned char> bytes;
   try {
     bytes = util::read_file_bytes(file);

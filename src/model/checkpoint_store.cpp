@@ -209,7 +209,9 @@ Manifest read_manifest(const std::string& step_dir) {
     else
       throw bad("unknown key '" + key + "'");
   }
-  if (line_no == 0) throw bad("empty file");
+  if (line_no == 0)
+    throw InputError("checkpoint manifest '" + path + "' is empty (a step written by conductor starts with '" +
+                     kManifestMagic + "')");
   if (seen != 15 || m.files.empty())
     throw InputError("checkpoint manifest '" + path +
                      "' is incomplete (needs step, pipeline, virtual, "

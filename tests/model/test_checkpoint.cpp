@@ -227,6 +227,25 @@ TEST(CheckpointSteps, MissingManifestIsRefused) {
             std::string::npos);
 }
 
+// An empty manifest said "line 0: empty file"; a folder where a listed file belongs said "is missing".
+TEST(CheckpointSteps, EmptyManifestAndAFolderForAFileSaySo) {
+  const std::string root = fresh_dir("emptymanifest");
+  const auto deck = four_steps(root, 2);
+  const std::string step = root + "/step-000004";
+  std::ofstream(step + "/manifest.txt", std::ios::trunc).flush();
+  EXPECT_EQ(input_error([&] { read_manifest(step); }),
+            "checkpoint manifest '" + step +
+                "/manifest.txt' is empty (a step written by conductor starts with 'conductor-checkpoint 1')");
+  const std::string other = root + "/step-000003";
+  fs::remove(other + "/vstage_1.h5");
+  fs::create_directory(other + "/vstage_1.h5");
+  StageModel model(config::resolve(deck), {0, 1}, 2);
+  const std::string msg = input_error([&] { model.load_checkpoint(other); });
+  EXPECT_NE(msg.find("checkpoint file '" + other + "/vstage_1.h5' is not a regular file (a folder?)"),
+            std::string::npos)
+      << msg;
+}
+
 // A manifest whose shape does not add up (an edit, or lines from two checkpoints) is refused naming it and the
 // numbers, not resumed: pipeline x virtual must be virtual_stages, with one file line per virtual stage.
 TEST(CheckpointSteps, InconsistentManifestIsRefused) {
