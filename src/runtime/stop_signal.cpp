@@ -10,6 +10,7 @@ namespace conductor::runtime {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
 volatile std::sig_atomic_t g_count = 0;
+volatile std::sig_atomic_t g_steps_over = 0;
 
 // Async-signal-safe: only sig_atomic_t stores, write(2), signal() and raise().
 extern "C" void on_stop_signal(int sig) {
@@ -20,6 +21,7 @@ extern "C" void on_stop_signal(int sig) {
   }
   g_count = g_count + 1;
   if (g_count == 2) {
+    if (g_steps_over) return;
     // What `timeout`, a double Ctrl-C or mpirun forwarding its own signal send: keep the graceful stop.
     static const char note[] =
         "conductor: stop already requested; finishing the current step (a third signal aborts)\n";
@@ -43,6 +45,7 @@ void install_stop_handlers() {
 }
 
 bool stop_requested() { return g_signal != 0; }
+void steps_over() { g_steps_over = 1; }
 int stop_signal_number() { return static_cast<int>(g_signal); }
 
 }  // namespace conductor::runtime

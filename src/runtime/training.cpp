@@ -279,6 +279,7 @@ RunOutcome Training::run() {
       if (step_synchronously(step) == After::Stop) break;
     }
   }
+  steps_over();
   check_deferred_errors();  // a record of the last step that failed has no next step to stop
   finish();
   // Every rank at the end, under the watchdog: one stopped after its last step left the others in MPI_Finalize
