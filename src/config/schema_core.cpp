@@ -94,8 +94,17 @@ void add_core_fields(std::vector<Field>& f) {
                   "runtime.watchdog_s", [](Deck & d) -> auto& { return d.runtime.watchdog_s; },
                   "Seconds a rank waits for a message from a peer (an op's input, or a peer joining an "
                   "end-of-step collective) before it aborts every rank with a message naming the peer and "
-                  "the op (exit 1). Its own compute never counts.")
+                  "the op (exit 1). Its own compute never counts. Once a step has run, runtime.watchdog_steps "
+                  "may bound a step's waits further; a checkpoint's and a validation's keep this limit.")
                   .range(0.1, 1e7));
+  f.push_back(field<double>(
+                  "runtime.watchdog_steps", [](Deck & d) -> auto& { return d.runtime.watchdog_steps; },
+                  "Once a step has run, a step's waits (inputs, end-of-step collectives, the run's end) are "
+                  "bounded also by this many times the slowest step so far, and by at least 30 s: a stopped "
+                  "rank ends a run of one-second steps in about 30 s instead of runtime.watchdog_s. 0: "
+                  "runtime.watchdog_s alone (for steps that may stall for minutes, e.g. data on a slow file "
+                  "system).")
+                  .range(0, 1e6));
   f.push_back(field<double>(
                   "runtime.peak_tflops", [](Deck & d) -> auto& { return d.runtime.peak_tflops; },
                   "Peak TFLOP/s of one device, the denominator of MFU (model FLOPs per second / (ranks x "

@@ -141,6 +141,7 @@ class Training {
   void plan_first_order(const sched::PlannerFactory& make_planner);
   void open_data_plane();
   After step_synchronously(int step);
+  StepOutcome run_step(int step);
   void run_post_validated();
   Judgement judge(const StepNumbers& numbers, int step);
   After conclude(int step, const StepNumbers& numbers, NonfiniteGuard::Verdict verdict, std::vector<trace::OpEvent> all,
@@ -188,7 +189,9 @@ class Training {
   std::unique_ptr<Transport> data_;
   std::string data_transport_;
   std::optional<Executor> executor_;
-  std::optional<Watchdog> watchdog_;
+  std::optional<Watchdog> watchdog_;   // a step's waits: bounded by the steps so far (Watchdog::bound_by_steps)
+  std::optional<Watchdog> unbounded_;  // the waits outside steps (a checkpoint, a validation): runtime.watchdog_s
+  double slowest_step_s_ = 0;          // this rank's slowest step so far, wall time of its ops
   std::optional<StepReducer> reducer_;
   std::optional<NonfiniteGuard> nonfinite_;
   std::size_t backup_bytes_ = 0;  // post-validation's copy of weights, AdamW moments and gradients on this rank
@@ -229,6 +232,7 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   open_data_plane();
   Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
   watchdog_.emplace(plan.runtime.watchdog_s, rank_);
+  unbounded_.emplace(plan.runtime.watchdog_s, rank_);
   reducer_.emplace(*compute_, order_.num_stages(), comm);
   nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1),
                      resumed.skipped_nonfinite);
@@ -291,6 +295,16 @@ RunOutcome Training::run() {
   return outcome_;
 }
 
+// Runs the step's ops; its wall time bounds the watchdog of the steps after it (and of its own end-of-step waits).
+StepOutcome Training::run_step(int step) {
+  const std::int64_t begin = steady_now_ns();
+  StepOutcome so = executor_->run_step(step, order_);
+  slowest_step_s_ = std::max(slowest_step_s_, static_cast<double>(steady_now_ns() - begin) * 1e-9);
+  watchdog_->bound_by_steps(slowest_step_s_, plan_.runtime.watchdog_steps);
+  executor_->bound_watchdog(slowest_step_s_, plan_.runtime.watchdog_steps);
+  return so;
+}
+
 // One reduction carries the gradient norm, the loss and whether anyone was asked to stop; every rank gets the
 // same numbers, so every rank takes the same decision on a non-finite step without another message.
 Training::Judgement Training::judge(const StepNumbers& numbers, int step) {
@@ -313,7 +327,7 @@ void Training::count_migration(const StepOutcome& so) {
 
 Training::After Training::step_synchronously(int step) {
   maybe_inject_failure(rank_, step);
-  StepOutcome so = executor_->run_step(step, order_);
+  StepOutcome so = run_step(step);
   count_migration(so);
   const StepNumbers numbers = reducer_->reduce(step, asks_to_stop(), *watchdog_);
   if (numbers.stop) check_deferred_errors();  // before the update: a step read from a truncated file is not taken
@@ -362,7 +376,7 @@ Training::After Training::conclude(int step, const StepNumbers& numbers, Nonfini
   const double loss = has_math_ ? numbers.loss : std::numeric_limits<double>::quiet_NaN();
   double valid_loss = std::numeric_limits<double>::quiet_NaN();
   if (compute_->model() && verdict != NonfiniteGuard::Verdict::Stop && model::eval_due(plan_, step)) {
-    valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *watchdog_);
+    valid_loss = pipeline_eval_loss(*compute_->model(), order_, rank_, comm_, plan_.eval.batches, *unbounded_);
     check_deferred_errors();  // its validation batches too
   }
   // Rank 0 records the step. A write it cannot make (a full disk, a file-size limit) is kept and ends every rank
@@ -403,7 +417,7 @@ void Training::run_post_validated() {
   });
   for (int step = first_step_; step < plan_.run.steps;) {
     maybe_inject_failure(rank_, step);
-    StepOutcome so = executor_->run_step(step, order_);
+    StepOutcome so = run_step(step);
     count_migration(so);  // a dropped attempt's migration was paid for too
     if (posted_) {        // the previous step's check, overlapped with this step
       const std::int64_t known = posted_->known_ns;
@@ -610,14 +624,14 @@ void Training::checkpoint_if_due(int step, bool stopping, bool last) {
   const int every = plan_.checkpoint.every;
   if (!(last || stopping || (every > 0 && (step + 1) % every == 0))) return;
   const std::string what = "every rank's check of its state before checkpoint step " + std::to_string(step + 1);
-  collectively(comm_, kExitFailure, *watchdog_, what, [&] {
+  collectively(comm_, kExitFailure, *unbounded_, what, [&] {
     // Never a checkpoint of non-finite state (NaN weights pass the loss check for one step: the update that made
     // them ran after it).
     if (std::string where; !state_is_finite(*compute_, where))
       throw Error("step " + std::to_string(step + 1) + ": non-finite " + where +
                   " after the update; stopping without writing the checkpoint");
   });
-  save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_, *watchdog_);
+  save_checkpoint_step(plan_, *compute_->model(), step + 1, nonfinite_->skipped(), comm_, *unbounded_);
 }
 
 // A stop signal, or a data read of this rank's that failed during the step (model/data.hpp): either asks every

@@ -15,10 +15,20 @@
 
 namespace conductor::runtime {
 
-Watchdog::Watchdog(double seconds, int rank)
-    : seconds_(seconds),
-      limit_ns_(seconds > 0 ? static_cast<std::int64_t>(std::llround(seconds * 1e9)) : 0),
-      rank_(rank) {}
+Watchdog::Watchdog(double seconds, int rank) : configured_(seconds), seconds_(0), limit_ns_(0), rank_(rank) {
+  set_limit(seconds);
+}
+
+void Watchdog::set_limit(double seconds) {
+  seconds_ = seconds;
+  limit_ns_ = seconds > 0 ? static_cast<std::int64_t>(std::llround(seconds * 1e9)) : 0;
+}
+
+void Watchdog::bound_by_steps(double slowest_step_s, double factor) {
+  if (configured_ <= 0 || factor <= 0) return;
+  factor_ = factor;
+  set_limit(std::min(configured_, std::max(kFloorS, factor * slowest_step_s)));
+}
 
 namespace {
 
@@ -80,7 +90,12 @@ void Watchdog::fire(const std::string& what, double waited_s, int peer) const {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", waited_s);
   log::error("watchdog: rank " + std::to_string(rank_) + " waited " + secs + " s for " + what +
-             "; no message arrived; aborting (runtime.watchdog_s = " + format_double(seconds_) + ")");
+             "; no message arrived; aborting (runtime.watchdog_s = " + format_double(configured_) +
+             (seconds_ < configured_
+                  ? "; " + format_double(seconds_) + " s here: runtime.watchdog_steps = " + format_double(factor_) +
+                        " x the slowest step so far, at least " + format_double(kFloorS) + " s"
+                  : std::string()) +
+             ")");
   std::fflush(nullptr);
   std::_Exit(kExitFailure);
 }

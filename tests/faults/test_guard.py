@@ -83,6 +83,29 @@ class Guard(FaultCase):
     def test_stopped_rank_p2_watchdog(self):
         self.stopped_rank(2, 1)
 
+    def test_stopped_rank_with_the_default_watchdog(self):
+        # runtime.watchdog_s left at 300: a stopped rank held the job 300 s. Once steps have run, a wait is bounded
+        # by 10 x the slowest step, at least 30 s: every rank is gone about 30 s after the stop.
+        run = Running(2, self.deck(steps=100000, p=2, m=4))
+        run.wait_steps(2)
+        pid = run.rank_pid(1)
+        os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        try:
+            res = run.finish(start, timeout=120)
+        finally:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.assertNotEqual(res.code, 0, res.text)
+        self.assertLessEqual(res.seconds, 30 + 10, "ranks took too long to exit:\n" + res.text)
+        self.assertGreaterEqual(res.seconds, 29, "fired before the 30 s floor:\n" + res.text)
+        messages = [l for l in res.err.splitlines() if "watchdog:" in l]
+        self.assertEqual(len(messages), 1, res.text)
+        self.assertRegex(messages[0], r"rank 0 waited 30\.\d s for .*rank 1\b.*\(runtime\.watchdog_s = 300; 30 s here: "
+                                      r"runtime\.watchdog_steps = 10 x the slowest step so far, at least 30 s\)")
+
     def test_stopped_rank_p4_watchdog(self):
         self.stopped_rank(4, 1)
 

@@ -40,8 +40,9 @@ struct CudaConfig {
 };
 
 struct RuntimeConfig {
-  double watchdog_s = 300.0;  // a rank that hears nothing from a peer it waits on this long aborts the run
-  double peak_tflops = 0.0;   // peak TFLOP/s of one device for MFU; 0 = the backend's default (resolve.cpp)
+  double watchdog_s = 300.0;     // a rank that hears nothing from a peer it waits on this long aborts the run
+  double watchdog_steps = 10.0;  // once steps ran, a step's waits also at most this x the slowest step (>= 30 s)
+  double peak_tflops = 0.0;      // peak TFLOP/s of one device for MFU; 0 = the backend's default (resolve.cpp)
 };
 
 struct Deck {

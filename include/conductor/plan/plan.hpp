@@ -138,8 +138,9 @@ struct Optim {
 
 // The runtime's own settings.
 struct Runtime {
-  double watchdog_s = 300;  // a rank that hears nothing it waits for this long aborts every rank
-  double peak_tflops = 1;   // resolved: peak TFLOP/s of one device, for MFU
+  double watchdog_s = 300;     // a rank that hears nothing it waits for this long aborts every rank
+  double peak_tflops = 1;      // resolved: peak TFLOP/s of one device, for MFU
+  double watchdog_steps = 10;  // a step's waits also at most this x the slowest step so far, >= 30 s (0: off)
 };
 
 struct Checkpoint {

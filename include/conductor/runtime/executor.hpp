@@ -95,6 +95,8 @@ class Executor {
   Executor(int rank, Transport& control, Transport& data, Compute& compute, const CommonClock& clock,
            const sim::NoiseModel& noise, ExecutorOptions options);
   StepOutcome run_step(int step, const sched::Schedule& order);
+  // The watchdog of the step's waits (inputs, helpers' answers), bounded by the steps so far (Watchdog).
+  void bound_watchdog(double slowest_step_s, double factor) { watchdog_.bound_by_steps(slowest_step_s, factor); }
   // Called on every pass of the step's loop, between ops: optimizer post-validation polls the previous step's
   // check there while this step runs (runtime/training.cpp). Empty: nothing.
   void set_between_ops(std::function<void()> hook) { between_ops_ = std::move(hook); }

@@ -28,9 +28,17 @@ namespace conductor::runtime {
 
 class Watchdog {
  public:
+  // A step's waits are bounded by runtime.watchdog_steps x the slowest step so far, at least kFloorS.
+  static constexpr double kFloorS = 30.0;
+
   // seconds <= 0: never fires.
   Watchdog(double seconds, int rank);
-  double seconds() const { return seconds_; }
+  double seconds() const { return seconds_; }  // the limit now: runtime.watchdog_s, or less once bounded
+  // Once a step has run, a wait much longer than any step is no step's: the limit becomes min(runtime.watchdog_s,
+  // max(kFloorS, factor x slowest_step_s)) (factor: runtime.watchdog_steps; 0 leaves it), so a stopped peer ends
+  // the run within about 30 s where its steps take a second (300 s before). The waits outside steps (a
+  // checkpoint's files, a validation pass) keep the configured limit: they use a Watchdog not bounded.
+  void bound_by_steps(double slowest_step_s, double factor);
   std::int64_t limit_ns() const { return limit_ns_; }
   // True once a wait that began at since_ns (steady clock) has lasted past the limit at now_ns.
   bool expired(std::int64_t since_ns, std::int64_t now_ns) const {
@@ -67,6 +75,10 @@ class Watchdog {
   void wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const;
 
  private:
+  void set_limit(double seconds);
+
+  double configured_;  // runtime.watchdog_s
+  double factor_ = 0;  // runtime.watchdog_steps, once bound_by_steps applied it
   double seconds_;
   std::int64_t limit_ns_;
   int rank_;
