@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/serialize/archive.h>
 
 #include "conductor/util/checksum.hpp"
@@ -298,6 +299,19 @@ std::string torch_reason(const std::exception& e) {
   for (const char* cut : {"(Could this error message", "Exception raised from"}) {
     if (const auto at = what.find(cut); at != std::string::npos) what.erase(at);
   }
+  // c10's source location ("[enforce fail at inline_container.cc:129] . ") says nothing to a user.
+  if (what.rfind("[enforce fail at ", 0) == 0) {
+    const auto end = what.find("] ");
+    what = end == std::string::npos ? std::string() : what.substr(end + 2);
+    if (what.rfind(". ", 0) == 0) what.erase(0, 2);
+  }
+  const std::string locating = "failed locating file ";
+  if (const auto at = what.find(locating); at != std::string::npos) {
+    const auto start = at + locating.size();
+    return "it has no '" + what.substr(start, what.find(':', start) - start) + "' record";
+  }
+  if (what.find("data is not allocated yet") != std::string::npos) return "a tensor's data is missing";
+  if (what.find("istream reader failed") != std::string::npos) return "the archive is cut short";
   const std::string has_record = "Expected hasRecord(\"";
   if (const auto at = what.find(has_record); at != std::string::npos) {
     const auto start = at + has_record.size();
@@ -319,6 +333,7 @@ void read_tensors(const std::string& path, const std::string& body, Policy& p) {
     throw InputError("policy file '" + path + "' is corrupt: its tensor archive is not a LibTorch archive (" +
                      torch_reason(e) + ")");
   }
+  std::size_t needed = 0;  // bytes of the tensors' data, by their shapes
   auto read = [&](const char* name, std::vector<std::int64_t> shape) {
     torch::Tensor t;
     try {
@@ -330,6 +345,11 @@ void read_tensors(const std::string& path, const std::string& body, Policy& p) {
                          shape_text(t.sizes().vec()) + ", the header's sizes (hidden=" + std::to_string(H) + ") need " +
                          shape_text(shape));
       }
+      if (t.scalar_type() != torch::kFloat32) {
+        throw InputError("policy file '" + path + "' is corrupt: tensor '" + name + "' holds " +
+                         std::string(c10::toString(t.scalar_type())) + " numbers, not float32");
+      }
+      needed += static_cast<std::size_t>(t.numel()) * sizeof(float);
       return detail::flat(t);
     } catch (const InputError&) {
       throw;
@@ -351,6 +371,23 @@ void read_tensors(const std::string& path, const std::string& body, Policy& p) {
   p.cb2 = read("critic.l2.bias", {H});
   p.c3 = read("critic.l3.weight", {1, H});
   p.cb3 = read("critic.l3.bias", {1})[0];
+  // A data record shorter than its tensor's shape is read past its end (LibTorch allocates by the shape): other
+  // memory's bytes, different from run to run. The records must hold every byte the shapes need.
+  std::size_t stored = 0;
+  try {
+    std::istringstream rs(body);
+    caffe2::serialize::PyTorchStreamReader records(&rs);
+    for (const std::string& record : records.getAllRecords()) {
+      if (record.rfind("data/", 0) == 0) stored += std::get<1>(records.getRecord(record));
+    }
+  } catch (const std::exception& e) {
+    throw InputError("policy file '" + path + "' is corrupt: its tensor archive's records cannot be read (" +
+                     torch_reason(e) + ")");
+  }
+  if (stored < needed) {
+    throw InputError("policy file '" + path + "' is corrupt: its tensors' data records hold " + std::to_string(stored) +
+                     " bytes, their shapes need " + std::to_string(needed));
+  }
 }
 
 }  // namespace

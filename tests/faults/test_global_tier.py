@@ -266,6 +266,63 @@ class GlobalTier(FaultCase):
         for raw in ("Could this error message", "hasRecord", "Exception raised from", "c10::"):
             self.assertNotIn(raw, res.text)
 
+    def test_tensor_data_shorter_than_its_shape(self):
+        """A stamped archive whose first tensor's data record holds 4 bytes (or half) of a [32, 19] tensor: LibTorch
+        read past it, so the same file was refused once ('non-finite weights') and ran the next time, or ran with
+        other makespans each time."""
+        import io
+        import zipfile
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            header, body = f.readline().decode(), f.read()
+        src = zipfile.ZipFile(io.BytesIO(body))
+        data0 = [i.filename for i in src.infolist() if i.filename.endswith("/data/0")][0]
+        for cut in (4, 1216):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+                for i in src.infolist():
+                    d = src.read(i.filename)
+                    z.writestr(i.filename, d[:cut] if i.filename == data0 else d)
+            cut_body = buf.getvalue()
+            stamped = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(cut_body), header)
+            stamped = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(cut_body), stamped)
+            policy = os.path.join(self.tmp.name, "short%d.pt" % cut)
+            with open(policy, "wb") as f:
+                f.write(stamped.encode() + cut_body)
+            for _ in range(2):
+                res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
+                self.assertFault(res, 2, r"policy file '%s' is corrupt: its tensors' data records hold \d+ bytes, their "
+                                 r"shapes need \d+" % re.escape(policy))
+
+    def test_archive_faults_in_our_words(self):
+        """A stamped archive without a tensor's data record, or with a file outside its folder, printed c10's text
+        ('PytorchStreamReader failed locating file data/5: file not found', '[enforce fail at
+        inline_container.cc:129] . file in archive is not in a subdirectory')."""
+        import io
+        import zipfile
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            header, body = f.readline().decode(), f.read()
+        src = zipfile.ZipFile(io.BytesIO(body))
+        for name, keep, extra, why in (
+                ("missing.pt", lambda n: not n.endswith("/data/5"), None, r"it has no 'data/5' record"),
+                ("stray.pt", lambda n: True, "hello.txt", r"file in archive is not in a subdirectory: hello\.txt")):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+                if extra:
+                    z.writestr(extra, b"hi")
+                for i in src.infolist():
+                    if keep(i.filename):
+                        z.writestr(i.filename, src.read(i.filename))
+            new = buf.getvalue()
+            stamped = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(new), header)
+            stamped = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(new), stamped)
+            policy = os.path.join(self.tmp.name, name)
+            with open(policy, "wb") as f:
+                f.write(stamped.encode() + new)
+            res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
+            self.assertFault(res, 2, r"policy file '%s' is corrupt: .*\(%s\)" % (re.escape(policy), why))
+            for raw in ("enforce fail", "PytorchStreamReader", "inline_container", "c10::"):
+                self.assertNotIn(raw, res.text)
+
 
 if __name__ == "__main__":
     unittest.main()
