@@ -17,6 +17,7 @@
 
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 #include "conductor/util/text_file.hpp"
 #include "nets.hpp"
 
@@ -153,10 +154,19 @@ void verify_body(const std::string& path, const std::map<std::string, std::strin
   const auto bytes = kv.find("body_bytes");
   const auto crc = kv.find("body_crc32");
   std::uint32_t want = 0;
-  if (bytes == kv.end() || crc == kv.end() || !util::parse_crc32_hex(crc->second, want)) {
+  if (bytes == kv.end() && crc == kv.end()) {
     throw InputError("policy file '" + path +
-                     "' has no valid body_crc32/body_bytes in its header (written before "
-                     "policy checksums: re-stamp it with scripts/stamp-policy.py or retrain it)");
+                     "' has no body_crc32/body_bytes in its header (written before policy checksums: re-stamp it "
+                     "with scripts/stamp-policy.py or retrain it)");
+  }
+  // Present but damaged, the header is no pre-checksum one: re-stamping would vouch for bytes no checksum covers.
+  if (bytes == kv.end() || crc == kv.end() || !util::parse_crc32_hex(crc->second, want)) {
+    throw InputError("policy file '" + path + "' is corrupt: its header's " +
+                     (crc == kv.end() ? std::string("body_crc32 is missing") :
+                      bytes == kv.end() ? std::string("body_bytes is missing")
+                                        : "body_crc32 = '" + printable(crc->second) +
+                                              "' is not 0x and 8 lower-case hex digits") +
+                     "; retrain it, or restore it from a copy");
   }
   if (bytes->second != std::to_string(body.size())) {
     throw InputError("policy file '" + path + "' is corrupt: its body has " + std::to_string(body.size()) +

@@ -326,7 +326,17 @@ TEST(PolicyFile, BadFilesAreClearInputErrors) {
   unstamped.erase(unstamped.find(" body_bytes="), eol - unstamped.find(" body_bytes="));
   const std::string unstamped_path = temp_path("unstamped.pt");
   std::ofstream(unstamped_path, std::ios::binary) << unstamped;
-  expect_error(unstamped_path, "body_crc32");
+  expect_error(unstamped_path, "written before policy checksums");
+  // A checksum present but damaged (upper case, decimal) is no pre-checksum header: re-stamping it was the advice.
+  const std::size_t crc_at = bytes.find("body_crc32=0x") + 13;
+  for (const std::string& damaged : {std::string("ABCDEF12"), std::string("123")}) {
+    std::string bad = bytes;
+    bad.replace(crc_at, 8, damaged);
+    const std::string bad_path = temp_path("bad-crc.pt");
+    std::ofstream(bad_path, std::ios::binary | std::ios::trunc) << bad;
+    expect_error(bad_path, "is corrupt: its header's body_crc32 = '0x" + damaged +
+                               "' is not 0x and 8 lower-case hex digits; retrain it, or restore it from a copy");
+  }
 
   std::string old = bytes;
   const std::string key = "feature_version=" + std::to_string(policy::kFeatureVersion);
