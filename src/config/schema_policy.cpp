@@ -9,8 +9,8 @@ void add_policy_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
       "scheduler.policy", [](Deck & d) -> auto& { return d.policy.path; },
       "Policy file of `scheduler.kind: ppo` (written by `conductor train-policy`); empty = "
-      "the shipped inputs/policies/default.pt. Set with another scheduler.kind, which reads no policy, the deck is "
-      "refused."));
+      "the shipped inputs/policies/default.pt. Set with another scheduler.kind, which reads no policy, or for "
+      "`conductor train-policy`, which trains a new one, the deck is refused."));
   f.push_back(field<double>(
                   "scheduler.ema", [](Deck & d) -> auto& { return d.policy.ema; },
                   "ppo scheduler: weight of the last step's measured op times in the online cost "
@@ -100,6 +100,13 @@ void finalize_policy(Deck& deck, const LoadOptions& options, std::vector<std::st
                        "' applies to scheduler.kind ppo only, and scheduler.kind = " + deck.scheduler.kind +
                        " reads no policy; set scheduler.kind=ppo to run that policy, or leave scheduler.policy "
                        "empty (scheduler.policy='')");
+  }
+  // train-policy trains a policy from its ppo.* keys; a policy named to plan with was ignored, silently.
+  if (!deck.policy.path.empty() && options.command == Command::TrainPolicy) {
+    problems.push_back(options.source_name + ": scheduler.policy = '" + deck.policy.path +
+                       "' names a policy to plan with, which train-policy does not read (it trains a new one from "
+                       "the ppo.* keys into run.output/policy.pt); leave scheduler.policy empty "
+                       "(scheduler.policy='')");
   }
   // The same for the ppo scheduler's two tuning keys: set to anything but their defaults beside another kind they
   // changed nothing, silently.

@@ -162,10 +162,10 @@ void verify_body(const std::string& path, const std::map<std::string, std::strin
   // Present but damaged, the header is no pre-checksum one: re-stamping would vouch for bytes no checksum covers.
   if (bytes == kv.end() || crc == kv.end() || !util::parse_crc32_hex(crc->second, want)) {
     throw InputError("policy file '" + path + "' is corrupt: its header's " +
-                     (crc == kv.end() ? std::string("body_crc32 is missing") :
-                      bytes == kv.end() ? std::string("body_bytes is missing")
-                                        : "body_crc32 = '" + printable(crc->second) +
-                                              "' is not 0x and 8 lower-case hex digits") +
+                     (crc == kv.end() ? std::string("body_crc32 is missing")
+                      : bytes == kv.end()
+                          ? std::string("body_bytes is missing")
+                          : "body_crc32 = '" + printable(crc->second) + "' is not 0x and 8 lower-case hex digits") +
                      "; retrain it, or restore it from a copy");
   }
   if (bytes->second != std::to_string(body.size())) {

@@ -293,6 +293,14 @@ class GlobalTier(FaultCase):
                 self.assertFault(res, 2, r"policy file '%s' is corrupt: its tensors' data records hold \d+ bytes, their "
                                  r"shapes need \d+" % re.escape(policy))
 
+    def test_train_policy_refuses_a_policy_to_plan_with(self):
+        # It was ignored: the trained policy came out byte for byte as without it, a corrupt one too.
+        policy = os.path.join(SOURCE, "inputs", "policies", "default.pt")
+        res = run1("train-policy", self.ppo_deck(), "scheduler.policy=" + policy)
+        self.assertFault(res, 2, r"scheduler\.policy = '%s' names a policy to plan with, which train-policy does not "
+                         r"read .*leave scheduler\.policy empty" % re.escape(policy))
+        self.assertFalse(os.path.exists(self.out))
+
     def test_archive_faults_in_our_words(self):
         """A stamped archive without a tensor's data record, or with a file outside its folder, printed c10's text
         ('PytorchStreamReader failed locating file data/5: file not found', '[enforce fail at
