@@ -36,7 +36,9 @@ void add_core_fields(std::vector<Field>& f) {
       "checkpoint root; "
       "simulate may rewrite a folder holding only its own results of this very deck (run.output and run.overwrite "
       "aside); train-policy replaces a "
-      "trained policy (even of this very deck) only with run.overwrite."));
+      "trained policy (even of this very deck) only with run.overwrite. It replaces the files this command "
+      "writes; another command's files there stay (a simulation's summary.json beside a trained policy.pt): "
+      "choose a folder per command to keep them apart."));
   f.push_back(field<double>(
                   "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },
                   "Size guard: a deck whose estimated memory (simulator: schedule, engine state and "
