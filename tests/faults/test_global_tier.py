@@ -48,6 +48,36 @@ class GlobalTier(FaultCase):
         self.assertEqual(res.code, 0, res.text)
         return self.snapshot()
 
+    def stamped(self, name, body):
+        """A policy file of the shipped one's header over `body`, its body_bytes and body_crc32 made to match."""
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            header = f.readline().decode()
+        header = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(body), header)
+        header = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(body), header)
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "wb") as f:
+            f.write(header.encode() + body)
+        return path
+
+    @staticmethod
+    def shipped_archive():
+        import io
+        import zipfile
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            f.readline()
+            return zipfile.ZipFile(io.BytesIO(f.read()))
+
+    @staticmethod
+    def zipped(entries):
+        """A stored (uncompressed) zip of (name, bytes) pairs, in order."""
+        import io
+        import zipfile
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            for name, data in entries:
+                z.writestr(name, data)
+        return buf.getvalue()
+
     def snapshot(self):
         files = {}
         for name in sorted(os.listdir(self.out)):
@@ -247,19 +277,7 @@ class GlobalTier(FaultCase):
     def test_archive_without_version_record_is_named_in_our_words(self):
         """A policy file with a valid header and CRC-32 over a zip that is not a LibTorch archive (no 'version'
         record) printed c10's 'Expected hasRecord(...) ... (Could this error message be improved? ...)'."""
-        import io
-        import zipfile
-        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
-            header = f.readline().decode()
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-            z.writestr("archive/data.pkl", b"not a pickle")
-        body = buf.getvalue()
-        header = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(body), header)
-        header = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(body), header)
-        policy = os.path.join(self.tmp.name, "noversion.pt")
-        with open(policy, "wb") as f:
-            f.write(header.encode() + body)
+        policy = self.stamped("noversion.pt", self.zipped([("archive/data.pkl", b"not a pickle")]))
         res = run1("simulate", self.ppo_deck(), "scheduler.policy=" + policy)
         self.assertFault(res, 2, r"policy file '%s' is corrupt: its tensor archive is not a LibTorch archive "
                          r"\(it has no 'version' record\)" % re.escape(policy))
@@ -270,24 +288,11 @@ class GlobalTier(FaultCase):
         """A stamped archive whose first tensor's data record holds 4 bytes (or half) of a [32, 19] tensor: LibTorch
         read past it, so the same file was refused once ('non-finite weights') and ran the next time, or ran with
         other makespans each time."""
-        import io
-        import zipfile
-        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
-            header, body = f.readline().decode(), f.read()
-        src = zipfile.ZipFile(io.BytesIO(body))
-        data0 = [i.filename for i in src.infolist() if i.filename.endswith("/data/0")][0]
+        src = self.shipped_archive()
         for cut in (4, 1216):
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-                for i in src.infolist():
-                    d = src.read(i.filename)
-                    z.writestr(i.filename, d[:cut] if i.filename == data0 else d)
-            cut_body = buf.getvalue()
-            stamped = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(cut_body), header)
-            stamped = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(cut_body), stamped)
-            policy = os.path.join(self.tmp.name, "short%d.pt" % cut)
-            with open(policy, "wb") as f:
-                f.write(stamped.encode() + cut_body)
+            policy = self.stamped("short%d.pt" % cut, self.zipped(
+                (i.filename, src.read(i.filename)[:cut] if i.filename.endswith("/data/0") else src.read(i.filename))
+                for i in src.infolist()))
             for _ in range(2):
                 res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
                 self.assertFault(res, 2, r"policy file '%s' is corrupt: its tensors' data records hold \d+ bytes, their "
@@ -305,27 +310,12 @@ class GlobalTier(FaultCase):
         """A stamped archive without a tensor's data record, or with a file outside its folder, printed c10's text
         ('PytorchStreamReader failed locating file data/5: file not found', '[enforce fail at
         inline_container.cc:129] . file in archive is not in a subdirectory')."""
-        import io
-        import zipfile
-        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
-            header, body = f.readline().decode(), f.read()
-        src = zipfile.ZipFile(io.BytesIO(body))
-        for name, keep, extra, why in (
-                ("missing.pt", lambda n: not n.endswith("/data/5"), None, r"it has no 'data/5' record"),
-                ("stray.pt", lambda n: True, "hello.txt", r"file in archive is not in a subdirectory: hello\.txt")):
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-                if extra:
-                    z.writestr(extra, b"hi")
-                for i in src.infolist():
-                    if keep(i.filename):
-                        z.writestr(i.filename, src.read(i.filename))
-            new = buf.getvalue()
-            stamped = re.sub(r"body_bytes=\d+", "body_bytes=%d" % len(new), header)
-            stamped = re.sub(r"body_crc32=0x[0-9a-f]+", "body_crc32=0x%08x" % zlib.crc32(new), stamped)
-            policy = os.path.join(self.tmp.name, name)
-            with open(policy, "wb") as f:
-                f.write(stamped.encode() + new)
+        src = self.shipped_archive()
+        records = [(i.filename, src.read(i.filename)) for i in src.infolist()]
+        for name, entries, why in (
+                ("missing.pt", [r for r in records if not r[0].endswith("/data/5")], r"it has no 'data/5' record"),
+                ("stray.pt", [("hello.txt", b"hi")] + records, r"file in archive is not in a subdirectory: hello\.txt")):
+            policy = self.stamped(name, self.zipped(entries))
             res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
             self.assertFault(res, 2, r"policy file '%s' is corrupt: .*\(%s\)" % (re.escape(policy), why))
             for raw in ("enforce fail", "PytorchStreamReader", "inline_container", "c10::"):
