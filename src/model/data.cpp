@@ -156,6 +156,7 @@ void DataSource::load_files(const plan::Plan& plan) {
     if (held_out > 0) valid_.add(run.slice(run.count - held_out, held_out), window);
     train_.add(run.slice(0, run.count - held_out), window);
   }
+  if (!d.valid_files.empty()) valid_key_ = "data.valid_path";
   for (const std::string& f : d.valid_files) {
     TokenSpan run = read_keyed(source_, f, "data.valid_path");
     same_type(run, "data.valid_path");
@@ -202,6 +203,17 @@ void DataSource::fill_checked(const std::function<std::string()>& where, const s
                               std::vector<int>& inputs, std::vector<int>& targets) const {
   try {
     fill(row_of, inputs, targets);
+    // The files' ids were checked when they were opened; a file rewritten in place since (same size) can hold ids
+    // past the vocabulary, which index past the embedding's rows: checked again as they are read.
+    for (const std::vector<int>* ids : {&inputs, &targets}) {
+      for (std::size_t i = 0; i < ids->size(); ++i) {
+        if (const int id = (*ids)[i]; id < 0 || id >= vocab_) {
+          throw InputError("token id " + std::to_string(id) + " (row " + std::to_string(i / seq_len_) + ", position " +
+                           std::to_string(i % seq_len_) + ") is outside the vocabulary (model.vocab = " +
+                           std::to_string(vocab_) + "): the file was rewritten since the run opened it");
+        }
+      }
+    }
   } catch (const InputError& e) {
     const std::string message =
         where() + ": " + e.what() + "; restore the file (or its copy as it was) and resume from the last checkpoint";
@@ -242,7 +254,7 @@ void DataSource::valid_microbatch(int batch, std::vector<int>& inputs, std::vect
     return;
   }
   if (valid_.windows() == 0) throw InputError("no validation data: set data.valid_path or data.valid_fraction");
-  fill_checked([&] { return "validation batch " + std::to_string(batch); },
+  fill_checked([&] { return valid_key_ + ": validation batch " + std::to_string(batch); },
                [&](int b, int* tokens) {
                  const std::size_t k = static_cast<std::size_t>(batch) * static_cast<std::size_t>(batch_) + b;
                  valid_.copy_window(k * static_cast<std::size_t>(seq_len_) % valid_.windows(), seq_len_ + 1, tokens);

@@ -69,6 +69,31 @@ class DataFiles(FaultCase):
         with open(os.path.join(self.out, "metrics.jsonl")) as f:
             self.assertEqual(len(f.readlines()), len(done))
 
+    def test_shard_rewritten_in_place_with_ids_past_the_vocabulary(self):
+        # The same size, other ids: checked only when opened, an id >= model.vocab indexed past the embedding
+        # (SIGSEGV, no message, no summary).
+        shard = self.shard()
+        run = Background([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", self.data_deck(shard, 100000)])
+        self.addCleanup(run.kill)
+        run.wait_steps(3)
+        with open(shard, "r+b") as f:
+            f.seek(1024)
+            f.write(b"\xff\xff" * 199000)
+        start = time.monotonic()
+        try:
+            run.proc.wait(timeout=EXIT_DEADLINE_S + 30)
+        finally:
+            run.kill()
+        r = run.result(start)
+        self.assertFault(r, 1, r"data\.path: step \d+ \(microbatch \d+\): token id 65535 \(row \d+, position \d+\) is "
+                               r"outside the vocabulary \(model\.vocab = \d+\): the file was rewritten since the run "
+                               r"opened it; restore the file")
+        self.assertEqual(len([l for l in r.err.splitlines() if "error:" in l]), 1, r.text)
+        self.assertNotEqual(r.code, 139, "SIGSEGV")
+        done = [int(m.group(1)) for m in re.finditer(r"^step +(\d+)/", r.out, re.M)]
+        with open_trace(os.path.join(self.out, "trace.h5")) as t:
+            self.assertEqual([int(x) for x in t["steps"]["step"] if x >= 0], [x - 1 for x in done])
+
     def checkpointed(self):
         """A run of 3 steps on one shard with its checkpoint root; returns (shard, root)."""
         shard = self.shard()

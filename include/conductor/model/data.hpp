@@ -85,6 +85,8 @@ class DataSource {
   std::uint64_t seed_;
   std::vector<int> successors_;  // [vocab][4] (synthetic)
   Corpus train_, valid_;         // file, llmc, megatron
+  // The key validation windows come from, for read errors: data.path's held-out part unless data.valid_path.
+  std::string valid_key_ = "data.path (its data.valid_fraction)";
   std::vector<DataFileIdentity> files_;
   std::unique_ptr<ReadErrors> read_errors_ = std::make_unique<ReadErrors>();
 };
