@@ -1,5 +1,6 @@
 // Deck keys of computation migration (migration.*; docs/migration.md) and their cross-field checks.
 #include <algorithm>
+#include <cmath>
 
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
@@ -236,6 +237,20 @@ void finalize_migration(Deck& deck, const LoadOptions& options, std::vector<std:
     problems.push_back(src +
                        ": migration.enabled = true with migration.max_fraction = 0 moves nothing; give a "
                        "fraction in (0, 1] or set migration.enabled=false");
+  } else if (const int groups = m.slices; std::floor(m.max_fraction * groups + 1e-9) < 1) {
+    // A helper takes at most floor(max_fraction x slices) slices: below one, nothing ever moved, silently.
+    problems.push_back(src + ": migration.max_fraction = " + format_double(m.max_fraction) +
+                       " of migration.slices = " + std::to_string(groups) +
+                       " lets a helper take no slice (at most floor(" + format_double(m.max_fraction) + " x " +
+                       std::to_string(groups) + ") = 0); give a fraction of at least 1/" + std::to_string(groups) +
+                       ", more slices, or set migration.enabled=false");
+  }
+  // conductor run moves a part of a unit's groups; a unit in one group it never splits, so nothing moved.
+  if (options.command == Command::Run && m.slices == 1) {
+    problems.push_back(src +
+                       ": migration.slices = 1 makes each op one slice, which conductor run does not move "
+                       "(it sends a part of an op's groups); give migration.slices >= 2 or set "
+                       "migration.enabled=false");
   }
   if (m.units.empty()) {
     problems.push_back(src + ": migration.units is empty; name at least one of heads, mlp, vocab");

@@ -359,6 +359,7 @@ double MigrationPeer::offload(int i, std::int64_t now, double estimate_ns) {
   own.decided_at = now;
   own.slices = o.slices;
   own.own_share = o.owner_time / (estimate_ns / 1e6);
+  own.estimate_ns = estimate_ns;
   compute_.keep_share(own.own_share);
   return o.op_time * 1e6;
 }
@@ -532,9 +533,12 @@ void MigrationPeer::finish(int i, OpSpan& span) {
     own.real = false;
   }
   if (own.declined) {
-    // The helper was busy after all: the owner computes the slices it sent (its share's rate).
+    // The helper was busy after all: the owner computes the slices it sent, at its share's rate; with every slice
+    // sent (no share: kept 0, and 1 / 0 slept for ever, the pipeline deadlocked) at the op's modelled time.
     const std::int64_t kept = span.end_ns - span.start_ns;
-    sleep_until_ns(steady_now_ns() + std::llround(static_cast<double>(kept) * (1.0 / own.own_share - 1.0)));
+    const double slices_ns =
+        own.own_share > 1e-9 ? static_cast<double>(kept) * (1.0 / own.own_share - 1.0) : own.estimate_ns;
+    sleep_until_ns(steady_now_ns() + std::llround(slices_ns));
     span.end_ns = steady_now_ns();
     own.back = clock_.to_common(span.end_ns);
     slices_given_ -= own.slices;  // they stayed here after all

@@ -511,6 +511,18 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
   EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.slices=3", "migration.units=[mlp,vocab]"}).empty());
   p = one({"migration.enabled=true", "migration.max_fraction=0"});
   EXPECT_TRUE(contains(p, "migration.max_fraction = 0 moves nothing")) << p;
+  // A fraction whose floor of the slices is 0 moved nothing too, silently (0.01 x 4 slices; 0.5 x 1 slice).
+  p = one({"migration.enabled=true", "migration.max_fraction=0.01"});
+  EXPECT_TRUE(contains(p,
+                       "migration.max_fraction = 0.01 of migration.slices = 4 lets a helper take no slice (at "
+                       "most floor(0.01 x 4) = 0); give a fraction of at least 1/4"))
+      << p;
+  p = one({"migration.enabled=true", "migration.slices=1"});
+  EXPECT_TRUE(contains(p, "of migration.slices = 1 lets a helper take no slice")) << p;
+  // One slice per op: the simulator moves it whole; conductor run never splits a unit of one group (it moved none).
+  EXPECT_TRUE(problems_of("", {"migration.enabled=true", "migration.slices=1", "migration.max_fraction=1"}).empty());
+  p = one({"migration.enabled=true", "migration.slices=1", "migration.max_fraction=1"}, Command::Run);
+  EXPECT_TRUE(contains(p, "migration.slices = 1 makes each op one slice, which conductor run does not move")) << p;
   p = one({"migration.max_fraction=1.5"});
   EXPECT_TRUE(contains(p, "migration.max_fraction")) << p;
   p = one({"migration.link=ethernet"});

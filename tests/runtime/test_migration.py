@@ -159,6 +159,22 @@ class EmulatedMigrationTest(unittest.TestCase):
         self.assertEqual(len(line), 1, proc.stdout)
         self.assertIn("decisions (%d declined by a busy helper)" % len(declined), line[0])
 
+    def test_every_slice_forced_and_declined(self):
+        """Forced to give all 4 of 4 slices away, the owner keeps no share: a declined op's slices took 1/0 of its
+        kept time, the owner slept for ever and the pipeline deadlocked (the watchdog's message after 8 s). A
+        declined op now lasts its modelled time, as with a share."""
+        out = os.path.join(self.tmp.name, "all")
+        proc = self.run_deck(2, deck(out, 2, -1), "migration.force=[0->1:F:4]", "run.steps=2",
+                             "runtime.watchdog_s=8")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
+            events = t["events"][:]
+        forwards = events[(events["rank"] == 0) & (events["kind"] == 0)]
+        declined = forwards[forwards["migrated"] == 0]
+        self.assertEqual(len(forwards), 2 * MICROBATCHES)
+        self.assertGreater(len(declined), 0, "rank 1 runs its own ops most of the step: some requests find it busy")
+        self.assertTrue(np.all(declined["end_ns"] - declined["start_ns"] >= 19_000_000))  # 20 ms alone
+
     def test_cpu_backend_refuses_more_vocab_groups_than_columns(self):
         out = os.path.join(self.tmp.name, "cpu")
         proc = self.run_deck(2, deck(out, 2, 0, backend="cpu"), "migration.units=[vocab]", "model.vocab=8",

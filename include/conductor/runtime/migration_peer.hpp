@@ -29,6 +29,7 @@ class MigrationPeer {
     int helper = -1;
     int slices = 0;
     double own_share = 1.0;
+    double estimate_ns = 0;  // the op alone by the cost model, at the decision
     std::int64_t decided_at = INT64_MAX;
     std::int64_t back = -1;  // the answer's arrival (common clock); -1 while due
     bool real = false;       // the answer carries real slices to land
