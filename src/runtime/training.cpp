@@ -219,9 +219,12 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   // message after the step (check_deferred_errors), instead of that rank throwing while its peers wait on it.
   if (compute_->model()) compute_->model()->data().defer_read_errors();
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
-  if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
+  // The resume's checks (its step, the data files it recorded) before checkpoint.path is probed and locked: a
+  // refused resume left a new checkpoint.path created, holding a lock file (README: nothing is created before
+  // every input has passed its checks). Reading a step needs no lock: steps and `latest` move by renames.
   Resumed resumed;
   if (!plan.checkpoint.resume.empty()) resumed = resume_from_checkpoint(plan, compute_->model(), comm);
+  if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
   first_step_ = resumed.step;
   outcome_.first_step = first_step_;
   // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the

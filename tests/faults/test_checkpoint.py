@@ -229,6 +229,15 @@ class Checkpoints(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertRegex(r.text, r"warning: checkpoint\.resume = .*resuming with optim\.lr = 0\.001 here, .* there")
 
+    def test_refused_resume_creates_no_checkpoint_path(self):
+        # The new checkpoint.path was probed and locked before the resume's checks: a refused resume left it
+        # created, holding .conductor.lock.
+        ck = os.path.join(self.tmp.name, "new-ck")
+        r = mpirun(2, "run", self.deck(steps=6, extra=CPU), "checkpoint.resume=" + os.path.join(self.good, "step-000009"),
+                   "checkpoint.path=" + ck, "run.output=" + os.path.join(self.tmp.name, "new-out"))
+        self.assertFault(r, 2, r"step-000009")
+        self.assertFalse(os.path.exists(ck))
+
     def test_resume_with_other_layers_names_the_keys(self):
         # A checkpoint of 2 layers resumed with model.n_layers = 3: the stage files' layer ranges differ, and the
         # message said only "layers 0..0" against "0..1" (or "2..1" for a stage of none), not which keys to check.
