@@ -12,6 +12,7 @@
 #include "conductor/util/error.hpp"
 #include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
+#include "conductor/util/mpi.hpp"
 
 namespace conductor::runtime {
 
@@ -149,18 +150,9 @@ void watched_gather(const Watchdog& w, const void* send, int send_count, MPI_Dat
 
 void watched_check_all(const Watchdog& w, bool ok, const std::string& message, int exit_code, MPI_Comm comm,
                        const std::string& what) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = ok ? size : rank;
-  int first_failed = size;
-  watched_allreduce(w, &mine, &first_failed, 1, MPI_INT, MPI_MIN, comm, what);
-  if (first_failed == size) return;
-  if (rank == first_failed) log::error(message);
-  const int code = ok ? 0 : exit_code;
-  int agreed = 0;
-  watched_allreduce(w, &code, &agreed, 1, MPI_INT, MPI_MAX, comm, what);
-  throw CollectiveExit(agreed);
+  mpi::check_all(ok, message, exit_code, comm, [&](const int* in, int* out, MPI_Op op) {
+    watched_allreduce(w, in, out, 1, MPI_INT, op, comm, what);
+  });
 }
 
 void watched_gatherv(const Watchdog& w, const void* send, int send_count, MPI_Datatype send_type, void* recv,

@@ -51,7 +51,7 @@ int world_size() {
   return s;
 }
 
-void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm) {
+void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm, const IntAllreduce& reduce) {
   if (!initialized()) {
     if (!ok) {
       log::error(message);
@@ -62,14 +62,18 @@ void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  const auto allreduce = [&](const int* in, int* out, MPI_Op op) {
+    if (reduce) return reduce(in, out, op);
+    MPI_Allreduce(in, out, 1, MPI_INT, op, comm);
+  };
   int mine = ok ? size : rank;
   int first_failed = size;
-  MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, comm);
+  allreduce(&mine, &first_failed, MPI_MIN);
   if (first_failed == size) return;
   if (rank == first_failed) log::error(message);
   int code = ok ? 0 : exit_code;
   int agreed = 0;
-  MPI_Allreduce(&code, &agreed, 1, MPI_INT, MPI_MAX, comm);
+  allreduce(&code, &agreed, MPI_MAX);
   throw CollectiveExit(agreed);
 }
 

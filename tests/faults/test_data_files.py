@@ -43,19 +43,24 @@ class DataFiles(FaultCase):
     def data_deck(self, shard, steps):
         return self.deck(steps=steps, extra=CPU + "data: {source: llmc, path: '%s'}\n" % shard)
 
-    def test_shard_truncated_mid_run(self):
-        shard = self.shard()
+    def changed_mid_run(self, shard, change):
+        """A long run on `shard`, which change(file) alters in place after 3 steps; the run's result from then."""
         run = Background([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", self.data_deck(shard, 100000)])
         self.addCleanup(run.kill)
         run.wait_steps(3)
-        with open(shard, "r+b") as f:  # cut in place, as a shorter file copied over it is
-            f.truncate(os.path.getsize(shard) // 2)
+        with open(shard, "r+b") as f:
+            change(f)
         start = time.monotonic()
         try:
             run.proc.wait(timeout=EXIT_DEADLINE_S + 30)
         finally:
             run.kill()
-        r = run.result(start)
+        return run.result(start)
+
+    def test_shard_truncated_mid_run(self):
+        shard = self.shard()
+        # Cut in place, as a shorter file copied over it is.
+        r = self.changed_mid_run(shard, lambda f: f.truncate(os.path.getsize(shard) // 2))
         self.assertFault(r, 1, r"data\.path: step \d+ \(microbatch \d+\): '%s' is now 200512 bytes, but \d+ bytes "
                                r"at offset \d+ are needed; it had 401024 bytes when the run opened it" % re.escape(shard))
         self.assertEqual(len([l for l in r.err.splitlines() if "error:" in l]), 1, r.text)
@@ -72,19 +77,11 @@ class DataFiles(FaultCase):
     def test_shard_rewritten_in_place_with_ids_past_the_vocabulary(self):
         # The same size, other ids: checked only when opened, an id >= model.vocab indexed past the embedding
         # (SIGSEGV, no message, no summary).
-        shard = self.shard()
-        run = Background([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", self.data_deck(shard, 100000)])
-        self.addCleanup(run.kill)
-        run.wait_steps(3)
-        with open(shard, "r+b") as f:
+        def rewrite(f):
             f.seek(1024)
             f.write(b"\xff\xff" * 199000)
-        start = time.monotonic()
-        try:
-            run.proc.wait(timeout=EXIT_DEADLINE_S + 30)
-        finally:
-            run.kill()
-        r = run.result(start)
+
+        r = self.changed_mid_run(self.shard(), rewrite)
         self.assertFault(r, 1, r"data\.path: step \d+ \(microbatch \d+\): token id 65535 \(row \d+, position \d+\) is "
                                r"outside the vocabulary \(model\.vocab = \d+\): the file was rewritten since the run "
                                r"opened it; restore the file")

@@ -5,6 +5,7 @@
 //  - abort_all(): one rank, anywhere: prints its message and MPI_Abort()s the whole job.
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace conductor::mpi {
@@ -46,7 +47,10 @@ int world_size();  // 1 when MPI is not initialised
 
 // Collective: ok=false on any rank ends every rank with exit_code. The message of the lowest failing rank
 // is printed (tagged with that rank); returns normally only when every rank is ok.
-void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm = MPI_COMM_WORLD);
+// reduce: how its two integer allreduces are made (empty: MPI_Allreduce; the runtime passes its watchdog's).
+using IntAllreduce = std::function<void(const int* in, int* out, MPI_Op op)>;
+void check_all(bool ok, const std::string& message, int exit_code, MPI_Comm comm = MPI_COMM_WORLD,
+               const IntAllreduce& reduce = {});
 
 // Non-collective: print and abort every rank of the job now.
 [[noreturn]] void abort_all(const std::string& message, int exit_code);
