@@ -14,6 +14,7 @@
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
+#include "scratch_dir.hpp"
 
 using namespace conductor;
 using namespace conductor::model;
@@ -21,10 +22,10 @@ using namespace model_test;
 
 namespace {
 
+// Not made yet, in a folder of this process removed at exit.
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = testing::TempDir() + "conductor_ckpt_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
+  static const test_support::ScratchDir scratch("conductor_ckpt");
+  return (scratch / name).string();
 }
 
 config::Deck restart_deck() {

@@ -15,6 +15,7 @@
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
+#include "scratch_dir.hpp"
 #include "token_file_writers.hpp"
 
 using namespace conductor;
@@ -23,8 +24,10 @@ using namespace token_files_test;
 
 namespace {
 
+// An empty folder in one of this process, removed at exit.
 std::string temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("conductor-data-" + name);
+  static const test_support::ScratchDir scratch("conductor-data");
+  const auto dir = scratch / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

@@ -23,6 +23,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/error.hpp"
 #include "model_test_util.hpp"
+#include "scratch_dir.hpp"
 #include "staging_backend.hpp"
 
 using namespace conductor;
@@ -61,7 +62,8 @@ TEST(Data, SyntheticSourceHasStructureBelowUnigramEntropy) {
 }
 
 TEST(Data, FileSourceReadsBytesAndRejectsShortFiles) {
-  const std::string path = testing::TempDir() + "model_data.txt";
+  const test_support::ScratchDir scratch("conductor-model-data");
+  const std::string path = (scratch / "model_data.txt").string();
   std::FILE* f = std::fopen(path.c_str(), "w");
   std::fputs("hello conductor, this is a small byte-level corpus.", f);
   std::fclose(f);

@@ -25,6 +25,7 @@
 #include "conductor/sim/simulator.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "scratch_dir.hpp"
 
 using namespace conductor;
 namespace fs = std::filesystem;
@@ -36,10 +37,10 @@ namespace {
 // one and not on another). The scalar kernels give every machine the same numbers; set before any tensor op.
 const bool kPortableKernels = [] { return setenv("ATEN_CPU_CAPABILITY", "default", 1) == 0; }();
 
+// In a folder of this process, removed at exit.
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("conductor_policy_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  static const test_support::ScratchDir scratch("conductor_policy_test");
+  return (scratch / name).string();
 }
 
 // Writes a policy file's `bytes`, damaged, to temp_path(name) and expects load_policy to refuse it with an

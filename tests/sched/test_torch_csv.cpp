@@ -2,8 +2,6 @@
 // placement read from stage indices, and one clear error per kind of bad file.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +10,7 @@
 #include "conductor/sched/torch_csv.hpp"
 #include "conductor/sched/validate.hpp"
 #include "conductor/util/error.hpp"
+#include "scratch_dir.hpp"
 
 using namespace conductor;
 using namespace conductor::sched;
@@ -19,11 +18,10 @@ using namespace conductor::sched;
 namespace {
 
 // In a folder of this process and test: ctest -j runs these tests as parallel processes, and one shared
-// bad.csv was rewritten by one test while another read it.
+// bad.csv was rewritten by one test while another read it. The process's folder goes at exit.
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / ("conductor-csv-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  static const test_support::ScratchDir scratch("conductor-csv");
+  const std::filesystem::path dir = scratch / ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << text;

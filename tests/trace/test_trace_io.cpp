@@ -21,26 +21,13 @@
 #include "conductor/trace/trace_reader.hpp"
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
+#include "scratch_dir.hpp"
 
 using namespace conductor;
 using namespace conductor::trace;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "conductor_trace_XXXXXX").string();
-    char* made = mkdtemp(tmpl.data());
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 RunInfo sample_info() {
   RunInfo info;
@@ -135,8 +122,8 @@ bool have_h5py() {
 }  // namespace
 
 TEST(TraceIO, RoundTripCpp) {
-  TempDir dir;
-  std::string path = (dir.path / "trace.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  std::string path = (dir / "trace.h5").string();
   RunInfo info = sample_info();
   info.deck += std::string(200000, 'x');  // a deck larger than an object header's 64 KB attribute limit
   std::vector<OpEvent> all;
@@ -189,8 +176,8 @@ TEST(TraceIO, RoundTripCpp) {
 }
 
 TEST(TraceIO, FileLayoutEnumAndFilters) {
-  TempDir dir;
-  std::string path = (dir.path / "trace.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  std::string path = (dir / "trace.h5").string();
   {
     TraceWriter w(path, sample_info());
     w.append_events(step_events(0, 2, 2));
@@ -240,8 +227,8 @@ TEST(TraceIO, FileLayoutEnumAndFilters) {
 
 TEST(TraceIO, RoundTripH5py) {
   if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
-  TempDir dir;
-  std::string path = (dir.path / "trace.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  std::string path = (dir / "trace.h5").string();
   auto ev = step_events(5, 3, 4);
   StepRecord rec = step_record(ev, 5, 3);
   {
@@ -251,7 +238,7 @@ TEST(TraceIO, RoundTripH5py) {
   }
   long long sum_end = 0;
   for (const auto& e : ev) sum_end += e.end_ns;
-  std::string script = (dir.path / "check.py").string();
+  std::string script = (dir / "check.py").string();
   std::ofstream(script) << R"(import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 e, s = f["events"], f["steps"]
@@ -302,8 +289,8 @@ TEST(TraceIO, CreateFailureNamesPathAndCall) {
 }
 
 TEST(TraceIO, ReadErrorsNameWhatIsMissing) {
-  TempDir dir;
-  std::string junk = (dir.path / "junk.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  std::string junk = (dir / "junk.h5").string();
   std::ofstream(junk) << "not an HDF5 file";
   try {
     read_trace(junk);
@@ -312,7 +299,7 @@ TEST(TraceIO, ReadErrorsNameWhatIsMissing) {
     EXPECT_NE(std::string(e.what()).find("H5Fopen"), std::string::npos) << e.what();
   }
   // A file with the attributes and /events but no /steps.
-  std::string partial = (dir.path / "partial.h5").string();
+  std::string partial = (dir / "partial.h5").string();
   { TraceWriter w(partial, sample_info()); }
   hid_t f = H5Fopen(partial.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
@@ -327,8 +314,8 @@ TEST(TraceIO, ReadErrorsNameWhatIsMissing) {
 }
 
 TEST(TraceIO, AppendAfterCloseThrows) {
-  TempDir dir;
-  TraceWriter w((dir.path / "t.h5").string(), sample_info());
+  const test_support::ScratchDir dir("conductor_trace");
+  TraceWriter w((dir / "t.h5").string(), sample_info());
   w.close();
   w.close();  // idempotent
   EXPECT_THROW(w.append_events({}), Error);
@@ -342,8 +329,8 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
   const int ranks = 4, microbatches = 20;  // 480 events per step
   std::mt19937 rng(12345);
   for (int round = 0; round < 5; ++round) {
-    TempDir dir;
-    std::string path = (dir.path / "trace.h5").string();
+    const test_support::ScratchDir dir("conductor_trace");
+    std::string path = (dir / "trace.h5").string();
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);
     pid_t pid = fork();
@@ -414,8 +401,8 @@ TEST(TraceIO, KilledWriterLeavesEveryFlushedStep) {
 // the plain "open for write" mark, which a SWMR reader refuses too: a resume said the trace "cannot be read" and
 // read_trace failed. Both read past the mark now, and the resume continues it.
 TEST(TraceIO, TraceLeftOpenByAKilledResumeIsReadAndContinued) {
-  TempDir dir;
-  const std::string path = (dir.path / "trace.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  const std::string path = (dir / "trace.h5").string();
   {
     TraceWriter w(path, sample_info());
     for (int s = 0; s < 3; ++s) {
@@ -453,8 +440,8 @@ TEST(TraceIO, TraceLeftOpenByAKilledResumeIsReadAndContinued) {
 // read, the per-stage bubble recomputed from its events; a resumed run refuses to append to it.
 TEST(TraceIO, TraceWithoutStageBubbleColumnIsReadAndNotContinued) {
   if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
-  TempDir dir;
-  std::string path = (dir.path / "trace.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  std::string path = (dir / "trace.h5").string();
   auto ev = step_events(0, 3, 4);
   StepRecord rec = step_record(ev, 0, 3);
   {
@@ -462,7 +449,7 @@ TEST(TraceIO, TraceWithoutStageBubbleColumnIsReadAndNotContinued) {
     w.append_events(ev);
     w.append_step(rec);
   }
-  std::string script = (dir.path / "drop.py").string();
+  std::string script = (dir / "drop.py").string();
   std::ofstream(script) << R"(import sys, h5py, numpy.lib.recfunctions as rf
 with h5py.File(sys.argv[1], "r+") as f:
     old = rf.drop_fields(f["steps"][:], "stage_bubble_ratio", usemask=False)
@@ -489,8 +476,8 @@ with h5py.File(sys.argv[1], "r+") as f:
 // the fields, the clock, and its UNIX epoch where it has one. A trace without them (an older build) still reads.
 TEST(TraceIO, DatasetAttributesGiveUnitsAndClockAndOldTracesStillRead) {
   if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
-  TempDir dir;
-  const std::string runtime = (dir.path / "runtime.h5").string(), sim = (dir.path / "sim.h5").string();
+  const test_support::ScratchDir dir("conductor_trace");
+  const std::string runtime = (dir / "runtime.h5").string(), sim = (dir / "sim.h5").string();
   auto ev = step_events(0, 2, 2);
   RunInfo info = sample_info();
   info.clock = "test clock";
@@ -502,7 +489,7 @@ TEST(TraceIO, DatasetAttributesGiveUnitsAndClockAndOldTracesStillRead) {
     w.append_events(ev);
     w.append_step(step_record(ev, 0, 2));
   }
-  std::string script = (dir.path / "attrs.py").string();
+  std::string script = (dir / "attrs.py").string();
   std::ofstream(script) << R"(import sys, h5py
 for path in sys.argv[1:3]:
     with h5py.File(path, "r") as f:
