@@ -194,9 +194,19 @@ bool changes_stream(const std::string& difference) {
   return false;
 }
 
+// Migration's groups are part of the math (README's one exception): migration.enabled, and with it on its units
+// and slices, set the order of addition, so changing them changes the bits of every step from the resume on. Its
+// other keys (link, helpers, fractions) only move work.
+bool changes_grouping(const std::string& difference, bool migrating) {
+  if (difference.rfind("migration.enabled ", 0) == 0) return true;
+  if (!migrating) return false;
+  return difference.rfind("migration.units ", 0) == 0 || difference.rfind("migration.slices ", 0) == 0;
+}
+
 // The checkpoint a resume reads, against this run (its deck is in the checkpoint): into its own run.output the
 // checkpoint must be that run's (else its trace and metrics would be spliced with another model's), and anywhere
-// the data stream must continue. Any other change of optim.* (or of run.steps when the decay follows it) is said.
+// the data stream must continue. Any other change of optim.* (or of run.steps when the decay follows it) or of
+// migration's groups is said.
 void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   std::string step_dir;
   try {
@@ -222,7 +232,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   std::vector<std::string> stream, changed;
   for (const std::string& d : differ) {
     if (changes_stream(d)) stream.push_back(d);
-    if (d.rfind("optim.", 0) == 0) changed.push_back(d);
+    if (d.rfind("optim.", 0) == 0 || changes_grouping(d, deck.migration.enabled)) changed.push_back(d);
   }
   if (!stream.empty()) {
     throw InputError(named + ": the data stream would not continue: " + listed(stream, 4) +
@@ -235,8 +245,8 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   const int at = model::step_of_folder(fs::path(step_dir).filename().string());
   if (!changed.empty() && !(at >= deck.run.steps)) {
     log::warn(named + ": resuming with " + listed(changed, 4) +
-              " (here: this deck, there: the checkpoint's run); the learning rate or update of the steps from here "
-              "differs from an uninterrupted run of either deck");
+              " (here: this deck, there: the checkpoint's run); the steps from here (their learning rate, update or "
+              "migration's order of addition) differ from an uninterrupted run of either deck");
   }
 }
 

@@ -228,6 +228,18 @@ class Checkpoints(FaultCase):
                    "run.output=" + fresh, "optim.lr=0.001")
         self.assertEqual(r.code, 0, r.text)
         self.assertRegex(r.text, r"warning: checkpoint\.resume = .*resuming with optim\.lr = 0\.001 here, .* there")
+        # Migration's groups are another order of addition (README's one exception): turning it on is said too;
+        # its link only moves work.
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + os.path.join(self.tmp.name, "migrating"), "migration.enabled=true")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertRegex(r.text, r"warning: checkpoint\.resume = .*resuming with migration\.enabled = true here, "
+                                 r"false there;.*migration's order of addition\) differ from an uninterrupted run")
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + os.path.join(self.tmp.name, "linked"), "migration.link=nvlink")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertNotIn("migration.link", r.text)  # the warning names only the decay's run.steps
+        self.assertIn("resuming with run.steps = 4", r.text)
 
     def test_refused_resume_creates_no_checkpoint_path(self):
         # The new checkpoint.path was probed and locked before the resume's checks: a refused resume left it
