@@ -1,5 +1,8 @@
 #include "conductor/cli/cli.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -227,7 +230,26 @@ config::Deck load_deck(const Invocation& inv, config::Command command) {
   }
 }
 
+namespace {
+
+// A standard stream the launcher closed (`>&-`, a daemon's) leaves its number free, and the next file opened takes
+// it: log lines and the summary went into trace.h5, curve.csv or the folder's lock file, exit 0. Each closed one
+// is /dev/null instead (what they print is lost, as the launcher asked; the exit status still says how it went).
+void open_closed_standard_streams() {
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int opened = ::open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != fd) {  // open takes the lowest free number, fd itself once the lower ones are open
+      ::dup2(opened, fd);
+      ::close(opened);
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  open_closed_standard_streams();
   if (argc < 2) return usage_error("missing command");
   const std::string first = argv[1];
   if (first == "--help" || first == "-h") {

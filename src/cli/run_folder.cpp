@@ -418,7 +418,12 @@ ResultFiles::ResultFiles(fs::path dir, std::vector<std::string> names)
 
 fs::path ResultFiles::path(const std::string& name) const { return dir_ / (earlier_ ? name + ".new" : name); }
 
-void ResultFiles::commit() const {
+ResultFiles::~ResultFiles() {
+  if (earlier_ && !committed_) discard();
+}
+
+void ResultFiles::commit() {
+  committed_ = true;
   if (!earlier_) return;
   std::error_code ec;
   for (const auto& name : names_) {

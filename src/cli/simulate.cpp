@@ -195,7 +195,8 @@ int cmd_simulate(const Invocation& inv) {
     return kExitStopped;
   }
   create_run_folder(out_dir);
-  const ResultFiles files(out_dir, {"resolved.yaml", "trace.h5"});  // beside earlier results until complete
+  // Beside earlier results until all three are complete (summary.json last: it marks a folder of results).
+  ResultFiles files(out_dir, {"resolved.yaml", "trace.h5", "summary.json"});
   const std::string resolved = config::resolved_yaml(deck);
   write_text_file(files.path("resolved.yaml"), resolved);
 
@@ -225,8 +226,8 @@ int cmd_simulate(const Invocation& inv) {
                  runtime::stop_signal_number(), run.steps.size(), deck.run.steps, out_dir.string().c_str());
     return kExitStopped;
   }
+  write_text_file(files.path("summary.json"), json + "\n");
   files.commit();
-  write_text_file(out_dir / "summary.json", json + "\n");
   if (inv.has_flag("--json")) {
     std::printf("%s\n", json.c_str());
   } else {

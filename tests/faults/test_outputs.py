@@ -4,6 +4,7 @@
 folders and decks too large for the machine are refused at start with exit 2."""
 import fcntl
 import hashlib
+import json
 import os
 import resource
 import subprocess
@@ -288,6 +289,23 @@ class Outputs(FaultCase):
         self.assertFalse(os.path.exists(self.out))
 
 
+class ClosedStreams(FaultCase):
+    def test_closed_standard_streams_write_nothing_into_the_results(self):
+        # With stdout and stderr closed (`>&- 2>&-`) the next files opened took their numbers: the progress lines
+        # went into trace.h5 (unreadable, exit 0) and the summary into the folder's lock file.
+        def close_streams():
+            os.close(1)
+            os.close(2)
+        deck = self.deck(steps=400)
+        proc = subprocess.run([BIN, "simulate", deck], stdin=subprocess.DEVNULL, timeout=60, preexec_fn=close_streams,
+                              env=dict(os.environ, CONDUCTOR_PROGRESS_S="0"))
+        self.assertEqual(proc.returncode, 0)
+        self.assertEqual(trace_steps(os.path.join(self.out, "trace.h5")), 400)
+        self.assertEqual(os.path.getsize(os.path.join(self.out, ".conductor.lock")), 0)
+        with open(os.path.join(self.out, "summary.json")) as f:
+            self.assertEqual(json.load(f)["num_steps"], 400)
+
+
 def trace_steps(path):
     """The number of step rows a trace holds, opened as the analysis tools open a file its writer left open (a
     killed run's: SWMR)."""
@@ -318,6 +336,20 @@ class WritesRefused(FaultCase):
         self.assertEqual(r.err.count("error:"), 1, r.err)
         self.assertTrue(os.path.exists(os.path.join(self.out, "resolved.yaml")))
         self.assertGreater(trace_steps(os.path.join(self.out, "trace.h5")), 0)  # the steps before it, readable
+
+    def test_failed_rerun_keeps_the_earlier_results_whole(self):
+        # A rerun over earlier results (run.overwrite) that fails writing: the folder held the new resolved.yaml
+        # beside the old summary.json, the old trace deleted (summary.json was written after the commit), and a
+        # failed trace.h5.new (a full disk) stayed beside them. Now every file of the earlier run stays as it was.
+        deck = self.deck(steps=2)
+        self.assertEqual(run1("simulate", deck).code, 0)
+        before = digests(self.out)
+        for limit, keys, failed in ((4096, ["trace.enabled=false"], "summary.json"), (40960, [], "trace.h5.new")):
+            proc = subprocess.run([BIN, "simulate", deck, "run.steps=400", "run.overwrite=true", *keys],
+                                  capture_output=True, text=True, timeout=60, preexec_fn=limited(limit))
+            r = Result(proc, 0)
+            self.assertFault(r, 1, r"%s.*File too large" % failed)
+            self.assertEqual(digests(self.out), before, "a failed rerun changed the earlier results")
 
     def run_limited_rank0(self, limit, *args):
         # Rank 0 alone is limited (MPI's shared-memory transport writes files of its own: tcp instead).

@@ -62,13 +62,19 @@ class ResultFiles {
   std::filesystem::path path(const std::string& name) const;  // where this run writes `name` (one of names)
   // Each written file over its earlier one; an earlier file this run did not write (trace.enabled=false now) is
   // removed, since it is not this run's. Error naming both paths when a rename fails.
-  void commit() const;
+  void commit();
   void discard() const;  // this run's files removed, the earlier ones kept
+  // Not committed (an error on the way: a full disk, a file-size limit): beside earlier results, what this run
+  // wrote goes (a half-written trace.h5.new filled the disk); without them, the files stay as far as they got.
+  ~ResultFiles();
+  ResultFiles(const ResultFiles&) = delete;
+  ResultFiles& operator=(const ResultFiles&) = delete;
 
  private:
   std::filesystem::path dir_;
   std::vector<std::string> names_;
   bool earlier_ = false;
+  bool committed_ = false;
 };
 
 }  // namespace conductor::cli
