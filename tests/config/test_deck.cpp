@@ -292,6 +292,21 @@ TEST(Deck, DuplicateKeyIsLocatedInTheDeckNotOnTheCommandLine) {
   EXPECT_FALSE(contains(p[0], "command line")) << p[0];
 }
 
+// A key written with a dot (`run.steps: 3`) was read as run's steps, and then the same key from the section form,
+// a fragment or an override was dropped without a word: it is refused where it is written, whatever comes later.
+TEST(Deck, DottedKeyIsRefusedWhereItIsWritten) {
+  auto p = problems_of("run.steps: 3\n", {"run.steps=7"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0],
+                       "deck.yaml:1:1: key 'run.steps' holds a '.'; a deck nests its keys by section ('run:' "
+                       "with the rest indented below it)"))
+      << p[0];
+  p = problems_of("optim:\n  adam.beta1: 0.8\nrun:\n  steps: 4\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "deck.yaml:2:3: key 'adam.beta1' holds a '.'; a deck nests its keys by section ('adam:'"))
+      << p[0];
+}
+
 // An override changes exactly one key, also when the deck aliases its value elsewhere (an anchor and an alias
 // share one YAML node).
 TEST(Deck, OverrideDoesNotWriteThroughAliases) {
@@ -452,6 +467,9 @@ TEST(DeckFragments, FragmentIsCheckedLikeTheDeck) {
   auto p = composition_problems(kNoisyDeck, {{"dup.yaml", "run:\n  steps: 1\n  steps: 2\n"}}, {"run.steps=4"});
   ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
   EXPECT_TRUE(contains(p[0], "dup.yaml:3:3: key 'run.steps' appears twice (first at line 2)")) << p[0];
+  p = composition_problems(kNoisyDeck, {{"dot.yaml", "run.steps: 5\n"}});
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "dot.yaml:1:1: key 'run.steps' holds a '.'")) << p[0];
   for (const std::string text : {"", "# only a comment\n"}) {
     p = composition_problems(kNoisyDeck, {{"empty.yaml", text}});
     ASSERT_EQ(p.size(), 1u) << (p.size() > 1 ? p[0] + " / " + p[1] : std::string());
