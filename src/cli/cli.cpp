@@ -205,12 +205,12 @@ void check_input_files(const Invocation& inv) {
 
 }  // namespace
 
-config::Deck load_deck(const Invocation& inv, config::Command command) {
+config::Deck load_deck(const Invocation& inv, config::Command command, int world_size) {
   config::LoadOptions options;
   options.source_name = inv.deck_path;
   options.overrides = inv.overrides;
   options.command = command;
-  options.world_size = mpi::world_size();
+  options.world_size = world_size < 0 ? mpi::world_size() : world_size;
   options.from_file = true;
   check_input_files(inv);
   try {

@@ -81,13 +81,14 @@ int cmd_validate(const Invocation& inv) {
     return 0;
   }
   if (!inv.has_flag("--output-for")) {
-    const config::Deck deck = load_deck(inv, config::Command::Validate);
+    // As `conductor run` loads it (README), but for its rank count: this one process is not the run's ranks.
+    const config::Deck deck = load_deck(inv, config::Command::Run, 0);
     if (!deck_builds(deck)) return kExitUsage;
     std::fputs(config::to_yaml(deck).c_str(), stdout);
     return 0;
   }
-  // As the command would load it (simulate's default run.output ends in -sim); `run` as validate, since this one
-  // process is not the run's ranks.
+  // As the command would load it (simulate's default run.output ends in -sim, run's own rules apply: one helper, no
+  // replicas, more than one slice); `run` without its rank count, since this one process is not the run's ranks.
   const std::string& what = inv.flags.at("--output-for");
   const config::Command command = what == "run"            ? config::Command::Run
                                   : what == "simulate"     ? config::Command::Simulate
@@ -98,7 +99,7 @@ int cmd_validate(const Invocation& inv) {
                  printable(what).c_str());
     return kExitUsage;
   }
-  const config::Deck deck = load_deck(inv, command == config::Command::Run ? config::Command::Validate : command);
+  const config::Deck deck = load_deck(inv, command, command == config::Command::Run ? 0 : -1);
   try {
     check_run_output(deck, command);
     if (command == config::Command::Run && !deck.checkpoint.path.empty())

@@ -182,7 +182,7 @@ void finalize_core(Deck& deck, const LoadOptions& options, std::vector<std::stri
                        "' with backend = emulated, which has no weights to checkpoint (its ops only take time); use "
                        "backend: cpu or cuda, or leave checkpoint.path and checkpoint.resume empty");
   }
-  if (options.command == Command::Run && deck.parallel.pipeline != options.world_size) {
+  if (options.command == Command::Run && options.world_size > 0 && deck.parallel.pipeline != options.world_size) {
     problems.push_back(options.source_name + ": parallel.pipeline = " + std::to_string(deck.parallel.pipeline) +
                        " but the job has " + std::to_string(options.world_size) +
                        " MPI ranks; `conductor run` needs one rank per pipeline stage (launch with mpirun -np " +

@@ -145,6 +145,23 @@ class CliTest(unittest.TestCase):
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertEqual(again.stdout, proc.stdout)
 
+    def test_validate_output_for_applies_the_commands_rules(self):
+        # The job scripts check a deck with `validate --output-for run` before it waits in the queue; run's own
+        # rules (one helper per op, weights on demand, more than one slice) passed there and failed in the job.
+        deck = os.path.join(SRC, "inputs", "quickstart.yaml")
+        for key, message in (("migration.helpers=2", "conductor run sends an op's slices to one helper only"),
+                             ("migration.weights=replicas", "conductor run sends weight slices on demand only"),
+                             ("migration.slices=1", "migration.slices = 1 makes each op one slice")):
+            for flags in (["--output-for", "run"], []):  # plain validate checks as run would too (README)
+                proc = conductor("validate", deck, "migration.enabled=true", key, *flags)
+                self.assertEqual(proc.returncode, 2, key + ": " + proc.stdout)
+                self.assertIn(message, proc.stderr)
+            proc = conductor("validate", deck, "migration.enabled=true", key, "--output-for", "simulate")
+            self.assertEqual(proc.returncode, 0 if key != "migration.slices=1" else 2, key + ": " + proc.stderr)
+        # This one process is not the job's ranks: any pipeline passes.
+        proc = conductor("validate", deck, "parallel.pipeline=3", "--output-for", "run")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
     def test_validate_reads_data_headers(self):
         # A shard that is not one fails validate (the job scripts' check), not the run after a queue wait; the
         # tokens themselves are checked when a run opens the files.

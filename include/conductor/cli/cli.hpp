@@ -42,7 +42,8 @@ inline constexpr std::uintmax_t kMaxDeckBytes = 1 << 20;
 // Loads the deck named by the invocation with its fragments and overrides: a folder, a missing or empty file or one
 // above kMaxDeckBytes is an error; rank 0 reads each file and broadcasts it when MPI is running; every rank parses
 // the same texts. Problems are printed once (rank 0) and every rank throws CollectiveExit(2).
-config::Deck load_deck(const Invocation& inv, config::Command command);
+// `world_size`: the job's ranks (-1: this MPI job's; 0: not known, the rank count is not checked).
+config::Deck load_deck(const Invocation& inv, config::Command command, int world_size = -1);
 
 // Command entry points, one file each.
 int cmd_validate(const Invocation& inv);

@@ -84,7 +84,7 @@ struct LoadOptions {
   std::vector<DeckText> fragments;
   std::vector<std::string> overrides;  // "key.path=value", applied after the deck and its fragments, in order
   Command command = Command::Validate;
-  int world_size = 1;
+  int world_size = 1;      // the job's MPI ranks; 0: not known (validate --output-for run, one process on a login node)
   bool from_file = false;  // the text is a deck file the user named: an empty one is an error
 };
 
