@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <yaml-cpp/depthguard.h>
 
@@ -298,6 +299,16 @@ class Loader {
     if (const std::size_t at = utf8_error_at(value_text); at != std::string::npos) {
       problems_.push_back("command line '" + shown(text) + "': " + path + ": the value is not UTF-8 text (at byte " +
                           std::to_string(at) + ")");
+      return;
+    }
+    if (!value_text.empty() && std::string_view("%!&*|>@`").find(value_text.front()) != std::string_view::npos) {
+      // YAML reads these as syntax, not text: `run.output=%j_out` (a directive) and `checkpoint.resume=!ck` (a
+      // tag) read as empty, so the default folder was used and the resume dropped; `&a x` is x; `*.bin` an alias.
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
+                          "' starts with '" + value_text.front() +
+                          "', which YAML reads as syntax (a directive, tag, anchor, alias or block), not as text; "
+                          "quote it: " +
+                          path + "='\"" + shown(value_text) + "\"'");
       return;
     }
     YAML::Node value;

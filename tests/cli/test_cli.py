@@ -67,6 +67,17 @@ class CliTest(unittest.TestCase):
             proc = subprocess.run([BIN.encode(), b"validate", deck.encode(), arg], capture_output=True, timeout=60)
             self.assertEqual(proc.returncode, 2, proc.stderr)
             self.assertIn(message, proc.stderr.decode("utf-8", "replace"))
+        # A value YAML reads as syntax: a directive or a tag read as empty (the default run.output, no resume), an
+        # anchor dropped its first word, an alias failed with yaml-cpp's own words.
+        for arg in ("run.output=%j_out", "checkpoint.resume=!ck", "run.name=&a x", "data.path=*.bin"):
+            proc = conductor("validate", deck, arg)
+            self.assertEqual(proc.returncode, 2, arg + ": " + proc.stdout)
+            key, value = arg.split("=", 1)
+            self.assertIn("%s: the value '%s' starts with '%s', which YAML reads as syntax" % (key, value, value[0]),
+                          proc.stderr)
+            self.assertIn("quote it: %s='\"%s\"'" % (key, value), proc.stderr)
+        proc = conductor("validate", deck, 'run.output="%j_out"')
+        self.assertIn('output: "%j_out"', proc.stdout)
         proc = conductor("validate", deck, "noise.kind=" + "[" * 3000)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("the value nests lists or mappings too deep to read", proc.stderr)
