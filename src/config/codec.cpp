@@ -1,4 +1,5 @@
 // Conversions between YAML nodes and the deck's C++ types, with messages that quote what the user wrote.
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -10,7 +11,7 @@ namespace conductor::config::codec {
 
 namespace {
 std::string shown(const YAML::Node& n) {
-  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsScalar()) return "'" + conductor::shown(n.Scalar()) + "'";
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a mapping";
   return "nothing";
@@ -23,7 +24,9 @@ std::string parse_integer(const YAML::Node& n, Int& out, const char* what) {
   try {
     size_t used = 0;
     if constexpr (std::is_unsigned_v<Int>) {
-      if (!s.empty() && s[0] == '-') return std::string("expected ") + what + ", got '" + s + "'";
+      // stoull skips leading blanks and wraps a sign: " -1" (quoted) became 18446744073709551615.
+      if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '+'))
+        return std::string("expected ") + what + ", got '" + conductor::shown(s) + "'";
       unsigned long long v = std::stoull(s, &used, 10);
       if (used != s.size()) throw std::invalid_argument(s);
       out = static_cast<Int>(v);
@@ -34,9 +37,9 @@ std::string parse_integer(const YAML::Node& n, Int& out, const char* what) {
       out = static_cast<Int>(v);
     }
   } catch (const std::out_of_range&) {
-    return std::string("'") + s + "' does not fit in " + what;
+    return std::string("'") + conductor::shown(s) + "' does not fit in " + what;
   } catch (const std::exception&) {
-    return std::string("expected ") + what + ", got '" + s + "'";
+    return std::string("expected ") + what + ", got '" + conductor::shown(s) + "'";
   }
   return {};
 }
@@ -116,16 +119,16 @@ std::string parse(const YAML::Node& n, double& out) {
   if (!n.IsScalar()) return "expected a number, got " + shown(n);
   const std::string& s = n.Scalar();
   // Decimal only, as integers are (strtod also reads hexadecimal: 0x10 was 16 here and refused as run.steps).
-  if (s.find_first_of("xX") != std::string::npos) return "expected a decimal number, got '" + s + "'";
+  if (s.find_first_of("xX") != std::string::npos) return "expected a decimal number, got '" + conductor::shown(s) + "'";
   try {
     size_t used = 0;
     double v = std::stod(s, &used);
     if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
     out = v;
   } catch (const std::out_of_range&) {  // well formed, but no double holds it: say so, not "not a number"
-    return "'" + s + "' is beyond what a double holds (magnitudes 2.2e-308 .. 1.8e+308, or 0)";
+    return "'" + conductor::shown(s) + "' is beyond what a double holds (magnitudes 2.2e-308 .. 1.8e+308, or 0)";
   } catch (const std::exception&) {
-    return "expected a number, got '" + s + "'";
+    return "expected a number, got '" + conductor::shown(s) + "'";
   }
   return {};
 }
@@ -139,7 +142,8 @@ std::string parse(const YAML::Node& n, bool& out) {
   } else if (s == "false" || s == "False" || s == "FALSE" || s == "no" || s == "off") {
     out = false;
   } else {
-    return "expected true or false (also True, TRUE, yes, on; False, FALSE, no, off), got '" + s + "'";
+    return "expected true or false (also True, TRUE, yes, on; False, FALSE, no, off), got '" + conductor::shown(s) +
+           "'";
   }
   return {};
 }
@@ -197,7 +201,7 @@ std::string check_choice(const std::string& v, const Field& f) {
   for (const auto& c : f.choices) allowed += (allowed.empty() ? "" : ", ") + c;
   for (const auto& p : f.prefixes) allowed += (allowed.empty() ? "" : ", ") + p + "...";
   std::string near = closest(v, f.choices);
-  return "value '" + v + "' is not allowed (allowed: " + allowed + ")" +
+  return "value '" + conductor::shown(v) + "' is not allowed (allowed: " + allowed + ")" +
          (near.empty() ? "" : "; did you mean '" + near + "'?");
 }
 

@@ -44,15 +44,6 @@ bool is_section(const std::string& path) {
   return false;
 }
 
-// A key or override as a message quotes it: as written, unless it is long (a 100 KB value would fill the
-// screen), holds control bytes (an escape sequence would reach the terminal) or is not UTF-8 (the terminal would
-// garble it): then escaped and cut. Every quote of the command line goes through here.
-std::string shown(const std::string& text) {
-  const bool plain =
-      text.size() <= 160 && control_byte_at(text) == std::string::npos && utf8_error_at(text) == std::string::npos;
-  return plain ? text : printable(text, 160);
-}
-
 std::vector<std::string> all_paths() {
   std::vector<std::string> paths;
   for (const auto& f : schema()) paths.push_back(f.path);

@@ -52,4 +52,10 @@ std::size_t utf8_error_at(const std::string& text) {
   return std::string::npos;
 }
 
+std::string shown(const std::string& text) {
+  const bool plain =
+      text.size() <= 160 && control_byte_at(text) == std::string::npos && utf8_error_at(text) == std::string::npos;
+  return plain ? text : printable(text, 160);
+}
+
 }  // namespace conductor

@@ -292,6 +292,29 @@ TEST(Deck, DuplicateKeyIsLocatedInTheDeckNotOnTheCommandLine) {
   EXPECT_FALSE(contains(p[0], "command line")) << p[0];
 }
 
+// A decay that ends before the warm-up does (not 0, which follows run.steps) left the rate at its peak for ever.
+TEST(Deck, DecayEndingInTheWarmupIsRefused) {
+  auto p = problems_of("optim: {warmup_steps: 10, decay_steps: 5}\n");
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "optim.decay_steps = 5 is not after optim.warmup_steps = 10")) << p[0];
+  EXPECT_TRUE(problems_of("optim: {warmup_steps: 10, decay_steps: 0}\nrun: {steps: 5}\n").empty());
+  EXPECT_TRUE(problems_of("optim: {warmup_steps: 10, decay_steps: 11}\n").empty());
+}
+
+// A value is quoted as written unless it would garble the terminal or fill the screen (escaped and cut, as the
+// command line's text is); an unsigned key's quoted " -1" wrapped to 18446744073709551615.
+TEST(Deck, ValuesInMessagesArePrintableAndSeedsAreNeverNegative) {
+  auto p = problems_of("run:\n  seed: \" -1\"\n");
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "run.seed: expected a non-negative integer, got ' -1'")) << p[0];
+  p = problems_of("schedule:\n  kind: zb\xff\x1b[2J\n");
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_TRUE(contains(p[0], "value 'zb\\xFF\\x1B[2J' is not allowed")) << p[0];
+  p = problems_of("run:\n  steps: " + std::string(100000, '7') + "x\n");
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_LT(p[0].size(), 400u);
+}
+
 // A key written with a dot (`run.steps: 3`) was read as run's steps, and then the same key from the section form,
 // a fragment or an override was dropped without a word: it is refused where it is written, whatever comes later.
 TEST(Deck, DottedKeyIsRefusedWhereItIsWritten) {

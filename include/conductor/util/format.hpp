@@ -15,6 +15,11 @@ std::string format_double(double v);
 // reach the terminal raw) and at most `max_chars` of it, then "...".
 std::string printable(const std::string& text, std::size_t max_chars = 60);
 
+// What a user wrote (a key, an override, a deck's value) as a message quotes it: as written, unless it is long (a
+// 100 KB value would fill the screen), holds control bytes (an escape sequence would reach the terminal) or is not
+// UTF-8 (the terminal would garble it): then printable() of its first 160 characters.
+std::string shown(const std::string& text);
+
 // Where `text` holds its first control byte (below 0x20, or DEL), or npos when it holds none: such bytes in a
 // name or a quoted key would move the terminal's cursor or start an escape sequence.
 std::size_t control_byte_at(const std::string& text);
