@@ -288,7 +288,8 @@ def chart_size(n_groups):
     return 11.0, 1.4 + 0.24 * max(2, n_groups)
 
 
-def chart(groups, varying, base, path, skip, dpi=100):
+def chart(groups, varying, base, path, skip, dpi=100, outs=None):
+    """Draws the chart into image file `path` (in OutputSet `outs` when given: renamed into place with the report)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -331,7 +332,7 @@ def chart(groups, varying, base, path, skip, dpi=100):
                  fontsize=9, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if n > 6 else 0.92))
     try:
-        ct.save_figure(fig, path, dpi)
+        ct.save_figure(fig, path, dpi, outs)
     finally:
         plt.close(fig)
 
@@ -363,11 +364,11 @@ def main(argv=None):
     runs = [run_figures(name, trace, skip) for name, trace in parse_runs(args.traces)]
     groups, varying, other = group(runs)
     base = stats(groups, args.baseline)
-    chart(groups, varying, base, png, skip)
     rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.output)))
     text = markdown(groups, varying, other, base, rel, skip)
-    with ct.output_file(args.output) as f:
-        f.write(text)
+    with ct.output_files() as outs:  # the chart and the report replace earlier ones together, or neither does
+        chart(groups, varying, base, png, skip, outs=outs)
+        outs.open(args.output).write(text)
     sys.stdout.write(text)
     return 0
 

@@ -18,6 +18,7 @@ import re
 import signal
 import stat
 import sys
+import tempfile
 import time
 
 
@@ -231,17 +232,21 @@ def _probe(path):
         os._exit(0)
     deadline = time.monotonic() + _probe_timeout(path)
     pause = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                raise TraceError("%s: damaged HDF5 trace (reading it did not finish in %.0f s); it cannot be read" %
+                                 (path, _probe_timeout(path)))
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+    except BaseException:  # the deadline, or a signal (Stopped): the child does not outlive the tool
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise TraceError("%s: damaged HDF5 trace (reading it did not finish in %.0f s); it cannot be read" %
-                             (path, _probe_timeout(path)))
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        raise
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else "signal %d" % sig
@@ -745,29 +750,89 @@ def run_totals(trace, steps=None):
 # CLI plumbing
 
 
+# SIGINT, SIGTERM and SIGHUP stop a tool alike: the exception Stopped unwinds it (an OutputSet removes its unfinished
+# files on the way), and main_guard says so in one line and exits 128 + the signal's number (130, 143, 129).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread by SIGINT, SIGTERM or SIGHUP once main_guard runs (a KeyboardInterrupt: what
+    Ctrl-C raises)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    for s in STOP_SIGNALS:  # the cleanup that follows is not cut short by a second signal
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(s) is _stop:
+                signal.signal(s, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def catch_stop_signals():
+    """SIGINT, SIGTERM and SIGHUP raise Stopped in the main thread, except those the tool was started with ignored
+    (nohup's SIGHUP, a background job's SIGINT), which stay ignored."""
+    for s in STOP_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):  # ValueError: not the main thread
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                signal.signal(s, _stop)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """STOP_SIGNALS wait (blocked) until the block ends: a temporary file is created and recorded, or every output
+    renamed into place, without a signal in between."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _tell(line):
+    """Prints a line on stderr; a stderr that cannot be written (a closed terminal, SIGHUP's usual cause) is
+    ignored: the exit status still tells."""
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def main_guard(fn):
     """Runs fn(); any error becomes 'PROG: error: MESSAGE' on stderr and exit status 1 (2 for TraceError
-    and bad arguments), never a Python traceback."""
+    and bad arguments), never a Python traceback. SIGINT, SIGTERM and SIGHUP (Stopped): 'PROG: stopped by
+    SIGTERM ...' and exit status 128 + the signal's number, no output file left half-written."""
     prog = os.path.basename(sys.argv[0])
+    catch_stop_signals()
     try:
         code = fn()
     except TraceError as e:
-        print("%s: error: %s" % (prog, e), file=sys.stderr)
+        _tell("%s: error: %s" % (prog, e))
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        _tell("%s: stopped by %s; no output file is left half-written" % (prog, signal.Signals(signum).name))
+        sys.exit(128 + signum)
     except SystemExit:
         raise
     except BrokenPipeError:
         sys.exit(1)
     except ImportError as e:
         if e.name in ("numpy", "h5py"):  # e.g. an h5py whose HDF5 library is missing
-            print(missing_module_message(e.name, e), file=sys.stderr)
+            _tell(missing_module_message(e.name, e))
         else:
-            print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
+            _tell("%s: error: %s: %s" % (prog, type(e).__name__, e))
         sys.exit(1)
     except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
-        print("%s: error: %s: %s" % (prog, type(e).__name__, e), file=sys.stderr)
+        _tell("%s: error: %s: %s" % (prog, type(e).__name__, e))
         sys.exit(1)
     sys.exit(code or 0)
 
@@ -849,44 +914,165 @@ def output_error(path, e):
 
 
 def check_output_folder(path):
-    """Refuses (TraceError, as output_error) output file `path` where opening it to write would fail for its
-    folder (missing, not a folder, not writable) or because it is a folder itself: for a tool that writes more than
-    one file, so that it names this one before writing any (compare.py's -o: it writes its chart first)."""
-    folder = os.path.dirname(path) or "."
+    """Refuses (TraceError, as output_error) output file `path` where writing it would fail for its folder (missing,
+    not a folder, not writable: the file is written as a temporary file there, OutputSet) or for the file itself (a
+    folder, or not writable): for a tool that writes more than one file, so that it names this one before writing
+    any (compare.py's -o: it writes its chart first)."""
     try:
-        if not stat.S_ISDIR(os.stat(folder).st_mode):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        if not os.access(folder, os.W_OK | os.X_OK) and not (os.path.exists(path) and os.access(path, os.W_OK)):
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):  # a device or a pipe: written in place
+            if not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            return
+        final = os.path.realpath(path) if os.path.islink(path) else path
+        folder = os.path.dirname(final) or "."
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
     except OSError as e:
         raise output_error(path, e) from None
 
 
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class _Output:
+    """A text file an OutputSet writes (`name`: the output's path as given): errors writing or closing it are
+    TraceErrors naming it (one line, exit 2)."""
+
+    def __init__(self, f, name, owned=True):
+        self.f, self.name, self._owned = f, name, owned
+
+    def write(self, text):
+        try:
+            return self.f.write(text)
+        except OSError as e:
+            raise output_error(self.name, e) from None
+
+    def flush(self):
+        try:
+            self.f.flush()
+        except OSError as e:
+            raise output_error(self.name, e) from None
+
+    @property
+    def closed(self):
+        return self.f.closed
+
+    def close(self):
+        """Closes the file (flushes standard output, which stays open)."""
+        if not self._owned:
+            self.flush()
+        elif not self.f.closed:
+            try:
+                self.f.close()
+            except OSError as e:
+                raise output_error(self.name, e) from None
+
+
+class OutputSet:
+    """Output files written whole or not at all. Each file is written to a new temporary file beside it
+    (.NAME.XXXXXXXX.tmp in its folder, with the mode the file has or would get), and commit() renames them all into
+    place once every one is complete; until then an earlier file of that name is untouched. On an error, or a signal
+    (Stopped), the temporary files are removed (discard()), so a full disk or a Ctrl-C leaves the earlier output as
+    it was and no partial file. An existing output that is not a regular file (/dev/null, a named pipe) is written in
+    place; "-" is standard output. Use output_files()."""
+
+    def __init__(self):
+        self._pending = []  # [temporary path, final path, path as given]
+        self._files = []
+
+    def path(self, path):
+        """The path to write output file `path` to: a new temporary file, renamed to `path` by commit(); or `path`
+        itself where it exists and is not a regular file. Errors (no such folder, not writable, a folder) are
+        TraceErrors naming `path`."""
+        try:
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if os.path.exists(path):
+                st = os.stat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    return path
+                if not os.access(path, os.W_OK):  # as opening it to write would: replacing it is not asked for
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+                mode = stat.S_IMODE(st.st_mode)
+            else:
+                mode = 0o666 & ~_umask()
+            final = os.path.realpath(path) if os.path.islink(path) else path  # a link keeps pointing at the file
+            base = os.fsdecode(os.fsencode(os.path.basename(final))[:160])  # within NAME_MAX with the additions
+            with _signals_held():
+                fd, tmp = tempfile.mkstemp(prefix="." + base + ".", suffix=".tmp", dir=os.path.dirname(final) or ".")
+                self._pending.append([tmp, final, path])
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise output_error(path, e) from None
+        return tmp
+
+    def open(self, path, newline=None):
+        """A text file (UTF-8) to write output `path` with (write, flush, close); "-": standard output."""
+        if path == "-":
+            out = _Output(sys.stdout, "standard output", owned=False)
+        else:
+            target = self.path(path)
+            try:
+                out = _Output(open(target, "w", newline=newline, encoding="utf-8"), path)
+            except OSError as e:
+                raise output_error(path, e) from None
+        self._files.append(out)
+        return out
+
+    def commit(self):
+        """Closes the files and renames every temporary file into place."""
+        for f in self._files:
+            f.close()
+        with _signals_held():
+            while self._pending:
+                tmp, final, path = self._pending[0]
+                try:
+                    os.replace(tmp, final)
+                except OSError as e:
+                    raise output_error(path, e) from None
+                self._pending.pop(0)
+
+    def discard(self):
+        """Closes the files, ignoring errors, and removes the temporary files not renamed into place."""
+        with _signals_held():
+            for f in self._files:
+                with contextlib.suppress(Exception):
+                    if f._owned:
+                        f.f.close()
+            for tmp, _, _ in self._pending:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            self._pending.clear()
+
+
+@contextlib.contextmanager
+def output_files():
+    """`with output_files() as outs:` ... outs.open(path) or outs.path(path) for each output; all are renamed into
+    place when the block ends without an error, none otherwise (OutputSet)."""
+    outs = OutputSet()
+    try:
+        yield outs
+        outs.commit()
+    finally:
+        outs.discard()
+
+
 @contextlib.contextmanager
 def output_file(path, newline=None):
-    """`with output_file(path) as f:` writes text file `path` ("-": standard output); an error opening, writing
-    or closing it becomes a TraceError naming the file."""
-    if path == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    try:
-        f = open(path, "w", newline=newline)
-    except OSError as e:
-        raise output_error(path, e) from None
-    try:
-        yield f
-        f.close()
-    except OSError as e:
-        raise output_error(path, e) from None
-    finally:
-        if not f.closed:
-            try:
-                f.close()
-            except OSError:
-                pass
+    """`with output_file(path) as f:` writes text file `path` ("-": standard output), whole or not at all
+    (OutputSet); an error opening, writing or closing it becomes a TraceError naming the file."""
+    with output_files() as outs:
+        yield outs.open(path, newline=newline)
 
 
 def check_image_output(path, what="-o"):
@@ -904,9 +1090,13 @@ def check_image_output(path, what="-o"):
 MAX_IMAGE_SIDE_PX = 1 << 16
 
 
-def save_figure(fig, path, dpi):
-    """fig.savefig(path) with a write error naming the file (TraceError), and a bitmap over matplotlib's 2^16
-    pixels a side refused naming --dpi and the largest that fits (it surfaced as a ValueError, exit 1)."""
+def save_figure(fig, path, dpi, outs=None):
+    """fig.savefig(path), whole or not at all (OutputSet `outs`, else its own), with a write error naming the file
+    (TraceError), and a bitmap over matplotlib's 2^16 pixels a side refused naming --dpi and the largest that fits
+    (it surfaced as a ValueError, exit 1)."""
+    if outs is None:
+        with output_files() as own:
+            return save_figure(fig, path, dpi, own)
     w, h = fig.get_size_inches()
     vector = os.path.splitext(path)[1].lower() in (".svg", ".svgz", ".pdf", ".eps", ".ps")
     if not vector and max(w, h) * dpi >= MAX_IMAGE_SIDE_PX:
@@ -914,8 +1104,9 @@ def save_figure(fig, path, dpi):
                          "use --dpi %d or less, or a vector format (.svg, .pdf)" %
                          (path, dpi, round(w * dpi), round(h * dpi), MAX_IMAGE_SIDE_PX,
                           int((MAX_IMAGE_SIDE_PX - 1) / max(w, h))))
+    target = outs.path(path)
     try:
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(target, dpi=dpi, format=os.path.splitext(path)[1][1:].lower() or None)
     except OSError as e:
         raise output_error(path, e) from None
 

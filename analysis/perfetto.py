@@ -21,7 +21,6 @@ baseTimeNanoseconds; --per-rank DIR also writes one file per rank (rank<R>.json,
 distributedInfo.rank), the layout HTA's TraceAnalysis(trace_dir=DIR) loads. See docs/trace.md for which HTA
 analyses apply."""
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -421,15 +420,14 @@ def _batches(events, size=None):
 def write(trace, p, output, per_rank=()):
     """Writes the file `output` (distributedInfo.rank 0) and per_rank[r] (rank r's events only) for plan() p.
     The events are made and written a batch at a time; per-rank files are written MAX_OPEN_FILES at a time,
-    each group in one more pass over the events."""
+    each group in one more pass over the events. Every file is written whole or not at all: all are renamed into
+    place at the end (ct.output_files), none on an error or a signal."""
     groups = [list(range(lo, min(lo + MAX_OPEN_FILES, len(per_rank))))
               for lo in range(0, len(per_rank), MAX_OPEN_FILES)]
-    for n, ranks in enumerate(groups or [[]]):
-        with contextlib.ExitStack() as stack:
-            main = (_JsonDocument(stack.enter_context(ct.output_file(output)), trace, p["origin"], 0)
-                    if n == 0 else None)
-            docs = {r: _JsonDocument(stack.enter_context(ct.output_file(per_rank[r])), trace, p["origin"], r)
-                    for r in ranks}
+    with ct.output_files() as outs:
+        for n, ranks in enumerate(groups or [[]]):
+            main = _JsonDocument(outs.open(output), trace, p["origin"], 0) if n == 0 else None
+            docs = {r: _JsonDocument(outs.open(per_rank[r]), trace, p["origin"], r) for r in ranks}
             for batch in _batches(iter_events(trace, p)):
                 if main:
                     main.add([text for _, text in batch])
@@ -442,6 +440,7 @@ def write(trace, p, output, per_rank=()):
                         docs[r].add(texts)
             for doc in ([main] if main else []) + list(docs.values()):
                 doc.close()
+                doc.f.close()  # this group's files: at most MAX_OPEN_FILES are open at once
 
 
 def main(argv=None):

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import unittest.mock
 
@@ -560,6 +561,132 @@ class OutputPaths(TempDirCase):
         self.assertIn("wrote standard output:", r.stderr)
         self.assertFalse(os.path.exists(self.path("-")))
         self.assertFalse(ct.is_hdf5(self.path("fifo")) or ct.is_hdf5(self.dir) or ct.is_hdf5(self.path("none")))
+
+
+def temporaries(folder):
+    """The temporary files an OutputSet leaves in `folder` (none, once a tool has ended)."""
+    return [n for n in os.listdir(folder) if n.startswith(".") and n.endswith(".tmp")]
+
+
+def limit_file_size(nbytes):
+    """preexec_fn: files of the child may not grow past nbytes (writes fail with EFBIG, 'File too large', as on a
+    full disk; Python ignores SIGXFSZ)."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+
+class WholeOutputs(TempDirCase):
+    """Every output is written to a temporary file beside it and renamed into place when complete: a write that
+    fails (a full disk) or a signal leaves the earlier file as it was and no partial or temporary file."""
+
+    EARLIER = "the earlier report\n"
+
+    def earlier(self, *names):
+        for name in names:
+            with open(self.path(name), "w") as f:
+                f.write(self.EARLIER)
+
+    def check_earlier(self, *names):
+        for name in names:
+            with open(self.path(name)) as f:
+                self.assertEqual(f.read(), self.EARLIER, name)
+        self.assertEqual(temporaries(self.dir), [])
+
+    def test_a_failed_write_keeps_the_earlier_output(self):
+        p = self.example(steps=2)
+        os.mkdir(self.path("ranks"))
+        for script, args, outs, failing in (
+                ("bubbles.py", ["-o", self.path("b.txt")], ["b.txt"], "b.txt"),
+                ("bubbles.py", ["--json", "-o", self.path("b.json")], ["b.json"], "b.json"),
+                ("timeline.py", ["-o", self.path("t.png")], ["t.png"], "t.png"),
+                ("timeline.py", ["-o", self.path("t.svg")], ["t.svg"], "t.svg"),
+                ("perfetto.py", ["-o", self.path("p.json"), "--per-rank", self.path("ranks")],
+                 ["p.json", "ranks/rank0.json", "ranks/rank1.json"], "p.json"),
+                ("compare.py", ["-o", self.path("c.md"), "--include-warmup"], ["c.md", "c.png"], "c.png")):
+            self.earlier(*outs)
+            r = subprocess.run([os.path.join(ANALYSIS, script), p] + args, capture_output=True, text=True,
+                               timeout=60, preexec_fn=limit_file_size(512))
+            self.assertEqual(r.returncode, 2, "%s: %s" % (script, r.stderr))
+            self.assertEqual(r.stderr, "%s: error: %s: cannot write the output file (File too large)\n" %
+                             (script, self.path(failing)))
+            self.check_earlier(*outs)
+            self.assertEqual(temporaries(self.path("ranks")), [])
+
+    def test_compare_replaces_its_chart_and_report_together(self):
+        """The report failing after the chart was drawn (a full disk) keeps the earlier chart too."""
+        p = self.example(steps=2)
+        self.earlier("c.md", "c.png")
+        class FullDisk:  # a file whose writes fail as on a full disk
+            def __init__(self, f):
+                self.f = f
+
+            def write(self, text):
+                raise OSError(28, "No space left on device")
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+        real_init = ct._Output.__init__
+
+        def init(out, f, name, owned=True):
+            real_init(out, FullDisk(f) if owned else f, name, owned)
+        with unittest.mock.patch.object(ct._Output, "__init__", init), \
+                self.assertRaisesRegex(ct.TraceError, r"^%s: cannot write the output file \(No space left on device\)$"
+                                       % re.escape(self.path("c.md"))):
+            compare.main([p, "-o", self.path("c.md"), "--include-warmup"])
+        self.check_earlier("c.md", "c.png")
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(compare.main([p, "-o", self.path("c.md"), "--include-warmup"]), 0)
+        with open(self.path("c.md")) as f:
+            self.assertIn("# Run comparison", f.read())
+        self.assertTrue(ct.is_hdf5(p) is True and os.path.getsize(self.path("c.png")) > 1000)
+
+    def test_a_replaced_output_keeps_its_mode_and_links(self):
+        """The renamed file has the mode the earlier one had (new files: the umask's); an output that is a symbolic
+        link replaces the file it points at; a device (/dev/null) is written in place."""
+        p = self.example()
+        self.earlier("b.txt")
+        os.chmod(self.path("b.txt"), 0o640)
+        os.symlink("b.txt", self.path("link.txt"))
+        for out in ("b.txt", "link.txt", "new.txt"):
+            self.assertEqual(run("bubbles.py", p, "-o", self.path(out)).returncode, 0)
+        self.assertEqual(os.stat(self.path("b.txt")).st_mode & 0o777, 0o640)
+        self.assertTrue(os.path.islink(self.path("link.txt")))
+        with open(self.path("b.txt")) as f:
+            self.assertIn("== %s" % p, f.read())
+        mask = os.umask(0)
+        os.umask(mask)
+        self.assertEqual(os.stat(self.path("new.txt")).st_mode & 0o777, 0o666 & ~mask)
+        self.assertEqual(run("perfetto.py", p, "-o", os.devnull).returncode, 0)
+        self.assertEqual(temporaries(self.dir), [])
+
+    def test_a_signal_leaves_the_earlier_output(self):
+        """SIGTERM, SIGHUP and SIGINT while perfetto.py writes: one line, exit 128 + the signal's number, the earlier
+        file intact, no temporary file."""
+        import signal
+        rows = [tracegen.ev(0, r, "F", n, 10 * n, 10 * n, 10 * n + 10) for r in range(4) for n in range(40000)]
+        p = self.path("big.h5")
+        tracegen.write_trace(p, rows, [tracegen.step_row(0, 400000, 0.1, 1.0)], world_size=4)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            self.earlier("p.json")
+            proc = subprocess.Popen([os.path.join(ANALYSIS, "perfetto.py"), p, "-o", self.path("p.json")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.monotonic() + 60
+                while not temporaries(self.dir) and os.path.getsize(self.path("p.json")) == len(self.EARLIER):
+                    self.assertIsNone(proc.poll(), "perfetto.py ended before it was signalled")
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.002)
+                proc.send_signal(sig)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+            self.assertEqual(proc.returncode, 128 + sig, err)
+            self.assertEqual(err, "perfetto.py: stopped by %s; no output file is left half-written\n" %
+                             signal.Signals(sig).name)
+            self.check_earlier("p.json")
 
 
 class MissingModules(TempDirCase):
@@ -1299,7 +1426,7 @@ class SweepReport(TempDirCase):
             specs.append("%s=%s" % (name, self.path(name + ".h5")))
         titles = []
         real = compare.ct.save_figure
-        compare.ct.save_figure = lambda fig, path, dpi: titles.append(fig._suptitle.get_text())
+        compare.ct.save_figure = lambda fig, path, dpi, outs=None: titles.append(fig._suptitle.get_text())
         try:
             for skip, said in (("2", "first 2 steps left out"), ("1", "step 0 (warm-up) left out")):
                 out = self.path("report-%s.md" % skip)
