@@ -81,7 +81,7 @@ def analyze(trace, step_for_path=None):
     overall["steps"] = len(per_step)
     overall["total_makespan_ns"] = total_span
     step = ct.pick_step(trace, step_for_path)
-    return {"trace": trace.path, "label": trace.label(),
+    return {"trace": trace.shown, "label": trace.label(),
             "info": {k: trace.attrs[k] for k in ("schedule", "execution", "hint", "backend", "source",
                                                   "world_size", "pipeline", "microbatches", "virtual")},
             "overall": overall, "per_rank": rank_tot, "per_step": per_step,
@@ -206,7 +206,7 @@ def main(argv=None):
         res = analyze(trace, args.step)
         if res["stored_mismatch_steps"]:
             print("warning: %s: recomputed figures differ from /steps at steps %s" %
-                  (path, res["stored_mismatch_steps"]), file=sys.stderr)
+                  (trace.shown, res["stored_mismatch_steps"]), file=sys.stderr)
         results.append(res)
 
     def write(out):

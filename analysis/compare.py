@@ -84,7 +84,7 @@ def parse_runs(specs):
         trace = ct.load(path)
         ct.note_dropped(trace)
         ct.require_steps(trace)
-        runs.append([name or trace.label(), trace, name is not None])
+        runs.append([trace.label() if name is None else ct.printable(name), trace, name is not None])
     named = {run[0]: run for run in runs if run[2]}
     seen = set(named)
     for run in runs:  # names from the traces (their run folders) made unique: NAME, NAME#2, ...
@@ -178,7 +178,7 @@ def run_figures(name, trace, skip):
     t = ct.run_totals(trace, ids)
     t["mean_makespan_ms"] = t["mean_makespan_ns"] / 1e6
     axes, flat = describe(trace)
-    return {"name": name, "path": trace.path, "axes": axes, "deck": flat, **t}
+    return {"name": name, "path": trace.shown, "axes": axes, "deck": flat, **t}
 
 
 def group(runs):
@@ -290,9 +290,7 @@ def chart_size(n_groups):
 
 def chart(groups, varying, base, path, skip, dpi=100, outs=None):
     """Draws the chart into image file `path` (in OutputSet `outs` when given: renamed into place with the report)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ct.pyplot()
     n = len(groups)
     colour_axis = "noise" if "noise" in varying else None
     palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
@@ -364,7 +362,7 @@ def main(argv=None):
     runs = [run_figures(name, trace, skip) for name, trace in parse_runs(args.traces)]
     groups, varying, other = group(runs)
     base = stats(groups, args.baseline)
-    rel = os.path.relpath(png, os.path.dirname(os.path.abspath(args.output)))
+    rel = ct.printable(os.path.relpath(png, os.path.dirname(os.path.abspath(args.output))))
     text = markdown(groups, varying, other, base, rel, skip)
     with ct.output_files() as outs:  # the chart and the report replace earlier ones together, or neither does
         chart(groups, varying, base, png, skip, outs=outs)

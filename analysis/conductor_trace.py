@@ -20,6 +20,7 @@ import stat
 import sys
 import tempfile
 import time
+import warnings
 
 
 def missing_module_message(name, e):
@@ -81,6 +82,24 @@ OUTSIDE_RUN_NS = 3600 * 1_000_000_000
 
 class TraceError(Exception):
     """A trace that cannot be used; the message names the file and what is wrong."""
+
+
+def printable(text):
+    """`text` (a path, a run's name, a message) as reports, figures and messages show it: a byte of a file name
+    that is not UTF-8 (the str the file system gives it, decoded with surrogateescape) as \\xNN, as are other
+    characters that do not print (a newline: \\n), so that the text can be written as UTF-8 and read."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:  # surrogateescape's stand-in for the undecodable byte ord(ch) - 0xDC00
+            out.append("\\x%02x" % (ord(ch) - 0xDC00))
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 def _str(value):
@@ -160,11 +179,16 @@ class Trace:
             raise TraceError("%s: step %d is not in /steps (steps present: %s)" % (self.path, step, _ranges(self.step_ids)))
         return rows[0]
 
+    @property
+    def shown(self):
+        """The trace's path as reports and messages show it (printable())."""
+        return printable(self.path)
+
     def label(self):
-        """A short name for tables: the run folder of .../<run>/trace.h5, else the file name."""
+        """A short name for tables: the run folder of .../<run>/trace.h5, else the file name (printable())."""
         base = os.path.basename(self.path)
         parent = os.path.basename(os.path.dirname(os.path.abspath(self.path)))
-        return parent if base == "trace.h5" and parent else os.path.splitext(base)[0]
+        return printable(parent if base == "trace.h5" and parent else os.path.splitext(base)[0])
 
 
 def _ranges(ids):
@@ -812,10 +836,12 @@ def main_guard(fn):
     SIGTERM ...' and exit status 128 + the signal's number, no output file left half-written."""
     prog = os.path.basename(sys.argv[0])
     catch_stop_signals()
+    warnings.showwarning = lambda message, category, *_args, **_kw: _tell(
+        "%s: warning: %s" % (prog, printable(" ".join(str(message).split()))))  # one line, not the library's two
     try:
         code = fn()
     except TraceError as e:
-        _tell("%s: error: %s" % (prog, e))
+        _tell("%s: error: %s" % (prog, printable(e)))
         sys.exit(2)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
@@ -829,10 +855,10 @@ def main_guard(fn):
         if e.name in ("numpy", "h5py"):  # e.g. an h5py whose HDF5 library is missing
             _tell(missing_module_message(e.name, e))
         else:
-            _tell("%s: error: %s: %s" % (prog, type(e).__name__, e))
+            _tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
         sys.exit(1)
     except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
-        _tell("%s: error: %s: %s" % (prog, type(e).__name__, e))
+        _tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
         sys.exit(1)
     sys.exit(code or 0)
 
@@ -1023,7 +1049,7 @@ class OutputSet:
         else:
             target = self.path(path)
             try:
-                out = _Output(open(target, "w", newline=newline, encoding="utf-8"), path)
+                out = _Output(open(target, "w", newline=newline, encoding="utf-8", errors="backslashreplace"), path)
             except OSError as e:
                 raise output_error(path, e) from None
         self._files.append(out)
@@ -1075,8 +1101,24 @@ def output_file(path, newline=None):
         yield outs.open(path, newline=newline)
 
 
+def prepare_matplotlib():
+    """What the tools need before matplotlib is imported: a glyph missing from its font (a run named in a script
+    DejaVu Sans lacks) is drawn as a box, without matplotlib's warning."""
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display), after prepare_matplotlib()."""
+    prepare_matplotlib()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def check_image_output(path, what="-o"):
     """Refuses (TraceError) an image output whose extension matplotlib cannot write, before any work is done."""
+    prepare_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     formats = FigureCanvasAgg.get_supported_filetypes()
     ext = os.path.splitext(path)[1][1:].lower()
@@ -1114,4 +1156,4 @@ def save_figure(fig, path, dpi, outs=None):
 def note_dropped(trace):
     if trace.dropped_events:
         print("note: %s: ignored %d events of an incomplete step (the run was killed while writing)" %
-              (trace.path, trace.dropped_events), file=sys.stderr)
+              (trace.shown, trace.dropped_events), file=sys.stderr)

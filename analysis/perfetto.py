@@ -371,7 +371,7 @@ def document(trace, events, origin, rank):
            "distributedInfo": {"rank": rank, "world_size": trace.world_size, "backend": a["backend"]},
            "otherData": {"source": a["source"], "schedule": a["schedule"], "execution": a["execution"],
                          "hint": a["hint"], "git_revision": a["git_revision"], "origin_ns": origin,
-                         "trace": os.path.abspath(trace.path)},
+                         "trace": ct.printable(os.path.abspath(trace.path))},
            "traceEvents": events}
     if trace.epoch_unix_ns is not None:
         doc["baseTimeNanoseconds"] = trace.epoch_unix_ns + origin
@@ -476,10 +476,10 @@ def main(argv=None):
     migrations = 2 * sum(1 for _, o in todo["links"] if o is not None)
     said = sys.stderr if args.output == "-" else sys.stdout  # the JSON alone on standard output
     print("wrote %s: %d events, %d transfers%s, %d ranks, %d steps" %
-          ("standard output" if args.output == "-" else args.output, len(trace.events), len(todo["pairs"][0]),
+          ("standard output" if args.output == "-" else ct.printable(args.output), len(trace.events), len(todo["pairs"][0]),
            ", %d migration flows" % migrations if migrations else "", trace.world_size, len(trace.steps)), file=said)
     if args.per_rank:
-        print("wrote %s/rank0..%d.json" % (args.per_rank, trace.world_size - 1), file=said)
+        print("wrote %s/rank0..%d.json" % (ct.printable(args.per_rank), trace.world_size - 1), file=said)
     return 0
 
 

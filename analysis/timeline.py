@@ -25,7 +25,7 @@ HATCHES = (None, "///", "xx")
 def draw(trace, step, output, comm=False, dpi=120, width=None):
     """Draws step `step` of `trace` into the image file `output` (figure())."""
     fig = figure(trace, step, comm, width)
-    import matplotlib.pyplot as plt  # after figure(), which selects the Agg backend
+    plt = ct.pyplot()
     try:
         ct.save_figure(fig, output, dpi)
     finally:
@@ -34,10 +34,7 @@ def draw(trace, step, output, comm=False, dpi=120, width=None):
 
 def figure(trace, step, comm=False, width=None):
     """The chart of step `step` as a matplotlib figure (the caller closes it); one axes, laid out."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = ct.pyplot()
     fig_s = ct.step_figures(trace, step)
     world = trace.world_size
     ev = trace.step_events(step)
@@ -58,7 +55,7 @@ def figure(trace, step, comm=False, width=None):
     ax.set_xlabel("time since step start (%s)" % unit)
     a = trace.attrs
     ax.set_title("%s  step %d: %s, %s, %s backend, %d ranks; makespan %.3f %s, bubble %.1f%%" % (
-        os.path.basename(trace.path), step, a["schedule"], a["execution"], a["backend"], world,
+        ct.printable(os.path.basename(trace.path)), step, a["schedule"], a["execution"], a["backend"], world,
         span / scale, unit, 100 * fig_s["bubble_ratio"]), fontsize=9)
     ax.legend(handles=_legend(trace, ev, bars, comm), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
@@ -163,7 +160,7 @@ def main(argv=None):
     ct.note_dropped(trace)
     step = ct.pick_step(trace, args.step)
     draw(trace, step, args.output, comm=args.comm, dpi=args.dpi)
-    print("wrote %s (step %d)" % (args.output, step))
+    print("wrote %s (step %d)" % (ct.printable(args.output), step))
     return 0
 
 

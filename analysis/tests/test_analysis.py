@@ -689,6 +689,69 @@ class WholeOutputs(TempDirCase):
             self.check_earlier("p.json")
 
 
+class Names(TempDirCase):
+    """A trace path that is not UTF-8 (a byte such as 0xff in a folder or file name) or holds characters that do not
+    print: shown escaped (\\xff, \\n) in reports, figures and messages, never a UnicodeEncodeError (which had
+    emptied compare.py's earlier report) or matplotlib's missing-glyph warnings."""
+
+    def test_printable(self):
+        self.assertEqual(ct.printable("u/r\udcff.h5"), "u/r\\xff.h5")
+        self.assertEqual(ct.printable("a\nb\tc\x1b"), "a\\nb\\tc\\x1b")
+        self.assertEqual(ct.printable("runs/実験 1/trace.h5"), "runs/実験 1/trace.h5")
+
+    def test_a_library_warning_is_one_line(self):
+        import signal
+        import warnings
+
+        def tool_main():
+            warnings.warn("something odd\nsecond line of r\udcff", RuntimeWarning)
+            return 0
+        err = io.StringIO()
+        handlers = {s: signal.getsignal(s) for s in ct.STOP_SIGNALS}
+        try:
+            with unittest.mock.patch.object(sys, "argv", ["bubbles.py"]), unittest.mock.patch.object(
+                    warnings, "showwarning"), warnings.catch_warnings(), contextlib.redirect_stderr(err), \
+                    self.assertRaises(SystemExit) as cm:
+                warnings.simplefilter("always")
+                ct.main_guard(tool_main)
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+        self.assertEqual(cm.exception.code, 0)
+        self.assertEqual(err.getvalue(), "bubbles.py: warning: something odd second line of r\\xff\n")
+
+    def test_a_trace_path_that_is_not_utf8(self):
+        os.mkdir(self.path("u"))
+        p = os.fsdecode(os.fsencode(self.path("u")) + b"/r\xff.h5")
+        shown = self.path("u") + "/r\\xff.h5"
+        tracegen.example_trace(p, steps=2)
+        with open(self.path("c.md"), "w") as f:
+            f.write("the earlier report\n")
+        r = run("compare.py", p, "-o", self.path("c.md"), "--include-warmup")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        with open(self.path("c.md"), encoding="utf-8") as f:
+            report = f.read()
+        self.assertIn("| r\\xff | 1 | 2 | ", report)
+        self.assertIn("- r\\xff (r\\xff): `%s`" % shown, report)
+        self.assertEqual(r.stdout, report)
+        r = run("bubbles.py", p)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertTrue(r.stdout.startswith("== %s  (" % shown), r.stdout)
+        r = run("bubbles.py", "--json", p)
+        self.assertEqual(json.loads(r.stdout)["traces"][0]["trace"], shown)
+        r = run("timeline.py", p, "-o", self.path("t.png"))
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        out = os.fsdecode(os.fsencode(self.path("p")) + b"\xfe.json")
+        r = run("perfetto.py", p, "-o", out)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertTrue(r.stdout.startswith("wrote %s\\xfe.json: " % self.path("p")), r.stdout)
+        self.assertEqual(load_json(out)["otherData"]["trace"], shown)
+        missing = os.fsdecode(os.fsencode(self.path("u")) + b"/r\xfe\n.h5")
+        r = run("bubbles.py", missing)
+        self.assertEqual((r.returncode, r.stderr), (2, "bubbles.py: error: %s/r\\xfe\\n.h5: no such file\n" %
+                                                   self.path("u")))
+
+
 class MissingModules(TempDirCase):
     """A Python without numpy or h5py (a virtual environment first on PATH): one line naming the module and how to
     run the tools with one that has them (README.md, "Read the results"), exit 1 (as a missing matplotlib); no
