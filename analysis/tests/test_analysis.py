@@ -752,6 +752,34 @@ class Names(TempDirCase):
                                                    self.path("u")))
 
 
+class Launcher(TempDirCase):
+    """scripts/conductor-analysis: CONDUCTOR_PYTHON names an interpreter by path or by a command name on PATH (a
+    name was refused: the launcher tested it with [[ -x ]]); only an executable that runs Python counts."""
+
+    def launch(self, python, *args):
+        bin_dir = self.path("bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        if not os.path.exists(os.path.join(bin_dir, "py")):
+            os.symlink(PY, os.path.join(bin_dir, "py"))
+        env = dict(os.environ, PATH=bin_dir + ":/usr/bin:/bin", CONDUCTOR_PYTHON=python)
+        return subprocess.run([os.path.join(SOURCE, "scripts", "conductor-analysis")] + list(args),
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def test_conductor_python_by_name_or_path(self):
+        p = self.example()
+        for python in ("py", self.path("bin/py"), PY):
+            r = self.launch(python, "bubbles", p)
+            self.assertEqual(r.returncode, 0, "%s: %s" % (python, r.stderr))
+            self.assertTrue(r.stdout.startswith("== %s" % p), r.stdout)
+        for python, tried in (("echo", "echo = /usr/bin/echo"), ("nosuchpython", "nosuchpython (not found on PATH)"),
+                              (self.path("none"), self.path("none") + " (not an executable file)"),
+                              ("true", "true = /usr/bin/true")):
+            r = self.launch(python, "bubbles", p)
+            self.assertEqual((r.returncode, r.stdout), (2, ""), python)
+            self.assertTrue(r.stderr.startswith("conductor-analysis: no Python interpreter that imports h5py and "
+                                                "numpy: tried %s (CONDUCTOR_PYTHON). " % tried), r.stderr)
+
+
 class MissingModules(TempDirCase):
     """A Python without numpy or h5py (a virtual environment first on PATH): one line naming the module and how to
     run the tools with one that has them (README.md, "Read the results"), exit 1 (as a missing matplotlib); no
