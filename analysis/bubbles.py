@@ -205,8 +205,8 @@ def main(argv=None):
         ct.note_dropped(trace)
         res = analyze(trace, args.step)
         if res["stored_mismatch_steps"]:
-            print("warning: %s: recomputed figures differ from /steps at steps %s" %
-                  (trace.shown, res["stored_mismatch_steps"]), file=sys.stderr)
+            ct.tell("warning: %s: recomputed figures differ from /steps at steps %s" %
+                    (trace.shown, res["stored_mismatch_steps"]))
         results.append(res)
 
     def write(out):

@@ -367,7 +367,7 @@ def main(argv=None):
     with ct.output_files() as outs:  # the chart and the report replace earlier ones together, or neither does
         chart(groups, varying, base, png, skip, outs=outs)
         outs.open(args.output).write(text)
-    sys.stdout.write(text)
+    ct.say(text)
     return 0
 
 

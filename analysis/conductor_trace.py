@@ -820,32 +820,98 @@ def _signals_held():
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _tell(line):
-    """Prints a line on stderr; a stderr that cannot be written (a closed terminal, SIGHUP's usual cause) is
-    ignored: the exit status still tells."""
+def tell(line):
+    """Prints a line on stderr (messages, notes, warnings); a stderr that is closed or cannot be written (a closed
+    terminal, SIGHUP's usual cause) is ignored: the exit status still tells."""
+    if sys.stderr is None:  # print(file=None) would write to standard output
+        return
     try:
         print(line, file=sys.stderr)
         sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):
+    except (OSError, ValueError):
         pass
+
+
+def stdout_error(e):
+    """An OSError writing standard output as what to raise: a TraceError saying so (exit 2), or a BrokenPipeError
+    as it is (the reader left, as `TOOL ... | head` does: exit 1 without a message)."""
+    if isinstance(e, BrokenPipeError):
+        return e
+    return TraceError("cannot write to standard output (%s)" % (e.strerror or e))
+
+
+def say(text):
+    """Writes `text` to standard output, for what a tool reports besides its output (wrote FILE ...). A closed
+    standard output takes nothing (as print()); a failed write is a TraceError (stdout_error)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(text)
+    except OSError as e:
+        raise stdout_error(e) from None
+
+
+def _flush_stdout():
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except OSError as e:
+            raise stdout_error(e) from None
+
+
+def _settle_stdout():
+    """Where standard output cannot take what is left in its buffer (already told, or a broken pipe), points it at
+    /dev/null: the interpreter's own flush at exit would print a second, raw 'Exception ignored ...'."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+
+
+def _open_closed_std_fds():
+    """Opens /dev/null on a standard descriptor (0, 1, 2) the tool was started without (`TOOL >&-`): else the next
+    file opened would get it, and a library printing to it would write into that file. sys.stdout stays None."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
 
 
 def main_guard(fn):
     """Runs fn(); any error becomes 'PROG: error: MESSAGE' on stderr and exit status 1 (2 for TraceError
     and bad arguments), never a Python traceback. SIGINT, SIGTERM and SIGHUP (Stopped): 'PROG: stopped by
     SIGTERM ...' and exit status 128 + the signal's number, no output file left half-written."""
+    try:
+        _main_guard(fn)
+    finally:
+        _settle_stdout()
+
+
+def _main_guard(fn):
     prog = os.path.basename(sys.argv[0])
+    _open_closed_std_fds()
     catch_stop_signals()
-    warnings.showwarning = lambda message, category, *_args, **_kw: _tell(
+    warnings.showwarning = lambda message, category, *_args, **_kw: tell(
         "%s: warning: %s" % (prog, printable(" ".join(str(message).split()))))  # one line, not the library's two
     try:
         code = fn()
+        _flush_stdout()
     except TraceError as e:
-        _tell("%s: error: %s" % (prog, printable(e)))
+        tell("%s: error: %s" % (prog, printable(e)))
         sys.exit(2)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        _tell("%s: stopped by %s; no output file is left half-written" % (prog, signal.Signals(signum).name))
+        tell("%s: stopped by %s; no output file is left half-written" % (prog, signal.Signals(signum).name))
         sys.exit(128 + signum)
     except SystemExit:
         raise
@@ -853,12 +919,12 @@ def main_guard(fn):
         sys.exit(1)
     except ImportError as e:
         if e.name in ("numpy", "h5py"):  # e.g. an h5py whose HDF5 library is missing
-            _tell(missing_module_message(e.name, e))
+            tell(missing_module_message(e.name, e))
         else:
-            _tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
+            tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
         sys.exit(1)
     except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
-        _tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
+        tell("%s: error: %s: %s" % (prog, type(e).__name__, printable(e)))
         sys.exit(1)
     sys.exit(code or 0)
 
@@ -916,6 +982,10 @@ def check_outputs(inputs, outputs):
     same command: nothing already written by a run is overwritten; an earlier report of a tool is.
     inputs: trace paths; outputs: [(what, path)], `what` naming the option (e.g. "-o"); "-" (stdout) and None
     are skipped."""
+    for what, path in outputs:
+        if path == "-" and sys.stdout is None:
+            raise TraceError("standard output is closed: nowhere to write the output (%s -); give %s FILE" %
+                             (what, what))
     outs = [(what, path) for what, path in outputs if path and path != "-"]
     for i, (what, path) in enumerate(outs):
         for src in inputs:
@@ -968,23 +1038,26 @@ def _umask():
 
 
 class _Output:
-    """A text file an OutputSet writes (`name`: the output's path as given): errors writing or closing it are
-    TraceErrors naming it (one line, exit 2)."""
+    """A text file an OutputSet writes (`name`: the output's path as given), or standard output (not owned): errors
+    writing or closing it are TraceErrors naming it (one line, exit 2; stdout_error for standard output)."""
 
     def __init__(self, f, name, owned=True):
         self.f, self.name, self._owned = f, name, owned
+
+    def _error(self, e):
+        return output_error(self.name, e) if self._owned else stdout_error(e)
 
     def write(self, text):
         try:
             return self.f.write(text)
         except OSError as e:
-            raise output_error(self.name, e) from None
+            raise self._error(e) from None
 
     def flush(self):
         try:
             self.f.flush()
         except OSError as e:
-            raise output_error(self.name, e) from None
+            raise self._error(e) from None
 
     @property
     def closed(self):
@@ -1045,6 +1118,8 @@ class OutputSet:
     def open(self, path, newline=None):
         """A text file (UTF-8) to write output `path` with (write, flush, close); "-": standard output."""
         if path == "-":
+            if sys.stdout is None:
+                raise TraceError("standard output is closed: nowhere to write the output; give a FILE")
             out = _Output(sys.stdout, "standard output", owned=False)
         else:
             target = self.path(path)
@@ -1155,5 +1230,5 @@ def save_figure(fig, path, dpi, outs=None):
 
 def note_dropped(trace):
     if trace.dropped_events:
-        print("note: %s: ignored %d events of an incomplete step (the run was killed while writing)" %
-              (trace.shown, trace.dropped_events), file=sys.stderr)
+        tell("note: %s: ignored %d events of an incomplete step (the run was killed while writing)" %
+             (trace.shown, trace.dropped_events))

@@ -474,12 +474,13 @@ def main(argv=None):
     write(trace, todo, args.output, per_rank)
     # one kernel event per row, one flow per SEND, two per help with its owner's op
     migrations = 2 * sum(1 for _, o in todo["links"] if o is not None)
-    said = sys.stderr if args.output == "-" else sys.stdout  # the JSON alone on standard output
-    print("wrote %s: %d events, %d transfers%s, %d ranks, %d steps" %
-          ("standard output" if args.output == "-" else ct.printable(args.output), len(trace.events), len(todo["pairs"][0]),
-           ", %d migration flows" % migrations if migrations else "", trace.world_size, len(trace.steps)), file=said)
+    said = ct.tell if args.output == "-" else (lambda line: ct.say(line + "\n"))  # the JSON alone on stdout
+    said("wrote %s: %d events, %d transfers%s, %d ranks, %d steps" %
+         ("standard output" if args.output == "-" else ct.printable(args.output), len(trace.events),
+          len(todo["pairs"][0]), ", %d migration flows" % migrations if migrations else "", trace.world_size,
+          len(trace.steps)))
     if args.per_rank:
-        print("wrote %s/rank0..%d.json" % (ct.printable(args.per_rank), trace.world_size - 1), file=said)
+        said("wrote %s/rank0..%d.json" % (ct.printable(args.per_rank), trace.world_size - 1))
     return 0
 
 

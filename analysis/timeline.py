@@ -160,7 +160,7 @@ def main(argv=None):
     ct.note_dropped(trace)
     step = ct.pick_step(trace, args.step)
     draw(trace, step, args.output, comm=args.comm, dpi=args.dpi)
-    print("wrote %s (step %d)" % (ct.printable(args.output), step))
+    ct.say("wrote %s (step %d)\n" % (ct.printable(args.output), step))
     return 0
 
 

@@ -780,6 +780,46 @@ class Launcher(TempDirCase):
                                                 "numpy: tried %s (CONDUCTOR_PYTHON). " % tried), r.stderr)
 
 
+class StandardOutput(TempDirCase):
+    """A standard output that is closed (`TOOL >&-`) or cannot be written (/dev/full): one line naming standard
+    output and exit 2 (it was an AttributeError on None, or an OSError that did not say which file); a reader that
+    left (`TOOL | head`): exit 1 without a message, as before."""
+
+    def run_with_stdout(self, stdout, script, *args):
+        """Runs the tool with standard output closed (stdout None) or going to file object `stdout`."""
+        if stdout is None:
+            cmd = ["bash", "-c", 'exec "$@" >&-', "bash", os.path.join(ANALYSIS, script)] + list(args)
+            return subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=60)
+        return subprocess.run([os.path.join(ANALYSIS, script)] + list(args), stdout=stdout, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+
+    def test_closed_or_full_standard_output(self):
+        p = self.example()
+        for script, args in (("bubbles.py", []), ("bubbles.py", ["--json"]), ("perfetto.py", ["-o", "-"])):
+            r = self.run_with_stdout(None, script, p, *args)
+            self.assertEqual((r.returncode, r.stderr), (2, "%s: error: standard output is closed: nowhere to write "
+                                                           "the output (-o -); give -o FILE\n" % script))
+        with open("/dev/full", "w") as full:
+            for script, args in (("bubbles.py", []), ("bubbles.py", ["--csv"]), ("perfetto.py", ["-o", "-"]),
+                                 ("timeline.py", ["-o", self.path("t.png")]),
+                                 ("compare.py", ["-o", self.path("c.md"), "--include-warmup"])):
+                r = self.run_with_stdout(full, script, p, *args)
+                self.assertEqual((r.returncode, r.stderr),
+                                 (2, "%s: error: cannot write to standard output (No space left on device)\n" % script))
+        # Where standard output only says what was written, a closed one takes nothing and the output is written.
+        r = self.run_with_stdout(None, "timeline.py", p, "-o", self.path("t2.png"))
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertTrue(os.path.getsize(self.path("t2.png")) > 1000)
+
+    def test_a_reader_that_left(self):
+        p = self.example()
+        proc = subprocess.Popen([os.path.join(ANALYSIS, "bubbles.py"), p], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual((proc.returncode, err), (1, ""))
+
+
 class MissingModules(TempDirCase):
     """A Python without numpy or h5py (a virtual environment first on PATH): one line naming the module and how to
     run the tools with one that has them (README.md, "Read the results"), exit 1 (as a missing matplotlib); no
