@@ -10,11 +10,13 @@ compute start over all ranks; bubble ratio = 1 - sum(busy) / (world_size * makes
 (the Zero Bubble paper's) = mean over ranks with a compute op of 1 - busy(r) / span(r), span(r) = the rank's
 last compute end - its first compute start (0 where the span is 0).
 """
+import atexit
 import contextlib
 import errno
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -1176,10 +1178,34 @@ def output_file(path, newline=None):
         yield outs.open(path, newline=newline)
 
 
+def _writable_folder(path):
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return False
+    return os.path.isdir(path) and os.access(path, os.W_OK)
+
+
 def prepare_matplotlib():
-    """What the tools need before matplotlib is imported: a glyph missing from its font (a run named in a script
-    DejaVu Sans lacks) is drawn as a box, without matplotlib's warning."""
+    """What the tools need before matplotlib is imported: where its configuration and cache folders (MPLCONFIGDIR
+    unset: $XDG_CONFIG_HOME or ~/.config, $XDG_CACHE_HOME or ~/.cache) cannot be written (HOME read-only or absent,
+    as in some batch jobs), MPLCONFIGDIR is a temporary folder removed at exit (matplotlib made one too, and warned
+    at length); a glyph missing from its font (a run named in a script DejaVu Sans lacks) is drawn as a box,
+    without matplotlib's warning."""
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+    if os.environ.get("MPLCONFIGDIR") or "matplotlib" in sys.modules:
+        return
+    home = os.path.expanduser("~")
+    config = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "matplotlib")
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "matplotlib")
+    if _writable_folder(config) and _writable_folder(cache):
+        return
+    try:
+        folder = tempfile.mkdtemp(prefix="conductor-matplotlib-")
+    except OSError:
+        return  # no temporary folder either: matplotlib says what it does
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ["MPLCONFIGDIR"] = folder
 
 
 def pyplot():

@@ -820,6 +820,22 @@ class StandardOutput(TempDirCase):
         self.assertEqual((proc.returncode, err), (1, ""))
 
 
+class UnwritableHome(TempDirCase):
+    def test_no_matplotlib_config_warning(self):
+        """HOME that cannot hold matplotlib's config and cache folders (here a file): the figures are drawn without
+        matplotlib's warning about it (a temporary MPLCONFIGDIR, removed at exit)."""
+        p = self.example()
+        os.mkdir(self.path("tmp"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "MPL"))}
+        env.update(HOME=p, TMPDIR=self.path("tmp"))
+        for script, out in (("timeline.py", "t.png"), ("compare.py", "c.md")):
+            r = subprocess.run([os.path.join(ANALYSIS, script), p, "-o", self.path(out), "--include-warmup"
+                                if script == "compare.py" else "--comm"],
+                               capture_output=True, text=True, timeout=120, env=env)
+            self.assertEqual((r.returncode, r.stderr), (0, ""), script)
+            self.assertEqual(os.listdir(self.path("tmp")), [])
+
+
 class MissingModules(TempDirCase):
     """A Python without numpy or h5py (a virtual environment first on PATH): one line naming the module and how to
     run the tools with one that has them (README.md, "Read the results"), exit 1 (as a missing matplotlib); no
