@@ -216,6 +216,8 @@ def _open(path):
         raise TraceError("%s: no such file" % path)
     if os.path.isdir(path):
         raise TraceError("%s: is a folder, not a trace file" % path)
+    if not os.path.isfile(path):  # HDF5 would wait for ever on a named pipe's writer
+        raise TraceError("%s: is not a regular file (a named pipe or a device); a trace is an HDF5 file" % path)
     try:
         return h5py.File(path, "r")
     except OSError as first:

@@ -975,6 +975,17 @@ class Malformed(TempDirCase):
         os.mkdir(p)
         check_every_tool_refuses(self, p, "is a folder, not a trace file")
 
+    def test_named_pipe(self):
+        """A trace path that is a named pipe: refused at once (HDF5 waited for a writer for ever)."""
+        fifo = self.path("fifo.h5")
+        os.mkfifo(fifo)
+        r = subprocess.run([os.path.join(ANALYSIS, "bubbles.py"), fifo], capture_output=True, text=True, timeout=20)
+        self.assertEqual((r.returncode, r.stderr), (2, "bubbles.py: error: %s: is not a regular file (a named pipe or "
+                                                       "a device); a trace is an HDF5 file\n" % fifo))
+        with self.assertRaisesRegex(ct.TraceError, r"^%s: is not a regular file \(a named pipe or a device\); a trace "
+                                    r"is an HDF5 file$" % re.escape(fifo)):
+            ct.load(fifo)
+
     def test_missing_dataset(self):
         p = self.path("nosteps.h5")
         tracegen.write_trace(p, tracegen.example_events(), [], drop={"steps"})
