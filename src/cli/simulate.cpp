@@ -101,6 +101,29 @@ std::unique_ptr<trace::TraceWriter> open_trace(const config::Deck& deck, const s
   return std::make_unique<trace::TraceWriter>(path.string(), info);
 }
 
+// The shared definition of the per-step figures (trace/summary.hpp) from the step's events, and the step's own
+// figures restated as the trace's, so summary.json, the trace's /steps and analysis/ agree.
+trace::StepRecord adopt_trace_figures(sim::StepResult& r, int p, const sim::SimOptions& options) {
+  const trace::StepRecord rec = trace::summarize_step(r.events, p, r.step, options.samples_per_step);
+  // The step's span is the trace's, in its whole nanoseconds, with or without migration (so a run where
+  // nothing moves reports the same makespan either way). With migration the events hold each op from its
+  // start on the owner to its end (the helper's part included: the owner's wait for it counts as busy in the
+  // trace, as in the runtime's) and the helpers' HELP rows: the simulator's own bubbles and bound, which
+  // count each rank's compute only, stay in summary.json.
+  r.makespan_ms = static_cast<double>(rec.makespan_ns) * trace::kTickMs;
+  r.throughput = rec.samples_per_s;
+  // The compute-only bound never exceeds the step (no rank computes two things at once); against the
+  // rounded makespan it may by under a nanosecond, which would read as a step faster than its bound.
+  if (options.migration.enabled) {
+    r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
+  } else {
+    r.bubble_ratio = rec.bubble_ratio;
+    r.stage_bubble_ratio = rec.stage_bubble_ratio;
+    r.lower_bound_ms = rec.lower_bound_ns * trace::kTickMs;
+  }
+  return rec;
+}
+
 // A run of the deck's schedule (no global tier): each step's figures from its events (trace/summary.hpp) when it
 // has them, and its events into the trace.
 sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::NoiseModel& noise,
@@ -109,24 +132,7 @@ sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::Noise
   return sim::simulate_run(schedule, noise, options, steps, [&](sim::StepResult& r) {
     progress.update(r.step + 1);
     if (r.events.empty()) return;
-    // The shared definition of the per-step figures (trace/summary.hpp).
-    const trace::StepRecord rec = trace::summarize_step(r.events, schedule.p, r.step, options.samples_per_step);
-    // The step's span is the trace's, in its whole nanoseconds, with or without migration (so a run where
-    // nothing moves reports the same makespan either way). With migration the events hold each op from its
-    // start on the owner to its end (the helper's part included: the owner's wait for it counts as busy in the
-    // trace, as in the runtime's) and the helpers' HELP rows: the simulator's own bubbles and bound, which
-    // count each rank's compute only, stay in summary.json.
-    r.makespan_ms = static_cast<double>(rec.makespan_ns) * trace::kTickMs;
-    r.throughput = rec.samples_per_s;
-    // The compute-only bound never exceeds the step (no rank computes two things at once); against the
-    // rounded makespan it may by under a nanosecond, which would read as a step faster than its bound.
-    if (options.migration.enabled) {
-      r.lower_bound_ms = std::min(r.lower_bound_ms, r.makespan_ms);
-    } else {
-      r.bubble_ratio = rec.bubble_ratio;
-      r.stage_bubble_ratio = rec.stage_bubble_ratio;
-      r.lower_bound_ms = rec.lower_bound_ns * trace::kTickMs;
-    }
+    const trace::StepRecord rec = adopt_trace_figures(r, schedule.p, options);
     if (writer) {
       writer->append_events(r.events);
       writer->append_step(rec);
@@ -140,10 +146,11 @@ sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::Noise
 sim::RunResult simulate_planned(const sim::NoiseModel& noise, const sim::SimOptions& options, int steps,
                                 sched::OrderPlanner& planner, int p, Progress& progress, trace::TraceWriter* writer) {
   const sim::PlannedRun scheduled =
-      sim::simulate_with_planner(noise, options, steps, planner, [&](const sim::StepResult& r, const sched::Schedule&) {
+      sim::simulate_with_planner(noise, options, steps, planner, [&](sim::StepResult& r, const sched::Schedule&) {
         progress.update(r.step + 1);
-        if (!writer || r.events.empty()) return;
-        trace::StepRecord rec = trace::summarize_step(r.events, p, r.step, options.samples_per_step);
+        if (r.events.empty()) return;
+        const trace::StepRecord rec = adopt_trace_figures(r, p, options);
+        if (!writer) return;
         writer->append_events(r.events);
         writer->append_step(rec);
         writer->flush();

@@ -7,7 +7,7 @@ namespace conductor::sim {
 
 PlannedRun simulate_with_planner(const NoiseModel& noise, const SimOptions& options, int steps,
                                  sched::OrderPlanner& planner,
-                                 const std::function<void(const StepResult&, const sched::Schedule&)>& on_step) {
+                                 const std::function<void(StepResult&, const sched::Schedule&)>& on_step) {
   PlannedRun out;
   SimOptions internal = options;
   internal.record_events = true;

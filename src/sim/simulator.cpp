@@ -43,7 +43,8 @@ std::int64_t to_ns(double ms) {
   if (!(std::abs(ms) < kMaxMs)) {
     throw InputError("the simulated clock reached " + format_double(ms) + " ms, past the " + format_double(kMaxMs) +
                      " ms a trace holds (nanoseconds in 64 bits): the noise (noise.kind, noise.level, "
-                     "noise.straggler_factor) drew op times that large from the deck's costs (cost.*) over run.steps; "
+                     "noise.straggler_factor, noise.congestion_delay) drew op times that large from the deck's costs "
+                     "(cost.*) over run.steps; "
                      "lower them");
   }
   return trace::ms_to_ns(ms);

@@ -19,9 +19,10 @@ struct PlannedRun {
 
 // `noise` is built for the generated schedule (same p, v, placement as every order). Events are recorded
 // internally (the planner needs them); `on_step` sees each step's result with the events options asked for,
-// and the order that step ran.
+// and the order that step ran, and may restate its figures (`conductor simulate` takes the trace's, in whole
+// nanoseconds) before the run keeps it.
 PlannedRun simulate_with_planner(const NoiseModel& noise, const SimOptions& options, int steps,
                                  sched::OrderPlanner& planner,
-                                 const std::function<void(const StepResult&, const sched::Schedule&)>& on_step = {});
+                                 const std::function<void(StepResult&, const sched::Schedule&)>& on_step = {});
 
 }  // namespace conductor::sim
