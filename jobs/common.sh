@@ -43,8 +43,9 @@ cj_split() {
   read -r -d '' -a "$1" <<<"$2" || true # -d '': up to the end of the string (read then returns 1)
 }
 
-# cj_resolve PATH: an absolute path; a relative one is looked up in the working folder (the submit folder
-# under Slurm), then under CONDUCTOR_ROOT. Prints the candidate even when it does not exist (callers check).
+# cj_resolve PATH: an input's absolute path (a deck, a fragment, the binary); a relative one is looked up in the
+# working folder (the submit folder under Slurm), then under CONDUCTOR_ROOT. Prints the candidate even when it
+# does not exist (callers check). Outputs use cj_resolve_output.
 cj_resolve() {
   local p=$1
   if [[ $p == /* ]]; then
@@ -56,6 +57,19 @@ cj_resolve() {
   else
     echo "$PWD/$p"
   fi
+}
+
+# cj_base: the folder relative outputs go under: the submit folder under Slurm (SLURM_SUBMIT_DIR: a job started
+# with --chdir runs elsewhere), else the working folder.
+cj_base() {
+  if [[ -n ${SLURM_JOB_ID:-} && -n ${SLURM_SUBMIT_DIR:-} ]]; then echo "$SLURM_SUBMIT_DIR"; else echo "$PWD"; fi
+}
+
+# cj_resolve_output PATH: an absolute path for an output folder (OUTPUT, SWEEP_DIR, RUN_DIR): a relative one is
+# always under cj_base, never looked up in CONDUCTOR_ROOT (cj_resolve, for inputs, would find an earlier run's
+# folder of that name in the source tree and write there).
+cj_resolve_output() {
+  if [[ $1 == /* ]]; then echo "$1"; else echo "$(cj_base)/$1"; fi
 }
 
 # Checks the binary; sets CONDUCTOR_BINARY to its absolute path.

@@ -9,10 +9,10 @@
 #   BASELINE=quickstart-1f1b-strict-none jobs/submit-sweep.sh      (compare.py speedups against that task)
 #
 # Environment: every SWEEP_* / OVERRIDES / COMMAND / CONDUCTOR_* variable of sweep.sbatch (exported to the
-# jobs), SWEEP_DIR (default: a new folder sweeps/sweep-<UTC time>-<random>; a folder that already holds a sweep,
-# its manifest.tsv, is refused), BASELINE for the analysis, ANALYZE_OPTIONS (extra sbatch options for the
-# analysis job, whitespace-separated). Prints the two job ids; SWEEP_DIR/manifest.tsv lists task id ->
-# combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The analysis job gets the folder as its
+# jobs), SWEEP_DIR (default: a new folder sweeps/sweep-<UTC time>-<random>; a relative one is under the working
+# folder; a folder that already holds a sweep, its manifest.tsv, is refused), BASELINE for the analysis,
+# ANALYZE_OPTIONS (extra sbatch options for the analysis job, whitespace-separated). Prints the two job ids;
+# SWEEP_DIR/manifest.tsv lists task id -> combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The analysis job gets the folder as its
 # argument (any character in it is safe).
 set -euo pipefail
 CONDUCTOR_ROOT=${CONDUCTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -29,7 +29,7 @@ n=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --count)
 # Every combination's deck, preset and keys, before a folder is made or a job waits in the queue.
 bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check || cj_fail "nothing was submitted (the sweep task above is refused)"
 if [[ -n ${SWEEP_DIR:-} ]]; then
-  SWEEP_DIR=$(cj_resolve "$SWEEP_DIR")
+  [[ $SWEEP_DIR == /* ]] || SWEEP_DIR=$PWD/$SWEEP_DIR # under the folder the jobs are submitted from
   mkdir -p "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"
 else
   # A new folder each time: two sweeps submitted in the same second do not share one.

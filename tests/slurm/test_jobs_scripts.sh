@@ -113,6 +113,19 @@ expect 0 "running: $src/scripts/conductor-launch mpirun -np 4 .*conductor run .*
   env OUTPUT=out1 bash "$src/jobs/train-cpu.sbatch"
 # DRY_RUN writes nothing into OUTPUT, not even the folder.
 [[ ! -e out1 ]] && ok || bad "DRY_RUN=1 wrote into out1: $(ls -A out1)"
+# A relative OUTPUT, SWEEP_DIR or RUN_DIR is under the submit folder (SLURM_SUBMIT_DIR in a job, else the working
+# folder), even when CONDUCTOR_ROOT holds a folder of that name (an earlier run there): outputs are not looked up
+# there as decks are (before, runs/exp1 of the source tree was used). A source tree of links, with such folders.
+mkdir -p root2/runs/exp1 root2/sweeps/sx root2/runs/an elsewhere subdir
+for d in jobs scripts inputs analysis; do ln -s "$src/$d" "root2/$d"; done
+expect 0 "run.output=$work/elsewhere/runs/exp1 " -- bash -c 'cd elsewhere && CONDUCTOR_ROOT=$1/root2 OUTPUT=runs/exp1 \
+  bash "$2/jobs/train-cpu.sbatch"' _ "$work" "$src"
+expect 0 "run.output=$work/elsewhere/runs/exp1 " -- bash -c 'cd subdir && CONDUCTOR_ROOT=$1/root2 OUTPUT=runs/exp1 \
+  SLURM_JOB_ID=7 SLURM_NTASKS=4 SLURM_SUBMIT_DIR=$1/elsewhere bash "$2/jobs/train.sbatch"' _ "$work" "$src"
+expect 0 "run.output=$work/elsewhere/sweeps/sx/000-" -- bash -c 'cd elsewhere && CONDUCTOR_ROOT=$1/root2 SWEEP_DIR=sweeps/sx \
+  SLURM_JOB_ID=7 SLURM_NTASKS=4 SLURM_ARRAY_TASK_ID=0 bash "$2/jobs/sweep.sbatch"' _ "$work" "$src"
+expect 2 "RUN_DIR '$work/elsewhere/runs/an' is not a folder" -- bash -c 'cd elsewhere && CONDUCTOR_ROOT=$1/root2 \
+  RUN_DIR=runs/an bash "$2/jobs/analyze.sbatch"' _ "$work" "$src"
 # Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
 # checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
 # A step folder as a run leaves it (validate finds its manifest before the job starts).
