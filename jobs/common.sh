@@ -625,6 +625,22 @@ cj_launch_finish() {
   cj_log "done: $output"
 }
 
+# cj_one_argument WHAT "$@": the one argument a batch script takes besides --help (train: the deck, analyze: the
+# folder); sets CJ_ARG to it, or to "" when there is none. A second argument, an empty one or another option is
+# refused (sbatch passes the words after the script to it: they were silently ignored).
+cj_one_argument() {
+  local what=$1
+  shift
+  CJ_ARG=""
+  (($# <= 1)) || cj_fail "unexpected arguments $(cj_quote "$@"): expected at most one, $what (every other setting" \
+    "comes from the environment: --help)"
+  (($# == 1)) || return 0
+  [[ -n $1 ]] || cj_fail "the argument is empty: expected $what"
+  [[ $1 != -* ]] || cj_fail "unknown option '$1': expected --help or $what"
+  # shellcheck disable=SC2034 # read by the scripts that source this file
+  CJ_ARG=$1
+}
+
 # cj_help FILE: prints the usage comment at the top of a script (its first comment block) and exits.
 cj_help() {
   awk 'NR > 1 && /^#/ && !/^#SBATCH/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$1"

@@ -13,13 +13,18 @@
 #   and one results file (the log's summary block): $OUT/device-check.txt if OUT is set, else
 #   bench/results/device-check-<GPU>-<date>.txt. Exit status: 0 when every phase passed, 1 otherwise.
 #
-# Usage: bash jobs/device-check.sh     (from anywhere; builds in $BUILD, default <repo>/build-device)
+# Usage: bash jobs/device-check.sh     (from anywhere; builds in $BUILD, default <repo>/build-device; no arguments)
 # Env:   BUILD, JOBS (default nproc), CUDA_ARCH (default: GPU 0's compute capability, else "90;80"),
 #        GPU_KIT (auto: the kit when the system lacks a library; 1: always; 0: never), BUDGET (s, default 470), OUT
 set -uo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && {
   awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
   exit 0
+}
+[[ $# -eq 0 ]] || {
+  echo "device-check: unexpected argument '$1': the script takes none but --help (settings come from the" \
+    "environment: BUILD, JOBS, CUDA_ARCH, GPU_KIT, BUDGET, OUT)" >&2
+  exit 2
 }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

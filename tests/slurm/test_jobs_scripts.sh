@@ -9,6 +9,7 @@
 set -uo pipefail
 src=${CONDUCTOR_SOURCE_DIR:?}
 bin=${CONDUCTOR_BINARY:?}
+tiny=$src/tests/slurm/tiny.yaml
 work=$(mktemp -d /tmp/conductor-jobs-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -191,6 +192,21 @@ grep -q "^  straggler_factor: 1.5$" out6/deck.resolved.yaml && grep -q "^  steps
   bad "out6/deck.resolved.yaml lacks the straggler preset, run.steps=2 or pipeline: 4"
 grep -q "^command: $(printf '%q' "$bin") validate " out6/job.txt && ok || bad "out6/job.txt lacks the command: $(cat out6/job.txt)"
 expect 2 "deck 'missing.yaml' not found" -- env DECK=missing.yaml bash "$src/jobs/train-cpu.sbatch"
+# The one argument is the deck (`sbatch jobs/train-cpu.sbatch tiny.yaml` ran the quickstart deck); it wins over
+# DECK, with a note; a second argument or an option is refused (each was ignored), as in analyze.sbatch, sweep.sbatch
+# and device-check.sh.
+for script in train.sbatch train-cpu.sbatch; do
+  expect 0 "conductor run $tiny run.output=" -- env OUTPUT=outA bash "$src/jobs/$script" "$tiny"
+  expect 0 "note: the deck is the argument '$tiny', not DECK='inputs/quickstart.yaml'" -- \
+    env DECK=inputs/quickstart.yaml OUTPUT=outA bash "$src/jobs/$script" "$tiny"
+  expect 2 "error: unexpected arguments .*tiny.yaml extra: expected at most one, the deck" -- \
+    env OUTPUT=outA bash "$src/jobs/$script" "$tiny" extra
+  expect 2 "error: unknown option '--deck': expected --help or the deck" -- env OUTPUT=outA bash "$src/jobs/$script" --deck
+done
+expect 2 "error: unexpected arguments a b: expected at most one, the run or sweep folder" -- \
+  bash "$src/jobs/analyze.sbatch" a b
+expect 2 "error: unexpected argument 'x' after '--list'" -- bash "$src/jobs/sweep.sbatch" --list x
+expect 2 "device-check: unexpected argument 'x': the script takes none but --help" -- bash "$src/jobs/device-check.sh" x
 expect 2 "conductor binary '/nonexistent/conductor' is missing" -- \
   env CONDUCTOR_BINARY=/nonexistent/conductor bash "$src/jobs/train-cpu.sbatch"
 expect 2 "unknown key 'run.stepz'.*did you mean 'run.steps'" -- \
@@ -223,7 +239,6 @@ expect 1 "exited 0 but wrote no new .*summary.json; nothing ran" -- \
 # --- Records (job.txt, deck.resolved.yaml) are never replaced by a job that is refused, never launched or dry:
 # a finished run (a real one, mpirun -np 4 outside Slurm, 2 steps of the tiny deck), then the same command again:
 # refused before launching, with one message, and its records as they were; DRY_RUN into it writes nothing.
-tiny=$src/tests/slurm/tiny.yaml
 expect 0 "done: $work/fin" -- env DRY_RUN=0 DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=2" bash "$src/jobs/train-cpu.sbatch"
 [[ -f fin/checkpoints/latest && $(grep -c '^command: ' fin/job.txt) == 1 ]] && ok ||
   bad "the finished run left no checkpoint or not one job.txt block: $(ls -A fin)"
