@@ -4,7 +4,10 @@
 # written once every task succeeded. Run it from the folder the outputs should go under (usually the repo root).
 #
 #   jobs/submit-sweep.sh [extra sbatch options for the array, e.g. --ntasks=8 -p gpu]
-#   (with COMMAND=simulate each array task asks for one task, --ntasks=1, unless the options say otherwise)
+#   (with COMMAND=run, the default, every combination's parallel.pipeline must equal the array's task count:
+#   --ntasks/-n of the options, else sweep.sbatch's #SBATCH --ntasks=4; checked, with the decks and their values
+#   named, before anything is submitted. With COMMAND=simulate each array task asks for one task, --ntasks=1,
+#   unless the options say otherwise)
 #   SWEEP_SCHEDULES="1f1b zb-h1 zb-2p" SWEEP_NOISES="none straggler" COMMAND=simulate jobs/submit-sweep.sh
 #   BASELINE=quickstart-1f1b-strict-none jobs/submit-sweep.sh      (compare.py speedups against that task)
 #
@@ -24,10 +27,39 @@ source "$CONDUCTOR_ROOT/jobs/common.sh"
 }
 command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
 
+# array_ntasks OPTION...: sets ntasks to the task count of every array task, as sbatch takes it: the last
+# --ntasks/-n of sweep.sbatch's #SBATCH lines and then of these options (an --ntasks of the script stays the total
+# under --nodes or --ntasks-per-node), and ntasks_from to where it comes from; ntasks is empty when unknown.
+array_ntasks() {
+  local default i a opts=("$@")
+  ntasks="" ntasks_from=""
+  default=$(sed -n 's/^#SBATCH --ntasks=\([^ ]*\).*/\1/p' "$CONDUCTOR_ROOT/jobs/sweep.sbatch" | tail -n 1)
+  [[ -n $default ]] && ntasks=$default ntasks_from="#SBATCH --ntasks=$default of jobs/sweep.sbatch"
+  for ((i = 0; i < ${#opts[@]}; i++)); do
+    a=${opts[i]}
+    case $a in
+      --ntasks=*) ntasks=${a#*=} ;;
+      --ntasks | -n)
+        i=$((i + 1))
+        ntasks=${opts[i]:-}
+        a+=" $ntasks"
+        ;;
+      -n?*) ntasks=${a#-n} ;;
+      *) continue ;;
+    esac
+    ntasks_from="the option $a"
+  done
+  [[ $ntasks =~ ^[1-9][0-9]*$ ]] || ntasks=""
+}
+
 n=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --count)
 [[ $n =~ ^[0-9]+$ && $n -gt 0 ]] || cj_fail "cannot size the sweep (sweep.sbatch --count said '$n')"
-# Every combination's deck, preset and keys, before a folder is made or a job waits in the queue.
-bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check || cj_fail "nothing was submitted (the sweep task above is refused)"
+# Every combination's deck, preset and keys, and a run's pipeline against the array's task count, before a folder
+# is made or a job waits in the queue.
+array_ntasks "$@"
+[[ ${COMMAND:-run} == run ]] || ntasks=""
+CJ_ARRAY_NTASKS=$ntasks CJ_ARRAY_NTASKS_FROM=$ntasks_from bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check ||
+  cj_fail "nothing was submitted (refused above)"
 if [[ -n ${SWEEP_DIR:-} ]]; then
   [[ $SWEEP_DIR == /* ]] || SWEEP_DIR=$PWD/$SWEEP_DIR # under the folder the jobs are submitted from
   mkdir -p "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"

@@ -495,6 +495,19 @@ expect 2 "sweep task 1 .*readiness:nosuch.* is refused" -- \
   env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 \
   SWEEP_EXECUTIONS="strict readiness:nosuch" SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 grep -q "command line 'schedule.hint=nosuch'" <<<"$LAST" && ok || bad "the bad hint is not named: $LAST"
+# A run's pipeline is the array's task count, one for all tasks: decks of different parallel.pipeline, or decks
+# whose pipeline is not the count the sbatch options give, are refused before anything is submitted (before, the
+# tasks failed in the queue: "the deck has parallel.pipeline=2 but the job has 4 tasks").
+sed 's/^  pipeline: 4$/  pipeline: 2/; s/^  n_layers: 4$/  n_layers: 2/' "$tiny" >tiny2.yaml
+expect 2 "the sweep's decks have different parallel.pipeline values \($tiny: parallel.pipeline=4, $work/tiny2.yaml: parallel.pipeline=2\)" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny $work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
+  SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
+expect 2 "the array's tasks get 8 tasks each \(the option -n 8\) but the decks have $tiny: parallel.pipeline=4; pass --ntasks=4" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b \
+  SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh" -p cpu -n 8
+expect 2 "the array's tasks get 4 tasks each \(#SBATCH --ntasks=4 of jobs/sweep.sbatch\) but the decks have $work/tiny2.yaml: parallel.pipeline=2; pass --ntasks=2" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
+  SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 [[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
 # The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
 # that already holds a sweep is refused, its records as they were.
