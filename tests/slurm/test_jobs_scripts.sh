@@ -432,7 +432,12 @@ expect 2 "no trace.h5 in '$work/empty'" -- bash "$src/jobs/analyze.sbatch" empty
 expect 2 "RUN_DIR '$work/nothere' is not a folder" -- bash "$src/jobs/analyze.sbatch" nothere
 
 # --- analyze.sbatch over a two-task sweep folder of small made-up traces (analysis/tests/tracegen.py)
-mkdir -p sw/000-q-strict sw/001-q-readiness
+# sweep_task DIR...: a sweep task's folder NNN-LABEL with the combination.txt the task writes (its label line).
+sweep_task() {
+  local d
+  for d in "$@"; do mkdir -p "$d" && echo "label: $(basename "$d" | sed 's/^[0-9]*-//')" >"$d/combination.txt"; done
+}
+sweep_task sw/000-q-strict sw/001-q-readiness
 (cd "$src/analysis/tests" && /usr/bin/python3 -c "
 import sys, tracegen
 for d in sys.argv[1:]:
@@ -452,17 +457,17 @@ grep -q '| q-strict |' sw/report.md && grep -q '| q-readiness |' sw/report.md &&
   ok || bad "report.md does not name the runs by their sweep labels or lacks the baseline: $(cat sw/report.md)"
 # A BASELINE that names no run is refused before any per-run output is written; a failing tool's exit status is
 # named (before: always "exit 0").
-mkdir -p sw2/000-q-strict && cp sw/000-q-strict/trace.h5 sw2/000-q-strict/
+sweep_task sw2/000-q-strict && cp sw/000-q-strict/trace.h5 sw2/000-q-strict/
 expect 2 "BASELINE='q-nosuch' is not one of the runs in $work/sw2 \(q-strict\); nothing was written" -- \
   env BASELINE=q-nosuch bash "$src/jobs/analyze.sbatch" sw2
-[[ $(ls -A sw2/000-q-strict) == trace.h5 ]] && ok || bad "a refused BASELINE left outputs: $(ls -A sw2/000-q-strict)"
+[[ $(ls -A sw2/000-q-strict | tr '\n' ' ') == "combination.txt trace.h5 " ]] && ok || bad "a refused BASELINE left outputs: $(ls -A sw2/000-q-strict)"
 printf '#!/bin/bash\n[[ $1 == *timeline.py ]] && exit 7\nexec /usr/bin/python3 "$@"\n' >python-bad-timeline
 chmod +x python-bad-timeline
 expect 2 "'timeline.py' failed on $work/sw2 \\(exit 7\\)" -- env PYTHON="$work/python-bad-timeline" \
   bash "$src/jobs/analyze.sbatch" sw2
 # Repeats whose decks differ only in their per-task folders (checkpoint.path, checkpoint.resume, run.output, as a
 # run-mode sweep sets them) are one configuration.
-mkdir -p rep/000-q-r0 rep/001-q-r1
+sweep_task rep/000-q-r0 rep/001-q-r1
 (cd "$src/analysis/tests" && /usr/bin/python3 -c "
 import sys, tracegen
 for i, d in enumerate(sys.argv[1:]):
@@ -473,6 +478,17 @@ for i, d in enumerate(sys.argv[1:]):
 expect 0 "done: $work/rep/report.md" -- bash "$src/jobs/analyze.sbatch" rep
 grep -q "2 runs in 1 configurations" rep/report.md && grep -q "^| q | 2 |" rep/report.md && ok ||
   bad "the two repeats are not one configuration: $(cat rep/report.md)"
+# Only a sweep task's own prefix goes (its folder NNN-LABEL, LABEL in combination.txt): dated folders keep their
+# names (2024-x and 2025-x were both "x", and compare.py refused the pair); two tasks of one label (a sweep
+# submitted without its check) are named by their folders instead of failing at the end.
+mkdir -p dated/2024-12-05-baseline dated/2025-12-05-baseline
+sweep_task dated/003-q-1f1b dated/007-q-1f1b
+for d in dated/*/; do cp sw/000-q-strict/trace.h5 "$d"; done
+expect 0 "note: 2 runs are labelled 'q-1f1b': named by their folders instead" -- \
+  env BASELINE=2024-12-05-baseline bash "$src/jobs/analyze.sbatch" dated
+for name in 2024-12-05-baseline 2025-12-05-baseline 003-q-1f1b 007-q-1f1b; do
+  grep -q "^| $name |" dated/report.md && ok || bad "dated/report.md lacks the run '$name': $(cat dated/report.md)"
+done
 
 # A run into a folder that holds another run's results is refused by the check, before this job's records
 # (job.txt, deck.resolved.yaml) replace the ones there.
@@ -508,6 +524,17 @@ expect 2 "the array's tasks get 8 tasks each \(the option -n 8\) but the decks h
 expect 2 "the array's tasks get 4 tasks each \(#SBATCH --ntasks=4 of jobs/sweep.sbatch\) but the decks have $work/tiny2.yaml: parallel.pipeline=2; pass --ntasks=2" -- \
   env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
+# Two tasks of one label (the analysis names runs by label: compare.py failed at the end of the sweep) are refused
+# at the check: a deck file name in two folders, a noise preset by name and by path, a value listed twice.
+mkdir -p qa qb && cp "$tiny" qa/q.yaml && cp "$tiny" qb/q.yaml
+expect 2 "sweep tasks 0 and 1 have the same label 'q-1f1b-strict-none' \(task 0: deck qa/q.yaml, .*task 1: deck qb/q.yaml," -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="qa/q.yaml qb/q.yaml" SWEEP_SCHEDULES=1f1b \
+  SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
+expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-jitter10'" -- env SWEEP_DECKS="$tiny" \
+  SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES="jitter10 inputs/noise/jitter10.yaml" \
+  bash "$src/jobs/sweep.sbatch" --check
+expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-none'" -- env SWEEP_DECKS="$tiny" \
+  SWEEP_SCHEDULES="1f1b 1f1b" SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/sweep.sbatch" --check
 [[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
 # The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
 # that already holds a sweep is refused, its records as they were.
