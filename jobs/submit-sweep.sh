@@ -13,10 +13,11 @@
 #
 # Environment: every SWEEP_* / OVERRIDES / COMMAND / CONDUCTOR_* variable of sweep.sbatch (exported to the
 # jobs), SWEEP_DIR (default: a new folder sweeps/sweep-<UTC time>-<random>; a relative one is under the working
-# folder; a folder that already holds a sweep, its manifest.tsv, is refused), BASELINE for the analysis,
+# folder; a folder that already holds a sweep, its manifest.tsv, is refused), BASELINE for the analysis (a task's
+# label, or a configuration's: a label less its repeat suffix -rK; checked before anything is submitted),
 # ANALYZE_OPTIONS (extra sbatch options for the analysis job, whitespace-separated). Prints the two job ids;
-# SWEEP_DIR/manifest.tsv lists task id -> combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The analysis job gets the folder as its
-# argument (any character in it is safe).
+# SWEEP_DIR/manifest.tsv lists task id -> combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The
+# analysis job gets the folder as its argument (any character in it is safe).
 set -euo pipefail
 CONDUCTOR_ROOT=${CONDUCTOR_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 export CONDUCTOR_ROOT
@@ -60,6 +61,17 @@ array_ntasks "$@"
 [[ ${COMMAND:-run} == run ]] || ntasks=""
 CJ_ARRAY_NTASKS=$ntasks CJ_ARRAY_NTASKS_FROM=$ntasks_from bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --check ||
   cj_fail "nothing was submitted (refused above)"
+# BASELINE names a task's label, or a configuration's (a label less its repeat suffix -rK), as analyze.sbatch
+# names the runs: a mistyped one is refused now, not by the analysis once the sweep has run.
+manifest=$(bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --list) || cj_fail "sweep.sbatch --list failed; nothing was submitted"
+if [[ -n ${BASELINE:-} ]]; then
+  labels=$(tail -n +2 <<<"$manifest" | cut -f6)
+  configurations=$(sed -E 's/-r[0-9]+$//' <<<"$labels" | awk '!seen[$0]++')
+  grep -qxF -- "$BASELINE" <<<"$labels"$'\n'"$configurations" ||
+    cj_fail "BASELINE='$BASELINE' is not a label of the sweep's tasks nor a configuration: expected one of" \
+      "$(head -n 10 <<<"$configurations" | paste -sd, - | sed 's/,/, /g')$([[ $(wc -l <<<"$configurations") -gt 10 ]] &&
+        echo ", ... (sweep.sbatch --list shows every label)"); nothing was submitted"
+fi
 if [[ -n ${SWEEP_DIR:-} ]]; then
   [[ $SWEEP_DIR == /* ]] || SWEEP_DIR=$PWD/$SWEEP_DIR # under the folder the jobs are submitted from
   mkdir -p "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"
@@ -77,7 +89,7 @@ if [[ -e $SWEEP_DIR/manifest.tsv ]] || ! (set -C && : >"$SWEEP_DIR/manifest.tsv"
     "leave it unset for a new folder"
 fi
 mkdir -p "$SWEEP_DIR/logs"
-bash "$CONDUCTOR_ROOT/jobs/sweep.sbatch" --list >"$SWEEP_DIR/manifest.tsv"
+echo "$manifest" >"$SWEEP_DIR/manifest.tsv"
 cj_log "sweep of $n tasks into $SWEEP_DIR (manifest.tsv):"
 column -t -s $'\t' "$SWEEP_DIR/manifest.tsv" 2>/dev/null || cat "$SWEEP_DIR/manifest.tsv"
 

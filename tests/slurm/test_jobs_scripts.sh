@@ -535,11 +535,17 @@ expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-jitter10'" -
   bash "$src/jobs/sweep.sbatch" --check
 expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-none'" -- env SWEEP_DECKS="$tiny" \
   SWEEP_SCHEDULES="1f1b 1f1b" SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/sweep.sbatch" --check
+# A BASELINE that is no task's label nor a configuration's is refused at submission (the analysis found it only
+# once the sweep had run); a configuration of repeats (a label less -rK) is one.
+expect 2 "BASELINE='tiny-1f1b-strict-nne' is not a label of the sweep's tasks nor a configuration: expected one of tiny-1f1b-strict-none; nothing was submitted" -- \
+  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict \
+  SWEEP_NOISES=none SWEEP_REPEATS=2 BASELINE=tiny-1f1b-strict-nne bash "$src/jobs/submit-sweep.sh"
 [[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
 # The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
 # that already holds a sweep is refused, its records as they were.
 one_sweep=(env PATH="$work/fakebin:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
-expect 0 "sweep=99 analyze=99 dir=$work/sw,x" -- "${one_sweep[@]}" SWEEP_DIR="$work/sw,x" bash "$src/jobs/submit-sweep.sh"
+expect 0 "sweep=99 analyze=99 dir=$work/sw,x" -- "${one_sweep[@]}" SWEEP_DIR="$work/sw,x" BASELINE=tiny-1f1b-strict-none \
+  bash "$src/jobs/submit-sweep.sh"
 analyze_call=$(sed -n 2p sbatch-calls)
 [[ $analyze_call == *"--dependency=afterok:99 "*" $src/jobs/analyze.sbatch $work/sw,x" && $analyze_call != *--export* ]] &&
   ok || bad "the analysis job does not get the folder as its argument: $analyze_call"
