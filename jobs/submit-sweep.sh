@@ -72,13 +72,36 @@ if [[ -n ${BASELINE:-} ]]; then
       "$(head -n 10 <<<"$configurations" | paste -sd, - | sed 's/,/, /g')$([[ $(wc -l <<<"$configurations") -gt 10 ]] &&
         echo ", ... (sweep.sbatch --list shows every label)"); nothing was submitted"
 fi
+# What this submission makes (the folders, the manifest, logs/) goes again on any way out before the array is
+# queued: a failed submission leaves no empty sweep folder, nor a manifest that would refuse the retry.
+made_dirs=() # folders created here, outermost first
+made_manifest=0
+submitted=0
+undo() {
+  [[ $submitted == 0 ]] || return 0
+  [[ $made_manifest == 1 ]] && rm -f "$SWEEP_DIR/manifest.tsv"
+  local i
+  for ((i = ${#made_dirs[@]} - 1; i >= 0; i--)); do rmdir "${made_dirs[i]}" 2>/dev/null || true; done
+}
+trap undo EXIT
+# make_dir DIR: mkdir -p DIR, remembering the folders it creates.
+make_dir() {
+  local d=$1 missing=()
+  while [[ ! -e $d && $d != / ]]; do
+    missing=("$d" "${missing[@]}")
+    d=$(dirname "$d")
+  done
+  mkdir -p "$1" || return 1
+  made_dirs+=("${missing[@]}")
+}
 if [[ -n ${SWEEP_DIR:-} ]]; then
   [[ $SWEEP_DIR == /* ]] || SWEEP_DIR=$PWD/$SWEEP_DIR # under the folder the jobs are submitted from
-  mkdir -p "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"
+  make_dir "$SWEEP_DIR" || cj_fail "cannot create SWEEP_DIR '$SWEEP_DIR'"
 else
   # A new folder each time: two sweeps submitted in the same second do not share one.
-  mkdir -p "$PWD/sweeps" || cj_fail "cannot create '$PWD/sweeps'"
+  make_dir "$PWD/sweeps" || cj_fail "cannot create '$PWD/sweeps'"
   SWEEP_DIR=$(mktemp -d "$PWD/sweeps/sweep-$(date -u +%Y%m%d-%H%M%S)-XXXX") || cj_fail "cannot create a sweep folder"
+  made_dirs+=("$SWEEP_DIR")
 fi
 export SWEEP_DIR
 # The manifest is created exclusively (noclobber): a folder that holds another sweep, or one being submitted
@@ -88,8 +111,9 @@ if [[ -e $SWEEP_DIR/manifest.tsv ]] || ! (set -C && : >"$SWEEP_DIR/manifest.tsv"
     echo ", array job $(cat "$SWEEP_DIR/sweep.jobid")")); nothing was submitted. Choose another SWEEP_DIR, or" \
     "leave it unset for a new folder"
 fi
-mkdir -p "$SWEEP_DIR/logs"
-echo "$manifest" >"$SWEEP_DIR/manifest.tsv"
+made_manifest=1
+make_dir "$SWEEP_DIR/logs" || cj_fail "cannot create '$SWEEP_DIR/logs'; nothing was submitted"
+echo "$manifest" >"$SWEEP_DIR/manifest.tsv" || cj_fail "cannot write '$SWEEP_DIR/manifest.tsv'; nothing was submitted"
 cj_log "sweep of $n tasks into $SWEEP_DIR (manifest.tsv):"
 column -t -s $'\t' "$SWEEP_DIR/manifest.tsv" 2>/dev/null || cat "$SWEEP_DIR/manifest.tsv"
 
@@ -99,9 +123,21 @@ size=()
 sweep_cmd=(sbatch --parsable --array="0-$((n - 1))" --output="$SWEEP_DIR/logs/task-%a-%A.out" "${size[@]}" "$@"
   "$CONDUCTOR_ROOT/jobs/sweep.sbatch")
 cj_log "submitting: $(cj_quote "${sweep_cmd[@]}")"
-sweep_id=$("${sweep_cmd[@]}")
+rc=0
+sweep_id=$("${sweep_cmd[@]}") || rc=$?
+if [[ $rc -ne 0 ]]; then
+  echo "conductor-job: error: sbatch refused the array (exit $rc; its message above): nothing was submitted, and" \
+    "what this submission made in $SWEEP_DIR is removed; run it again once the cause is fixed" >&2
+  exit 1
+fi
+submitted=1 # from here on, something may be queued: the folder stays
 sweep_id=${sweep_id%%;*}
-[[ $sweep_id =~ ^[0-9]+$ ]] || cj_fail "sbatch gave no job id: '$sweep_id'"
+if [[ ! $sweep_id =~ ^[0-9]+$ ]]; then
+  echo "conductor-job: error: sbatch exited 0 but printed no job id ('$sweep_id'): the array may be queued (squeue" \
+    "--me); the analysis was not submitted; $SWEEP_DIR is kept" >&2
+  exit 1
+fi
+echo "$sweep_id" >"$SWEEP_DIR/sweep.jobid"
 
 analyze_options=()
 cj_split analyze_options "${ANALYZE_OPTIONS:-}"
@@ -110,9 +146,15 @@ analyze_cmd=(sbatch --parsable --dependency="afterok:$sweep_id" --kill-on-invali
   --output="$SWEEP_DIR/logs/analyze-%j.out" "${analyze_options[@]}" "$CONDUCTOR_ROOT/jobs/analyze.sbatch"
   "$SWEEP_DIR")
 cj_log "submitting: $(cj_quote "${analyze_cmd[@]}")"
-analyze_id=$("${analyze_cmd[@]}")
+analyze_id=$("${analyze_cmd[@]}") || rc=$?
 analyze_id=${analyze_id%%;*}
-echo "$sweep_id" >"$SWEEP_DIR/sweep.jobid"
+if [[ $rc -ne 0 || ! $analyze_id =~ ^[0-9]+$ ]]; then
+  echo "conductor-job: error: the array job $sweep_id is queued ($SWEEP_DIR/sweep.jobid), but the analysis job was" \
+    "not submitted (sbatch $([[ $rc -ne 0 ]] && echo "exit $rc" || echo "printed no job id: '$analyze_id'"); above)." \
+    "Submit it by hand: $(cj_quote "${analyze_cmd[@]}")" >&2
+  echo "sweep=$sweep_id analyze=none dir=$SWEEP_DIR"
+  exit 1
+fi
 echo "$analyze_id" >"$SWEEP_DIR/analyze.jobid"
 cj_log "sweep job $sweep_id, analysis job $analyze_id (after the whole array succeeded)"
 echo "sweep=$sweep_id analyze=$analyze_id dir=$SWEEP_DIR"

@@ -562,6 +562,36 @@ done) || bad "submit-sweep.sh without SWEEP_DIR failed"
 [[ $(find subm/sweeps -mindepth 1 -maxdepth 1 -type d -name 'sweep-*' | wc -l) == 2 ]] && ok ||
   bad "two submissions without SWEEP_DIR shared a folder: $(ls subm/sweeps)"
 
+# A submission that fails says what was and was not submitted. The array refused by sbatch: nothing queued, and
+# nothing this submission made is left (before: manifest.tsv stayed, so the retry was refused as "already holds a
+# sweep", or an empty sweeps/sweep-... folder); a folder that was there stays with what it held. The analysis
+# refused: the queued array's id is printed and in sweep.jobid (before: neither), with the command to submit it.
+mkdir -p fakefail && cat >fakefail/sbatch <<'SH'
+#!/bin/bash
+if [[ $* == *--array=* && $FAKE_FAIL == array || $* == *--dependency=* && $FAKE_FAIL == analyze ]]; then
+  echo "sbatch: error: invalid partition specified: nosuch" >&2
+  exit 1
+fi
+echo 77
+SH
+chmod +x fakefail/sbatch
+fail_sweep=(env PATH="$work/fakefail:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
+expect 1 "sbatch refused the array \(exit 1; its message above\): nothing was submitted" -- \
+  "${fail_sweep[@]}" FAKE_FAIL=array SWEEP_DIR="$work/swf/new" bash "$src/jobs/submit-sweep.sh"
+[[ ! -e swf ]] && ok || bad "a refused array left folders behind: $(find swf)"
+mkdir -p swe && echo mine >swe/notes.txt
+expect 1 "nothing was submitted" -- "${fail_sweep[@]}" FAKE_FAIL=array SWEEP_DIR="$work/swe" bash "$src/jobs/submit-sweep.sh"
+[[ $(ls -A swe) == notes.txt ]] && ok || bad "a refused array changed an existing SWEEP_DIR: $(ls -A swe)"
+mkdir -p subf
+expect 1 "nothing was submitted" -- bash -c 'cd subf && "$@"' _ "${fail_sweep[@]}" FAKE_FAIL=array bash "$src/jobs/submit-sweep.sh"
+[[ -z $(ls -A subf) ]] && ok || bad "a refused array left a sweep folder: $(find subf)"
+expect 0 "sweep=77 analyze=77 dir=$work/swf/new" -- "${fail_sweep[@]}" FAKE_FAIL= SWEEP_DIR="$work/swf/new" \
+  bash "$src/jobs/submit-sweep.sh"
+expect 1 "the array job 77 is queued \($work/swa/sweep.jobid\), but the analysis job was not submitted \(sbatch exit 1; above\). Submit it by hand: sbatch --parsable --dependency=afterok:77 " -- \
+  "${fail_sweep[@]}" FAKE_FAIL=analyze SWEEP_DIR="$work/swa" bash "$src/jobs/submit-sweep.sh"
+grep -qx "sweep=77 analyze=none dir=$work/swa" <<<"$LAST" && [[ $(cat swa/sweep.jobid) == 77 && ! -e swa/analyze.jobid &&
+  -s swa/manifest.tsv ]] && ok || bad "a refused analysis lost the array's id: $(ls -A swa)"
+
 # --- deck fragments: any YAML conductor reads (block lists, anchors), checked and located by conductor itself
 printf 'noise:\n  kind:\n    - gaussian   # comment\n  level: &l 0.5\n  seed: 3\nrun:\n  name: "x"\n' >frag.yaml
 expect 0 "" -- env DRY_RUN=0 OUTPUT=out9v COMMAND=validate OVERRIDES="@frag.yaml" bash "$src/jobs/train-cpu.sbatch"
