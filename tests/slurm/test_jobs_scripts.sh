@@ -490,6 +490,13 @@ for name in 2024-12-05-baseline 2025-12-05-baseline 003-q-1f1b 007-q-1f1b; do
   grep -q "^| $name |" dated/report.md && ok || bad "dated/report.md lacks the run '$name': $(cat dated/report.md)"
 done
 
+# A killed attempt that a restart set aside (OUTPUT/attempt-N/) is not a run: skipped, nothing written into it
+# (before: it was a second run, the baseline, and got bubbles.json and timeline.png).
+mkdir -p withattempt/attempt-1 && cp sw/000-q-strict/trace.h5 withattempt/ && cp sw/000-q-strict/trace.h5 withattempt/attempt-1/
+expect 0 "skipping $work/withattempt/attempt-1: a killed attempt set aside" -- bash "$src/jobs/analyze.sbatch" withattempt
+[[ $(ls -A withattempt/attempt-1) == trace.h5 ]] && grep -q "1 runs in 1 configurations" withattempt/report.md && ok ||
+  bad "analyze.sbatch took attempt-1/ as a run: $(ls -A withattempt/attempt-1; cat withattempt/report.md)"
+
 # A run into a folder that holds another run's results is refused by the check, before this job's records
 # (job.txt, deck.resolved.yaml) replace the ones there.
 mkdir -p out12 && echo '{}' >out12/summary.json && echo 'command: the first job' >out12/job.txt &&
