@@ -119,7 +119,11 @@ cj_exit_reason() {
   name=$(kill -l $((code - 128)) 2>/dev/null) || name=$((code - 128))
   printf ' (a process was killed by SIG%s' "$name"
   case $name in
-    KILL) printf ': the out-of-memory killer, a hard time limit or scancel -s KILL; the job log and dmesg say which' ;;
+    # srun (--kill-on-bad-exit) and mpirun kill the other tasks once one fails, and exit 137 then, not with the
+    # failed task's code: its own lines in the log name it, which this status cannot.
+    KILL) printf ': by srun or mpirun after another task failed (that task'"'"'s error and srun'"'"'s "task N: Exited'
+      printf ' with exit code M" lines above), or by the out-of-memory killer, a hard time limit or scancel -s KILL'
+      printf ' (the job log and dmesg say which)' ;;
     TERM) printf ' before it could stop cleanly (exit 3)' ;;
     SEGV | BUS | ABRT) printf ': a crash; its core or the rank'"'"'s last lines above say where' ;;
   esac

@@ -222,10 +222,11 @@ expect 1 "exited 0 but wrote no .*summary.json; nothing ran" -- \
 # A value with a space splits into a word that is no override: refused, saying where such a value goes.
 expect 2 "OVERRIDES: 'run' is neither key.path=value nor @FILE .*a value holding a space goes in a YAML fragment" -- \
   env OVERRIDES="run.name=my run" OUTPUT=out8s bash "$src/jobs/train-cpu.sbatch"
-# A command killed by a signal: the job's error names it (exit 137 alone read as just another failure).
+# A command killed by a signal: the job's error names it (exit 137 alone read as just another failure), and
+# does not blame the out-of-memory killer alone: srun exits 137 when it killed the other tasks after one failed.
 printf '#!/bin/bash\n[[ $1 == validate ]] && exec %q "$@"\nkill -KILL $$\n' "$bin" >killed-conductor
 chmod +x killed-conductor
-expect 137 "failed with exit code 137 \(a process was killed by SIGKILL: the out-of-memory killer" -- \
+expect 137 "failed with exit code 137 \(a process was killed by SIGKILL: by srun or mpirun after another task failed \(that task's error and srun's \"task N: Exited with exit code M\" lines above\), or by the out-of-memory killer, a hard time limit or scancel -s KILL \(the job log and dmesg say which\)\)$" -- \
   env DRY_RUN=0 CONDUCTOR_BINARY="$work/killed-conductor" COMMAND=simulate OUTPUT=out8k bash "$src/jobs/train-cpu.sbatch"
 # A requeued job's folder keeps the previous attempt's summary.json: that one does not count as this launch's.
 # (The folder holds that attempt's resolved.yaml of the same deck, as simulate wrote it: a rerun of it is allowed.)
