@@ -28,7 +28,15 @@ deps:
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
+# CMAKE_ARGS given: cmake runs every time (cheap when nothing changed), so `make test CMAKE_ARGS=-DX=ON` reaches an
+# already configured build folder too (the rule above runs only when its CMakeCache.txt is missing); the build type
+# is set only on the first configure, so an existing folder keeps its own.
+ifneq ($(strip $(CMAKE_ARGS)),)
+configure:
+	cmake -S . -B $(BUILD) $(if $(wildcard $(BUILD)/CMakeCache.txt),,-DCMAKE_BUILD_TYPE=Release) $(CMAKE_ARGS)
+else
 configure: $(BUILD)/CMakeCache.txt
+endif
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

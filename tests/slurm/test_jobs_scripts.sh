@@ -622,5 +622,18 @@ expect 1 "no NVIDIA GPU visible .*nothing written" -- env -u OUT PATH="$work/nog
 # --help answers (as every script does) without looking for a GPU: on a GPU node it would start the whole check
 expect 0 "One-shot check of the CUDA backend" -- env PATH="$work/nogpu:$PATH" bash "$src/jobs/device-check.sh" --help
 
+# --- Makefile (make -n: nothing is built): CMAKE_ARGS reaches a build folder that is already configured (before,
+# cmake ran only when its CMakeCache.txt was missing, and `make test CMAKE_ARGS=-DCONDUCTOR_WERROR=ON` did nothing
+# of it); a new folder gets the Release build type with it, an existing one keeps its own.
+if command -v make >/dev/null; then
+  mkdir -p mkbuild && : >mkbuild/CMakeCache.txt
+  expect 0 "^cmake -S \. -B $work/mkbuild +-DCONDUCTOR_WERROR=ON\$" -- \
+    make -s -n -C "$src" build-tests BUILD="$work/mkbuild" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
+  expect 0 "^cmake -S \. -B $work/mkbuild2 -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_WERROR=ON\$" -- \
+    make -s -n -C "$src" build-tests BUILD="$work/mkbuild2" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
+  expect 0 "" -- make -s -n -C "$src" build-tests BUILD="$work/mkbuild"
+  grep -q "^cmake -S" <<<"$LAST" && bad "make without CMAKE_ARGS reconfigured a configured folder: $LAST" || ok
+fi
+
 echo "jobs scripts: $pass passed, $failures failed"
 [[ $failures -eq 0 ]]
