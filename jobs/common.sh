@@ -573,7 +573,8 @@ cj_launch_command() {
       # No --gpu-bind: every task sees all GPUs of its node and conductor picks SLURM_LOCALID's.
       launch=(srun --mpi="${SRUN_MPI:-pmix}" --ntasks="$ntasks" --kill-on-bad-exit=1)
     else
-      launch=(${MPIEXEC:-mpirun} -np "$pipeline")
+      cj_split launch "${MPIEXEC:-mpirun}" # words of MPIEXEC ("mpirun --oversubscribe"), not globbed
+      launch+=(-np "$pipeline")
     fi
   elif [[ -n ${SLURM_JOB_ID:-} ]]; then
     launch=(srun --ntasks=1 --nodes=1)
@@ -587,13 +588,17 @@ cj_launch_command() {
 
 # What runs, recorded in OUTPUT: a block of job.txt per launch, the resolved deck and CJ_RECORDS.
 cj_launch_record() {
+  # The processes launched: a run's tasks (srun: the job's; mpirun: the pipeline's), one for simulate and validate.
+  local tasks=1
+  [[ $command == run ]] && tasks=${ntasks:-$pipeline}
+  [[ $command == run && -z ${SLURM_JOB_ID:-} ]] && tasks=$pipeline
   {
     [[ -s $output/job.txt ]] && echo
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "job: ${SLURM_JOB_ID:-none}${SLURM_ARRAY_TASK_ID:+ (array task $SLURM_ARRAY_TASK_ID)}"
     [[ ${SLURM_RESTART_COUNT:-0} -gt 0 ]] && echo "restart: $SLURM_RESTART_COUNT"
     echo "nodes: ${SLURM_JOB_NODELIST:-$(hostname -s)}"
-    echo "tasks: ${SLURM_NTASKS:-1}"
+    echo "tasks: $tasks"
     echo "deck: $deck"
     echo "command: $(cj_quote "${cmd[@]}")"
   } >>"$output/job.txt" || cj_fail "cannot write '$output/job.txt'"

@@ -243,6 +243,8 @@ expect 1 "exited 0 but wrote no new .*summary.json; nothing ran" -- \
 expect 0 "done: $work/fin" -- env DRY_RUN=0 DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=2" bash "$src/jobs/train-cpu.sbatch"
 [[ -f fin/checkpoints/latest && $(grep -c '^command: ' fin/job.txt) == 1 ]] && ok ||
   bad "the finished run left no checkpoint or not one job.txt block: $(ls -A fin)"
+# job.txt names the tasks launched: the deck's 4 ranks under mpirun (it said "tasks: 1" outside Slurm).
+grep -qx "tasks: 4" fin/job.txt && ok || bad "fin/job.txt does not say 4 tasks: $(cat fin/job.txt)"
 before=$(cd fin && find . -type f | sort | xargs md5sum)
 expect 2 "the run in '$work/fin' is already complete \\($work/fin/checkpoints/latest is step 2, run.steps = 2\\); nothing was started" -- \
   env DRY_RUN=0 DECK="$tiny" OUTPUT=fin OVERRIDES="run.steps=2" bash "$src/jobs/train-cpu.sbatch"
@@ -399,6 +401,11 @@ done
 expect 2 "array task 36 is outside the sweep's 36 combinations" -- \
   env SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=36 bash "$src/jobs/sweep.sbatch"
 expect 2 "SLURM_ARRAY_TASK_ID is not set" -- bash "$src/jobs/sweep.sbatch"
+# A task id with a leading zero is a decimal number (bash read 08 as bad octal: "value too great for base").
+expect 0 "run.output=$SWEEP_DIR/008-" -- env SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=08 SLURM_NTASKS=4 bash "$src/jobs/sweep.sbatch"
+grep -q "value too great" <<<"$LAST" && bad "task id 08 leaked a bash error: $LAST" || ok
+expect 2 "SLURM_ARRAY_TASK_ID='x1' is not a task number \(0-35\)" -- env SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=x1 \
+  bash "$src/jobs/sweep.sbatch"
 expect 2 "noise preset 'nosuch' not found" -- env SWEEP_NOISES=nosuch SLURM_JOB_ID=1 SLURM_ARRAY_TASK_ID=0 \
   SLURM_NTASKS=4 bash "$src/jobs/sweep.sbatch"
 # SWEEP_REPEATS: every combination N times (repeat fastest), repeat r with noise.seed=r and the label suffix -r<r>
@@ -633,6 +640,11 @@ if command -v make >/dev/null; then
     make -s -n -C "$src" build-tests BUILD="$work/mkbuild2" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
   expect 0 "" -- make -s -n -C "$src" build-tests BUILD="$work/mkbuild"
   grep -q "^cmake -S" <<<"$LAST" && bad "make without CMAKE_ARGS reconfigured a configured folder: $LAST" || ok
+fi
+
+# sweeps/ (submit-sweep.sh's default folder, as runs/ is the train jobs') is ignored by git in the source tree.
+if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+  git -C "$src" check-ignore -q sweeps/sweep-x/manifest.tsv && ok || bad "sweeps/ is not in .gitignore"
 fi
 
 echo "jobs scripts: $pass passed, $failures failed"
