@@ -100,14 +100,14 @@ fi
 source "$cluster/env"
 say "cluster up"
 
-# The tiny deck: 4 stages (= 4 tasks), a few steps of a very small model. The job finds its source tree from the
-# job record (Command=), here a path with a space.
+# The tiny deck: 4 stages (= 4 tasks), a few steps of a very small model, given as the script's argument. The job
+# finds its source tree from the job record (Command=: the script's path, here with a space, and its arguments).
 deck=$here/tiny.yaml
 out=$work/run
 cd "$work"
 ln -s "$src" "$work/src tree"
-train_id=$(env DECK="$deck" OUTPUT="$out" COMMAND="$mode" CONDUCTOR_BINARY="$bin" OVERRIDES="run.steps=3" \
-  sbatch --parsable --ntasks="$ntasks" --output="$work/train-%j.log" "$work/src tree/jobs/train-cpu.sbatch")
+train_id=$(env -u DECK OUTPUT="$out" COMMAND="$mode" CONDUCTOR_BINARY="$bin" OVERRIDES="run.steps=3" \
+  sbatch --parsable --ntasks="$ntasks" --output="$work/train-%j.log" "$work/src tree/jobs/train-cpu.sbatch" "$deck")
 [[ $train_id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: '$train_id'"
 analyze_id=$(env RUN_DIR="$out" sbatch --parsable --dependency="afterok:$train_id" --kill-on-invalid-dep=yes \
   --output="$work/analyze-%j.log" "$src/jobs/analyze.sbatch")
@@ -179,6 +179,7 @@ grep -E '^conductor-job: running:|^summary:' "$train_log" | sed 's/^/  | /'
 if [[ $mode == run ]]; then
   grep -qF "srun --mpi=pmix --ntasks=$ntasks" "$out/job.txt" || fail "job.txt does not show srun --mpi=pmix -n $ntasks"
 fi
+grep -qx "deck: $deck" "$out/job.txt" || fail "the train job did not run the deck given as its argument: $(cat "$out/job.txt")"
 grep -qF "command: $work/src\ tree/scripts/conductor-launch" "$out/job.txt" || [[ $mode != run ]] ||
   fail "the train job did not find its source tree under '$work/src tree': $(cat "$out/job.txt")"
 
