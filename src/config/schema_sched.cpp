@@ -72,7 +72,7 @@ void add_sched_fields(std::vector<Field>& f) {
           "x sqrt(p (1 - p))) in both. At sigma 1 `critical` wins 1.05-1.43x over strict on every generator, where "
           "backfill's reservations keep 1.00-1.10x; under congestion p 0.5 of 2F up to 1.56x against "
           "1.00-1.14x (docs/design.md). Set it high (e.g. 100) to keep backfilling's reservations at any "
-          "spread.")
+          "spread. A rank without spread (noise-free) keeps backfilling at any value, 0 included.")
           .range(0, 1e9));
   f.push_back(field<double>(
                   "schedule.memory_limit", [](Deck & d) -> auto& { return d.schedule.memory_limit; },

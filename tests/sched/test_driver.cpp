@@ -190,6 +190,11 @@ void expect_switch_at_wide(double DriverOptions::*spread) {
   EXPECT_EQ(ranking(o), Hint::Critical);
   o.*spread = std::nextafter(kWideSpread, 0.0);
   EXPECT_EQ(ranking(o), Hint::Backfill);
+  o.wide_spread = 0;  // noise-free keeps backfilling at any switch; any spread switches at 0
+  o.*spread = 0;
+  EXPECT_EQ(ranking(o), Hint::Backfill);
+  o.*spread = 1e-9;
+  EXPECT_EQ(ranking(o), Hint::Critical);
   o.hint = Hint::BFW;
   o.*spread = 1.0;
   EXPECT_EQ(ranking(o), Hint::BFW);

@@ -69,8 +69,8 @@ class MeasuredDurations {
   std::map<std::pair<int, int>, std::vector<double>> durations_;
 };
 
-// Backfill under a wide spread (DriverOptions::spread >= wide_spread, a log-normal sigma; kWideSpread unless the
-// deck says otherwise: schedule.wide_spread) ranks as `critical` with the configured memory limit: an op's time
+// Backfill under a wide spread (DriverOptions::spread >= wide_spread and > 0, a log-normal sigma; kWideSpread unless
+// the deck says otherwise: schedule.wide_spread) ranks as `critical` with the configured memory limit: an op's time
 // then strays from its estimate by a factor of 0.55 to 1.8 or more, the list's order is a guess that reservations
 // only enforce, and the critical-path ranking won on every list and deck measured (docs/design.md, "Readiness
 // hints"). ranking(): the ranking a driver with these options uses.
