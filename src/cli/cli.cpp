@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -148,12 +149,36 @@ int command_usage_error(const CommandSpec& c, const std::string& message) {
 
 // The environment variables conductor reads, each with a value it understands or unset (README: "Environment
 // variables"): a misspelt level or interval was ignored silently, so a run logged or reported otherwise than asked.
+// More OpenMP threads per process than any node has cores (the largest have a few hundred hardware threads).
+constexpr int kMaxThreads = 1024;
+
+// OMP_NUM_THREADS as OpenMP reads it: positive decimal integers separated by commas, each at most kMaxThreads.
+bool thread_counts_valid(const std::string& value) {
+  std::size_t at = 0;
+  do {
+    const std::size_t end = std::min(value.find(',', at), value.size());
+    const std::string part = value.substr(at, end - at);
+    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos) return false;
+    const int n = std::stoi(part);
+    if (n < 1 || n > kMaxThreads) return false;
+    at = end + 1;
+  } while (at <= value.size());
+  return true;
+}
+
 std::string environment_problem() {
   if (const char* v = std::getenv("CONDUCTOR_LOG"); v && *v) {
     log::Level level;
     if (!log::parse_level(v, level))
       return std::string("CONDUCTOR_LOG = '") + v +
              "' is not a log level; allowed: error, warn, info, debug (unset: info)";
+  }
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v && !thread_counts_valid(v)) {
+    // libgomp says "Invalid value" and goes on with its default (every core on every rank); a huge count made it
+    // crash (100000: SIGSEGV in the first parallel region) or a step take a minute (5000).
+    return "OMP_NUM_THREADS = '" + shown(v) + "' is not a thread count; allowed: an integer 1 .. " +
+           std::to_string(kMaxThreads) + ", or a comma-separated list of them (one per nesting level); unset: " +
+           "the node's cores shared among its ranks";
   }
   if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
     return std::string("CONDUCTOR_PROGRESS_S = '") + v +

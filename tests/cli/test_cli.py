@@ -131,7 +131,15 @@ class CliTest(unittest.TestCase):
             self.assertIn("%s = '%s'" % (name, value), proc.stderr)
             self.assertIn(part, proc.stderr)
             self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
-        for name, value in (("CONDUCTOR_LOG", "warn"), ("CONDUCTOR_PROGRESS_S", "0.5"), ("CONDUCTOR_LOG", "")):
+        # OMP_NUM_THREADS: libgomp prints its own line for what it cannot read and went on; a huge count crashed it.
+        for value in ("0", "-1", "junk", "", "100000", "4,", "2,0"):
+            proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
+                                  env=dict(os.environ, OMP_NUM_THREADS=value))
+            self.assertEqual(proc.returncode, 2, value)
+            self.assertIn("OMP_NUM_THREADS = '%s' is not a thread count; allowed: an integer 1 .. 1024" % value,
+                          proc.stderr)
+        for name, value in (("CONDUCTOR_LOG", "warn"), ("CONDUCTOR_PROGRESS_S", "0.5"), ("CONDUCTOR_LOG", ""),
+                            ("OMP_NUM_THREADS", "3"), ("OMP_NUM_THREADS", "4,2")):
             proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
                                   env=dict(os.environ, **{name: value}))
             self.assertEqual(proc.returncode, 0, (name, value, proc.stderr))
