@@ -154,10 +154,15 @@ const plugin::GlobalTier& load_global_tier(const std::string& what) {
     log::debug("global tier: " + path.string());
     return *table;
   }
-  throw Error(what + " needs the global tier's module " + plugin::kModuleName +
-              " (the PPO planner and LibTorch, loaded only when used), and none could be loaded; tried:" + tried +
-              "\nSet CONDUCTOR_GLOBAL_TIER to its path, or reinstall conductor (make install puts it in "
-              "PREFIX/lib/conductor).");
+  const std::string message = what + " needs the global tier's module " + plugin::kModuleName +
+                              " (the PPO planner and LibTorch, loaded only when used), and none could be loaded; "
+                              "tried:" +
+                              tried +
+                              "\nSet CONDUCTOR_GLOBAL_TIER to its path, or reinstall conductor (make install puts it "
+                              "in PREFIX/lib/conductor).";
+  // The user's CONDUCTOR_GLOBAL_TIER is an input (exit 2, as a deck's bad path is); an install without it, a failure.
+  if (const char* env = std::getenv("CONDUCTOR_GLOBAL_TIER"); env && *env) throw InputError(message);
+  throw Error(message);
 }
 
 const plugin::GlobalTier& global_tier(const std::string& what) {

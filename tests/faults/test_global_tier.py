@@ -96,7 +96,8 @@ class GlobalTier(FaultCase):
 
     def test_truncated_module_is_refused_by_name(self):
         """A module cut short (a copy interrupted, a full disk) was mapped past its end: SIGBUS (exit 135), no
-        message. Now its ELF header is checked first: exit 1 and the loader's one 'tried:' message."""
+        message. Now its ELF header is checked first: the loader's one 'tried:' message, exit 2 since the module is
+        the user's CONDUCTOR_GLOBAL_TIER (a bad input, as a path in the deck; it exited 1), as is one not there."""
         with open(MODULE, "rb") as f:
             data = f.read()
         deck = self.ppo_deck()
@@ -107,10 +108,13 @@ class GlobalTier(FaultCase):
             env = dict(os.environ, CONDUCTOR_GLOBAL_TIER=trunc)
             res = run1("simulate", deck, env=env)
             self.assertGreaterEqual(res.code, 0, "killed by signal %d:\n%s" % (-res.code, res.text))
-            self.assertFault(res, 1, re.escape(trunc) + r": truncated or not a shared library \(size %d bytes, "
+            self.assertFault(res, 2, re.escape(trunc) + r": truncated or not a shared library \(size %d bytes, "
                              r"its ELF header needs \d+\)" % size)
             self.assertIn("none could be loaded; tried:", res.text)
             self.assertFalse(os.path.exists(os.path.join(self.out, "summary.json")))
+        missing = os.path.join(self.tmp.name, "no-such.so")
+        res = run1("validate", deck, env=dict(os.environ, CONDUCTOR_GLOBAL_TIER=missing))
+        self.assertFault(res, 2, re.escape(missing) + r": not there")
 
     # ---- train-policy: a previous run's folder is never a mix ---------------------------------------------
 
