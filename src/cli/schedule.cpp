@@ -86,7 +86,7 @@ int cmd_schedule(const Invocation& inv) {
     std::fprintf(stderr, "conductor: --format '%s' is not a format: text, csv or chart\n", printable(format).c_str());
     return kExitUsage;
   }
-  const config::Deck deck = load_deck(inv, config::Command::Simulate);
+  const config::Deck deck = load_deck(inv, config::Command::Schedule);
   const plan::Plan plan = config::resolve(deck);
   sched::Schedule schedule;
   try {

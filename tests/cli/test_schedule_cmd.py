@@ -50,6 +50,13 @@ class ScheduleCommandTest(unittest.TestCase):
             "rank 0: 0F0 0F1 0BW0 0BW1\nrank 1: 0F0 0BW0 0F1 0BW1\n",
         )
 
+    def test_a_run_decks_forced_helps_are_no_obstacle(self):
+        # A deck that forces helps for conductor run (migration.force) has the same lists: schedule refused it as
+        # simulate does (the simulator decides every help itself).
+        forced = ["migration.enabled=true", 'migration.force=["1->0:BW:2"]']
+        self.assertEqual(self.ok(self.deck, *forced), self.ok(self.deck))
+        self.assertIn("forces helps in conductor run only", conductor("simulate", self.deck, *forced).stderr)
+
     def test_torch_csv(self):
         self.assertEqual(self.ok(self.deck, "--format", "csv"), "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n")
 

@@ -69,7 +69,9 @@ struct Deck {
 };
 
 // What the deck is loaded for; cross-field checks depend on it (`run` needs pipeline == MPI world size).
-enum class Command { Validate, Simulate, Run, TrainPolicy };
+// Schedule: `conductor schedule` prints a deck's lists; checked as simulate's but for what only decides helps
+// (migration.force: a run deck's forced helps do not change its lists).
+enum class Command { Validate, Simulate, Run, TrainPolicy, Schedule };
 
 // A YAML text and the file name its messages name.
 struct DeckText {
