@@ -120,10 +120,12 @@ bench: deps build
 # The simulator benchmarks that walk every shipped deck (the heavy-variability table, the layer splits), run to
 # their end in seconds; their tables go to $(BUILD)/bench-smoke.txt. CI runs it: a deck change that breaks a
 # benchmark's overrides fails here, not in the next session's closing note.
+# bench/check_arguments.sh: every benchmark answers --help and refuses a bad argument (exit 2) before it runs.
 bench-smoke: build
 	$(BUILD)/bench/bench_sim --heavy inputs > $(BUILD)/bench-smoke.txt
 	$(BUILD)/bench/bench_sim --split >> $(BUILD)/bench-smoke.txt
 	$(BUILD)/bench/bench_sim --schedules >> $(BUILD)/bench-smoke.txt
+	bench/check_arguments.sh $(BUILD)
 
 # clang-format over the tree (.clang-format); format-check lists files that differ and fails.
 format:

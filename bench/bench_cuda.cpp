@@ -38,6 +38,7 @@ int main() {
 #include <string>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/model/cuda/cuda_backend.hpp"
@@ -59,36 +60,45 @@ struct Args {
   std::string quickstart;
 };
 
+constexpr const char* kUsage =
+    "usage: bench_cuda [--layers N] [--batch N] [--microbatches N] [--steps N] [--precision bf16|fp32] [--tf32]\n"
+    "                  [--peak-tflops X] [--quickstart DECK]   (what each measures: the top of bench/bench_cuda.cpp)\n";
+
+// Bad values are a BadArgument (exit 2): std::stoi's exceptions ended the benchmark with abort (a core dump).
 Args parse(int argc, char** argv) {
+  using conductor::bench::BadArgument;
+  using conductor::bench::int_argument;
   Args a;
   for (int i = 1; i < argc; i++) {
     const std::string k = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_cuda: %s needs a value\n", k.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) throw BadArgument(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--layers")
-      a.layers = std::stoi(value());
-    else if (k == "--batch")
-      a.batch = std::stoi(value());
-    else if (k == "--microbatches")
-      a.microbatches = std::stoi(value());
-    else if (k == "--steps")
-      a.steps = std::stoi(value());
-    else if (k == "--precision")
+    if (k == "--layers") {
+      a.layers = int_argument("--layers", value(), 1, 4096);
+    } else if (k == "--batch") {
+      a.batch = int_argument("--batch", value(), 1, 1 << 20);
+    } else if (k == "--microbatches") {
+      a.microbatches = int_argument("--microbatches", value(), 1, 1 << 20);
+    } else if (k == "--steps") {
+      a.steps = int_argument("--steps", value(), 1, 100000);
+    } else if (k == "--precision") {
       a.precision = value();
-    else if (k == "--tf32")
+      if (a.precision != "bf16" && a.precision != "fp32")
+        throw BadArgument("--precision: expected bf16 or fp32, got '" + a.precision + "'");
+    } else if (k == "--tf32") {
       a.tf32 = true;
-    else if (k == "--peak-tflops")
-      a.peak_tflops = std::stod(value());
-    else if (k == "--quickstart")
+    } else if (k == "--peak-tflops") {
+      const std::string v = value();
+      char* end = nullptr;
+      a.peak_tflops = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.peak_tflops > 0 && a.peak_tflops < 1e6))
+        throw BadArgument("--peak-tflops: expected a number of TFLOP/s above 0, got '" + v + "'");
+    } else if (k == "--quickstart") {
       a.quickstart = value();
-    else {
-      std::fprintf(stderr, "bench_cuda: unknown option %s\n", k.c_str());
-      std::exit(2);
+    } else {
+      throw BadArgument("unknown option '" + k + "'");
     }
   }
   return a;
@@ -235,18 +245,15 @@ int quickstart(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (cu::device_count() == 0) {
     std::printf("skipped: no CUDA device (%s)\n", cu::no_device_reason());
     return 0;
   }
-  try {
-    return a.quickstart.empty() ? bench_stage(a) : quickstart(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
-    return 1;
-  }
+  return a.quickstart.empty() ? bench_stage(a) : quickstart(a);
 }
+
+int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_cuda", run, argc, argv, kUsage); }
 
 #endif  // CONDUCTOR_HAVE_CUDA

@@ -191,7 +191,8 @@ void bench_gemm(const Size& s, int reps) {
 }  // namespace
 
 static int run(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  if (argc > 2) throw bench::BadArgument("one argument at most (STEPS), got " + std::to_string(argc - 1));
+  const int steps = argc > 1 ? bench::int_argument("STEPS", argv[1], 1, 100000) : 10;
   const int threads = omp_get_max_threads();
   torch::set_num_threads(threads);
   std::printf("bench_model: %d thread(s) (OMP_NUM_THREADS), median of %d steps after 2 warm-up steps\n", threads,
@@ -205,4 +206,7 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_model", run, argc, argv); }
+int main(int argc, char** argv) {
+  return conductor::bench::guarded_main("bench_model", run, argc, argv,
+                                        "usage: bench_model [STEPS (1 .. 100000, default 10)]\n");
+}

@@ -64,7 +64,8 @@ void latency(const policy::Policy& pol, int verify) {
 static int run(int argc, char** argv) {
   torch::set_num_threads(1);
   const std::string path = argc > 1 ? argv[1] : policy::resolve_policy_path("");
-  const int steps = argc > 2 ? std::atoi(argv[2]) : 50;
+  if (argc > 4) throw bench::BadArgument("three arguments at most, got " + std::to_string(argc - 1));
+  const int steps = argc > 2 ? bench::int_argument("STEPS", argv[2], 1, 100000) : 50;
   const std::string deck_path = argc > 3 ? argv[3] : "inputs/gpt3-1.5b.yaml";
   {
     std::ifstream f(deck_path);
@@ -105,4 +106,9 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_policy", run, argc, argv); }
+int main(int argc, char** argv) {
+  return conductor::bench::guarded_main(
+      "bench_policy", run, argc, argv,
+      "usage: bench_policy [POLICY.pt (default: the shipped policy) [STEPS (1 .. 100000, default 50) [DECK (default "
+      "inputs/gpt3-1.5b.yaml)]]]\n");
+}

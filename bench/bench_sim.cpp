@@ -1056,10 +1056,6 @@ static int run(int argc, char** argv) {
   // An option it does not know, or one without its arguments, ran the whole default benchmark (minutes).
   if (argc > 1) {
     const std::string option = argv[1];
-    if (option == "--help" || option == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
     static const std::vector<std::string> known = {"--quick",    "--speed",         "--split",    "--grid",
                                                    "--heavy",    "--wide",          "--scale",    "--migration",
                                                    "--zb-table", "--migration-run", "--schedules"};
@@ -1077,6 +1073,7 @@ static int run(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--schedules") == 0) {
     std::vector<std::string> decks(argv + 2, argv + argc);
     if (decks.empty()) decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml"};
+    bench::check_readable(decks);
     schedules_table(decks);
     return 0;
   }
@@ -1086,6 +1083,7 @@ static int run(int argc, char** argv) {
     if (decks.empty()) {
       decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml", "inputs/multimodal.yaml"};
     }
+    bench::check_readable(decks);
     migration_table(decks, extra);
     return 0;
   }
@@ -1093,6 +1091,7 @@ static int run(int argc, char** argv) {
     // One row of the ablation's simulation alone (no global tier), for a profiler or an instruction counter:
     // valgrind --tool=callgrind --toggle-collect='conductor::sim::simulate_run(*' (docs/migration.md).
     const std::string path = argv[2], preset = argv[3];
+    bench::check_readable({path});
     const auto noise = std::find_if(mig_noises().begin(), mig_noises().end(),
                                     [&](const MigNoise& n) { return std::string(n.name).rfind(preset, 0) == 0; });
     if (noise == mig_noises().end()) {
@@ -1108,6 +1107,7 @@ static int run(int argc, char** argv) {
     if (decks.empty()) {
       decks = {"inputs/gpt3-1.5b.yaml", "inputs/gpt3-6.2b.yaml", "inputs/gpt3-14.6b.yaml", "inputs/multimodal.yaml"};
     }
+    bench::check_readable(decks);
     split_table(decks);
     return 0;
   }
@@ -1118,13 +1118,12 @@ static int run(int argc, char** argv) {
     return 0;
   }
   if (argc > 3 && std::strcmp(argv[1], "--scale") == 0) {
-    const int p = std::atoi(argv[2]), m = std::atoi(argv[3]);
-    if (p < 2 || m < p) {
-      std::fprintf(stderr, "bench_sim --scale P M [STEPS]: need P >= 2 and M >= P, got %s %s\n", argv[2], argv[3]);
-      return 2;
-    }
+    const int p = bench::int_argument("--scale P", argv[2], 2, 65536);
+    const int m = bench::int_argument("--scale M", argv[3], p, 1 << 20);
+    if (argc > 5) throw bench::BadArgument("--scale takes P M [STEPS], got " + std::to_string(argc - 2) + " values");
+    const int steps = argc > 4 ? bench::int_argument("--scale STEPS", argv[4], 1, 100000) : (p >= 1024 ? 1 : 5);
     at_scale_header();
-    at_scale(p, m, argc > 4 ? std::atoi(argv[4]) : (p >= 1024 ? 1 : 5));
+    at_scale(p, m, steps);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--wide") == 0) {
@@ -1156,4 +1155,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_sim", run, argc, argv); }
+int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_sim", run, argc, argv, kUsage); }
