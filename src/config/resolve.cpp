@@ -142,15 +142,20 @@ std::vector<int> balanced_split(const std::vector<double>& layer_work, int stage
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(stages, std::vector<double>(L + 1, inf));
   std::vector<std::vector<int>> cut(stages, std::vector<int>(L + 1, 0));
-  // best[s][i] = min over j of combine(best[s - 1][j], stage(s, j, i)).
+  // best[s][i] = min over j of combine(best[s - 1][j], stage(s, j, i)). j runs down from i - 1, so the first j to
+  // reach the least value is the latest; stage s's cost only grows as j falls (layer work is never negative) and
+  // combine(a, b) >= b, so once that cost reaches best[s][i] no smaller j can do better: each i looks at about
+  // one stage's layers, not all (10,000 layers on 4,096 stages ran past a minute, 100,000 on 4 for minutes).
   const auto pass = [&](auto stage, auto combine) {
     for (auto& row : best) std::fill(row.begin(), row.end(), inf);
     for (int i = 1 - z; i <= L; ++i) best[0][i] = stage(0, 0, i);
     for (int s = 1; s < stages; ++s) {
       for (int i = s + 1 - z; i <= L; ++i) {
-        for (int j = s - z; j < i; ++j) {  // stage s holds [j, i)
-          const double c = combine(best[s - 1][j], stage(s, j, i));
-          if (c <= best[s][i]) {
+        for (int j = i - 1; j >= s - z; --j) {  // stage s holds [j, i)
+          const double own = stage(s, j, i);
+          if (own >= best[s][i]) break;
+          const double c = combine(best[s - 1][j], own);
+          if (c < best[s][i]) {
             best[s][i] = c;
             cut[s][i] = j;
           }

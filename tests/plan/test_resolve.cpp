@@ -150,7 +150,68 @@ std::pair<double, int> brute_force(const std::vector<double>& work, int stages, 
   return {best, fewest};
 }
 
+// balanced_split as it was before its inner loop stopped early: every cut j ascending, the latest of the least
+// winning ties. The pruned one must choose the very same split.
+std::vector<int> unpruned_split(const std::vector<double>& layer_work, int stages, double first, double last) {
+  const int L = static_cast<int>(layer_work.size());
+  const int z = first > 0 && stages > 1 ? 1 : 0;
+  std::vector<double> prefix(L + 1, 0.0);
+  for (int i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + layer_work[i];
+  auto work = [&](int stage, int from, int to) {
+    return prefix[to] - prefix[from] + (stage == 0 ? first : 0.0) + (stage == stages - 1 ? last : 0.0);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(stages, std::vector<int>(L + 1, 0));
+  const auto pass = [&](auto stage, auto combine) {
+    for (auto& row : best) std::fill(row.begin(), row.end(), inf);
+    for (int i = 1 - z; i <= L; ++i) best[0][i] = stage(0, 0, i);
+    for (int s = 1; s < stages; ++s)
+      for (int i = s + 1 - z; i <= L; ++i)
+        for (int j = s - z; j < i; ++j) {
+          const double c = combine(best[s - 1][j], stage(s, j, i));
+          if (c <= best[s][i]) {
+            best[s][i] = c;
+            cut[s][i] = j;
+          }
+        }
+  };
+  pass(work, [](double a, double b) { return std::max(a, b); });
+  const double heaviest = best[stages - 1][L], cap = heaviest * (1 + 1e-9), near = heaviest * 0.95;
+  pass(
+      [&](int stage, int from, int to) {
+        const double w = work(stage, from, to);
+        return w > cap ? inf : (w >= near ? 1.0 : 0.0);
+      },
+      [](double a, double b) { return a + b; });
+  std::vector<int> split(stages, 0);
+  for (int s = stages - 1, end = L; s >= 0; --s) {
+    const int start = s == 0 ? 0 : cut[s][end];
+    split[s] = end - start;
+    end = start;
+  }
+  return split;
+}
+
 }  // namespace
+
+TEST(BalancedSplit, PrunedSearchChoosesTheSameSplit) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.5, 3.0);
+  std::uniform_int_distribution<int> pick(0, 3);
+  for (int L = 1; L <= 40; L += 3) {
+    for (int S = 1; S <= std::min(L, 12); ++S) {
+      for (int trial = 0; trial < 6; ++trial) {
+        std::vector<double> work(L);
+        // equal layers (the decks'), random ones, and some of no work at all (ties everywhere)
+        for (double& w : work) w = trial == 0 ? 1.0 : trial == 1 ? static_cast<double>(pick(rng)) : u(rng);
+        const double first = trial % 2 ? u(rng) : 0.0, last = trial > 2 ? u(rng) * 2 : 0.0;
+        EXPECT_EQ(config::balanced_split(work, S, first, last), unpruned_split(work, S, first, last))
+            << "L=" << L << " S=" << S << " trial " << trial;
+      }
+    }
+  }
+}
 
 TEST(BalancedSplit, EqualsBruteForceOnSmallCases) {
   std::mt19937 rng(7);
