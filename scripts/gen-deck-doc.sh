@@ -20,10 +20,13 @@ override:
   `kind: [gaussian, straggler]`, it does not append);
 - an empty section (`noise:` with nothing under it) changes nothing;
 - overrides, `section.key=value` with a YAML scalar or a flow list such as `cost.forward=[1,2,2,1]`, come after
-  the fragments on the command line and apply last, in order.
+  the fragments on the command line and apply last, in order. A value YAML would read as syntax rather than text
+  (one starting with `%`, `!`, `&`, `*`, `|`, `>`, `@` or a backquote) is refused with the quoting that keeps it
+  text: `run.output='"%j_out"'`.
 
 A fragment is checked like a deck: a folder, an empty file or one above 1 MB is refused before parsing, and YAML
-syntax errors and keys written twice are reported at their line in that file. Anchors and aliases work within a
+syntax errors, keys written twice and keys written with a dot (`run.steps: 3`: a file nests its keys by section,
+`key.path=value` is the command line's form) are reported at their line in that file. Anchors and aliases work within a
 file, and an override changes exactly the key it names. `resolved.yaml` (and the deck recorded in `trace.h5` and
 in checkpoints) starts with comment lines naming the sources in the order they were applied, e.g.
 
