@@ -1078,6 +1078,22 @@ class _Output:
                 raise output_error(self.name, e) from None
 
 
+def _same_file_as_fd(path, fd):
+    """Whether `path` names the file open as descriptor `fd` (False where either cannot be looked at)."""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _is_stream(path, st):
+    """Whether writing `path` writes an open stream rather than a file of its own: a path through /dev or /proc
+    (/dev/stdout, /dev/fd/3, /proc/self/fd/1), or the file standard output or error is redirected to."""
+    first = os.path.abspath(path).split(os.sep)[1:2]
+    return first in (["dev"], ["proc"]) or _same_file_as_fd(path, 1) or _same_file_as_fd(path, 2)
+
+
 class OutputSet:
     """Output files written whole or not at all. Each file is written to a new temporary file beside it
     (.NAME.XXXXXXXX.tmp in its folder, with the mode the file has or would get), and commit() renames them all into
@@ -1092,17 +1108,21 @@ class OutputSet:
 
     def path(self, path):
         """The path to write output file `path` to: a new temporary file, renamed to `path` by commit(); or `path`
-        itself where it exists and is not a regular file. Errors (no such folder, not writable, a folder) are
-        TraceErrors naming `path`."""
+        itself where it exists and is not a regular file, names an open stream (/dev/stdout, /dev/fd/N, the file
+        standard output or error is redirected to: renaming over it would drop what the stream writes next), or
+        sits in a folder this user cannot write but is writable itself (as before: written in place). Errors (no
+        such folder, not writable, a folder) are TraceErrors naming `path`."""
         try:
             if os.path.isdir(path):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
             if os.path.exists(path):
                 st = os.stat(path)
-                if not stat.S_ISREG(st.st_mode):
+                if not stat.S_ISREG(st.st_mode) or _is_stream(path, st):
                     return path
                 if not os.access(path, os.W_OK):  # as opening it to write would: replacing it is not asked for
                     raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+                if not os.access(os.path.dirname(os.path.realpath(path)) or ".", os.W_OK | os.X_OK):
+                    return path
                 mode = stat.S_IMODE(st.st_mode)
             else:
                 mode = 0o666 & ~_umask()
@@ -1120,8 +1140,9 @@ class OutputSet:
         return tmp
 
     def open(self, path, newline=None):
-        """A text file (UTF-8) to write output `path` with (write, flush, close); "-": standard output."""
-        if path == "-":
+        """A text file (UTF-8) to write output `path` with (write, flush, close); "-", or a path naming the file
+        standard output goes to (/dev/stdout in a job whose output is slurm-N.out): standard output itself."""
+        if path == "-" or _same_file_as_fd(path, 1):
             if sys.stdout is None:
                 raise TraceError("standard output is closed: nowhere to write the output; give a FILE")
             out = _Output(sys.stdout, "standard output", owned=False)

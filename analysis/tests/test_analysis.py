@@ -660,6 +660,47 @@ class WholeOutputs(TempDirCase):
         self.assertEqual(run("perfetto.py", p, "-o", os.devnull).returncode, 0)
         self.assertEqual(temporaries(self.dir), [])
 
+    def test_an_output_that_is_an_open_stream_is_written_in_place(self):
+        """-o /dev/stdout in a job whose output is appended to a log (slurm-N.out): the log was replaced by the
+        report, its earlier lines gone and what the job printed next written to the unlinked file."""
+        p = self.example()
+        log = self.path("job.log")
+        self.earlier("job.log")
+        script = '"$0" "$1" -o /dev/stdout; echo after'
+        with open(log, "a") as out:
+            proc = subprocess.run(["/bin/sh", "-c", script, os.path.join(ANALYSIS, "bubbles.py"), p], stdout=out,
+                                  stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(log) as f:
+            text = f.read()
+        self.assertTrue(text.startswith(self.EARLIER), text[:200])
+        self.assertIn("== %s" % p, text)
+        self.assertTrue(text.endswith("after\n"), text[-200:])
+        self.assertEqual(temporaries(self.dir), [])
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv to drop to nobody")
+    def test_a_writable_file_in_a_folder_not_writable_is_written_in_place(self):
+        """The temporary file cannot be made beside it: the file is written in place, as before (it was refused)."""
+        p = self.example()
+        folder = self.path("ro")
+        os.mkdir(folder)
+        out = os.path.join(folder, "out.txt")
+        with open(out, "w") as f:
+            f.write(self.EARLIER)
+        os.chmod(out, 0o666)
+        os.chmod(p, 0o644)
+        os.chmod(folder, 0o555)
+        os.chmod(self.dir, 0o755)
+        try:
+            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                   os.path.join(ANALYSIS, "bubbles.py"), p, "-o", out], capture_output=True, text=True,
+                                  timeout=60, env=dict(os.environ, HOME="/nonexistent"))
+        finally:
+            os.chmod(folder, 0o755)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out) as f:
+            self.assertIn("== %s" % p, f.read())
+
     def test_a_signal_leaves_the_earlier_output(self):
         """SIGTERM, SIGHUP and SIGINT while perfetto.py writes: one line, exit 128 + the signal's number, the earlier
         file intact, no temporary file."""
