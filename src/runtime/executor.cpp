@@ -307,7 +307,7 @@ std::int64_t Executor::Step::record_op(int i, const OpSpan& span) {
   e.end_ns = end;
   e.bytes = bytes_;
   e.wait_ns = std::max<std::int64_t>(0, start - ctx_.last_end);
-  e.migrated = static_cast<std::int8_t>(own.slices);
+  e.migrated = static_cast<std::int16_t>(own.slices);
   ctx_.record(e);
   return end;
 }

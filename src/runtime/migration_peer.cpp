@@ -521,7 +521,7 @@ void MigrationPeer::record_help(const Job& job, const sched::Action& a, std::int
   e.bytes = job.request.bytes_out + job.request.bytes_back;
   e.wait_ns = std::max<std::int64_t>(0, start - ctx_.last_end);
   e.peer = job.owner;
-  e.migrated = static_cast<std::int8_t>(job.request.slices);
+  e.migrated = static_cast<std::int16_t>(job.request.slices);
   ctx_.record(e);
 }
 

@@ -91,7 +91,7 @@ trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming
   e.kind = static_cast<trace::EventKind>(static_cast<int>(trace::EventKind::HELP_F) + static_cast<int>(e.kind));
   e.bytes = static_cast<std::int64_t>(std::llround(m.bytes));
   e.peer = m.owner;
-  e.migrated = static_cast<std::int8_t>(m.slices);
+  e.migrated = static_cast<std::int16_t>(m.slices);
   return e;
 }
 
@@ -226,7 +226,7 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
       e.wait_ns = to_ns(op.wait);
       e.bytes = options.activation_bytes;  // the activation (or its gradient) it holds, as the runtime's rows
       if (const auto it = sent.find({op.rank, op.index}); it != sent.end())
-        e.migrated = static_cast<std::int8_t>(it->second);
+        e.migrated = static_cast<std::int16_t>(it->second);
       r.events.push_back(e);
     }
     for (const sched::MigrationTiming& m : res.migrations) r.events.push_back(help_event(s, m, step, origin_ns));

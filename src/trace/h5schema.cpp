@@ -87,7 +87,7 @@ std::vector<Member> event_members() {
        "idle time on this rank right before this op started"},
       {"peer", offsetof(OpEvent, peer), H5T_NATIVE_INT32, H5T_STD_I32LE, "",
        "the other rank of a transfer; -1 for compute"},
-      {"migrated", offsetof(OpEvent, migrated), H5T_NATIVE_INT8, H5T_STD_I8LE, "",
+      {"migrated", offsetof(OpEvent, migrated), H5T_NATIVE_INT16, H5T_STD_I16LE, "",
        "slices computed on another rank than the op's owner (owner's op: sent away; HELP_*: computed here)"},
   };
 }

@@ -68,7 +68,7 @@ std::vector<OpEvent> step_events(int step, int ranks, int microbatches) {
         e.bytes = 4096LL * (i + 1);
         e.wait_ns = i % 5;
         e.peer = is_compute(k) ? -1 : (r + 1) % ranks;
-        e.migrated = static_cast<std::int8_t>(i % 7 == 0);
+        e.migrated = static_cast<std::int16_t>(i % 7 == 0 ? 4096 : 0);
         out.push_back(e);
         ++i;
       }
@@ -162,6 +162,8 @@ TEST(TraceIO, RoundTripCpp) {
   EXPECT_EQ(t.info.virtual_chunks, 2);
   ASSERT_EQ(t.events.size(), all.size());
   for (size_t i = 0; i < all.size(); ++i) expect_same(t.events[i], all[i]);
+  // migration.slices' largest, 4096, as written (8 bits wrapped it to 0: a help read as none).
+  EXPECT_EQ(t.events[0].migrated, 4096);
   ASSERT_EQ(t.steps.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(t.steps[i].step, steps[i].step);

@@ -51,7 +51,8 @@ struct OpEvent {
   std::int64_t wait_ns = 0;  // idle time on this rank right before this op started
   std::int32_t peer = -1;    // the other rank of a transfer; -1 for compute
   // Slices computed on another rank than the op's owner (owner's row: sent away; HELP_* row: computed here).
-  std::int8_t migrated = 0;
+  // 16 bits: migration.slices goes to 4096 (8 bits wrapped 128 to -128 and 256 to 0: a help read as none).
+  std::int16_t migrated = 0;
 };
 
 // Per-step figures, as computed by the writer of the trace (rank 0 or the simulator).
