@@ -510,7 +510,10 @@ cj_launch() {
 # written: a job refused for them leaves no folder behind (the message is in the job's own output).
 cj_launch_check_deck() {
   CJ_RESOLVED=$(mktemp "${TMPDIR:-/tmp}/conductor-deck.XXXXXX") || cj_fail "cannot create a temporary file"
-  "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" >"$CJ_RESOLVED" ||
+  # By the command's own rules (simulate's differ from run's: several helpers, replicas), not yet its folder's.
+  local rules=run
+  [[ $command == simulate ]] && rules=simulate
+  "$CONDUCTOR_BINARY" validate "$deck" "${fragments[@]}" "${overrides[@]}" --as "$rules" >"$CJ_RESOLVED" ||
     cj_fail "the deck '$deck' with the fragments and overrides above has problems (listed above)"
   CJ_OVERWRITE=$(cj_deck_value "$CJ_RESOLVED" run overwrite)
   pipeline=$(cj_deck_value "$CJ_RESOLVED" parallel pipeline)

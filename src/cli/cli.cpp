@@ -46,16 +46,20 @@ const std::vector<CommandSpec>& commands() {
        &cmd_simulate},
       {"validate",
        "check a deck and print it fully resolved",
-       "DECK [FRAGMENT.yaml ...] [key.path=value ...]",
+       "DECK [FRAGMENT.yaml ...] [key.path=value ...] [--as COMMAND | --output-for COMMAND]  (or: --keys)",
        "Prints the resolved deck (defaults included) as YAML, or every problem found with its location; "
        "exit code 2 on problems. It checks the deck as `conductor run` would (the model is built from it: "
-       "with --output-for simulate or train-policy, as that command would). The schedule is built, the data "
+       "with --as or --output-for simulate or train-policy, as that command would). The schedule is built, the data "
        "files' headers are read (their tokens are checked when a run opens them), the checkpoint of "
        "checkpoint.resume is found and, with scheduler.kind ppo, the policy is loaded into a planner.",
        {{"--keys", false, "print every deck key (type, default, allowed values, meaning) as Markdown; no DECK"},
+        {"--as", true,
+         "COMMAND (run, simulate or train-policy): check the deck by COMMAND's rules (default: run's); the job "
+         "scripts' first check"},
         {"--output-for", true,
-         "COMMAND (run, simulate or train-policy): also check run.output (and checkpoint.path) as COMMAND would "
-         "before writing anything (exit 2 where it would refuse); the job scripts check before they record"}},
+         "COMMAND (run, simulate or train-policy): as --as, and also check run.output (and checkpoint.path) as "
+         "COMMAND would before writing anything (exit 2 where it would refuse); the job scripts check before they "
+         "record"}},
        false,
        &cmd_validate},
       {"schedule",
@@ -152,14 +156,20 @@ int command_usage_error(const CommandSpec& c, const std::string& message) {
 // More OpenMP threads per process than any node has cores (the largest have a few hundred hardware threads).
 constexpr int kMaxThreads = 1024;
 
-// OMP_NUM_THREADS as OpenMP reads it: positive decimal integers separated by commas, each at most kMaxThreads.
+// OMP_NUM_THREADS as libgomp reads it: positive decimal integers separated by commas, blanks around each allowed
+// ("4, 2", "$(nproc) "), a '+' and leading zeros too; each at most kMaxThreads.
 bool thread_counts_valid(const std::string& value) {
   std::size_t at = 0;
   do {
     const std::size_t end = std::min(value.find(',', at), value.size());
-    const std::string part = value.substr(at, end - at);
-    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos) return false;
-    const int n = std::stoi(part);
+    std::string part = value.substr(at, end - at);
+    const std::size_t first = part.find_first_not_of(" \t"), last = part.find_last_not_of(" \t");
+    part = first == std::string::npos ? "" : part.substr(first, last - first + 1);
+    if (!part.empty() && part.front() == '+') part.erase(0, 1);
+    const std::size_t digit = part.find_first_not_of('0');
+    const std::string digits = digit == std::string::npos ? "0" : part.substr(digit);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || digits.size() > 4) return false;
+    const int n = std::stoi(digits);
     if (n < 1 || n > kMaxThreads) return false;
     at = end + 1;
   } while (at <= value.size());

@@ -75,38 +75,50 @@ bool deck_builds(const config::Deck& deck) {
 
 }  // namespace
 
+namespace {
+
+// The command a --as or --output-for value names (Validate: none of them, after the message).
+config::Command command_named(const std::string& flag, const std::string& what) {
+  if (what == "run") return config::Command::Run;
+  if (what == "simulate") return config::Command::Simulate;
+  if (what == "train-policy") return config::Command::TrainPolicy;
+  std::fprintf(stderr, "conductor validate: %s '%s': expected run, simulate or train-policy\n", flag.c_str(),
+               printable(what).c_str());
+  return config::Command::Validate;
+}
+
+}  // namespace
+
 int cmd_validate(const Invocation& inv) {
   if (inv.has_flag("--keys")) {
     print_keys();
     return 0;
   }
-  if (!inv.has_flag("--output-for")) {
-    // As `conductor run` loads it (README), but for its rank count: this one process is not the run's ranks.
-    const config::Deck deck = load_deck(inv, config::Command::Run, 0);
-    if (!deck_builds(deck)) return kExitUsage;
-    std::fputs(config::to_yaml(deck).c_str(), stdout);
-    return 0;
-  }
-  // As the command would load it (simulate's default run.output ends in -sim, run's own rules apply: one helper, no
-  // replicas, more than one slice); `run` without its rank count, since this one process is not the run's ranks.
-  const std::string& what = inv.flags.at("--output-for");
-  const config::Command command = what == "run"            ? config::Command::Run
-                                  : what == "simulate"     ? config::Command::Simulate
-                                  : what == "train-policy" ? config::Command::TrainPolicy
-                                                           : config::Command::Validate;
-  if (command == config::Command::Validate) {
-    std::fprintf(stderr, "conductor validate: --output-for '%s': expected run, simulate or train-policy\n",
-                 printable(what).c_str());
+  // The rules of the command named (plain validate: conductor run's, as the README says): simulate's default
+  // run.output ends in -sim; run's own rules apply (one helper, no replicas, more than one slice); run without its
+  // rank count, since this one process is not the run's ranks. --output-for also checks run.output as that command
+  // would before writing anything.
+  const bool output = inv.has_flag("--output-for");
+  if (output && inv.has_flag("--as")) {
+    std::fprintf(stderr, "conductor validate: --as and --output-for both name the command; give one\n");
     return kExitUsage;
+  }
+  config::Command command = config::Command::Run;
+  if (output || inv.has_flag("--as")) {
+    const std::string flag = output ? "--output-for" : "--as";
+    command = command_named(flag, inv.flags.at(flag));
+    if (command == config::Command::Validate) return kExitUsage;
   }
   const config::Deck deck = load_deck(inv, command, command == config::Command::Run ? 0 : -1);
-  try {
-    check_run_output(deck, command);
-    if (command == config::Command::Run && !deck.checkpoint.path.empty())
-      probe_writable("checkpoint.path", deck.checkpoint.path);
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "conductor: %s\n", e.what());
-    return kExitUsage;
+  if (output) {
+    try {
+      check_run_output(deck, command);
+      if (command == config::Command::Run && !deck.checkpoint.path.empty())
+        probe_writable("checkpoint.path", deck.checkpoint.path);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "conductor: %s\n", e.what());
+      return kExitUsage;
+    }
   }
   if (!deck_builds(deck)) return kExitUsage;
   std::fputs(config::to_yaml(deck).c_str(), stdout);

@@ -139,7 +139,8 @@ class CliTest(unittest.TestCase):
             self.assertIn("OMP_NUM_THREADS = '%s' is not a thread count; allowed: an integer 1 .. 1024" % value,
                           proc.stderr)
         for name, value in (("CONDUCTOR_LOG", "warn"), ("CONDUCTOR_PROGRESS_S", "0.5"), ("CONDUCTOR_LOG", ""),
-                            ("OMP_NUM_THREADS", "3"), ("OMP_NUM_THREADS", "4,2")):
+                            ("OMP_NUM_THREADS", "3"), ("OMP_NUM_THREADS", "4,2"), ("OMP_NUM_THREADS", " 4"),
+                            ("OMP_NUM_THREADS", "4, 2"), ("OMP_NUM_THREADS", "+4"), ("OMP_NUM_THREADS", "0004 ")):
             proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
                                   env=dict(os.environ, **{name: value}))
             self.assertEqual(proc.returncode, 0, (name, value, proc.stderr))

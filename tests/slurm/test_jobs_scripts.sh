@@ -192,6 +192,14 @@ grep -q "^  straggler_factor: 1.5$" out6/deck.resolved.yaml && grep -q "^  steps
   bad "out6/deck.resolved.yaml lacks the straggler preset, run.steps=2 or pipeline: 4"
 grep -q "^command: $(printf '%q' "$bin") validate " out6/job.txt && ok || bad "out6/job.txt lacks the command: $(cat out6/job.txt)"
 expect 2 "deck 'missing.yaml' not found" -- env DECK=missing.yaml bash "$src/jobs/train-cpu.sbatch"
+# The deck is checked by its command's rules: simulate's allow several helpers per op and replicas (a simulate job
+# or sweep with them was refused by run's rules), run's do not (refused before the queue wait, not by the run).
+expect 0 "conductor simulate " -- env COMMAND=simulate OUTPUT=outH \
+  OVERRIDES="migration.enabled=true migration.helpers=2 migration.weights=replicas" bash "$src/jobs/train-cpu.sbatch"
+expect 2 "migration.helpers = 2: conductor run sends an op's slices to one helper only" -- env OUTPUT=outH \
+  OVERRIDES="migration.enabled=true migration.helpers=2" bash "$src/jobs/train-cpu.sbatch"
+expect 0 "" -- env COMMAND=simulate SWEEP_DECKS=inputs/quickstart.yaml SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict \
+  SWEEP_NOISES=none OVERRIDES="migration.enabled=true migration.helpers=2" bash "$src/jobs/sweep.sbatch" --check
 # The one argument is the deck (`sbatch jobs/train-cpu.sbatch tiny.yaml` ran the quickstart deck); it wins over
 # DECK, with a note; a second argument or an option is refused (each was ignored), as in analyze.sbatch, sweep.sbatch
 # and device-check.sh.
