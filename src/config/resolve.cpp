@@ -181,20 +181,32 @@ std::vector<int> balanced_split(const std::vector<double>& layer_work, int stage
   return split;
 }
 
+int rank_layers(const Deck& d, int r) {
+  const int p = d.parallel.pipeline, v = d.parallel.virtual_chunks;
+  const std::vector<int>& listed = d.model.layers_per_stage;
+  if (static_cast<int>(listed.size()) != p * v) return d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
+  // A listed split with v > 1 was read as the even one (a rank of [3, 1, 1, 1] timed as 2 layers, not 4).
+  const std::string& kind = d.schedule.kind;
+  const bool v_shape =
+      v == 2 && (kind == "zb-v" || kind == "zb-v-greedy" || kind == "dualpipev" || d.schedule.placement == "v");
+  int layers = 0;
+  for (int c = 0; c < v; ++c) {
+    const int stage = v_shape ? (c == 0 ? r : 2 * p - 1 - r) : c * p + r;
+    layers += listed[static_cast<std::size_t>(stage)];
+  }
+  return layers;
+}
+
 plan::Costs costs_from_model(const Deck& d) {
   const int p = d.parallel.pipeline;
   const auto [mm, att, head] = layer_flops(d);
-  // The deck's list (or its balanced split) gives each rank's layers when a rank holds one stage.
-  const bool listed = d.parallel.virtual_chunks == 1 && static_cast<int>(d.model.layers_per_stage.size()) == p;
   const double flops_per_ms = d.cost.device_tflops * 1e12 / 1e3;
   plan::Costs c;
   c.forward.assign(p, 0.0);
   c.backward_input.assign(p, 0.0);
   c.backward_weight.assign(p, 0.0);
   for (int r = 0; r < p; ++r) {
-    // Layers split as evenly as possible, the first ranks taking the remainder.
-    const int layers = listed ? d.model.layers_per_stage[static_cast<std::size_t>(r)]
-                              : d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
+    const int layers = rank_layers(d, r);
     double f = layers * (mm + att), b = layers * (mm + 2 * att), w = layers * mm;
     if (r == 0) {
       f += encoder_flops(d, 0);

@@ -57,14 +57,6 @@ struct Share {
   bool head = false, encoder = false;
 };
 
-// Transformer layers rank r holds, as costs_from_model counts them.
-int layers_of(const Deck& d, int r) {
-  const int p = d.parallel.pipeline;
-  const bool listed = d.parallel.virtual_chunks == 1 && static_cast<int>(d.model.layers_per_stage.size()) == p;
-  if (listed) return d.model.layers_per_stage[static_cast<std::size_t>(r)];
-  return d.model.n_layers / p + (r < d.model.n_layers % p ? 1 : 0);
-}
-
 // Accumulates one unit's FLOPs (owner, helper) and bytes (fixed, per slice) of one op kind, in elements.
 struct Part {
   double flops = 0, helper_flops = 0, fixed = 0, per_slice = 0;
@@ -166,7 +158,7 @@ plan::Migration migration_from_model(const Deck& d) {
   const double elem = c.element_bytes > 0 ? c.element_bytes : d.model.precision == "fp32" ? 4.0 : 2.0;
   const double t = static_cast<double>(d.parallel.microbatch_size) * d.model.seq_len;
   for (int r = 0; r < p; ++r) {
-    const Share share{layers_of(d, r), r == p - 1, r == 0};
+    const Share share{rank_layers(d, r), r == p - 1, r == 0};
     std::array<Part, 3> sum{};
     for (const std::string& unit : c.units) {
       const std::array<Part, 3> u = unit_parts(d, unit, share);

@@ -78,6 +78,30 @@ TEST(Resolve, CostsFollowTheMlpRatio) {
   EXPECT_DOUBLE_EQ(p.costs.backward_weight[0], 2 * (4 + 2 * 2) * tokens * h * h / 1e11);
 }
 
+// A listed split with virtual chunks gives each rank its stages' layers (it was read as the even split: [3, 1, 1, 1]
+// over two ranks timed as 3 + 3 layers, not 4 + 2), by the schedule's placement.
+TEST(Resolve, ListedSplitWithVirtualChunksTimesEachRanksLayers) {
+  const std::vector<std::string> base = {"cost.device_tflops=100", "parallel.pipeline=2", "parallel.virtual=2",
+                                         "model.n_layers=6", "parallel.microbatches=4"};
+  auto with = [&](const std::string& kind, const std::string& split) {
+    std::vector<std::string> o = base;
+    o.push_back("schedule.kind=" + kind);
+    o.push_back("model.layers_per_stage=" + split);
+    return parsed(o);
+  };
+  const config::Deck loop = with("1f1b-interleaved", "[3, 1, 1, 1]");  // rank 0: stages 0, 2; rank 1: 1, 3
+  EXPECT_EQ(config::rank_layers(loop, 0), 4);
+  EXPECT_EQ(config::rank_layers(loop, 1), 2);
+  const config::Deck v = with("zb-v", "[3, 1, 1, 1]");  // rank 0: stages 0, 3; rank 1: 1, 2
+  EXPECT_EQ(config::rank_layers(v, 0), 4);
+  EXPECT_EQ(config::rank_layers(v, 1), 2);
+  const config::Deck even = with("1f1b-interleaved", "even");
+  EXPECT_EQ(config::rank_layers(even, 0), 3);
+  const plan::Costs c = config::costs_from_model(loop), e = config::costs_from_model(even);
+  EXPECT_DOUBLE_EQ(c.backward_weight[0] / e.backward_weight[0], 4.0 / 3.0);  // W: the layers' matmuls alone
+  EXPECT_LT(c.backward_weight[1], e.backward_weight[1]);  // 2 layers against 3, and the LM head in both
+}
+
 // A file: schedule without a limit has none in the plan; its limit is the loaded schedule's own peak.
 TEST(Resolve, FileScheduleLimitComesFromTheSchedule) {
   config::Deck deck;

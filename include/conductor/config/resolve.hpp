@@ -29,9 +29,14 @@ double activation_bytes(const Deck& deck);
 // F = mm + att, B = mm + 2 att, W = mm; the last rank also runs the LM head (2*tokens*h*vocab per pass), the
 // first the encoder of cost.encoder_tflop.
 // Times = FLOPs / (tflops * 1e12), in ms.
-// With v = 1 and model.layers_per_stage set (a list, or `balanced` resolved), rank r holds list[r] layers;
-// otherwise as even as possible, the first ranks taking the remainder.
+// Rank r holds rank_layers(deck, r) layers (below).
 plan::Costs costs_from_model(const Deck& deck);
+
+// The transformer layers rank r holds: with model.layers_per_stage listed (one entry per virtual stage), the
+// entries of its virtual stages summed (loop placement: chunk c is stage c p + r; V placement, for zb-v,
+// zb-v-greedy, dualpipev and schedule.placement v: r and 2p - 1 - r); else n_layers split as evenly as possible,
+// the first ranks taking the remainder. With v > 1 the cost model times a rank's chunks alike (its total over v).
+int rank_layers(const Deck& deck, int r);
 
 // The deck's model section as the plan's dimensions (plan/flops.hpp counts FLOPs from them).
 plan::ModelDims resolved_model(const ModelConfig& model);
