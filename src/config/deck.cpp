@@ -292,14 +292,15 @@ class Loader {
                           std::to_string(at) + ")");
       return;
     }
-    if (!value_text.empty() && std::string_view("%!&*|>@`").find(value_text.front()) != std::string_view::npos) {
-      // YAML reads these as syntax, not text: `run.output=%j_out` (a directive) and `checkpoint.resume=!ck` (a
-      // tag) read as empty, so the default folder was used and the resume dropped; `&a x` is x; `*.bin` an alias.
+    if (const std::string syntax = yaml_syntax_start(value_text); !syntax.empty()) {
+      // YAML reads these as syntax, not text: `run.output=%j_out` (a directive), `checkpoint.resume=!ck` (a tag)
+      // and `#ck` (a comment) read as empty, so the default folder was used and the resume dropped; `&a x` is x;
+      // `*.bin` an alias. Blanks before them change nothing.
       problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
-                          "' starts with '" + value_text.front() +
-                          "', which YAML reads as syntax (a directive, tag, anchor, alias or block), not as text; "
-                          "quote it: " +
-                          path + "='\"" + shown(value_text) + "\"'");
+                          "' starts with " + syntax +
+                          ", which YAML reads as syntax (a directive, tag, anchor, alias, block, comment or document "
+                          "marker), not as text; quote it: " +
+                          quoted_override(path, value_text));
       return;
     }
     YAML::Node value;
@@ -317,18 +318,18 @@ class Loader {
     }
     if (const std::size_t hash = comment_start(value_text); hash != std::string::npos) {
       // YAML drops a ' #' and what follows as a comment: on a command line that is part of a value (a path).
-      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + value_text +
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
                           "' holds ' #', " + "where YAML starts a comment (the value would be '" +
-                          value_text.substr(0, value_text.find_last_not_of(" \t", hash - 1) + 1) +
-                          "'); quote it: " + path + "='\"" + value_text + "\"'");
+                          shown(value_text.substr(0, value_text.find_last_not_of(" \t", hash - 1) + 1)) +
+                          "'); quote it: " + quoted_override(path, value_text));
       return;
     }
     if (!value.IsNull() && !value.IsScalar() && !value.IsSequence()) {
       // YAML reads `file:` or `a: b` as a mapping: the colon, not the key, is what went wrong.
-      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + value_text +
+      problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
                           "' reads as a YAML mapping (a ':' at its end or before a space); expected a scalar or a "
                           "flow list like [1, 2] (quote a value with a colon: " +
-                          path + "='\"" + value_text + "\"')");
+                          quoted_override(path, value_text) + ")");
       return;
     }
     if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
@@ -351,6 +352,35 @@ class Loader {
     node.remove(parts.back());
     node[parts.back()] = value;
     override_of_[path] = text;
+  }
+
+  // What YAML would read as syntax at the start of an override's value, after any blanks, quoted for a message
+  // ("'%'", "'---'"), or "" where it starts as text.
+  static std::string yaml_syntax_start(const std::string& value_text) {
+    const std::size_t at = value_text.find_first_not_of(" \t");
+    if (at == std::string::npos) return {};
+    if (std::string_view("%!&*|>@`#").find(value_text[at]) != std::string_view::npos)
+      return std::string("'") + value_text[at] + "'";
+    for (const char* marker : {"---", "..."}) {  // a document's start or end, when alone or before a blank
+      if (value_text.compare(at, 3, marker) == 0 &&
+          (value_text.size() == at + 3 || value_text[at + 3] == ' ' || value_text[at + 3] == '\t'))
+        return std::string("'") + marker + "'";
+    }
+    return {};
+  }
+
+  // key='"value"' as a shell line sets the override to `value` as text: YAML's double quotes around it (a '\' and
+  // a '"' in it escaped), the whole in the shell's single quotes (a ' in it written '\''), shown() past that.
+  static std::string quoted_override(const std::string& path, const std::string& value_text) {
+    std::string yaml = "\"";
+    for (const char c : value_text) {
+      if (c == '\\' || c == '"') yaml += '\\';
+      yaml += c;
+    }
+    yaml += '"';
+    std::string shell = "'";
+    for (const char c : yaml) shell += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return path + "=" + shown(shell + "'");
   }
 
   // Where YAML starts a comment in an override's value text ('#' after a space or a tab, outside quotes: the

@@ -78,6 +78,16 @@ class CliTest(unittest.TestCase):
             self.assertIn("quote it: %s='\"%s\"'" % (key, value), proc.stderr)
         proc = conductor("validate", deck, 'run.output="%j_out"')
         self.assertIn('output: "%j_out"', proc.stdout)
+        # After blanks too, a comment and a document marker, and the quoting given works for quotes and backslashes.
+        for arg, start in (("run.output= !ck", "'!'"), ("checkpoint.resume=#ck", "'#'"), ("run.output=---", "'---'")):
+            proc = conductor("validate", deck, arg)
+            self.assertEqual(proc.returncode, 2, arg + ": " + proc.stdout)
+            self.assertIn("starts with %s, which YAML reads as syntax" % start, proc.stderr)
+        proc = conductor("validate", deck, 'run.name=!a"b\\c')
+        fix = proc.stderr.split("quote it: ")[1].strip()  # run.name='"!a\"b\\c"' as a shell word
+        self.assertEqual(fix, "run.name='\"!a\\\"b\\\\c\"'")
+        proc = conductor("validate", deck, fix[len("run.name='"):-1].join(("run.name=", "")))
+        self.assertIn('name: "!a\\"b\\\\c"', proc.stdout)
         proc = conductor("validate", deck, "noise.kind=" + "[" * 3000)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("the value nests lists or mappings too deep to read", proc.stderr)
