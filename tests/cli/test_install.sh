@@ -44,6 +44,7 @@ if [[ ${CONDUCTOR_HAVE_POLICY:-1} == 1 ]]; then
   CONDUCTOR_LOG=debug "$prefix/bin/conductor" simulate "$share/inputs/quickstart.yaml" run.steps=2 scheduler.kind=ppo run.output=ppo \
     >"$tmp/ppo.log" 2>&1 || { cat "$tmp/ppo.log"; fail "the installed binary did not find the shipped policy"; }
   # The global tier is a module the binary loads when used: the installed one, not the build's.
+  # One CONDUCTOR_GLOBAL_TIER names and that is not there is bad input: exit 2.
   grep -q "global tier: $prefix/lib/conductor/libconductor_global_tier.so" "$tmp/ppo.log" ||
     { cat "$tmp/ppo.log"; fail "the installed binary did not load the installed global tier module"; }
   set +e
@@ -51,7 +52,7 @@ if [[ ${CONDUCTOR_HAVE_POLICY:-1} == 1 ]]; then
     scheduler.kind=ppo run.output=ppo-missing >"$tmp/ppo-missing.log" 2>&1
   rc=$?
   set -e
-  [[ $rc == 1 ]] && grep -q "scheduler.kind: ppo needs the global tier's module libconductor_global_tier.so" \
+  [[ $rc == 2 ]] && grep -q "scheduler.kind: ppo needs the global tier's module libconductor_global_tier.so" \
     "$tmp/ppo-missing.log" && grep -q "^  $tmp/none.so: not there" "$tmp/ppo-missing.log" ||
     { cat "$tmp/ppo-missing.log"; fail "a missing global tier module: exit $rc, or no clear message"; }
 fi
