@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string_view>
 
+#include <yaml-cpp/yaml.h>
+
 #include "conductor/config/deck_compare.hpp"
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
@@ -197,10 +199,23 @@ bool changes_stream(const std::string& difference) {
 // Migration's groups are part of the math (README's one exception): migration.enabled, and with it on its units
 // and slices, set the order of addition, so changing them changes the bits of every step from the resume on. Its
 // other keys (link, helpers, fractions) only move work.
-bool changes_grouping(const std::string& difference, bool migrating) {
+bool changes_grouping(const std::string& difference, bool migrating, const std::vector<std::string>& units_here,
+                      const std::string& theirs) {
   if (difference.rfind("migration.enabled ", 0) == 0) return true;
   if (!migrating) return false;
-  return difference.rfind("migration.units ", 0) == 0 || difference.rfind("migration.slices ", 0) == 0;
+  if (difference.rfind("migration.units ", 0) == 0) {
+    // The same units in another order are the same groups.
+    std::vector<std::string> there, here = units_here;
+    try {
+      for (const auto& u : YAML::Load(theirs)["migration"]["units"]) there.push_back(u.as<std::string>());
+    } catch (const YAML::Exception&) {
+      return true;
+    }
+    std::sort(here.begin(), here.end());
+    std::sort(there.begin(), there.end());
+    return here != there;
+  }
+  return difference.rfind("migration.slices ", 0) == 0;
 }
 
 // The checkpoint a resume reads, against this run (its deck is in the checkpoint): into its own run.output the
@@ -232,7 +247,8 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
   std::vector<std::string> stream, changed;
   for (const std::string& d : differ) {
     if (changes_stream(d)) stream.push_back(d);
-    if (d.rfind("optim.", 0) == 0 || changes_grouping(d, deck.migration.enabled)) changed.push_back(d);
+    if (d.rfind("optim.", 0) == 0 || changes_grouping(d, deck.migration.enabled, deck.migration.units, theirs))
+      changed.push_back(d);
   }
   if (!stream.empty()) {
     throw InputError(named + ": the data stream would not continue: " + listed(stream, 4) +

@@ -240,6 +240,18 @@ class Checkpoints(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertNotIn("migration.link", r.text)  # the warning names only the decay's run.steps
         self.assertIn("resuming with run.steps = 4", r.text)
+        # The same units in another order are the same groups: no warning for them, from a checkpoint with
+        # migration on.
+        ordered = os.path.join(self.tmp.name, "ordered-ck")
+        r = mpirun(2, "run", self.deck(steps=2, extra=CPU, name="units.yaml"), "migration.enabled=true",
+                   "migration.units=[heads, mlp]", "run.output=" + os.path.join(self.tmp.name, "units"),
+                   "checkpoint.path=" + ordered, "optim.decay_steps=3")
+        self.assertEqual(r.code, 0, r.text)
+        r = mpirun(2, "run", self.deck(steps=2, extra=CPU, name="units.yaml"), "migration.enabled=true",
+                   "migration.units=[mlp, heads]", "run.output=" + os.path.join(self.tmp.name, "units2"),
+                   "checkpoint.resume=" + ordered, "run.steps=3", "optim.decay_steps=3")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertNotIn("warning", r.text)
 
     def test_refused_resume_creates_no_checkpoint_path(self):
         # The new checkpoint.path was probed and locked before the resume's checks: a refused resume left it
