@@ -24,8 +24,10 @@ std::string parse_integer(const YAML::Node& n, Int& out, const char* what) {
   try {
     size_t used = 0;
     if constexpr (std::is_unsigned_v<Int>) {
-      // stoull skips leading blanks and wraps a sign: " -1" (quoted) became 18446744073709551615.
-      if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '+'))
+      // stoull skips leading blanks and wraps a sign: " -1" (quoted) became 18446744073709551615. Blanks before
+      // the digits are read as the signed keys read them.
+      const std::size_t at = s.find_first_not_of(" \t");
+      if (at == std::string::npos || !(std::isdigit(static_cast<unsigned char>(s[at])) || s[at] == '+'))
         return std::string("expected ") + what + ", got '" + conductor::shown(s) + "'";
       unsigned long long v = std::stoull(s, &used, 10);
       if (used != s.size()) throw std::invalid_argument(s);

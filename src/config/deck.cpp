@@ -162,8 +162,9 @@ class Loader {
       }
       const std::string key = key_node.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
-      if (key.find('.') != std::string::npos) continue;  // reported by find_repeated_keys, in its own source
-      if (!seen_.insert(path).second) continue;          // a repeated key: reported by find_repeated_keys
+      if (key.find('.') != std::string::npos && (find_field(path) != nullptr || is_section(path)))
+        continue;  // a key written with a dot: reported by find_repeated_keys, in its own source
+      if (!seen_.insert(path).second) continue;  // a repeated key: reported by find_repeated_keys
 
       if (const Field* f = find_field(path)) {
         std::string problem = f->set(deck, value, *f);
@@ -202,10 +203,14 @@ class Loader {
       if (it->first.Scalar().find('.') != std::string::npos) {
         // `run.steps: 3` read as run's steps escaped this check (one mapping at a time) and the merge of fragments
         // and overrides (by section): a later source's run.steps was dropped without a word.
-        problems_.push_back(location(source, it->first.Mark()) + ": key '" + shown(it->first.Scalar()) +
-                            "' holds a '.'; a deck nests its keys by section ('" +
-                            shown(it->first.Scalar().substr(0, it->first.Scalar().find('.'))) +
-                            ":' with the rest indented below it); key.path=value is the command line's form");
+        // Only where the dotted path names a key: any other is an unknown key, with its "did you mean".
+        const std::string& key = it->first.Scalar();
+        if (find_field(path) != nullptr || is_section(path)) {
+          problems_.push_back(location(source, it->first.Mark()) + ": key '" + shown(key) +
+                              "' holds a '.'; a deck nests its keys by section ('" +
+                              shown(key.substr(0, key.find('.'))) +
+                              ":' with the rest indented below it); key.path=value is the command line's form");
+        }
       } else if (!fresh) {
         problems_.push_back(location(source, it->first.Mark()) + ": key '" + shown(path) +
                             "' appears twice (first at line " + std::to_string(at->second.line + 1) + ")");

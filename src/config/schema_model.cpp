@@ -357,12 +357,13 @@ void finalize_model(Deck& deck, const LoadOptions& options, std::vector<std::str
                        "model.layers_per_stage explicitly (0 layers on a stage is allowed there)");
   }
   const auto& o = deck.optim;
-  if (o.decay_steps > 0 && o.decay_steps <= o.warmup_steps) {
+  if (builds_model(deck, options) && o.decay_steps > 0 && o.decay_steps <= o.warmup_steps) {
     // The cosine runs from the warm-up's end to decay_steps: none is left, and the rate stayed at its peak.
+    // (Checked where a model trains: simulate and the emulated backend never step an optimizer.)
     problems.push_back(src + ": optim.decay_steps = " + std::to_string(o.decay_steps) +
                        " is not after optim.warmup_steps = " + std::to_string(o.warmup_steps) +
                        ": the cosine decay runs from the end of the warm-up to decay_steps; set decay_steps above "
-                       "warmup_steps, or 0 (run.steps)");
+                       "warmup_steps, or 0 (run.steps); for a constant rate after the warm-up, optim.lr_min_ratio: 1");
   }
   const std::vector<double>& enc = deck.cost.encoder_tflop;
   if (builds_model(deck, options) && std::any_of(enc.begin(), enc.end(), [](double x) { return x > 0; })) {

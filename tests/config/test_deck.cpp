@@ -299,6 +299,8 @@ TEST(Deck, DecayEndingInTheWarmupIsRefused) {
   EXPECT_TRUE(contains(p[0], "optim.decay_steps = 5 is not after optim.warmup_steps = 10")) << p[0];
   EXPECT_TRUE(problems_of("optim: {warmup_steps: 10, decay_steps: 0}\nrun: {steps: 5}\n").empty());
   EXPECT_TRUE(problems_of("optim: {warmup_steps: 10, decay_steps: 11}\n").empty());
+  // Where no model trains the optimizer's keys are not read.
+  EXPECT_TRUE(problems_of("optim: {warmup_steps: 10, decay_steps: 5}\n", {}, Command::Simulate).empty());
 }
 
 // A value is quoted as written unless it would garble the terminal or fill the screen (escaped and cut, as the
@@ -324,10 +326,10 @@ TEST(Deck, DottedKeyIsRefusedWhereItIsWritten) {
                        "deck.yaml:1:1: key 'run.steps' holds a '.'; a deck nests its keys by section ('run:' "
                        "with the rest indented below it)"))
       << p[0];
+  // A dotted name that is no key's path is an unknown key, with its suggestion.
   p = problems_of("optim:\n  adam.beta1: 0.8\nrun:\n  steps: 4\n");
   ASSERT_EQ(p.size(), 1u);
-  EXPECT_TRUE(contains(p[0], "deck.yaml:2:3: key 'adam.beta1' holds a '.'; a deck nests its keys by section ('adam:'"))
-      << p[0];
+  EXPECT_TRUE(contains(p[0], "deck.yaml:2:3: unknown key 'optim.adam.beta1'")) << p[0];
 }
 
 // An override changes exactly one key, also when the deck aliases its value elsewhere (an anchor and an alias
