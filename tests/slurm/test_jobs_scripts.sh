@@ -512,6 +512,10 @@ mkdir -p withattempt/attempt-1 && cp sw/000-q-strict/trace.h5 withattempt/ && cp
 expect 0 "skipping $work/withattempt/attempt-1: a killed attempt set aside" -- bash "$src/jobs/analyze.sbatch" withattempt
 [[ $(ls -A withattempt/attempt-1) == trace.h5 ]] && grep -q "1 runs in 1 configurations" withattempt/report.md && ok ||
   bad "analyze.sbatch took attempt-1/ as a run: $(ls -A withattempt/attempt-1; cat withattempt/report.md)"
+# In a folder of runs (not a run folder itself) a run named attempt-1 is a run.
+mkdir -p ofruns/runA ofruns/attempt-1 && cp sw/000-q-strict/trace.h5 ofruns/runA/ && cp sw/000-q-strict/trace.h5 ofruns/attempt-1/
+expect 0 "" -- bash "$src/jobs/analyze.sbatch" ofruns
+grep -q "^| attempt-1 |" ofruns/report.md && ok || bad "analyze.sbatch skipped a run named attempt-1: $(cat ofruns/report.md)"
 
 # A run into a folder that holds another run's results is refused by the check, before this job's records
 # (job.txt, deck.resolved.yaml) replace the ones there.
