@@ -353,6 +353,8 @@ def main(argv=None):
     skip = args.skip if args.skip is not None else (0 if args.include_warmup else 1)
     if skip < 0:
         p.error("--skip must be >= 0")
+    if args.output == "-" and not args.png:  # the chart's default name came out as ./-.png
+        p.error("-o - writes the report to standard output; name the chart with --png FILE")
     png = args.png or os.path.splitext(args.output)[0] + ".png"
     chart_what = "--png" if args.png else "the chart (default: -o's path with .png; set --png)"
     ct.check_outputs([path for _, path in parse_specs(args.traces)], [("-o", args.output), (chart_what, png)])
@@ -367,7 +369,8 @@ def main(argv=None):
     with ct.output_files() as outs:  # the chart and the report replace earlier ones together, or neither does
         chart(groups, varying, base, png, skip, outs=outs)
         outs.open(args.output).write(text)
-    ct.say(text)
+    if args.output != "-":  # the report went to standard output already
+        ct.say(text)
     return 0
 
 

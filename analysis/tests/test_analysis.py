@@ -315,6 +315,17 @@ class AgreesWithStoredFigures(TempDirCase):
         self.assertIn("![comparison](report.png)", text)
         with open(self.path("report.png"), "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # -o - : the report on standard output once, the chart where --png says (it was ./-.png, and the report
+        # printed twice).
+        r = subprocess.run([os.path.join(ANALYSIS, "compare.py"), base, "-o", "-", "--include-warmup"],
+                           capture_output=True, text=True, timeout=60, cwd=self.dir)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("name the chart with --png FILE", r.stderr)
+        self.assertFalse(os.path.exists(self.path("-.png")))
+        r = run("compare.py", base, "-o", "-", "--png", self.path("c.png"), "--include-warmup")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count("| run |"), 1, r.stdout)
+        self.assertTrue(os.path.exists(self.path("c.png")))
         # Without --include-warmup step 0 is left out: a one-step run has nothing left, said clearly.
         r = run("compare.py", base, "-o", out)
         self.assertEqual(r.returncode, 2)
