@@ -645,12 +645,14 @@ expect 0 "One-shot check of the CUDA backend" -- env PATH="$work/nogpu:$PATH" ba
 # cmake ran only when its CMakeCache.txt was missing, and `make test CMAKE_ARGS=-DCONDUCTOR_WERROR=ON` did nothing
 # of it); a new folder gets the Release build type with it, an existing one keeps its own.
 if command -v make >/dev/null; then
+  # Not the enclosing make's variables: under `make test CMAKE_ARGS=...` (CI) MAKEFLAGS hands them to every make.
+  clean_make=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES -u CMAKE_ARGS make)
   mkdir -p mkbuild && : >mkbuild/CMakeCache.txt
   expect 0 "^cmake -S \. -B $work/mkbuild +-DCONDUCTOR_WERROR=ON\$" -- \
-    make -s -n -C "$src" build-tests BUILD="$work/mkbuild" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
+    "${clean_make[@]}" -s -n -C "$src" build-tests BUILD="$work/mkbuild" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
   expect 0 "^cmake -S \. -B $work/mkbuild2 -DCMAKE_BUILD_TYPE=Release -DCONDUCTOR_WERROR=ON\$" -- \
-    make -s -n -C "$src" build-tests BUILD="$work/mkbuild2" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
-  expect 0 "" -- make -s -n -C "$src" build-tests BUILD="$work/mkbuild"
+    "${clean_make[@]}" -s -n -C "$src" build-tests BUILD="$work/mkbuild2" CMAKE_ARGS=-DCONDUCTOR_WERROR=ON
+  expect 0 "" -- "${clean_make[@]}" -s -n -C "$src" build-tests BUILD="$work/mkbuild"
   grep -q "^cmake -S" <<<"$LAST" && bad "make without CMAKE_ARGS reconfigured a configured folder: $LAST" || ok
 fi
 
