@@ -70,13 +70,9 @@ double cpu_ms() {
 
 static int run(int argc, char** argv) {
   // steps: a positive integer (atoi of "--help" was 0 steps, and the step loop's figures divided by it: SIGSEGV).
-  char* end = nullptr;
-  const long parsed = argc > 1 ? std::strtol(argv[1], &end, 10) : 50;
-  if (argc > 3 || (argc > 1 && (*end != '\0' || parsed < 1 || parsed > 1000000))) {
-    std::fprintf(stderr, "usage: bench_trace [STEPS (1 .. 1000000, default 50)] [DIR (default $TMPDIR or /tmp)]\n");
-    return argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") ? 0 : 2;
-  }
-  const int steps = static_cast<int>(parsed);
+  if (argc > 3)
+    throw conductor::bench::BadArgument("two arguments at most (STEPS, DIR), got " + std::to_string(argc - 1));
+  const int steps = argc > 1 ? conductor::bench::int_argument("STEPS", argv[1], 1, 1000000) : 50;
   std::filesystem::path dir = argc > 2 ? argv[2] : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   std::string path = (dir / ("bench_trace_" + std::to_string(getpid()) + ".h5")).string();
 
@@ -150,4 +146,8 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return conductor::bench::guarded_main("bench_trace", run, argc, argv); }
+int main(int argc, char** argv) {
+  return conductor::bench::guarded_main(
+      "bench_trace", run, argc, argv,
+      "usage: bench_trace [STEPS (1 .. 1000000, default 50)] [DIR (default $TMPDIR or /tmp)]\n");
+}
