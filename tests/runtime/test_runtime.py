@@ -143,7 +143,11 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual(sorted(set(ev["step"].tolist())), [0, 1, 2])
 
     def test_sigterm_stops_after_current_step(self):
-        cmd = [MPIEXEC, "-n", "4", "--oversubscribe", BIN, "run", self.deck(steps=100000)]
+        # mpirun sends the ranks SIGTERM one second after its own and SIGKILL one second later, and forwards no
+        # output in between: with a step line per step (5-10 ms steps) rank 0 filled the pipe and blocked in its
+        # write before it could stop. A line every 10 steps keeps the test on the stop itself.
+        text = TINY.replace("output: %(out)s}", "output: %(out)s, log_every: 10}")
+        cmd = [MPIEXEC, "-n", "4", "--oversubscribe", BIN, "run", self.deck(text=text % {"steps": 100000, "out": self.out})]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Wait until a few steps ran.
         lines = []
@@ -306,6 +310,36 @@ class EmulatedAgreementTest(unittest.TestCase):
             short = [(k, measured[k], predicted[k]) for k in predicted if measured[k] < predicted[k] - 0.01]
             self.assertEqual(short, [], "ops shorter than the simulator's duration for the same op")
             return measured, predicted
+
+    def test_an_input_is_seen_by_the_next_decision(self):
+        # One poll after an op often returned the rank's own finished sends and left an input that came during the
+        # op unseen (MPI_Testsome progresses arrivals only when none of its requests is complete): readiness ran W
+        # ahead of the F it fed for several ops in a row (inputs seen 60-80 ms late; 0.97x of strict under
+        # congestion where the simulator gives 1.016x). A rank now notices an input at its first poll after the op
+        # it was in: within one op (20 ms) and the transfer (1 ms) of the send's start, with room for the load.
+        with tempfile.TemporaryDirectory() as tmp:
+            deck = os.path.join(tmp, "emu.yaml")
+            with open(deck, "w") as f:
+                f.write("backend: emulated\nrun: {name: seen, steps: 3, output: %s}\n"
+                        "parallel: {pipeline: 2, microbatches: 4}\n"
+                        "schedule: {kind: zb-2p, execution: readiness, hint: critical}\n"
+                        "cost: {forward: 20.0, backward_input: 20.0, backward_weight: 20.0, comm: 1.0}\n"
+                        % os.path.join(tmp, "run"))
+            proc = subprocess.run([MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", deck], capture_output=True,
+                                  text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open_trace(os.path.join(tmp, "run", "trace.h5")) as t:
+                ev = t["events"][:]
+                kinds = h5py.check_enum_dtype(t["events"].dtype["kind"])
+            sent = {(int(e["step"]), int(e["microbatch"]), int(e["rank"]), int(e["peer"])): int(e["start_ns"])
+                    for e in ev[ev["kind"] == kinds["SEND"]]}
+            late = []
+            for e in ev[ev["kind"] == kinds["RECV"]]:
+                key = (int(e["step"]), int(e["microbatch"]), int(e["peer"]), int(e["rank"]))
+                seen_ms = (int(e["end_ns"]) - sent[key]) * 1e-6
+                if seen_ms > 30.0:
+                    late.append((key, round(seen_ms, 1)))
+            self.assertEqual(late, [], "inputs (step, microbatch, from, to) seen more than an op after their send")
 
     def test_emulated_ops_take_the_simulators_durations(self):
         _, predicted = self.emulated_against_simulator("""\
