@@ -368,7 +368,7 @@ void Executor::Step::wait_idle() {
   if (ctx_.progress != seen_progress_ || !in_flight_.empty() || plane_.holds_delayed()) {
     seen_progress_ = ctx_.progress;
     quiet_.restart(polled);
-  } else if (quiet_.expired(polled)) {
+  } else if (quiet_.expired(polled) || Watchdog::another_fired()) {
     const Awaited awaited = ex_.describe_wait(order_, ctx_.state(), plane_, ctx_.step);
     ex_.watchdog_.fire(awaited.what, quiet_.waited_s(polled), awaited.peer);
   }
@@ -397,7 +397,7 @@ void Executor::Step::drain_sends() {
                    plane_.pending_data(), send_events_.size());
     }
     drain();
-    if (draining.expired(plane_.last_poll())) {
+    if (draining.expired(plane_.last_poll()) || Watchdog::another_fired()) {
       ex_.watchdog_.fire("its peers to take the last " + std::to_string(plane_.pending()) +
                              " messages it sent in step " + std::to_string(ctx_.step),
                          draining.waited_s(plane_.last_poll()));

@@ -40,21 +40,21 @@ MPI_Comm& channel() {
 
 constexpr int kFiredTag = 1;
 
-// Tells every other rank that this one fired (and whom it waited for), listens for `window_s`, and returns
-// whether this rank is the one that reports: the lowest fired rank whose peer is silent, else the lowest.
-bool reports(int rank, int peer, double window_s) {
+// Tells every other rank that this one fired (whom it waited for, and whether it fired because another had: a
+// join), listens for `window_s`, and returns whether this rank is the one that reports (Watchdog::reporter).
+bool reports(int rank, int peer, bool joined, double window_s) {
   MPI_Comm comm = channel();
   if (comm == MPI_COMM_NULL) return true;
   int size = 1;
   MPI_Comm_size(comm, &size);
-  const int mine[2] = {rank, peer};
+  const int mine[3] = {rank, peer, joined ? 1 : 0};
   std::vector<MPI_Request> sends;
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     sends.emplace_back();
-    MPI_Isend(mine, 2, MPI_INT, r, kFiredTag, comm, &sends.back());  // never completed: this process ends
+    MPI_Isend(mine, 3, MPI_INT, r, kFiredTag, comm, &sends.back());  // never completed: this process ends
   }
-  std::map<int, int> fired{{rank, peer}};
+  std::map<int, Watchdog::Fired> fired{{rank, {peer, joined}}};
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(window_s);
   while (std::chrono::steady_clock::now() < end) {
     int flag = 0;
@@ -64,17 +64,32 @@ bool reports(int rank, int peer, double window_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    int theirs[2];
-    MPI_Recv(theirs, 2, MPI_INT, st.MPI_SOURCE, kFiredTag, comm, MPI_STATUS_IGNORE);
-    fired[theirs[0]] = theirs[1];
+    int theirs[3];
+    MPI_Recv(theirs, 3, MPI_INT, st.MPI_SOURCE, kFiredTag, comm, MPI_STATUS_IGNORE);
+    fired[theirs[0]] = {theirs[1], theirs[2] != 0};
   }
-  for (const auto& [r, p] : fired) {
-    if (p >= 0 && !fired.count(p)) return r == rank;  // the lowest rank that waited on a silent peer
-  }
-  return fired.begin()->first == rank;
+  return Watchdog::reporter(fired) == rank;
 }
 
 }  // namespace
+
+int Watchdog::reporter(const std::map<int, Fired>& fired) {
+  for (const auto& [r, f] : fired) {
+    if (f.peer >= 0 && !fired.count(f.peer)) return r;  // the lowest rank that waited on a silent peer
+  }
+  for (const auto& [r, f] : fired) {
+    if (!f.joined) return r;
+  }
+  return fired.empty() ? -1 : fired.begin()->first;
+}
+
+bool Watchdog::another_fired() {
+  MPI_Comm comm = channel();
+  if (comm == MPI_COMM_NULL) return false;
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, kFiredTag, comm, &flag, MPI_STATUS_IGNORE);  // left queued for reports() to read
+  return flag != 0;
+}
 
 void Watchdog::open_channel(MPI_Comm comm) {
   if (channel() == MPI_COMM_NULL) MPI_Comm_dup(comm, &channel());
@@ -83,7 +98,7 @@ void Watchdog::open_channel(MPI_Comm comm) {
 void Watchdog::fire(const std::string& what, double waited_s, int peer) const {
   // Long enough for ranks that time out on the same stop to hear of each other, short beside the limit.
   const double window_s = std::clamp(seconds_ / 4, 0.2, 2.0);
-  if (!reports(rank_, peer, window_s)) {
+  if (!reports(rank_, peer, another_fired(), window_s)) {
     // Another rank reports; it exits after its window and the launcher ends this one. Exit anyway, later.
     std::this_thread::sleep_for(std::chrono::duration<double>(window_s + 3.0));
     std::_Exit(kExitFailure);
@@ -120,7 +135,7 @@ void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<
     }
     if (first_pending == requests.size()) return;
     const std::int64_t now = steady_now_ns();
-    if (timer.expired(now)) fire(what(first_pending), timer.waited_s(now));
+    if (timer.expired(now) || another_fired()) fire(what(first_pending), timer.waited_s(now));
     // Back off to 200 us: a collective waits for the slowest rank's step, and idle ranks share cores.
     std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
     sleep_ns = std::min<std::int64_t>(200'000, sleep_ns * 2);

@@ -15,10 +15,14 @@
 // One message per job: when a rank stops, several ranks time out at about the same moment (those waiting on it,
 // and those waiting on them). Each one that fires tells the others on the watchdog's channel (open_channel())
 // whom it waited for and listens for a short while; the one that reports is the lowest rank whose awaited peer
-// did not fire itself (the silent one; else the lowest that fired), the others exit without a message.
+// did not fire itself (the silent one; else the lowest that fired), the others exit without a message. A rank
+// that waits when another fires joins at once (another_fired()) instead of at its own limit: a rank waiting on
+// the stopped one may have started waiting later than one waiting on it, and fired after that one's window had
+// closed, so that one found its peer silent and named the wrong rank (4 ranks, one stopped: rank 3 named rank 2).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +73,19 @@ class Watchdog {
   // Prints "rank R waited S s for WHAT; no message arrived; aborting" (if this rank is the one that reports) and
   // ends this process (exit 1). peer: the rank it waited for (-1: unknown, e.g. a collective).
   [[noreturn]] void fire(const std::string& what, double waited_s, int peer = -1) const;
+  // True once another rank's fire() has told this one (its message is left for fire() to read): a rank waiting
+  // on a peer then fires too, whatever its own wait so far.
+  static bool another_fired();
+  // What a rank that fired knows of another (and of itself): whom it waited for (-1: a collective) and whether it
+  // fired because another had (a join).
+  struct Fired {
+    int peer;
+    bool joined;
+  };
+  // Of the ranks that fired, by rank, the one that reports: the lowest whose peer is silent (did not fire), else
+  // the lowest that fired on its own. A rank that joins after the others' windows closed (one resumed by mpiexec's
+  // SIGCONT after a stop, waiting in a collective) thus never adds a second message.
+  static int reporter(const std::map<int, Fired>& fired);
   // Completes a non-blocking MPI operation, polling it under the deadline; `what` names it in the message.
   void wait(MPI_Request& request, const std::string& what) const;
   // Completes every request; on expiry, what(i) names the first one still pending.
