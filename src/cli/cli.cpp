@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -151,6 +152,15 @@ int command_usage_error(const CommandSpec& c, const std::string& message) {
   return kExitUsage;
 }
 
+// CONDUCTOR_INIT_TIMEOUT_S (mpi::Session): seconds, >= 0 (0: never); unset or empty: the default; -1 when unreadable
+// (environment_problem() refuses it before MPI starts).
+double init_timeout_s(const char* text) {
+  if (!text || !*text) return mpi::kDefaultInitTimeoutS;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  return (*end == '\0' && std::isfinite(v) && v >= 0 && v <= 1e9) ? v : -1.0;
+}
+
 // The environment variables conductor reads, each with a value it understands or unset (README: "Environment
 // variables"): a misspelt level or interval was ignored silently, so a run logged or reported otherwise than asked.
 // More OpenMP threads per process than any node has cores (the largest have a few hundred hardware threads).
@@ -189,6 +199,10 @@ std::string environment_problem() {
     return "OMP_NUM_THREADS = '" + shown(v) + "' is not a thread count; allowed: an integer 1 .. " +
            std::to_string(kMaxThreads) + ", or a comma-separated list of them (one per nesting level); unset: " +
            "the node's cores shared among its ranks";
+  }
+  if (const char* v = std::getenv("CONDUCTOR_INIT_TIMEOUT_S"); v && *v && init_timeout_s(v) < 0) {
+    return "CONDUCTOR_INIT_TIMEOUT_S = '" + shown(v) + "' is not a number of seconds; allowed: a number >= 0 (0: " +
+           "wait for MPI start-up for ever; unset: " + format_double(mpi::kDefaultInitTimeoutS) + ")";
   }
   if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
     return std::string("CONDUCTOR_PROGRESS_S = '") + v +
@@ -372,7 +386,9 @@ int main(int argc, char** argv) {
   // ranks exist); simulate and train-policy before they write anything.
   if (spec->name == "run" || spec->name == "simulate" || spec->name == "train-policy") runtime::install_stop_handlers();
   std::unique_ptr<mpi::Session> session;
-  if (spec->distributed) session = std::make_unique<mpi::Session>(&argc, &argv);
+  if (spec->distributed) {
+    session = std::make_unique<mpi::Session>(&argc, &argv, init_timeout_s(std::getenv("CONDUCTOR_INIT_TIMEOUT_S")));
+  }
   try {
     return written_out(spec->fn(inv));
   } catch (const CollectiveExit& e) {

@@ -1,10 +1,17 @@
 #include "conductor/util/mpi.hpp"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "conductor/util/error.hpp"
@@ -13,10 +20,71 @@
 
 namespace conductor::mpi {
 
-Session::Session(int* argc, char*** argv) {
+int launch_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0 && r <= INT32_MAX) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+namespace {
+
+// Ends this process unless MPI_Init returns within the timeout (Session's comment). A thread that only sleeps on
+// a condition variable: it never calls MPI.
+class InitGuard {
+ public:
+  explicit InitGuard(double timeout_s) {
+    if (timeout_s <= 0) return;
+    const int rank = launch_rank();
+    // The lowest launch rank first; the others later, by when the launcher has ended them.
+    const double wait_s = timeout_s + (rank > 0 ? 2.0 : 0.0);
+    thread_ = std::thread([this, timeout_s, wait_s, rank] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (done_cv_.wait_for(lock, std::chrono::duration<double>(wait_s), [this] { return done_; })) return;
+      char host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      std::fprintf(stderr,
+                   "%sconductor: error: MPI start-up (MPI_Init) did not complete within %g s on host %s (pid %ld): "
+                   "a rank of the job never started, was stopped or cannot reach this one; aborting "
+                   "(CONDUCTOR_INIT_TIMEOUT_S = %g; unset: %g)\n",
+                   rank >= 0 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "", timeout_s, host,
+                   static_cast<long>(getpid()), timeout_s, kDefaultInitTimeoutS);
+      std::fflush(stderr);
+      std::_Exit(kExitFailure);
+    });
+  }
+  ~InitGuard() {
+    if (!thread_.joinable()) return;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+  InitGuard(const InitGuard&) = delete;
+  InitGuard& operator=(const InitGuard&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Session::Session(int* argc, char*** argv, double init_timeout_s) {
   int already = 0;
   MPI_Initialized(&already);
-  if (!already) MPI_Init(argc, argv);
+  if (!already) {
+    const InitGuard guard(init_timeout_s);
+    MPI_Init(argc, argv);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   // Errors on communication come back as codes we turn into messages, not silent aborts.

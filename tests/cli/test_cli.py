@@ -134,7 +134,10 @@ class CliTest(unittest.TestCase):
         deck = self.deck("run: {steps: 1}\n")
         for name, value, part in (("CONDUCTOR_LOG", "bogus", "allowed: error, warn, info, debug"),
                                   ("CONDUCTOR_PROGRESS_S", "abc", "a number >= 0"),
-                                  ("CONDUCTOR_PROGRESS_S", "-1", "a number >= 0")):
+                                  ("CONDUCTOR_PROGRESS_S", "-1", "a number >= 0"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "5s", "a number >= 0 (0: wait for MPI start-up for ever"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "-3", "a number >= 0"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "inf", "a number >= 0")):
             proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
                                   env=dict(os.environ, **{name: value}))
             self.assertEqual(proc.returncode, 2, (name, value))

@@ -143,6 +143,33 @@ class Guard(FaultCase):
         self.assertEqual(len(self.assertTraceReadable(3)), 3)
         self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
 
+    def test_rank_stopped_before_mpi_init(self):
+        # A rank that never reaches MPI start-up (stopped, or a node that never launched it) held the others in
+        # MPI_Init for ever, before any watchdog: now each waits CONDUCTOR_INIT_TIMEOUT_S, rank 0 says so first
+        # and the launcher ends the job. Rank 1 stops itself before it execs conductor.
+        wrapper = os.path.join(self.tmp.name, "stop-first.sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/bash\nkill -STOP $$\nexec "$@"\n')
+        os.chmod(wrapper, 0o755)
+        deck = self.tiny(2, steps=3)
+        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", wrapper], capture_output=True)  # never left stopped
+        env = dict(os.environ, CONDUCTOR_INIT_TIMEOUT_S="3")
+        start = time.monotonic()
+        proc = subprocess.run([MPIEXEC, "-n", "1", BIN, "run", deck, ":", "-n", "1", wrapper, BIN, "run", deck],
+                              capture_output=True, text=True, env=env, timeout=60)
+        seconds = time.monotonic() - start
+        text = proc.stdout + proc.stderr
+        self.assertEqual(proc.returncode, 1, text)
+        self.assertLessEqual(seconds, 3 + 10, "ranks took too long to exit:\n" + text)
+        messages = [l for l in proc.stderr.splitlines() if "MPI start-up" in l]
+        self.assertEqual(len(messages), 1, text)
+        self.assertRegex(messages[0], r"^\[rank 0\] conductor: error: MPI start-up \(MPI_Init\) did not complete "
+                                      r"within 3 s on host .* \(pid \d+\): a rank of the job never started, was "
+                                      r"stopped or cannot reach this one; aborting \(CONDUCTOR_INIT_TIMEOUT_S = 3; "
+                                      r"unset: 300\)$")
+        self.assertIsNone(RAW_DUMP.search(text), "raw diagnostics reached the user:\n" + text)
+        self.assertEqual(subprocess.run(["pgrep", "-f", wrapper], capture_output=True).stdout, b"")
+
     def test_nonfinite_weights_stop_before_the_checkpoint(self):
         # An update that leaves a NaN weight (optim.eps = 0 did, dividing 0 by 0; now refused) stops the run at
         # that step's checkpoint, which is not written.

@@ -10,10 +10,18 @@
 
 namespace conductor::mpi {
 
+// CONDUCTOR_INIT_TIMEOUT_S unset: as runtime.watchdog_s's default, the longest a rank waits on a peer before a
+// step has run.
+inline constexpr double kDefaultInitTimeoutS = 300;
+
 // RAII owner of MPI_Init/MPI_Finalize. MPI is initialised only by commands that run distributed.
 class Session {
  public:
-  Session(int* argc, char*** argv);
+  // init_timeout_s > 0: a process whose MPI_Init has not returned after that long (a rank of the job that never
+  // started, or was stopped, holds every other in MPI_Init for ever, where no watchdog runs yet) says so and exits
+  // 1; the launcher then ends the job. The lowest launch rank says it first, the others 2 s later, so one message
+  // reaches the user where the launcher ends the job at the first exit.
+  Session(int* argc, char*** argv, double init_timeout_s = 0);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -24,6 +32,9 @@ class Session {
   int rank_ = 0;
   int size_ = 1;
 };
+
+// The launcher's rank of this process before MPI_Init (Open MPI, MPICH/Intel MPI, PMIx or srun's variable), or -1.
+int launch_rank();
 
 // RAII owner of a duplicate of a communicator (collective to create and to free): its own matching space,
 // so messages of different planes never match each other.
