@@ -213,9 +213,18 @@ int cmd_simulate(const Invocation& inv) {
   options.comm_events = deck.trace.enabled && deck.trace.comm_events;
 
   Progress progress("simulate", "steps", deck.run.steps);  // on stderr, at most once a second
-  sim::RunResult run =
-      planner ? simulate_planned(*noise, options, deck.run.steps, *planner, schedule.p, progress, writer.get())
-              : simulate_listed(schedule, *noise, options, deck.run.steps, progress, writer.get());
+  sim::RunResult run;
+  try {
+    run = planner ? simulate_planned(*noise, options, deck.run.steps, *planner, schedule.p, progress, writer.get())
+                  : simulate_listed(schedule, *noise, options, deck.run.steps, progress, writer.get());
+  } catch (const InputError& e) {
+    // The deck is refused mid-run (the noise drew a clock past the trace's): what this run wrote goes, so the
+    // folder does not hold a resolved.yaml and a partial trace that a rerun with the mended deck would be refused
+    // over as another run's results. Earlier results stay.
+    writer.reset();
+    files.discard();
+    throw InputError(std::string(e.what()) + "; nothing of this run is kept in " + out_dir.string());
+  }
   if (writer) writer->close();
   sim::finish_run(run, schedule.p);
 

@@ -63,8 +63,14 @@ class DeckInputs(FaultCase):
         r = run1("simulate", self.deck(steps=10, m=33), "noise.kind=heterogeneous", "noise.level=3", "noise.seed=1",
                  "cost.forward=1e9", "cost.backward_input=1e9", "cost.backward_weight=1e9", "--json")
         self.assertFault(r, 2, r"the simulated clock reached .* ms, past the 9200000000000 ms a trace holds .*"
-                               r"noise\.kind, noise\.level")
+                               r"noise\.kind, noise\.level.*; nothing of this run is kept in ")
         self.assertNotIn("makespan_ms", r.text)
+        # What the refused run wrote is gone (a resolved.yaml and a partial trace.h5 made the folder another run's,
+        # so the rerun with the mended deck was refused): only the folder's lock is left.
+        self.assertEqual([f for f in os.listdir(self.out) if f != ".conductor.lock"], [])
+        r = run1("simulate", self.deck(steps=10, m=33), "noise.kind=heterogeneous", "noise.level=0.1",
+                 "noise.seed=1", "cost.forward=1e9", "cost.backward_input=1e9", "cost.backward_weight=1e9", "--json")
+        self.assertEqual(r.code, 0, r.text)
 
     def test_memory_limit_below_the_schedule(self):
         # validate accepted it and simulate refused it without naming the key. Now both refuse, naming
