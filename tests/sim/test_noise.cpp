@@ -182,3 +182,40 @@ TEST(Noise, SampleNoiseIsOneFactorPerMicrobatchOnEveryStage) {
   const NoiseModel comm(interleaved, sched::uniform_cost(1, 1, 1, 0.5), noise_of({"sample"}, 0.3));
   EXPECT_DOUBLE_EQ(comm.comm_time_ms(0, 0, 1, 3, sched::Payload::Activation), 0.5);
 }
+
+// duration_spread is the log-normal sigma of an op's duration, what conductor run measures (the standard deviation
+// of the logs of its ops' durations: MeasuredDurations::spread), so that backfilling switches to critical at the
+// same noise in both. A gaussian level is that sigma only for small levels: at 0.45 the runtime measured about 0.65
+// and ranked critically where the simulator, passing 0.45, kept backfilling (an emulated zb-2p run 2.8% apart).
+TEST(Noise, DurationSpreadIsTheSigmaOfTheLogsOfOpTimes) {
+  const sched::Schedule s = sched::one_f_one_b(4, 8);
+  for (const auto& [kinds, level] :
+       std::vector<std::pair<std::vector<std::string>, double>>{{{"gaussian"}, 0.1},
+                                                                {{"gaussian"}, 0.3},
+                                                                {{"gaussian"}, 0.45},
+                                                                {{"gaussian"}, 1.0},
+                                                                {{"lognormal"}, 0.5},
+                                                                {{"gaussian", "lognormal"}, 0.3},
+                                                                {{"gaussian", "sample"}, 0.4}}) {
+    const NoiseModel n(s, sched::uniform_cost(1, 1, 1), noise_of(kinds, level));
+    double sum = 0, sq = 0;
+    int count = 0;
+    for (int step = 0; step < 200; ++step) {
+      for (int rank = 0; rank < 4; ++rank) {
+        for (int mb = 0; mb < 8; ++mb) {
+          for (const sched::OpKind k : {sched::OpKind::F, sched::OpKind::B, sched::OpKind::W}) {
+            const double l = std::log(n.compute_factor(step, rank, 0, mb, k));
+            sum += l, sq += l * l, ++count;
+          }
+        }
+      }
+    }
+    const double mean = sum / count, measured = std::sqrt(sq / count - mean * mean);
+    EXPECT_NEAR(n.duration_spread(), measured, 0.02 * measured) << kinds.front() << " " << level;
+  }
+  // Small levels: the level itself to within 2%; larger ones well above it.
+  EXPECT_NEAR(NoiseModel(s, sched::uniform_cost(1, 1, 1), noise_of({"gaussian"}, 0.1)).duration_spread(), 0.1013, 1e-4);
+  EXPECT_NEAR(NoiseModel(s, sched::uniform_cost(1, 1, 1), noise_of({"gaussian"}, 0.45)).duration_spread(), 0.6547,
+              1e-3);
+  EXPECT_DOUBLE_EQ(NoiseModel(s, sched::uniform_cost(1, 1, 1), noise_of({"lognormal"}, 0.7)).duration_spread(), 0.7);
+}

@@ -70,6 +70,7 @@ class NoiseModel {
        congestion_ = false;
   int straggler_rank_ = -1;
   double congestion_delay_ = 0.0;
+  double duration_spread_ = 0.0;
   std::vector<double> rank_factor_;  // heterogeneous
 };
 
