@@ -117,23 +117,31 @@ class Executor::Step {
   Watchdog::Timer quiet_;
 };
 
-sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool migrating) {
+sched::DriverOptions driver_options(const ExecutorOptions& options, const sim::NoiseModel& noise,
+                                    const sched::MeasuredDurations& measured, bool migrating) {
   sched::DriverOptions dopt;
-  dopt.execution = ex.options_.execution;
-  dopt.hint = ex.options_.hint;
-  dopt.wide_spread = ex.options_.wide_spread;
-  dopt.memory_limit = ex.options_.memory_limit;
-  dopt.memory_after_b = ex.options_.memory_after_b;
+  dopt.execution = options.execution;
+  dopt.hint = options.hint;
+  dopt.wide_spread = options.wide_spread;
+  dopt.memory_limit = options.memory_limit;
+  dopt.memory_after_b = options.memory_after_b;
   if (dopt.execution == sched::Execution::Readiness && dopt.hint == sched::Hint::Backfill) {
-    dopt.estimate = ex.measured_.estimate();
+    dopt.estimate = measured.estimate();
     // The congestion this runtime injects, as the simulator passes it. Not measured: on host backends an input
     // that arrives while an op runs is seen after it, and MPI's sends progress only between ops, so arrivals
     // strayed from their announcements by whole ops without any congestion (p = 4 zb-h1, 10% jitter: 0.96x).
-    dopt.arrival_spread = ex.noise_.arrival_spread();
-    dopt.spread = ex.measured_.spread();  // as the simulator passes its noise's spread: backfill with probability
+    dopt.arrival_spread = noise.arrival_spread();
+    // A late input comes that much late, as the simulator's drivers know: without it a rank whose input was late
+    // stayed idle where the simulator's backfilled until then (emulated zb-h1, congestion p 0.15 of 25 ms).
+    dopt.late_delay = noise.congestion_delay_ms();
+    dopt.spread = measured.spread();  // as the simulator passes its noise's spread: backfill with probability
   }
-  if (migrating) dopt.migration = ex.options_.migration;
+  if (migrating) dopt.migration = options.migration;
   return dopt;
+}
+
+sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool migrating) {
+  return runtime::driver_options(ex.options_, ex.noise_, ex.measured_, migrating);
 }
 
 Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)

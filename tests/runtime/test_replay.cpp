@@ -64,7 +64,8 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
   d.memory_after_b = sched::CostModel(config::resolve(deck).costs).memory_after_b;
   std::vector<sched::DriverOptions> out(static_cast<std::size_t>(order.p), d);
   if (d.hint != sched::Hint::Backfill) return out;
-  const double arrival_spread = sim::NoiseModel::from_plan(config::resolve(deck), order).arrival_spread();
+  const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), order);
+  const double arrival_spread = noise.arrival_spread();
   std::vector<sched::MeasuredDurations> measured(static_cast<std::size_t>(order.p));
   for (const auto& e : events) {
     if (e.step != step - 1 || !trace::is_compute(e.kind)) continue;
@@ -75,6 +76,7 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
     out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();
     out[static_cast<std::size_t>(r)].spread = measured[static_cast<std::size_t>(r)].spread();
     out[static_cast<std::size_t>(r)].arrival_spread = arrival_spread;
+    out[static_cast<std::size_t>(r)].late_delay = noise.congestion_delay_ms();
   }
   return out;
 }

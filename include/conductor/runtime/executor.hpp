@@ -88,6 +88,12 @@ struct ExecutorOptions {
   std::vector<plan::ForcedHelp> forced;  // migration.force: replaces the decision when not empty
 };
 
+// The options of this rank's driver for a step, from the executor's options, the noise it injects (what the
+// simulator's drivers know of it: arrivals' spread, a late input's delay) and the previous step's measured op times
+// (estimates and spread, where the simulator passes its cost model and noise).
+sched::DriverOptions driver_options(const ExecutorOptions& options, const sim::NoiseModel& noise,
+                                    const sched::MeasuredDurations& measured, bool migrating);
+
 class Executor {
  public:
   // control: a host MPI transport on its own communicator; data: the tensor transport (may be the same kind,
