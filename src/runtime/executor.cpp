@@ -452,6 +452,7 @@ StepOutcome Executor::Step::run() {
   }
   migration_.reset();  // its progress function refers to this step's state
   ctx_.outcome.peak_memory = ctx_.state().peak_memory();
+  measuring_.carry_spread(ex_.measured_);  // the spread over every step so far
   ex_.measured_ = std::move(measuring_);
   return std::move(ctx_.outcome);
 }

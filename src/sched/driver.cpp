@@ -65,8 +65,17 @@ void MeasuredDurations::add(const Action& action, double duration) {
 }
 
 double MeasuredDurations::spread() const {
-  double squares = 0.0;
-  int degrees = 0;
+  const auto [squares, degrees] = log_squares();
+  return degrees > 0 ? std::sqrt(squares / degrees) : 0.0;
+}
+
+void MeasuredDurations::carry_spread(const MeasuredDurations& earlier) {
+  std::tie(carried_squares_, carried_degrees_) = earlier.log_squares();
+}
+
+std::pair<double, int> MeasuredDurations::log_squares() const {
+  double squares = carried_squares_;
+  int degrees = carried_degrees_;
   std::vector<double> logs;
   for (const auto& [key, d] : durations_) {
     if (d.size() < 2) continue;
@@ -79,7 +88,7 @@ double MeasuredDurations::spread() const {
     for (double l : logs) squares += (l - mean) * (l - mean);
     degrees += static_cast<int>(logs.size()) - 1;
   }
-  return degrees > 0 ? std::sqrt(squares / degrees) : 0.0;
+  return {squares, degrees};
 }
 
 OpEstimate MeasuredDurations::estimate() const {

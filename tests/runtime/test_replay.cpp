@@ -52,8 +52,9 @@ config::Deck replay_deck(const Case& c, const std::string& out) {
   return conductor::test_support::tiny_run_deck("replay", v, o);
 }
 
-// The options the runtime's drivers had in `step`; backfilling's estimates and spread are the previous step's
-// measured durations of each rank's ops (runtime/executor.hpp), rebuilt from the trace.
+// The options the runtime's drivers had in `step`; backfilling's estimates are the previous step's measured
+// durations of each rank's ops, their spread pooled over every step before (runtime/executor.hpp), rebuilt from
+// the trace.
 std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, const sched::Schedule& order,
                                                   const std::vector<trace::OpEvent>& events, int step) {
   sched::DriverOptions d;
@@ -66,11 +67,17 @@ std::vector<sched::DriverOptions> runtime_options(const config::Deck& deck, cons
   if (d.hint != sched::Hint::Backfill) return out;
   const sim::NoiseModel noise = sim::NoiseModel::from_plan(config::resolve(deck), order);
   const double arrival_spread = noise.arrival_spread();
+  // The previous step's durations (estimates), their spread pooled over every step before (carry_spread).
   std::vector<sched::MeasuredDurations> measured(static_cast<std::size_t>(order.p));
-  for (const auto& e : events) {
-    if (e.step != step - 1 || !trace::is_compute(e.kind)) continue;
-    const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
-    measured.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
+  for (int earlier = 0; earlier < step; ++earlier) {
+    std::vector<sched::MeasuredDurations> in_step(static_cast<std::size_t>(order.p));
+    for (const auto& e : events) {
+      if (e.step != earlier || !trace::is_compute(e.kind)) continue;
+      const sched::Action a{static_cast<sched::OpKind>(e.kind), e.microbatch, e.chunk};
+      in_step.at(static_cast<std::size_t>(e.rank)).add(a, static_cast<double>(e.end_ns - e.start_ns));
+    }
+    for (std::size_t r = 0; r < in_step.size(); ++r) in_step[r].carry_spread(measured[r]);
+    measured = std::move(in_step);
   }
   for (int r = 0; r < order.p; ++r) {
     out[static_cast<std::size_t>(r)].estimate = measured[static_cast<std::size_t>(r)].estimate();

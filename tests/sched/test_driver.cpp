@@ -337,6 +337,26 @@ TEST(MeasuredDurations, SpreadIsThePooledLogDeviationInAnyOrder) {
   EXPECT_GT(forward.spread(), 0.05);
 }
 
+// conductor run's spread is pooled over every step so far (carry_spread), each step's logs around that step's own
+// means: a rank whose ops all slow down from one step to the next adds no spread, and steps of few ops no longer
+// swing the estimate on their own.
+TEST(MeasuredDurations, SpreadCarriedOverStepsAroundEachStepsMeans) {
+  MeasuredDurations first, second, third;
+  first.add(Action{OpKind::F, 0, 0}, 10.0);
+  first.add(Action{OpKind::F, 1, 0}, 20.0);  // ln(2)^2 / 2, 1 degree
+  second.add(Action{OpKind::F, 0, 0}, 40.0);
+  second.add(Action{OpKind::F, 1, 0}, 40.0);  // a slower step, no spread within it: 0, 1 degree
+  second.carry_spread(first);
+  EXPECT_NEAR(second.spread(), std::log(2.0) / 2.0, 1e-12);  // sqrt((ln(2)^2 / 2 + 0) / 2)
+  third.add(Action{OpKind::B, 0, 0}, 5.0);
+  third.add(Action{OpKind::B, 1, 0}, 5.0);
+  third.add(Action{OpKind::B, 2, 0}, 5.0);  // 0, 2 degrees
+  third.carry_spread(second);               // what second carried, too
+  EXPECT_NEAR(third.spread(), std::log(2.0) / std::sqrt(8.0), 1e-12);
+  EXPECT_DOUBLE_EQ(third.estimate()(Action{OpKind::B, 9, 0}), 5.0);  // the estimates stay the step's own
+  EXPECT_TRUE(std::isinf(third.estimate()(Action{OpKind::F, 0, 0})));
+}
+
 // Backfilling with the list's next op ready but local (a W): the list's next op that feeds another rank goes first
 // when it is ready with only ready ops between (the ready segment's end does not move; driver.cpp, ahead_of), and
 // not when an op between still waits. Rank 0 of two: its F feeds rank 1, its B and W stay on it.

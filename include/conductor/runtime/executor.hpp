@@ -128,7 +128,8 @@ class Executor {
   const sim::NoiseModel& noise_;
   ExecutorOptions options_;
   Watchdog watchdog_;
-  sched::MeasuredDurations measured_;  // this rank's op durations in the previous step (backfill's estimates)
+  // This rank's op durations in the previous step (backfill's estimates), their spread pooled over every step.
+  sched::MeasuredDurations measured_;
   std::function<void()> between_ops_;
 };
 

@@ -62,11 +62,22 @@ class MeasuredDurations {
   // and chunk (what the simulator passes as DriverOptions::spread, its noise's log-normal sigma). 0 when no kind
   // and chunk has two durations. Each key's logs are summed in sorted order, so the figure does not depend on
   // the order the durations were added in (a replay adds them in trace order).
+  // With carry_spread, pooled with the earlier steps' deviations (each around its own step's means, so a rank
+  // that slows from one step to the next adds no spread).
   double spread() const;
+  // Pools `earlier`'s deviations (and what it pooled) into spread(): conductor run's spread is measured over every
+  // step so far, not the previous step's ops alone, whose estimate strayed by about +-0.2 around a sigma of 0.65
+  // and switched backfilling to critical and back from step to step where the simulator's noise keeps one ranking.
+  void carry_spread(const MeasuredDurations& earlier);
 
  private:
+  // The squared deviations of the logs around their kind and chunk's mean, and their degrees of freedom, pooled
+  // over this step's durations and the carried ones.
+  std::pair<double, int> log_squares() const;
   std::map<std::pair<int, int>, std::pair<double, int>> sums_;  // (kind, chunk) -> (sum, count)
   std::map<std::pair<int, int>, std::vector<double>> durations_;
+  double carried_squares_ = 0.0;
+  int carried_degrees_ = 0;
 };
 
 // Backfill under a wide spread (DriverOptions::spread >= wide_spread and > 0, a log-normal sigma; kWideSpread unless
