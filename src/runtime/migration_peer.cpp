@@ -190,6 +190,7 @@ void MigrationPeer::on_control(int q, std::int64_t now) {
     v.status = c.kind;
     v.until_ns = c.until_ns;
     v.next = static_cast<int>(c.index);
+    v.memory_free = c.memory_free;
   }
   if (c.kind == Kind::Finished) {
     ++peers_finished_;  // nothing more comes from q this step
@@ -229,6 +230,7 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   if (ctx_.driver.finished()) {
     Control c;
     c.kind = Kind::Finished;
+    c.memory_free = memory_free();
     broadcast(c);
     finished_sent_ = true;
     busy_ = false;
@@ -241,14 +243,22 @@ void MigrationPeer::say_idle(bool ops_in_flight) {
   c.kind = Kind::Idle;
   c.index = next;
   c.until_ns = plane_.announced_arrival(next);
+  c.memory_free = memory_free();
   busy_ = false;
-  if (sent_status_.kind == c.kind && sent_status_.index == c.index) {
+  if (sent_status_.kind == c.kind && sent_status_.index == c.index && sent_status_.memory_free == c.memory_free) {
     // Only the arrival is new (announced since the last Idle): the rank that announced it reads its own
     // announcement instead (own_delivery), so it is told nothing.
     if (sent_status_.until_ns != c.until_ns) broadcast(c, chains_.producer(ctx_.rank, next));
     return;
   }
   broadcast(c);
+}
+
+// M_F this rank may still hold: as the simulator's offers count it (the configured limit, not backfilling's budget,
+// less its ops' memory in use; sched/engine.cpp), infinite without a limit.
+double MigrationPeer::memory_free() const {
+  return options_.memory_limit > 0 ? options_.memory_limit - ctx_.state().memory_in_use()
+                                   : std::numeric_limits<double>::infinity();
 }
 
 bool MigrationPeer::over() const { return finished_sent_ && peers_finished_ == ctx_.order.p - 1 && jobs_.empty(); }
@@ -272,6 +282,7 @@ void MigrationPeer::build_offers(std::int64_t now, int deciding) {
     if (q == ctx_.rank || v.engaged_until > now) continue;
     sched::HelpOffer o;
     o.rank = q;
+    o.memory_free = v.memory_free;
     if (v.status == Kind::Idle) {
       o.until = chains_.earliest_input(q, v.next, ctx_.rank, ctx_.since_begin(now) / 1e6, known_);
       if (std::isnan(o.until)) continue;  // nothing known of its next input

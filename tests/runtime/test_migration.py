@@ -132,6 +132,36 @@ class EmulatedMigrationTest(unittest.TestCase):
     def test_p2_straggler_first_stage(self):
         self.check(2, 0)
 
+    def test_a_helper_without_memory_room_is_not_offered(self):
+        # GPipe holds every microbatch's activations on rank 0 until its backwards (its memory limit, m M_F, is
+        # full), so the simulator's offers from rank 0 carry no room and it never helps. The runtime's offers
+        # carried no memory at all: rank 0 took 1-2 of rank 1's ops per step that the simulator never gives it.
+        text = f"""\
+backend: emulated
+run: {{name: room, steps: 3, output: OUT}}
+parallel: {{pipeline: 2, microbatches: 8}}
+schedule: {{kind: gpipe, execution: strict}}
+cost: {{forward: [30.0, 15.0], backward_input: [30.0, 15.0], backward_weight: [30.0, 15.0], comm: 1.0}}
+migration: {{enabled: true, link: nvlink}}
+runtime: {{watchdog_s: 30}}
+"""
+        pairs = {}
+        for command in ("run", "simulate"):
+            out = os.path.join(self.tmp.name, command)
+            path = os.path.join(self.tmp.name, command + ".yaml")
+            with open(path, "w") as f:
+                f.write(text.replace("OUT", out))
+            cmd = [MPIEXEC, "-n", "2", "--oversubscribe", BIN, "run", path] if command == "run" else [BIN, "simulate", path]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with h5py.File(os.path.join(out, "trace.h5"), "r") as t:
+                events = t["events"][:]
+            helps = events[(events["kind"] >= HELP_F) & (events["kind"] <= HELP_F + 3)]
+            self.assertGreater(len(helps), 0, command)
+            pairs[command] = {(int(h["peer"]), int(h["rank"])) for h in helps}  # (owner, helper)
+        self.assertEqual(pairs["simulate"], {(0, 1)})
+        self.assertEqual(pairs["run"], pairs["simulate"])
+
     def test_p4_straggler_second_stage(self):
         self.check(4, 1)
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -102,6 +103,10 @@ class MigrationPeer {
     std::int64_t bytes_out = 0;        // Help: payload owner -> helper
     std::int64_t bytes_back = 0;       // Help: payload helper -> owner
     std::int64_t until_ns = kUnknown;  // Idle: announced arrival of the awaited input (kUnknown: none)
+    // Idle, Finished: M_F this rank may still hold (its memory limit less its ops' memory in use; infinite
+    // without a limit), what the simulator's offers carry (HelpOffer::memory_free): without it a helper whose
+    // activations filled its memory was offered slices the simulator never gives it (gpipe, p = 2).
+    double memory_free = std::numeric_limits<double>::infinity();
   };
   // What an owner knows of a peer: its last status, and until when it helps this rank.
   struct PeerView {
@@ -109,6 +114,7 @@ class MigrationPeer {
     std::int64_t until_ns = kUnknown;
     int next = -1;  // Idle: its next op's position in its list
     std::int64_t engaged_until = INT64_MIN;
+    double memory_free = std::numeric_limits<double>::infinity();  // Idle, Finished: Control::memory_free
   };
   // A help request on the helper: its payload, then its slices' work.
   struct Job {
@@ -134,6 +140,7 @@ class MigrationPeer {
   void on_control(int q, std::int64_t now);
   void payload_in(int owner);
   std::int64_t own_delivery(int q, int next, int deciding) const;
+  double memory_free() const;  // Control::memory_free of this rank now
   void build_offers(std::int64_t now, int deciding);
   sched::Offload choose(int i, std::int64_t now, double estimate_ns);
   void post_help(int i, int helper, const Control& c, std::vector<char> payload);
