@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <regex>
 #include <thread>
 
 #include "conductor/runtime/stop_signal.hpp"
@@ -152,13 +153,19 @@ int command_usage_error(const CommandSpec& c, const std::string& message) {
   return kExitUsage;
 }
 
-// CONDUCTOR_INIT_TIMEOUT_S (mpi::Session): seconds, >= 0 (0: never); unset or empty: the default; -1 when unreadable
-// (environment_problem() refuses it before MPI starts).
+// CONDUCTOR_INIT_TIMEOUT_S (mpi::Session): seconds as a plain decimal (no blanks, no hexadecimal), 0 (never) or
+// mpi::kMinInitTimeoutS .. 1e9; unset or empty: the default; -1 when refused (environment_problem(), before MPI
+// starts).
 double init_timeout_s(const char* text) {
   if (!text || !*text) return mpi::kDefaultInitTimeoutS;
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  return (*end == '\0' && std::isfinite(v) && v >= 0 && v <= 1e9) ? v : -1.0;
+  const std::string s(text);
+  static const std::regex decimal(R"(\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)");
+  if (!std::regex_match(s, decimal)) return -1.0;
+  const double v = std::strtod(text, nullptr);
+  const bool zero = s.find_first_of("123456789") == std::string::npos ||
+                    s.find_first_of("123456789") > s.find_first_of("eE");  // 0, 0.0, 0e5: no digit of value
+  if (zero) return 0.0;
+  return (std::isfinite(v) && v >= mpi::kMinInitTimeoutS && v <= 1e9) ? v : -1.0;
 }
 
 // The environment variables conductor reads, each with a value it understands or unset (README: "Environment
@@ -201,8 +208,10 @@ std::string environment_problem() {
            "the node's cores shared among its ranks";
   }
   if (const char* v = std::getenv("CONDUCTOR_INIT_TIMEOUT_S"); v && *v && init_timeout_s(v) < 0) {
-    return "CONDUCTOR_INIT_TIMEOUT_S = '" + shown(v) + "' is not a number of seconds; allowed: a number >= 0 (0: " +
-           "wait for MPI start-up for ever; unset: " + format_double(mpi::kDefaultInitTimeoutS) + ")";
+    return "CONDUCTOR_INIT_TIMEOUT_S = '" + shown(v) +
+           "' is not a number of seconds it allows: " + format_double(mpi::kMinInitTimeoutS) +
+           " .. 1e9 as a plain decimal, or 0 to wait for MPI start-up for " +
+           "ever (unset: " + format_double(mpi::kDefaultInitTimeoutS) + ")";
   }
   if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
     return std::string("CONDUCTOR_PROGRESS_S = '") + v +

@@ -67,17 +67,17 @@ int ControlPlane::announce_tag_of(const sched::Schedule& s, const sched::Transfe
 void ControlPlane::post_send(Plane plane, int peer, int tag, const void* buffer, std::size_t bytes, Role role,
                              int action) {
   if (plane == Plane::Control) {
-    control_ids_[control_.post_send(peer, tag, buffer, bytes)] = {role, action, true};
+    control_ids_[control_.post_send(peer, tag, buffer, bytes)] = {role, action, true, peer};
   } else {
-    data_ids_[data_.post_send(peer, tag, buffer, bytes)] = {role, action, true};
+    data_ids_[data_.post_send(peer, tag, buffer, bytes)] = {role, action, true, peer};
   }
 }
 
 void ControlPlane::post_recv(Plane plane, int peer, int tag, void* buffer, std::size_t bytes, Role role, int action) {
   if (plane == Plane::Control) {
-    control_ids_[control_.post_recv(peer, tag, buffer, bytes)] = {role, action, false};
+    control_ids_[control_.post_recv(peer, tag, buffer, bytes)] = {role, action, false, peer};
   } else {
-    data_ids_[data_.post_recv(peer, tag, buffer, bytes)] = {role, action, false};
+    data_ids_[data_.post_recv(peer, tag, buffer, bytes)] = {role, action, false, peer};
   }
 }
 
@@ -113,6 +113,18 @@ void ControlPlane::send_header(int i, const sched::Transfer& out, std::int64_t r
 std::int64_t ControlPlane::announced_arrival(int i) const {
   const std::size_t at = static_cast<std::size_t>(i);
   return announce_known_[at] ? in_announce_[at].expected_ns : kUnknown;
+}
+
+std::vector<int> ControlPlane::pending_send_peers() const {
+  std::vector<int> peers;
+  for (const auto* ids : {&control_ids_, &data_ids_}) {
+    for (const auto& [id, p] : *ids) {
+      if (p.send) peers.push_back(p.peer);
+    }
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
 }
 
 std::size_t ControlPlane::poll(const std::function<void(const Completion&)>& other, bool data) {

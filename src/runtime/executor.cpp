@@ -406,9 +406,14 @@ void Executor::Step::drain_sends() {
     }
     drain();
     if (draining.expired(plane_.last_poll()) || Watchdog::another_fired()) {
-      ex_.watchdog_.fire("its peers to take the last " + std::to_string(plane_.pending()) +
-                             " messages it sent in step " + std::to_string(ctx_.step),
-                         draining.waited_s(plane_.last_poll()));
+      // Named: the ranks that fire agree on a silent one by whom each waited for (Watchdog::reporter).
+      const std::vector<int> peers = plane_.pending_send_peers();
+      std::string whom;
+      for (const int q : peers) whom += (whom.empty() ? "" : ", ") + std::to_string(q);
+      ex_.watchdog_.fire(std::string(peers.size() == 1 ? "rank " : "ranks ") + whom + " to take the last " +
+                             std::to_string(plane_.pending()) + " messages it sent in step " +
+                             std::to_string(ctx_.step),
+                         draining.waited_s(plane_.last_poll()), peers.size() == 1 ? peers.front() : -1);
     }
     if (plane_.pending() > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

@@ -40,8 +40,9 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
     std::vector<MPI_Request> r(2);
     MPI_Isend(local.data(), n, MPI_DOUBLE, 0, kUp, comm_.get(), &r[0]);
     MPI_Irecv(global.data(), n, MPI_DOUBLE, 0, kDown, comm_.get(), &r[1]);
-    const Watchdog patient(watchdog.seconds() * 1.5, rank_);  // rank 0 names a silent peer first
-    patient.wait_all(r, [&](std::size_t) { return "rank 0's reduced loss and gradient norms" + of_step; });
+    watchdog.wait_all(
+        r, [&](std::size_t) { return "rank 0's reduced loss and gradient norms" + of_step; },
+        [](std::size_t) { return 0; });
     return;
   }
   std::vector<std::vector<double>> rows(static_cast<std::size_t>(size_), std::vector<double>(local.size()));
@@ -50,8 +51,9 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
     MPI_Irecv(rows[static_cast<std::size_t>(k)].data(), n, MPI_DOUBLE, k, kUp, comm_.get(),
               &r[static_cast<std::size_t>(k)]);
   }
+  const auto rank_k = [](std::size_t k) { return static_cast<int>(k); };  // request k is rank k's
   watchdog.wait_all(
-      r, [&](std::size_t k) { return "the loss and gradient norms of rank " + std::to_string(k) + of_step; });
+      r, [&](std::size_t k) { return "the loss and gradient norms of rank " + std::to_string(k) + of_step; }, rank_k);
   global = local;
   for (int k = 1; k < size_; ++k) {
     for (std::size_t i = 0; i < global.size(); ++i) global[i] += rows[static_cast<std::size_t>(k)][i];
@@ -60,7 +62,7 @@ void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<d
     MPI_Isend(global.data(), n, MPI_DOUBLE, k, kDown, comm_.get(), &r[static_cast<std::size_t>(k)]);
   }
   watchdog.wait_all(
-      r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; });
+      r, [&](std::size_t k) { return "rank " + std::to_string(k) + " to take the reduced numbers" + of_step; }, rank_k);
 }
 
 std::vector<double> StepReducer::local_row(int step, bool stop_here) const {

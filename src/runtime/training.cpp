@@ -500,8 +500,8 @@ constexpr int kTagGather = 2 * kTagSteps;
 
 // A synchronous step's events and peaks reach rank 0 point to point, as the reducer's numbers do: a collective
 // gather could not tell which rank is silent (with 4 ranks, one stopped between the reduction and the gather was
-// reported as "no message arrived" from nobody), a receive per rank names it. The others wait longer (the
-// reducer's patience), so rank 0 names the silent peer first.
+// reported as "no message arrived" from nobody), a receive per rank names it. Every wait names the rank it waits
+// for, so the ranks that fire agree on the silent one (Watchdog::reporter).
 void Training::gather_step(int step, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
                            std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
   const std::string of_step = " (step " + std::to_string(step) + ")";
@@ -512,8 +512,9 @@ void Training::gather_step(int step, std::vector<trace::OpEvent> mine, const dou
     MPI_Isend(head, 3, MPI_DOUBLE, 0, kTagGather, comm, &r[0]);
     MPI_Isend(mine.data(), static_cast<int>(mine.size() * sizeof(trace::OpEvent)), MPI_BYTE, 0, kTagGather + 1, comm,
               &r[1]);
-    const Watchdog patient(watchdog_->seconds() * 1.5, rank_);
-    patient.wait_all(r, [&](std::size_t) { return "rank 0 to take this rank's trace events" + of_step; });
+    watchdog_->wait_all(
+        r, [&](std::size_t) { return "rank 0 to take this rank's trace events" + of_step; },
+        [](std::size_t) { return 0; });
     return;
   }
   receive_rows(step, kTagGather, std::move(mine), my_peaks, all, peaks);
@@ -535,7 +536,8 @@ void Training::receive_rows(int step, int tag, std::vector<trace::OpEvent> mine,
     MPI_Irecv(heads[static_cast<std::size_t>(r)].data(), 3, MPI_DOUBLE, r, tag, comm,
               &requests[static_cast<std::size_t>(r)]);
   }
-  watchdog_->wait_all(requests, what("the trace event count"));
+  const auto rank_r = [](std::size_t r) { return static_cast<int>(r); };  // request r is rank r's
+  watchdog_->wait_all(requests, what("the trace event count"), rank_r);
   std::vector<std::vector<trace::OpEvent>> rows(p);
   for (int r = 1; r < size_; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
@@ -543,7 +545,7 @@ void Training::receive_rows(int step, int tag, std::vector<trace::OpEvent> mine,
     MPI_Irecv(rows[k].data(), static_cast<int>(rows[k].size() * sizeof(trace::OpEvent)), MPI_BYTE, r, tag + 1, comm,
               &requests[k]);
   }
-  watchdog_->wait_all(requests, what("the trace events"));
+  watchdog_->wait_all(requests, what("the trace events"), rank_r);
   all = std::move(mine);
   peaks[0] = my_peaks[0];
   peaks[1] = my_peaks[1];
@@ -586,7 +588,9 @@ void Training::collect_events(const Posted& posted, std::vector<trace::OpEvent>&
 
 void Training::drain_shipments() {
   for (Shipment& s : shipments_) {
-    watchdog_->wait_all(s.requests, [](std::size_t) { return std::string("rank 0 to take this rank's trace events"); });
+    watchdog_->wait_all(
+        s.requests, [](std::size_t) { return std::string("rank 0 to take this rank's trace events"); },
+        [](std::size_t) { return 0; });
   }
   shipments_.clear();
 }

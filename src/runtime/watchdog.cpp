@@ -122,7 +122,8 @@ void Watchdog::wait(MPI_Request& request, const std::string& what) const {
   request = one[0];
 }
 
-void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const {
+void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what,
+                        const std::function<int(std::size_t)>& peer) const {
   Timer timer(*this, steady_now_ns());
   std::int64_t sleep_ns = 1'000;
   while (true) {
@@ -135,7 +136,9 @@ void Watchdog::wait_all(std::vector<MPI_Request>& requests, const std::function<
     }
     if (first_pending == requests.size()) return;
     const std::int64_t now = steady_now_ns();
-    if (timer.expired(now) || another_fired()) fire(what(first_pending), timer.waited_s(now));
+    if (timer.expired(now) || another_fired()) {
+      fire(what(first_pending), timer.waited_s(now), peer ? peer(first_pending) : -1);
+    }
     // Back off to 200 us: a collective waits for the slowest rank's step, and idle ranks share cores.
     std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
     sleep_ns = std::min<std::int64_t>(200'000, sleep_ns * 2);

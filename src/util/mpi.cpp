@@ -40,8 +40,10 @@ class InitGuard {
   explicit InitGuard(double timeout_s) {
     if (timeout_s <= 0) return;
     const int rank = launch_rank();
-    // The lowest launch rank first; the others later, by when the launcher has ended them.
-    const double wait_s = timeout_s + (rank > 0 ? 2.0 : 0.0);
+    // The lowest launch rank first, rank 1 3 s later, the others 6 s later: mpirun answers the first exit with
+    // SIGKILL 2 s on (after SIGCONT and SIGTERM, which a rank in start-up only notes), so a second message comes
+    // only where ranks 0 and 1 are the ones that never started.
+    const double wait_s = timeout_s + 3.0 * std::min(std::max(rank, 0), 2);
     thread_ = std::thread([this, timeout_s, wait_s, rank] {
       std::unique_lock<std::mutex> lock(mutex_);
       if (done_cv_.wait_for(lock, std::chrono::duration<double>(wait_s), [this] { return done_; })) return;
@@ -51,7 +53,7 @@ class InitGuard {
                    "%sconductor: error: MPI start-up (MPI_Init) did not complete within %g s on host %s (pid %ld): "
                    "a rank of the job never started, was stopped or cannot reach this one; aborting "
                    "(CONDUCTOR_INIT_TIMEOUT_S = %g; unset: %g)\n",
-                   rank >= 0 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "", timeout_s, host,
+                   rank >= 0 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "", wait_s, host,
                    static_cast<long>(getpid()), timeout_s, kDefaultInitTimeoutS);
       std::fflush(stderr);
       std::_Exit(kExitFailure);

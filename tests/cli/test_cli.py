@@ -135,9 +135,15 @@ class CliTest(unittest.TestCase):
         for name, value, part in (("CONDUCTOR_LOG", "bogus", "allowed: error, warn, info, debug"),
                                   ("CONDUCTOR_PROGRESS_S", "abc", "a number >= 0"),
                                   ("CONDUCTOR_PROGRESS_S", "-1", "a number >= 0"),
-                                  ("CONDUCTOR_INIT_TIMEOUT_S", "5s", "a number >= 0 (0: wait for MPI start-up for ever"),
-                                  ("CONDUCTOR_INIT_TIMEOUT_S", "-3", "a number >= 0"),
-                                  ("CONDUCTOR_INIT_TIMEOUT_S", "inf", "a number >= 0")):
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "5s", "allows: 5 .. 1e9 as a plain decimal, or 0 to"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "-3", "allows: 5 .. 1e9"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "inf", "allows: 5 .. 1e9"),
+                                  # below the least (a healthy start-up takes seconds), blanks, hexadecimal, and a
+                                  # value that reads as 0 (for ever) only by underflow
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "0.001", "allows: 5 .. 1e9"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", " 30", "allows: 5 .. 1e9"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "0x10", "allows: 5 .. 1e9"),
+                                  ("CONDUCTOR_INIT_TIMEOUT_S", "1e-400", "allows: 5 .. 1e9")):
             proc = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60,
                                   env=dict(os.environ, **{name: value}))
             self.assertEqual(proc.returncode, 2, (name, value))

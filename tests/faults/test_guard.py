@@ -153,19 +153,19 @@ class Guard(FaultCase):
         os.chmod(wrapper, 0o755)
         deck = self.tiny(2, steps=3)
         self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", wrapper], capture_output=True)  # never left stopped
-        env = dict(os.environ, CONDUCTOR_INIT_TIMEOUT_S="3")
+        env = dict(os.environ, CONDUCTOR_INIT_TIMEOUT_S="5")
         start = time.monotonic()
         proc = subprocess.run([MPIEXEC, "-n", "1", BIN, "run", deck, ":", "-n", "1", wrapper, BIN, "run", deck],
                               capture_output=True, text=True, env=env, timeout=60)
         seconds = time.monotonic() - start
         text = proc.stdout + proc.stderr
         self.assertEqual(proc.returncode, 1, text)
-        self.assertLessEqual(seconds, 3 + 10, "ranks took too long to exit:\n" + text)
+        self.assertLessEqual(seconds, 5 + 10, "ranks took too long to exit:\n" + text)
         messages = [l for l in proc.stderr.splitlines() if "MPI start-up" in l]
         self.assertEqual(len(messages), 1, text)
         self.assertRegex(messages[0], r"^\[rank 0\] conductor: error: MPI start-up \(MPI_Init\) did not complete "
-                                      r"within 3 s on host .* \(pid \d+\): a rank of the job never started, was "
-                                      r"stopped or cannot reach this one; aborting \(CONDUCTOR_INIT_TIMEOUT_S = 3; "
+                                      r"within 5 s on host .* \(pid \d+\): a rank of the job never started, was "
+                                      r"stopped or cannot reach this one; aborting \(CONDUCTOR_INIT_TIMEOUT_S = 5; "
                                       r"unset: 300\)$")
         self.assertIsNone(RAW_DUMP.search(text), "raw diagnostics reached the user:\n" + text)
         self.assertEqual(subprocess.run(["pgrep", "-f", wrapper], capture_output=True).stdout, b"")

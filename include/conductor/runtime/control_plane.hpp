@@ -108,6 +108,8 @@ class ControlPlane {
   std::size_t poll(const std::function<void(const Completion&)>& other, bool data = true);
   std::int64_t last_poll() const { return now_; }  // the time of the latest poll (common clock)
   std::size_t pending() const { return control_.pending() + data_.pending(); }
+  // The ranks this rank's pending sends go to, ascending: whom a rank that cannot finish its sends waits for.
+  std::vector<int> pending_send_peers() const;
   std::size_t pending_control() const { return control_.pending(); }
   std::size_t pending_data() const { return data_.pending(); }
   // Inputs that arrived before their injected ready time wait, as do announcements within their latency: the
@@ -129,6 +131,7 @@ class ControlPlane {
     Role role;
     int action;
     bool send;
+    int peer;
   };
   void file(const std::vector<TransferId>& done, std::unordered_map<TransferId, Pending>& ids,
             const std::function<void(const Completion&)>& other);

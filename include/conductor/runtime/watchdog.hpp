@@ -88,8 +88,10 @@ class Watchdog {
   static int reporter(const std::map<int, Fired>& fired);
   // Completes a non-blocking MPI operation, polling it under the deadline; `what` names it in the message.
   void wait(MPI_Request& request, const std::string& what) const;
-  // Completes every request; on expiry, what(i) names the first one still pending.
-  void wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what) const;
+  // Completes every request; on expiry, what(i) names the first one still pending, and peer(i), where given, the
+  // rank it waits for (so that the ranks that fire agree on a silent one: see reporter()).
+  void wait_all(std::vector<MPI_Request>& requests, const std::function<std::string(std::size_t)>& what,
+                const std::function<int(std::size_t)>& peer = {}) const;
 
  private:
   void set_limit(double seconds);

@@ -13,14 +13,17 @@ namespace conductor::mpi {
 // CONDUCTOR_INIT_TIMEOUT_S unset: as runtime.watchdog_s's default, the longest a rank waits on a peer before a
 // step has run.
 inline constexpr double kDefaultInitTimeoutS = 300;
+// The least timeout: mpirun ends a job 2 s after its first exit, so a stopped rank it resumes (SIGCONT) must not
+// time out sooner itself; and a healthy start-up takes seconds (0.001 s aborted every run).
+inline constexpr double kMinInitTimeoutS = 5;
 
 // RAII owner of MPI_Init/MPI_Finalize. MPI is initialised only by commands that run distributed.
 class Session {
  public:
   // init_timeout_s > 0: a process whose MPI_Init has not returned after that long (a rank of the job that never
   // started, or was stopped, holds every other in MPI_Init for ever, where no watchdog runs yet) says so and exits
-  // 1; the launcher then ends the job. The lowest launch rank says it first, the others 2 s later, so one message
-  // reaches the user where the launcher ends the job at the first exit.
+  // 1; the launcher then ends the job. The lowest launch rank says it first, rank 1 3 s later and the others 6 s
+  // later, so one message reaches the user where the launcher ends the job at the first exit.
   Session(int* argc, char*** argv, double init_timeout_s = 0);
   ~Session();
   Session(const Session&) = delete;
