@@ -21,6 +21,7 @@
 #include "conductor/trace/summary.hpp"
 #include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/folder_lock.hpp"
 #include "conductor/util/progress.hpp"
 #include "conductor/util/text_file.hpp"
 #include "conductor/version.hpp"
@@ -201,6 +202,8 @@ int cmd_simulate(const Invocation& inv) {
                  runtime::stop_signal_number());
     return kExitStopped;
   }
+  std::error_code ec;
+  const bool folder_existed = std::filesystem::exists(out_dir, ec);
   create_run_folder(out_dir);
   // Beside earlier results until all three are complete (summary.json last: it marks a folder of results).
   ResultFiles files(out_dir, {"resolved.yaml", "trace.h5", "summary.json"});
@@ -223,6 +226,10 @@ int cmd_simulate(const Invocation& inv) {
     // over as another run's results. Earlier results stay.
     writer.reset();
     files.discard();
+    if (!folder_existed) {  // the folder this run made goes too (its lock file is its last content)
+      std::filesystem::remove(out_dir / kFolderLockName, ec);
+      std::filesystem::remove(out_dir, ec);
+    }
     throw InputError(std::string(e.what()) + "; nothing of this run is kept in " + out_dir.string());
   }
   if (writer) writer->close();
