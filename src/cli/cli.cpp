@@ -161,11 +161,10 @@ double init_timeout_s(const char* text) {
   const std::string s(text);
   static const std::regex decimal(R"(\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)");
   if (!std::regex_match(s, decimal)) return -1.0;
+  errno = 0;
   const double v = std::strtod(text, nullptr);
-  const bool zero = s.find_first_of("123456789") == std::string::npos ||
-                    s.find_first_of("123456789") > s.find_first_of("eE");  // 0, 0.0, 0e5: no digit of value
-  if (zero) return 0.0;
-  return (std::isfinite(v) && v >= mpi::kMinInitTimeoutS && v <= 1e9) ? v : -1.0;
+  if (errno == ERANGE) return -1.0;  // 1e400, and 1e-400, which would read as 0 (for ever)
+  return v == 0 || (v >= mpi::kMinInitTimeoutS && v <= 1e9) ? v : -1.0;
 }
 
 // The environment variables conductor reads, each with a value it understands or unset (README: "Environment

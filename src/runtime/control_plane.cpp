@@ -115,6 +115,16 @@ std::int64_t ControlPlane::announced_arrival(int i) const {
   return announce_known_[at] ? in_announce_[at].expected_ns : kUnknown;
 }
 
+std::size_t poll_until_quiet(const std::function<std::size_t()>& poll_once, int quiet) {
+  std::size_t completed = 0;
+  for (int empty = quiet, polls = 0; empty < 2 && polls < 64; ++polls) {
+    const std::size_t n = poll_once();
+    completed += n;
+    empty = n > 0 ? 0 : empty + 1;
+  }
+  return completed;
+}
+
 std::vector<int> ControlPlane::pending_send_peers() const {
   std::vector<int> peers;
   for (const auto* ids : {&control_ids_, &data_ids_}) {

@@ -70,7 +70,6 @@ class Executor::Step {
   StepOutcome run();
 
  private:
-  static sched::DriverOptions driver_options(const Executor& ex, bool migrating);
   std::size_t drain();
   std::size_t drain_until_quiet();
   void on_completion(const Completion& c);
@@ -140,10 +139,6 @@ sched::DriverOptions driver_options(const ExecutorOptions& options, const sim::N
   return dopt;
 }
 
-sched::DriverOptions Executor::Step::driver_options(const Executor& ex, bool migrating) {
-  return runtime::driver_options(ex.options_, ex.noise_, ex.measured_, migrating);
-}
-
 Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
     : ex_(ex),
       order_(order),
@@ -151,7 +146,7 @@ Executor::Step::Step(Executor& ex, int step, const sched::Schedule& order)
       migrating_(ex.options_.migration.enabled() && order.p > 1),
       announcing_(ex.options_.execution == sched::Execution::Readiness && ex.options_.hint == sched::Hint::Backfill),
       announce_inputs_(announcing_ || migrating_),  // migration announces with the cost model's estimate
-      dopt_(driver_options(ex, migrating_)),
+      dopt_(driver_options(ex.options_, ex.noise_, ex.measured_, migrating_)),
       driver_(order, ex.rank_, dopt_),
       ctx_(step, ex.rank_, order, driver_, 0),
       plane_(ctx_, ex.control_, ex.data_, ex.clock_, announce_inputs_, ex.options_.comm_events,
@@ -196,20 +191,11 @@ std::size_t Executor::Step::drain() {
   return plane_.poll([this](const Completion& c) { on_completion(c); });
 }
 
-// Polls until two polls in a row complete nothing (at most 64), returning what completed. MPI_Testsome reports
-// arrivals only when none of its requests is complete already (Open MPI progresses incoming messages then): one
-// poll after an op often returned the rank's own finished sends and left an input that came during the op unseen,
-// so readiness started a W ahead of the op it fed (for several ops in a row: a RECV seen 60 ms late, readiness
-// 0.97x of strict where the simulator, the same decisions on exact arrivals, gives 1.016x). As
-// MigrationPeer::catch_up does before a help.
+// Before each decision (poll_until_quiet): with one poll, readiness started a W ahead of the op it fed, for
+// several ops in a row (a RECV seen 60 ms late; 0.97x of strict where the simulator, the same decisions on exact
+// arrivals, gives 1.016x).
 std::size_t Executor::Step::drain_until_quiet() {
-  std::size_t completed = 0;
-  for (int empty = 0, polls = 0; empty < 2 && polls < 64; ++polls) {
-    const std::size_t n = drain();
-    completed += n;
-    empty = n > 0 ? 0 : empty + 1;
-  }
-  return completed;
+  return poll_until_quiet([this] { return drain(); });
 }
 
 // A completion the control plane does not handle itself: migration's messages and the sends.

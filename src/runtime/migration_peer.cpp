@@ -403,13 +403,7 @@ bool MigrationPeer::catch_up(int i, std::size_t first) {
   const auto gives = [&](const sched::Action& a) { return moves_of(ctx_.rank, a) != Compute::SliceMoves::None; };
   const bool deciding = i >= 0 && options_.forced.empty() && gives(ctx_.actions()[static_cast<std::size_t>(i)]);
   std::size_t completed = 0;
-  const auto poll = [&](bool data) {
-    for (int empty = first > 0 ? 0 : 1, polls = 0; empty < 2 && polls < 64; ++polls) {
-      const std::size_t n = drain_(data);
-      completed += n;
-      empty = n > 0 ? 0 : empty + 1;
-    }
-  };
+  const auto poll = [&](bool data) { completed += poll_until_quiet([&] { return drain_(data); }, first > 0 ? 0 : 1); };
   if (i < 0) {
     poll(true);
   } else if (deciding || news || moving) {

@@ -20,6 +20,9 @@
 
 namespace conductor::mpi {
 
+namespace {
+
+// The launcher's rank of this process before MPI_Init (Open MPI, PMIx, MPICH/Intel MPI or srun's variable), or -1.
 int launch_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
     const char* v = std::getenv(name);
@@ -30,8 +33,6 @@ int launch_rank() {
   }
   return -1;
 }
-
-namespace {
 
 // Ends this process unless MPI_Init returns within the timeout (Session's comment). A thread that only sleeps on
 // a condition variable: it never calls MPI.

@@ -62,6 +62,12 @@ struct Completion {
   bool send;
 };
 
+// Calls poll_once until two calls in a row complete nothing (at most 64 calls; `quiet` of those two already
+// seen), returning how many completed. Open MPI's MPI_Testsome progresses arrivals only when none of its requests
+// is complete, so one poll after an op often returned the rank's own finished sends and left an input (or a
+// peer's status) that came during the op unseen. The executor's loop and MigrationPeer::catch_up both poll so.
+std::size_t poll_until_quiet(const std::function<std::size_t()>& poll_once, int quiet = 0);
+
 class ControlPlane {
  public:
   // The per-transfer control message (executor.hpp): [ready_at on the common clock][reserved].

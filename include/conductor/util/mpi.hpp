@@ -36,9 +36,6 @@ class Session {
   int size_ = 1;
 };
 
-// The launcher's rank of this process before MPI_Init (Open MPI, MPICH/Intel MPI, PMIx or srun's variable), or -1.
-int launch_rank();
-
 // RAII owner of a duplicate of a communicator (collective to create and to free): its own matching space,
 // so messages of different planes never match each other.
 class DupComm {
