@@ -157,7 +157,10 @@ std::string parse_action(const std::string& tok, Action& a) {
 
 }  // namespace
 
-Schedule parse_text(const std::string& text, const std::string& source) {
+Schedule parse_text(const std::string& text, const std::string& source) { return parse_text(text, source, {}); }
+
+Schedule parse_text(const std::string& text, const std::string& source,
+                    const std::function<void(const Schedule&)>& check) {
   Schedule s;
   s.name = source;
   bool have_p = false, have_m = false;
@@ -256,6 +259,7 @@ Schedule parse_text(const std::string& text, const std::string& source) {
   if (!have_p || !have_m) throw InputError(source + ": a schedule needs 'pipeline' and 'microbatches' lines");
   if (s.placement == Placement::V && s.v != 2) throw InputError(source + ": placement v needs virtual 2");
   if (s.ranks.empty()) s.ranks.resize(s.p);
+  if (check) check(s);
   for (int r = 0; r < s.p; ++r) {
     if (!seen_rank.empty() && !seen_rank[r]) {
       // Named with the header that asks for it: a header for another pipeline reads as a missing rank otherwise.

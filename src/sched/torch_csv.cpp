@@ -410,16 +410,19 @@ Schedule import_schedule(const std::string& path, const ScheduleShape& shape, do
     naming.action = [&s, letters](int rank, const Action& x) { return torch_name(s, rank, x, letters); };
     naming.position = [&reading](int rank, int index) { return reading.field_of[rank][index]; };
   } else {
-    s = parse_text(text, path);
-    if (s.p != shape.p || s.m != shape.m || s.v != shape.v) {
-      throw InputError(path + ": the schedule is for pipeline " + std::to_string(s.p) + ", microbatches " +
-                       std::to_string(s.m) + ", virtual " + std::to_string(s.v) + " but the deck has " +
-                       std::to_string(shape.p) + ", " + std::to_string(shape.m) + ", " + std::to_string(shape.v));
-    }
-    if (shape.placement && *shape.placement != s.placement) {
-      throw InputError(path + ": the schedule has placement " + to_string(s.placement) +
-                       " but the deck's schedule.placement is " + to_string(*shape.placement));
-    }
+    // The deck's shape before the file's own completeness: a file for another pipeline otherwise reads as one
+    // missing a rank line.
+    s = parse_text(text, path, [&](const Schedule& read) {
+      if (read.p != shape.p || read.m != shape.m || read.v != shape.v) {
+        throw InputError(path + ": the schedule is for pipeline " + std::to_string(read.p) + ", microbatches " +
+                         std::to_string(read.m) + ", virtual " + std::to_string(read.v) + " but the deck has " +
+                         std::to_string(shape.p) + ", " + std::to_string(shape.m) + ", " + std::to_string(shape.v));
+      }
+      if (shape.placement && *shape.placement != read.placement) {
+        throw InputError(path + ": the schedule has placement " + to_string(read.placement) +
+                         " but the deck's schedule.placement is " + to_string(*shape.placement));
+      }
+    });
   }
   const Violation why = validate(s, memory_limit, a, naming);
   if (!why.ok) throw InputError(path + ": invalid schedule: " + why.message());

@@ -87,13 +87,19 @@ Violation validate(const Schedule& s, double memory_limit, double a, const Namin
       if (p >= 0) return report(r, i, "action " + name(r, x) + " appears twice (first at position " + at(r, p) + ")");
       p = i;
       const bool split = x.kind == OpKind::B || x.kind == OpKind::W;
+      // Both actions named as the file writes them (torch's letters differ from conductor's: its B is a BW).
       if (split && pos[static_cast<int>(OpKind::BW)][slot] >= 0) {
-        return report(
-            r, i,
-            "action " + name(r, x) + " splits a backward that position " + at(r, pos[3][slot]) + " already runs as BW");
+        const Action whole{OpKind::BW, x.microbatch, x.chunk};
+        return report(r, i,
+                      "action " + name(r, x) + " splits a backward that position " + at(r, pos[3][slot]) +
+                          " already runs whole (" + name(r, whole) + ")");
       }
       if (x.kind == OpKind::BW && (pos[1][slot] >= 0 || pos[2][slot] >= 0)) {
-        return report(r, i, "action " + name(r, x) + " fuses a backward that is already split into B and W");
+        const OpKind part = pos[1][slot] >= 0 ? OpKind::B : OpKind::W;
+        return report(r, i,
+                      "action " + name(r, x) + " runs whole a backward that position " +
+                          at(r, pos[static_cast<int>(part)][slot]) + " already splits (" +
+                          name(r, Action{part, x.microbatch, x.chunk}) + ")");
       }
     }
   }

@@ -311,6 +311,29 @@ TEST(TorchCsv, TextFormThroughImport) {
             "the schedule has placement loop but the deck's schedule.placement is v");
   EXPECT_EQ(import_error(to_text(s), ScheduleShape{2, 4, 1, std::nullopt}, "text.sched"),
             "the schedule is for pipeline 2, microbatches 2, virtual 1 but the deck has 2, 4, 1");
+  // A file for another pipeline is named as such before its missing rank lines (before: "no 'rank 2:' line",
+  // which invites adding one).
+  EXPECT_EQ(import_error("pipeline 3\nmicrobatches 2\nrank 0: 0F0 0B0 0W0 0F1 0B1 0W1\n"
+                         "rank 1: 0F0 0B0 0W0 0F1 0B1 0W1\n",
+                         ScheduleShape{2, 2, 1, std::nullopt}, "short.sched"),
+            "the schedule is for pipeline 3, microbatches 2, virtual 1 but the deck has 2, 2, 1");
+}
+
+// A backward both split and whole is named in the file's letters at both places (torch 2.6: I + W against B;
+// before, conductor's "B and W" and "BW" were printed for a torch file, and a W alone read as "split into B
+// and W").
+TEST(TorchCsvErrors, SplitAndWholeBackwardNamedInTheFilesLetters) {
+  const ScheduleShape shape{2, 2, 1, std::nullopt};
+  const std::string rank1 = ",1F0,1F1,1B0,1B1\n";
+  EXPECT_EQ(import_error("0F0,0F1,,,0I0,0W0,0B0,0B1\n" + rank1, shape),
+            "invalid schedule: rank 0, position 6: action 0B0 runs whole a backward that position 4 already splits "
+            "(0I0)");
+  EXPECT_EQ(import_error("0F0,0F1,,,0I1,0W1,0W0,0B0\n" + rank1, shape),
+            "invalid schedule: rank 0, position 7: action 0B0 runs whole a backward that position 6 already splits "
+            "(0W0)");
+  EXPECT_EQ(import_error("0F0,0F1,,,0B0,0I0,0B1\n" + rank1, shape),
+            "invalid schedule: rank 0, position 5: action 0I0 splits a backward that position 4 already runs whole "
+            "(0B0)");
 }
 
 TEST(TorchCsv, ReadsAByteOrderMarkAndLoneCarriageReturns) {

@@ -12,6 +12,7 @@
 // Memory. Units of M_F = the activations one microbatch leaves on one rank for all its layers; an F of one
 // chunk allocates 1/v of it, B frees (1 - a)/v, W frees a/v, BW frees 1/v, with a = memory_after_b.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,10 @@ std::string to_text(const Schedule& s);
 // Parses the text form; throws InputError naming source:line and the offending token. Structure only: call
 // validate() (validate.hpp) before running it.
 Schedule parse_text(const std::string& text, const std::string& source = "<schedule>");
+// The same, with `check` called on what was read before the ranks without a 'rank r:' line are refused: a file
+// for another shape (import_schedule: the deck's) is then named as such, not as one missing a rank line.
+Schedule parse_text(const std::string& text, const std::string& source,
+                    const std::function<void(const Schedule&)>& check);
 Schedule load_schedule(const std::string& path);  // parse_text of a file; InputError if unreadable
 // A schedule file's whole text (read_text_input's checks, at most kMaxScheduleFileBytes), its line ends as '\n'
 // (CR LF and a lone CR alike) and no UTF-8 byte order mark: what both schedule formats parse.
