@@ -227,6 +227,9 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   const std::filesystem::path metrics_path = dir_ / kMetricsFile;
   const bool appending = first_step > 0 && !replacing;
   if (appending) keep_metrics_before(metrics_path, first_step);
+  // A new file is this run's own: a symbolic link in its place (to another run's metrics) is replaced, not
+  // truncated through.
+  if (!appending && std::filesystem::is_symlink(metrics_path, ec)) std::filesystem::remove(metrics_path, ec);
   metrics_.open(metrics_path, appending ? std::ios::app : std::ios::trunc);
   if (!metrics_) throw Error(metrics_path.string() + ": cannot write");
   if (continuing) {

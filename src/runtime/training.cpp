@@ -273,7 +273,8 @@ void Training::open_data_plane() {
             plan_.schedule.kind + " (" + plan_.schedule.execution +
             (eo.execution == sched::Execution::Readiness ? ", hint " + plan_.schedule.hint : "") + "), backend " +
             plan_.backend + " (tensors over " + data_transport_ + "), " + std::to_string(order_.m) +
-            " microbatches, steps " + std::to_string(first_step_) + ".." + std::to_string(plan_.run.steps - 1));
+            " microbatches, steps " + std::to_string(first_step_ + 1) + ".." + std::to_string(plan_.run.steps) +
+            " (counted from 1, as the step lines)");
 }
 
 RunOutcome Training::run() {

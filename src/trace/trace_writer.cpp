@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "conductor/util/error.hpp"
@@ -310,6 +311,10 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   Impl& m = *impl_;
   m.path = path;
   h5::Handle fapl = file_access(path);
+  // A new trace is this run's own file: a symbolic link in its place (to another run's trace, or dangling) is
+  // replaced, never written through (H5Fcreate follows it and truncates what it names).
+  std::error_code ec;
+  if (std::filesystem::is_symlink(path, ec)) std::filesystem::remove(path, ec);
   m.file = h5::Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (!m.file.valid()) h5::fail(path, "H5Fcreate");
   hid_t f = m.file.get();

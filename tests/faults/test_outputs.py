@@ -54,6 +54,32 @@ class Outputs(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertNotEqual(digests(self.out)["resolved.yaml"], before["resolved.yaml"])
 
+    def test_overwrite_replaces_links_not_what_they_name(self):
+        # Result files that are symbolic links (to another run's, or dangling): refused as results without
+        # run.overwrite; with it the links are replaced, and what they name is left whole (before: trace.h5 and
+        # metrics.jsonl were truncated through them, another run's trace replaced, a file made outside the folder).
+        deck, before = self.first_run()
+        other = os.path.join(self.tmp.name, "other")
+        os.mkdir(other)
+        for name in ("trace.h5", "metrics.jsonl"):
+            os.symlink(os.path.join(self.out, name), os.path.join(other, name))
+        r = mpirun(2, "run", deck, "run.output=" + other)
+        self.assertFault(r, 2, r"run\.output = '%s' already holds the results of another run \(trace\.h5, "
+                         r"metrics\.jsonl\)" % other)
+        r = mpirun(2, "run", deck, "run.output=" + other, "run.overwrite=true")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertEqual(digests(self.out), before, "a run wrote through a link into another run's results")
+        for name in ("trace.h5", "metrics.jsonl"):
+            self.assertFalse(os.path.islink(os.path.join(other, name)), name)
+        dangling = os.path.join(self.tmp.name, "dangling")
+        os.mkdir(dangling)
+        target = os.path.join(self.tmp.name, "outside.h5")
+        os.symlink(target, os.path.join(dangling, "trace.h5"))
+        r = run1("simulate", deck, "run.output=" + dangling)
+        self.assertEqual(r.code, 0, r.text)
+        self.assertFalse(os.path.exists(target), "simulate made a file outside its folder through a link")
+        self.assertFalse(os.path.islink(os.path.join(dangling, "trace.h5")))
+
     def test_a_folder_being_written_is_refused(self):
         # Another process writes the folder now (it holds the lock, as a running command does): run and simulate
         # into it are refused, even with run.overwrite, and change nothing; once it is released they proceed.
