@@ -443,6 +443,22 @@ cj_stopped_before_launch() {
   exit 3
 }
 
+# cj_check_command COMMAND: run, simulate or validate, else refused (cj_launch; sweep.sbatch --check, so a sweep
+# with another COMMAND is refused before it is submitted, not by every task once it runs).
+cj_check_command() {
+  case $1 in
+    run | simulate | validate) ;;
+    *) cj_fail "COMMAND='$1': expected run, simulate or validate" ;;
+  esac
+}
+
+# cj_check_requeue: REQUEUE is 1 (the default: requeue after a clean stop with steps left) or 0 (do not); any
+# other value (no, false) was read as 1.
+cj_check_requeue() {
+  [[ ${REQUEUE:-1} =~ ^[01]$ ]] ||
+    cj_fail "REQUEUE='$REQUEUE': expected 1 (requeue after a clean stop with steps left, the default) or 0 (do not)"
+}
+
 # cj_launch COMMAND DECK OUTPUT [override or @fragment ...]
 # Validates the deck with the fragments (the `@FILE` entries, passed first, in order) and the overrides, refuses a
 # `run` whose OUTPUT already holds its finished run, records what runs (see the header), then launches
@@ -458,10 +474,8 @@ cj_launch() {
   for o in "$@"; do
     if [[ $o == @* ]]; then fragments+=("$o"); else overrides+=("$o"); fi
   done
-  case $command in
-    run | simulate | validate) ;;
-    *) cj_fail "COMMAND='$command': expected run, simulate or validate" ;;
-  esac
+  cj_check_command "$command"
+  cj_check_requeue
   for o in "${overrides[@]}"; do
     [[ $o == run.output=* ]] && cj_log "note: '$o' is replaced by run.output=$output"
   done

@@ -28,6 +28,31 @@ source "$CONDUCTOR_ROOT/jobs/common.sh"
 }
 command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
 
+# check_options OPTION...: every argument is an sbatch option or the value of the one before it (`-p gpu`): sbatch
+# takes the first other word as the batch script to submit, instead of sweep.sbatch. An option without `=` is
+# taken to want the next word, unless it is one of sbatch's flags that take none.
+check_options() {
+  local a wants_value=0 flags
+  flags="--contiguous --exclusive --hold --ignore-pbs --no-kill --no-requeue --overcommit --oversubscribe --parsable"
+  flags=" $flags --quiet --reboot --requeue --spread-job --test-only --use-min-nodes --verbose --wait -H -O -Q -W -k -s -v "
+  for a in "$@"; do
+    if [[ $wants_value == 1 ]]; then
+      wants_value=0
+      continue
+    fi
+    case $a in
+      --*=* | -[!-]?*) ;; # the value attached: --ntasks=8, -n8, -pgpu
+      -*) [[ $flags == *" $a "* ]] || wants_value=1 ;;
+      *)
+        cj_fail "unexpected argument '$a': the arguments are sbatch options for the array (e.g. --ntasks=8 -p gpu)," \
+          "and sbatch would take '$a' as the script to submit instead of sweep.sbatch; the sweep's settings come" \
+          "from the environment (--help); nothing was submitted"
+        ;;
+    esac
+  done
+}
+check_options "$@"
+
 # array_ntasks OPTION...: sets ntasks to the task count of every array task, as sbatch takes it: the last
 # --ntasks/-n of sweep.sbatch's #SBATCH lines and then of these options (an --ntasks of the script stays the total
 # under --nodes or --ntasks-per-node), and ntasks_from to where it comes from; ntasks is empty when unknown.

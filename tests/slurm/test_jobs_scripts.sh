@@ -567,7 +567,21 @@ expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-none'" -- en
 expect 2 "BASELINE='tiny-1f1b-strict-nne' is not a label of the sweep's tasks nor a configuration: expected one of tiny-1f1b-strict-none; nothing was submitted" -- \
   env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict \
   SWEEP_NOISES=none SWEEP_REPEATS=2 BASELINE=tiny-1f1b-strict-nne bash "$src/jobs/submit-sweep.sh"
-[[ ! -e sbatch-calls && ! -e sweepX ]] && ok || bad "a refused sweep was submitted or made its folder"
+# A COMMAND the tasks refuse, a REQUEUE that is neither 0 nor 1, a missing deck (one message: before, conductor
+# ran without its deck and printed its usage too) and a word sbatch would take as the script to submit: all
+# refused before anything is submitted (before, COMMAND=bogus was submitted and every task failed in the queue).
+sweep_env=(env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b
+  SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
+expect 2 "COMMAND='bogus': expected run, simulate or validate" -- "${sweep_env[@]}" COMMAND=bogus \
+  bash "$src/jobs/submit-sweep.sh"
+expect 2 "REQUEUE='no': expected 1 .* or 0" -- "${sweep_env[@]}" REQUEUE=no bash "$src/jobs/submit-sweep.sh"
+expect 2 "deck '$work/no-such-deck.yaml' not found" -- "${sweep_env[@]}" SWEEP_DECKS="$work/no-such-deck.yaml" \
+  COMMAND=simulate bash "$src/jobs/submit-sweep.sh"
+grep -qiE "usage|argument 2 is empty" <<<"$LAST" && bad "a missing deck ran conductor without it: $LAST" || ok
+expect 2 "unexpected argument 'foo': the arguments are sbatch options" -- "${sweep_env[@]}" COMMAND=simulate \
+  bash "$src/jobs/submit-sweep.sh" -p cpu --hold foo
+expect 2 "REQUEUE='abc': expected 1" -- env REQUEUE=abc OUTPUT=out-requeue bash "$src/jobs/train-cpu.sbatch" "$tiny"
+[[ ! -e sbatch-calls && ! -e sweepX && ! -e out-requeue ]] && ok || bad "a refused sweep was submitted or made its folder"
 # The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
 # that already holds a sweep is refused, its records as they were.
 one_sweep=(env PATH="$work/fakebin:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
