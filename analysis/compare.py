@@ -355,6 +355,10 @@ def main(argv=None):
         p.error("--skip must be >= 0")
     if args.output == "-" and not args.png:  # the chart's default name came out as ./-.png
         p.error("-o - writes the report to standard output; name the chart with --png FILE")
+    if not args.png and os.path.exists(args.output) and not os.path.isfile(args.output) and \
+            not os.path.isdir(args.output):  # a device or a pipe: the chart's default name made /dev/null.png
+        p.error("-o %s is not a regular file (a device or a pipe), so the chart has no name beside it; name the chart "
+                "with --png FILE" % ct.printable(args.output))
     png = args.png or os.path.splitext(args.output)[0] + ".png"
     chart_what = "--png" if args.png else "the chart (default: -o's path with .png; set --png)"
     ct.check_outputs([path for _, path in parse_specs(args.traces)], [("-o", args.output), (chart_what, png)])

@@ -66,6 +66,7 @@ STEP_FIELDS = ("step", "loss", "start_ns", "makespan_ns", "bubble_ratio", "sampl
 # Added to /steps after schema 1 was published; traces without it stay readable (it is recomputed from /events).
 OPTIONAL_STEP_FIELDS = ("stage_bubble_ratio",)
 INT_ATTRS = ("schema_version", "world_size", "pipeline", "microbatches", "virtual")
+MAX_RANKS = 65536  # parallel.pipeline's largest value
 STR_ATTRS = ("deck", "schedule", "execution", "hint", "backend", "source", "git_revision")
 LIST_ATTRS = ("hostnames",)
 
@@ -492,10 +493,18 @@ def _read(f, path):
     if attrs["schema_version"] < 1 or attrs["schema_version"] > SUPPORTED_SCHEMA:
         raise TraceError("%s: schema_version %d is not supported (these tools read 1..%d)" %
                          (path, attrs["schema_version"], SUPPORTED_SCHEMA))
-    if attrs["world_size"] < 1:
-        raise TraceError("%s: world_size %d must be >= 1" % (path, attrs["world_size"]))
-    events = _table(f, path, "events", EVENT_FIELDS)
+    # One rank per pipeline stage, at most conductor's 65536 (a larger world_size sized per-rank arrays past the
+    # machine's memory before any row was read).
+    if not 1 <= attrs["world_size"] <= MAX_RANKS:
+        raise TraceError("%s: world_size %d is outside 1..%d (docs/trace.md)" % (path, attrs["world_size"], MAX_RANKS))
+    if attrs["world_size"] != attrs["pipeline"]:
+        raise TraceError("%s: world_size %d differs from pipeline %d; allowed: one rank per pipeline stage, the same "
+                         "number (docs/trace.md)" % (path, attrs["world_size"], attrs["pipeline"]))
+    # /steps before /events: a running writer appends a step's ops to /events before its /steps row, so every step
+    # read has its ops in the /events read after it (the other order found, now and then, a step just completed
+    # without its ops, and called a healthy trace damaged).
     steps = _table(f, path, "steps", STEP_FIELDS)
+    events = _table(f, path, "events", EVENT_FIELDS)
     dataset_attrs = {name: _dataset_attrs(f[name]) for name in ("events", "steps")}
     kinds = h5py.check_enum_dtype(f["events"].dtype["kind"])
     if kinds is None:

@@ -326,6 +326,18 @@ class AgreesWithStoredFigures(TempDirCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.count("| run |"), 1, r.stdout)
         self.assertTrue(os.path.exists(self.path("c.png")))
+        # -o a device: the chart's default name beside it made /dev/null.png; now --png is asked for.
+        existed = os.path.exists("/dev/null.png")
+        r = run("compare.py", base, "-o", "/dev/null", "--include-warmup")
+        made = not existed and os.path.exists("/dev/null.png")
+        if made:
+            os.remove("/dev/null.png")
+        self.assertFalse(made, "compare.py made /dev/null.png")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("-o /dev/null is not a regular file (a device or a pipe)", r.stderr)
+        r = run("compare.py", base, "-o", "/dev/null", "--png", self.path("d.png"), "--include-warmup")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(self.path("d.png")))
         # Without --include-warmup step 0 is left out: a one-step run has nothing left, said clearly.
         r = run("compare.py", base, "-o", out)
         self.assertEqual(r.returncode, 2)
@@ -1055,6 +1067,44 @@ class Malformed(TempDirCase):
         tracegen.write_trace(p, tracegen.example_events(), [tracegen.step_row(0, 600, 0.35, 400.0)],
                              drop={"@world_size"})
         self.check_error(p, "missing root attribute 'world_size'")
+
+    def test_world_size_outside_the_range_or_not_the_pipeline(self):
+        """A world_size no writer produces is refused before anything is sized by it (1e9 took every tool past the
+        machine's memory)."""
+        import h5py
+        p = self.path("world.h5")
+        for world, pipeline, expected in ((10 ** 9, 2, "world_size 1000000000 is outside 1..65536"),
+                                          (2, 7, "world_size 2 differs from pipeline 7; allowed: one rank per")):
+            tracegen.write_trace(p, tracegen.example_events(), [tracegen.step_row(0, 600, 0.35, 400.0)])
+            with h5py.File(p, "r+") as f:
+                f.attrs["world_size"] = np.int32(world)
+                f.attrs["pipeline"] = np.int32(pipeline)
+            self.check_error(p, expected)
+
+    def test_a_step_completed_between_the_reads_is_not_damage(self):
+        """A running writer appends a step's ops to /events, then its /steps row. load() reads /steps first: a step
+        that completes between its two reads leaves only ops of a step it does not keep (dropped as incomplete), never
+        a step without its ops (reading /events first called a healthy trace damaged, now and then)."""
+        import h5py
+        before, after = self.path("live1.h5"), self.path("live2.h5")
+        tracegen.example_trace(before, steps=1)
+        tracegen.example_trace(after, steps=2)
+        real, reads = ct._table, []
+
+        def table(f, path, name, fields):  # the second read sees the file one step later
+            reads.append(name)
+            if len(reads) == 1:
+                return real(f, path, name, fields)
+            with h5py.File(after, "r") as later:
+                return real(later, path, name, fields)
+        ct._table = table
+        try:
+            t = ct.load(before)
+        finally:
+            ct._table = real
+        self.assertEqual(reads, ["steps", "events"])
+        self.assertEqual(list(t.step_ids), [0])
+        self.assertGreater(t.dropped_events, 0)
 
     def test_not_hdf5_and_absent(self):
         p = self.path("junk.h5")
