@@ -416,6 +416,23 @@ class Loader {
     return map[key];
   }
 
+  // A syntax error near a line indented with a tab says so: yaml-cpp's own words ("illegal map value") do not,
+  // and a tab looks like spaces in most editors. Checks the error's line (0-based `line`) and the one before.
+  static std::string tab_hint(const std::string& text, int line) {
+    std::istringstream in(text);
+    std::string row;
+    for (int i = 0; std::getline(in, row) && i <= line; ++i) {
+      if (i < line - 1) continue;
+      const std::size_t indent = row.find_first_not_of(" \t");
+      if (row.substr(0, indent).find('\t') != std::string::npos) {
+        return "; line " + std::to_string(i + 1) +
+               " is indented with a tab, which YAML does not allow (indent with "
+               "spaces)";
+      }
+    }
+    return "";
+  }
+
   // One source's tree; a syntax error, an empty file or anything but a mapping is an error naming the file.
   // An empty text is the empty deck only where the deck is not a file the user named.
   static YAML::Node parse_source(const std::string& source, const std::string& text, bool is_deck, bool empty_ok) {
@@ -425,6 +442,14 @@ class Loader {
       const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n') + 1;
       throw DeckError({source + ":" + std::to_string(line) + ": holds a NUL byte; a " +
                        (is_deck ? "deck" : "fragment") + " is a YAML text file (is it a binary file?)"});
+    }
+    if (const std::size_t at = utf8_error_at(text); at != std::string::npos) {
+      // yaml-cpp reads such bytes into the values (a run.output of raw bytes went into resolved.yaml and the
+      // trace, whose readers then refused them); the command line's values are refused alike.
+      const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n') + 1;
+      throw DeckError({source + ":" + std::to_string(line) + ": holds bytes that are not UTF-8 text (byte " +
+                       std::to_string(at) + " of the file); a " + (is_deck ? "deck" : "fragment") +
+                       " is a YAML text file in UTF-8 (save it as UTF-8)"});
     }
     try {
       // Every document, so a second one (after a `---`) is refused rather than silently ignored.
@@ -440,7 +465,7 @@ class Loader {
                        "inside each other hundreds of times); no deck key is deeper than " +
                        std::to_string(kMaxDepth)});
     } catch (const YAML::ParserException& e) {
-      throw DeckError({location(source, e.mark) + ": YAML syntax error: " + e.msg});
+      throw DeckError({location(source, e.mark) + ": YAML syntax error: " + e.msg + tab_hint(text, e.mark.line)});
     }
     if (root.IsNull() || !root.IsDefined()) {
       // A file with no keys would run every default (or change nothing) and look like success.

@@ -27,6 +27,12 @@ std::optional<plan::ForcedHelp> parse_forced_help(const std::string& entry, std:
   if (arrow == std::string::npos || colon2 == std::string::npos || !number(entry.substr(0, arrow), f.owner) ||
       !number(entry.substr(arrow + 2, colon1 - arrow - 2), f.helper) || !number(entry.substr(colon2 + 1), f.slices)) {
     why = "expected OWNER->HELPER:KINDS:SLICES with ranks and slices as numbers, e.g. 1->0:W,BW:2";
+    // `[1->0:W,BW:2]` unquoted is the two entries '1->0:W' and 'BW:2': YAML splits a flow list at commas.
+    if (arrow != std::string::npos && colon1 != std::string::npos && colon2 == std::string::npos) {
+      why +=
+          " (several KINDS hold commas: quote the entry inside the list, e.g. migration.force='[\"1->0:W,BW:2\"]' "
+          "on the command line, or force: [\"1->0:W,BW:2\"] in a deck)";
+    }
     return std::nullopt;
   }
   const std::string kinds = entry.substr(colon1 + 1, colon2 - colon1 - 1);

@@ -239,6 +239,26 @@ TEST(Deck, YamlSyntaxErrorHasLine) {
   EXPECT_TRUE(std::regex_search(p[0], std::regex("deck\\.yaml:[0-9]+:[0-9]+: YAML syntax error"))) << p[0];
 }
 
+// A tab in the indentation is named (yaml-cpp says only "illegal map value"); a syntax error without one is not
+// given the hint.
+TEST(Deck, YamlSyntaxErrorNamesATabIndent) {
+  auto p = problems_of("run:\n\tsteps: 3\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "deck.yaml:2:") && contains(p[0], "line 2 is indented with a tab")) << p[0];
+  p = problems_of("run:\n  steps: [1, 2\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_FALSE(contains(p[0], "tab")) << p[0];
+}
+
+// Bytes that are not UTF-8 in a deck file are refused as on the command line (they went into resolved.yaml and
+// the trace, whose readers then refused conductor's own files).
+TEST(Deck, FileTextMustBeUtf8) {
+  auto p = problems_of("run:\n  output: nu_\xFF\xFE\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(contains(p[0], "deck.yaml:2: holds bytes that are not UTF-8 text (byte 18 of the file)")) << p[0];
+  EXPECT_TRUE(problems_of("run:\n  output: caf\xC3\xA9\n").empty());  // UTF-8 itself is text
+}
+
 TEST(Deck, RunNeedsOneRankPerStage) {
   auto p = problems_of("parallel: {pipeline: 4}\n", {}, Command::Run, 2);
   ASSERT_EQ(p.size(), 1u);
@@ -309,9 +329,9 @@ TEST(Deck, ValuesInMessagesArePrintableAndSeedsAreNeverNegative) {
   auto p = problems_of("run:\n  seed: \" -1\"\n");
   ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
   EXPECT_TRUE(contains(p[0], "run.seed: expected a non-negative integer, got ' -1'")) << p[0];
-  p = problems_of("schedule:\n  kind: zb\xff\x1b[2J\n");
+  p = problems_of("schedule:\n  kind: zb\x1b[2J\n");  // (bytes that are not UTF-8: FileTextMustBeUtf8)
   ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
-  EXPECT_TRUE(contains(p[0], "value 'zb\\xFF\\x1B[2J' is not allowed")) << p[0];
+  EXPECT_TRUE(contains(p[0], "value 'zb\\x1B[2J' is not allowed")) << p[0];
   p = problems_of("run:\n  steps: " + std::string(100000, '7') + "x\n");
   ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
   EXPECT_LT(p[0].size(), 400u);
@@ -621,6 +641,12 @@ TEST(Deck, MigrationBadValuesHaveClearMessages) {
     p = one({"migration.enabled=true", "migration.force=[\"" + entry + "\"]"});
     EXPECT_TRUE(contains(p, "migration.force entry '" + entry + "'") && contains(p, says)) << p;
   }
+  // Unquoted, several kinds split the entry at their commas: the message says to quote it.
+  const auto split = problems_of("", {"migration.enabled=true", "migration.force=[1->0:W,BW:2]"}, Command::Validate, 4);
+  ASSERT_EQ(split.size(), 2u);  // the entries '1->0:W' and 'BW:2'
+  EXPECT_TRUE(contains(split[0], "migration.force entry '1->0:W'") &&
+              contains(split[0], "quote the entry inside the list"))
+      << split[0];
   p = one({"migration.enabled=true", "migration.force=[\"1->0:BW:1\", \"1->2:BW:1\"]"});
   EXPECT_TRUE(contains(p, "already an owner")) << p;
   // An entry that can move nothing: B and W on a schedule whose backward is one BW op (the default 1f1b).
