@@ -45,14 +45,19 @@ sim::SimSize sim_size(const config::Deck& deck) {
 
 // The trainer of `rank` under the deck: its virtual stages' layers (the schedule's placement) and the peak
 // microbatches in flight (the schedule's memory limit, at most m).
-runtime::RankModelShape rank_shape(const config::Deck& deck, int rank) {
+// The deck's layers per virtual stage (resolved once for every rank's shape).
+std::vector<int> stage_layers(const config::Deck& deck) {
+  const int stages = deck.parallel.pipeline * std::max(1, deck.parallel.virtual_chunks);
+  return model::split_layers(config::resolve(deck).model, stages);
+}
+
+runtime::RankModelShape rank_shape(const config::Deck& deck, int rank, const std::vector<int>& split) {
   sched::Schedule layout;  // placement only: which virtual stages the rank holds
   layout.p = deck.parallel.pipeline;
   layout.m = deck.parallel.microbatches;
   layout.v = deck.parallel.virtual_chunks;
   layout.placement = plan::v_shaped_kind(deck.schedule.kind) || deck.schedule.placement == "v" ? sched::Placement::V
                                                                                                : sched::Placement::Loop;
-  const std::vector<int> split = model::split_layers(config::resolve(deck).model, layout.num_stages());
   runtime::RankModelShape s;
   s.vocab = deck.model.vocab;
   s.seq_len = deck.model.seq_len;
@@ -139,7 +144,7 @@ void check_run_size(const config::Deck& deck) {
   runtime::RankMemory memory;
   if (deck.backend == "cpu") {  // host memory; cuda's lives on the GPU, emulated allocates no model
     try {
-      memory = runtime::estimate_rank_memory(rank_shape(deck, rank));
+      memory = runtime::estimate_rank_memory(rank_shape(deck, rank, stage_layers(deck)));
       mine = memory.total();
     } catch (const InputError&) {
       // a layer split that does not fit is reported, with its key, when the model is built
@@ -167,6 +172,31 @@ void check_run_size(const config::Deck& deck) {
               "; use a smaller model, fewer or smaller microbatches in flight, or more nodes";
   }
   mpi::check_all(problem.empty(), problem, kExitUsage);
+}
+
+void check_rank_sizes_against_deck_limit(const config::Deck& deck) {
+  if (deck.backend != "cpu" || deck.run.memory_limit_gb <= 0) return;
+  std::vector<int> split;
+  try {
+    split = stage_layers(deck);
+  } catch (const InputError&) {
+    return;  // a layer split that does not fit is reported, with its key, where the model is built
+  }
+  const std::uint64_t limit = static_cast<std::uint64_t>(deck.run.memory_limit_gb * 1e9);
+  int largest = 0;
+  runtime::RankMemory most;
+  for (int r = 0; r < deck.parallel.pipeline; ++r) {
+    const runtime::RankMemory m = runtime::estimate_rank_memory(rank_shape(deck, r, split));
+    if (m.total() > most.total()) largest = r, most = m;
+  }
+  if (most.total() <= limit) return;
+  throw InputError("rank " + std::to_string(largest) + " alone needs about " + gb(most.total()) + " of memory (" +
+                   gb(most.state_bytes) + " for " + std::to_string(most.parameters) +
+                   " parameters with their gradients and AdamW state" +
+                   (deck.schedule.post_validation ? " and its post-validation copy, " : ", ") +
+                   gb(most.activation_bytes) + " of activations), above run.memory_limit_gb = " + gb(limit) +
+                   " for a node; use a smaller model, fewer or smaller microbatches in flight, or a " +
+                   "larger run.memory_limit_gb");
 }
 
 }  // namespace conductor::cli

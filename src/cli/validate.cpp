@@ -4,6 +4,7 @@
 #include "conductor/cli/cli.hpp"
 #include "conductor/cli/global_tier.hpp"
 #include "conductor/cli/run_folder.hpp"
+#include "conductor/cli/size_guard.hpp"
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/model/checkpoint.hpp"
@@ -121,6 +122,14 @@ int cmd_validate(const Invocation& inv) {
     }
   }
   if (!deck_builds(deck)) return kExitUsage;
+  if (command == config::Command::Run) {
+    try {
+      check_rank_sizes_against_deck_limit(deck);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "conductor: %s\n", e.what());
+      return kExitUsage;
+    }
+  }
   std::fputs(config::to_yaml(deck).c_str(), stdout);
   return 0;
 }

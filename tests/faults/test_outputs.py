@@ -313,6 +313,12 @@ class Outputs(FaultCase):
         self.assertFault(r, 2, r"the run needs about [0-9.e+]+ GB of memory on this node \(2 ranks; rank 0: .* "
                          r"parameters .*above the limit of 0\.001 GB set by run\.memory_limit_gb")
         self.assertFalse(os.path.exists(self.out))
+        # validate (a run's rules) refuses what any node would: one rank alone above the deck's limit (it printed
+        # the deck and exited 0, and the Slurm scripts' check let the job start).
+        r = run1("validate", self.deck(steps=1), "run.memory_limit_gb=0.00001")
+        self.assertFault(r, 2, r"rank [01] alone needs about [0-9.e+-]+ GB of memory .*above run\.memory_limit_gb = "
+                         r"1e-05 GB for a node")
+        self.assertEqual(run1("validate", self.deck(steps=1), "run.memory_limit_gb=100").code, 0)
 
 
 class ClosedStreams(FaultCase):

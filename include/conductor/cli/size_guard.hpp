@@ -29,4 +29,9 @@ void check_trace_space(const config::Deck& deck);
 // the ranks of a node add theirs up, and a node above the limit ends every rank with exit 2.
 void check_run_size(const config::Deck& deck);
 
+// `conductor validate` (a run's rules), without the run's ranks: a deck whose run.memory_limit_gb (a node's) is below
+// what its largest rank alone needs is refused as conductor run would refuse it on any node; the limit from the
+// machine's memory is the run's node's, so checked there only. InputError naming the rank.
+void check_rank_sizes_against_deck_limit(const config::Deck& deck);
+
 }  // namespace conductor::cli
