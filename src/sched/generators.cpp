@@ -461,7 +461,12 @@ Schedule make_schedule(const plan::Plan& plan) {
     ScheduleShape shape{p, m, v, std::nullopt};
     if (plan.schedule.placement != "auto")
       shape.placement = plan.schedule.placement == "v" ? Placement::V : Placement::Loop;
-    return import_schedule(kind.substr(5), shape, plan_limit(plan), cost.memory_after_b);
+    try {
+      return import_schedule(kind.substr(5), shape, plan_limit(plan), cost.memory_after_b);
+    } catch (const InputError& e) {
+      // The key too: a message naming only the file does not say which setting read it.
+      throw InputError("schedule.kind = " + kind + ": " + e.what());
+    }
   }
   // Overlapping steps run at the pace of the longest rank span (docs/post-validation.md), synchronous steps at
   // the step's makespan.
