@@ -37,7 +37,13 @@ namespace {
 // layout (PREFIX/bin/conductor, PREFIX/lib/conductor/), and the build folder this binary was built in (tests and
 // benchmarks live in folders of their own).
 std::vector<std::filesystem::path> module_candidates() {
-  if (const char* env = std::getenv("CONDUCTOR_GLOBAL_TIER"); env && *env) return {env};
+  if (const char* env = std::getenv("CONDUCTOR_GLOBAL_TIER"); env && *env) {
+    // A bare name (no '/') is a file in the working folder, as checked below: dlopen would search the library
+    // path for it instead, and load another file than the one checked (or the system's library of that name).
+    std::filesystem::path path(env);
+    if (path.is_relative()) path = std::filesystem::path(".") / path;
+    return {path};
+  }
   std::vector<std::filesystem::path> paths;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -126,8 +132,9 @@ void check_train_policy_size(const config::Deck& deck) {
 const plugin::GlobalTier& load_global_tier(const std::string& what) {
   std::string tried;
   for (const auto& path : module_candidates()) {
-    if (!std::filesystem::exists(path)) {
-      tried += "\n  " + path.string() + ": not there";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      tried += "\n  " + path.string() + ": " + (ec ? "cannot be looked up (" + ec.message() + ")" : "not there");
       continue;
     }
     if (const std::string problem = elf_problem(path); !problem.empty()) {
@@ -144,9 +151,11 @@ const plugin::GlobalTier& load_global_tier(const std::string& what) {
     const plugin::GlobalTier* table = entry ? entry() : nullptr;
     if (!table || table->abi_version != plugin::kAbiVersion || table->plan_size != sizeof(plan::Plan) ||
         table->deck_size != sizeof(config::Deck) || std::string(table->revision) != kGitRevision) {
-      tried += "\n  " + path.string() + ": built from another revision of conductor (" +
-               (table ? std::string(table->revision) : std::string("no entry table")) + "; this binary is " +
-               kGitRevision + ")";
+      tried += "\n  " + path.string() +
+               (table ? ": built from another revision of conductor (" + std::string(table->revision) +
+                            "; this binary is " + kGitRevision + ")"
+                      : ": not conductor's global tier module (no " + std::string(plugin::kEntrySymbol) +
+                            " entry table; built from another revision, or another library)");
       continue;  // dlclose would be fine here, but a module refused stays harmlessly mapped
     }
     table->attach({mpi::world_rank(), mpi::world_size(), static_cast<int>(log::level()), &runtime::stop_requested,

@@ -403,10 +403,13 @@ void read_tensors(const std::string& path, const std::string& body, Policy& p) {
 }  // namespace
 
 Policy load_policy(const std::string& path, sched::PolicySource* source) {
-  if (!std::filesystem::exists(path)) {
-    throw InputError("policy file '" + path +
-                     "' cannot be opened (no such file); train one with `conductor train-policy DECK` or set "
-                     "scheduler.policy");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    // A name too long for the file system (or a folder on the way that cannot be searched) is said as such: the
+    // throwing exists() passed a raw "filesystem error" through.
+    throw InputError("policy file '" + path + "' cannot be opened (" +
+                     (ec ? ec.message() : std::string("no such file")) +
+                     "); train one with `conductor train-policy DECK` or set scheduler.policy");
   }
   // Read whole, after read_text_input's checks: a folder, a device or a file far larger than any policy (hidden
   // <= 256: a few MB) is named as such instead of "not a conductor policy" or a read that never ends.
@@ -425,7 +428,6 @@ Policy load_policy(const std::string& path, sched::PolicySource* source) {
   }
   p.prepare();
   if (source) {
-    std::error_code ec;
     const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
     source->path = ec ? path : absolute.lexically_normal().string();
     source->bytes = bytes.size();
@@ -438,13 +440,13 @@ Policy load_policy(const std::string& path, sched::PolicySource* source) {
 std::string resolve_policy_path(const std::string& configured) {
   if (!configured.empty()) return configured;
   const std::string rel = "inputs/policies/default.pt";
-  if (std::filesystem::exists(rel)) return rel;
   std::error_code ec;
+  if (std::filesystem::exists(rel, ec)) return rel;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
       for (const auto& cand : {dir / rel, dir / "share/conductor" / rel}) {  // source tree; installed (make install)
-        if (std::filesystem::exists(cand)) return cand.string();
+        if (std::filesystem::exists(cand, ec)) return cand.string();
       }
     }
   }

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import time
@@ -115,6 +116,29 @@ class GlobalTier(FaultCase):
         missing = os.path.join(self.tmp.name, "no-such.so")
         res = run1("validate", deck, env=dict(os.environ, CONDUCTOR_GLOBAL_TIER=missing))
         self.assertFault(res, 2, re.escape(missing) + r": not there")
+
+    def test_module_and_policy_paths_are_looked_up_as_named(self):
+        """A bare CONDUCTOR_GLOBAL_TIER name is the file in the working folder (dlopen searched the library path for
+        it: 'cannot open shared object file' beside the file, or the system's library of that name loaded); a path
+        too long for the file system, for the module or the policy, is one message and exit 2 (a raw 'filesystem
+        error', exit 1); a library that is not conductor's is said to be none."""
+        deck = self.ppo_deck()
+        folder = os.path.join(self.tmp.name, "here")
+        os.mkdir(folder)
+        shutil.copy(MODULE, os.path.join(folder, "mymodule.so"))
+        res = run1("validate", deck, env=dict(os.environ, CONDUCTOR_GLOBAL_TIER="mymodule.so"), cwd=folder)
+        self.assertEqual(res.code, 0, res.text)
+        long_name = os.path.join(self.tmp.name, "x" * 300)
+        res = run1("validate", deck, env=dict(os.environ, CONDUCTOR_GLOBAL_TIER=long_name + ".so"))
+        self.assertFault(res, 2, re.escape(long_name) + r"\.so: cannot be looked up \(File name too long\)")
+        res = run1("validate", deck, "scheduler.policy=" + long_name + ".pt")
+        self.assertFault(res, 2, r"policy file '" + re.escape(long_name) + r"\.pt' cannot be opened \(File name too "
+                         r"long\)")
+        libz = "/usr/lib/x86_64-linux-gnu/libz.so.1"
+        if os.path.exists(libz):
+            res = run1("validate", deck, env=dict(os.environ, CONDUCTOR_GLOBAL_TIER=libz))
+            self.assertFault(res, 2, re.escape(libz) + r": not conductor's global tier module \(no "
+                             r"conductor_global_tier_v1 entry table")
 
     # ---- train-policy: a previous run's folder is never a mix ---------------------------------------------
 
