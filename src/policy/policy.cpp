@@ -283,6 +283,12 @@ Policy policy_of_header(const std::string& path, const std::map<std::string, std
   } catch (const InputError&) {
     throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
   }
+  // The rankings a policy is trained with (ppo.heuristic): backfill is a readiness hint, never a policy's guide.
+  if (p.heuristic == sched::Hint::Backfill) {
+    throw InputError("policy file '" + path +
+                     "' is corrupt: its header's heuristic 'backfill' is not one a policy is trained with (schedule, "
+                     "bf, bfw or critical, as ppo.heuristic)");
+  }
   if (const auto d = kv.find("deck_crc32"); d != kv.end()) {
     std::uint32_t crc = 0;
     if (!util::parse_crc32_hex(d->second, crc)) {
@@ -319,6 +325,13 @@ std::string torch_reason(const std::exception& e) {
   if (const auto at = what.find(locating); at != std::string::npos) {
     const auto start = at + locating.size();
     return "it has no '" + what.substr(start, what.find(':', start) - start) + "' record";
+  }
+  // LibTorch's own advice ("please upgrade PyTorch") is not what a conductor user can follow.
+  const std::string newer = "Attempted to read a PyTorch file with version ";
+  if (const auto at = what.find(newer); at != std::string::npos) {
+    const auto start = at + newer.size();
+    return "its format version " + what.substr(start, what.find(',', start) - start) +
+           " is not one this conductor's LibTorch reads: written by another LibTorch, or damaged";
   }
   if (what.find("data is not allocated yet") != std::string::npos) return "a tensor's data is missing";
   if (what.find("istream reader failed") != std::string::npos) return "the archive is cut short";

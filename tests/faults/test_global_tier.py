@@ -340,14 +340,26 @@ class GlobalTier(FaultCase):
         inline_container.cc:129] . file in archive is not in a subdirectory')."""
         src = self.shipped_archive()
         records = [(i.filename, src.read(i.filename)) for i in src.infolist()]
+        # A newer format version: LibTorch's 'please upgrade PyTorch' is not advice a conductor user can follow.
+        newer = [(n, b"99\n" if n.endswith("/version") else d) for n, d in records]
         for name, entries, why in (
                 ("missing.pt", [r for r in records if not r[0].endswith("/data/5")], r"it has no 'data/5' record"),
-                ("stray.pt", [("hello.txt", b"hi")] + records, r"file in archive is not in a subdirectory: hello\.txt")):
+                ("stray.pt", [("hello.txt", b"hi")] + records, r"file in archive is not in a subdirectory: hello\.txt"),
+                ("newer.pt", newer, r"its format version 99 is not one this conductor's LibTorch reads: written by "
+                 r"another LibTorch, or damaged")):
             policy = self.stamped(name, self.zipped(entries))
             res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
             self.assertFault(res, 2, r"policy file '%s' is corrupt: .*\(%s\)" % (re.escape(policy), why))
-            for raw in ("enforce fail", "PytorchStreamReader", "inline_container", "c10::"):
+            for raw in ("enforce fail", "PytorchStreamReader", "inline_container", "c10::", "upgrade PyTorch"):
                 self.assertNotIn(raw, res.text)
+        # The header's heuristic: backfill is a readiness hint, never a policy's guide (it was taken as one).
+        with open(os.path.join(SOURCE, "inputs", "policies", "default.pt"), "rb") as f:
+            data = f.read()
+        policy = os.path.join(self.tmp.name, "backfill.pt")
+        with open(policy, "wb") as f:
+            f.write(re.sub(rb"heuristic=\w+", b"heuristic=backfill", data, count=1))
+        res = run1("validate", self.ppo_deck(), "scheduler.policy=" + policy)
+        self.assertFault(res, 2, r"its header's heuristic 'backfill' is not one a policy is trained with")
 
 
 if __name__ == "__main__":
