@@ -65,7 +65,10 @@ bool deck_builds(const config::Deck& deck) {
     // What a run opens before its first step: the checkpoint it resumes (a root with a `latest`, or a step
     // folder) and the global tier's policy, made into the planner a run would make (its file, and whether it
     // fits this deck's pipeline).
-    if (!deck.checkpoint.resume.empty()) (void)model::resolve_checkpoint(deck.checkpoint.resume);
+    if (!deck.checkpoint.resume.empty()) {
+      const std::string step_dir = model::resolve_checkpoint(deck.checkpoint.resume);
+      model::check_steps_left(step_dir, model::read_manifest(step_dir).step, deck.run.steps);
+    }
     if (const sched::PlannerFactory make_planner = planner_factory(plan)) (void)make_planner(schedule);
     return true;
   } catch (const InputError& e) {

@@ -142,6 +142,13 @@ std::string manifest_text(const Manifest& m) {
   return o.str();
 }
 
+void check_steps_left(const std::string& step_dir, int step, int run_steps) {
+  if (step < run_steps) return;
+  throw InputError("checkpoint.resume = '" + step_dir + "' is at step " + std::to_string(step) +
+                   ", not below run.steps = " + std::to_string(run_steps) +
+                   ": nothing left to run (raise run.steps to train further)");
+}
+
 Manifest read_manifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / kManifestName).string();
   if (!fs::is_regular_file(path)) {

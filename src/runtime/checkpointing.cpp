@@ -125,11 +125,7 @@ Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model,
       throw InputError("checkpoint.resume = '" + step_dir + "': the ranks loaded different steps (" +
                        std::to_string(-range[0]) + " to " + std::to_string(range[1]) + ")");
     }
-    if (step >= plan.run.steps) {
-      throw InputError("checkpoint.resume = '" + step_dir + "' is at step " + std::to_string(step) +
-                       ", not below run.steps = " + std::to_string(plan.run.steps) +
-                       ": nothing left to run (raise run.steps to train further)");
-    }
+    model::check_steps_left(step_dir, step, plan.run.steps);
   });
   // Every rank checked this manifest in load_checkpoint; its count of skipped steps is the run's so far. Rank 0
   // compares its record of the data files with the files this run opened (every rank opened the same ones).

@@ -57,6 +57,9 @@ std::string resolve_checkpoint(const std::string& path);
 std::string checkpoint_deck(const std::string& step_dir);
 // Parses <step_dir>/manifest.txt; InputError naming the file and the line for a missing or malformed one.
 Manifest read_manifest(const std::string& step_dir);
+// A resume from <step_dir>, at `step` steps done, has steps left under run.steps = `run_steps`; InputError ("nothing
+// left to run") otherwise. conductor run checks it after loading, validate from the manifest.
+void check_steps_left(const std::string& step_dir, int step, int run_steps);
 std::string manifest_text(const Manifest& m);
 // The manifest's entry for `name`; InputError naming the manifest when it has none.
 const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name);
