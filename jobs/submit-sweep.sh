@@ -33,8 +33,9 @@ command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm l
 # taken to want the next word, unless it is one of sbatch's flags that take none.
 check_options() {
   local a wants_value=0 flags
-  flags="--contiguous --exclusive --hold --ignore-pbs --no-kill --no-requeue --overcommit --oversubscribe --parsable"
-  flags=" $flags --quiet --reboot --requeue --spread-job --test-only --use-min-nodes --verbose --wait -H -O -Q -W -k -s -v "
+  flags="--contiguous --exclusive --get-user-env --hold --ignore-pbs --nice --no-kill --no-requeue --overcommit"
+  flags=" $flags --oversubscribe --parsable --propagate --quiet --reboot --requeue --spread-job --test-only"
+  flags=" $flags --use-min-nodes --verbose --wait -H -O -Q -W -k -s -v "
   for a in "$@"; do
     if [[ $wants_value == 1 ]]; then
       wants_value=0

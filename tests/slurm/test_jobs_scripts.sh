@@ -575,6 +575,9 @@ sweep_env=(env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="
 expect 2 "COMMAND='bogus': expected run, simulate or validate" -- "${sweep_env[@]}" COMMAND=bogus \
   bash "$src/jobs/submit-sweep.sh"
 expect 2 "REQUEUE='no': expected 1 .* or 0" -- "${sweep_env[@]}" REQUEUE=no bash "$src/jobs/submit-sweep.sh"
+# sbatch's flags without a value, and options with one as the next word, pass the check (then REQUEUE stops it).
+expect 2 "REQUEUE='no'" -- "${sweep_env[@]}" REQUEUE=no bash "$src/jobs/submit-sweep.sh" --nice -p cpu --exclusive \
+  --gres gpu:1 -J name --hold
 expect 2 "deck '$work/no-such-deck.yaml' not found" -- "${sweep_env[@]}" SWEEP_DECKS="$work/no-such-deck.yaml" \
   COMMAND=simulate bash "$src/jobs/submit-sweep.sh"
 grep -qiE "usage|argument 2 is empty" <<<"$LAST" && bad "a missing deck ran conductor without it: $LAST" || ok

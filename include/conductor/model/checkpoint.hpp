@@ -58,7 +58,8 @@ std::string checkpoint_deck(const std::string& step_dir);
 // Parses <step_dir>/manifest.txt; InputError naming the file and the line for a missing or malformed one.
 Manifest read_manifest(const std::string& step_dir);
 // A resume from <step_dir>, at `step` steps done, has steps left under run.steps = `run_steps`; InputError ("nothing
-// left to run") otherwise. conductor run checks it after loading, validate from the manifest.
+// left to run") otherwise. conductor run checks it after loading (validate leaves it to the run: a finished run
+// is no deck problem, and the job scripts tell the two apart).
 void check_steps_left(const std::string& step_dir, int step, int run_steps);
 std::string manifest_text(const Manifest& m);
 // The manifest's entry for `name`; InputError naming the manifest when it has none.
