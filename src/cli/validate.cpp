@@ -53,9 +53,9 @@ void print_keys() {
 
 // The deck's schedule, built as every command builds it: a list that cannot be made (a memory limit below what
 // it holds, a schedule file that does not fit the deck, a search that finds nothing) is a problem of the deck,
-// found here rather than by the command it was meant for; and its data files' headers. Prints the message;
-// false then.
-bool deck_builds(const config::Deck& deck) {
+// found here rather than by the command it was meant for; and its data files' headers; for a run, its ranks'
+// memory against the deck's own limit. Prints the message; false then.
+bool deck_builds(const config::Deck& deck, config::Command command) {
   try {
     const plan::Plan plan = config::resolve(deck);
     const sched::Schedule schedule = sched::make_schedule(plan);
@@ -64,11 +64,11 @@ bool deck_builds(const config::Deck& deck) {
     model::check_data_headers(plan);
     // What a run opens before its first step: the checkpoint it resumes (a root with a `latest`, or a step
     // folder) and the global tier's policy, made into the planner a run would make (its file, and whether it
-    // fits this deck's pipeline).
-    // Whether it leaves steps to run is the run's check, not a deck problem: the job scripts validate a requeued
-    // job's deck first and then tell a finished run (nothing to do, exit 0) from a bad deck.
+    // fits this deck's pipeline). Whether the checkpoint leaves steps to run is the run's check, not a deck
+    // problem: the job scripts validate a requeued job's deck first, then tell a finished run (exit 0) from it.
     if (!deck.checkpoint.resume.empty()) (void)model::resolve_checkpoint(deck.checkpoint.resume);
     if (const sched::PlannerFactory make_planner = planner_factory(plan)) (void)make_planner(schedule);
+    if (command == config::Command::Run) check_rank_sizes_against_deck_limit(deck);
     return true;
   } catch (const InputError& e) {
     std::fprintf(stderr, "conductor: %s\n", e.what());
@@ -123,15 +123,7 @@ int cmd_validate(const Invocation& inv) {
       return kExitUsage;
     }
   }
-  if (!deck_builds(deck)) return kExitUsage;
-  if (command == config::Command::Run) {
-    try {
-      check_rank_sizes_against_deck_limit(deck);
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "conductor: %s\n", e.what());
-      return kExitUsage;
-    }
-  }
+  if (!deck_builds(deck, command)) return kExitUsage;
   std::fputs(config::to_yaml(deck).c_str(), stdout);
   return 0;
 }
