@@ -160,6 +160,10 @@ class Migration {
   // The least tau in (lo, hi] at which `r` takes k slices, given that it takes fewer at lo and k at hi (NaN when
   // a close guess and a few ulps around it do not find it: the caller evaluates instead).
   static double step_of(const Reach& r, int k, double lo, double hi);
+  // decide()'s two ways: one helper per op (the default), and several (or a reference search: migration.cpp).
+  Offload decide_one(OpKind kind, double now, double estimate, const std::vector<HelpOffer>& offers,
+                     double gain_needed) const;
+  class Several;
 
   bool enabled_ = false;
   int slices_ = 1, max_slices_ = 0, max_helpers_ = 1;
