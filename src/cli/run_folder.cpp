@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -17,6 +18,7 @@
 #include "conductor/model/checkpoint.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/run_report.hpp"
+#include "conductor/trace/trace_reader.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
@@ -185,6 +187,59 @@ void check_later_results(const fs::path& dir, const fs::path& resume, int steps)
                    "into a new run.output, raise run.steps, or set run.overwrite=true to replace them");
 }
 
+// The rows a run's trace and metrics in `dir` hold must meet its checkpoint: continuing from checkpoint step
+// `resumed` (steps done) to run.steps = `steps` keeps each file's rows before it and writes the rest again. Refused
+// when a file's rows end before that step (the steps between would be missing from it: a checkpoint copied from
+// further on, or a trace moved away and back) or go on past run.steps (those rows would be dropped and not written
+// again), whatever checkpoint.resume's root holds. A trace that cannot be read is left to the run's own check, which
+// names what is wrong with it.
+void check_recorded_steps(const fs::path& dir, const fs::path& resume, int resumed, int steps) {
+  const auto check = [&](const std::string& file, const std::vector<long long>& rows) {
+    const long long last = rows.empty() ? 0 : *std::max_element(rows.begin(), rows.end()) + 1;
+    const std::string named = "checkpoint.resume = '" + resume.string() + "' is step " + std::to_string(resumed);
+    const std::string where = (dir / file).string();
+    if (last < resumed) {
+      throw InputError(named + ", but '" + where + "' " +
+                       (rows.empty() ? std::string("holds no step") : "ends at step " + std::to_string(last)) +
+                       ": continuing it would leave out the steps " + std::to_string(last + 1) + " .. " +
+                       std::to_string(resumed) +
+                       " (the checkpoint is from further on than this folder's run "
+                       "went); nothing was written. Resume into a new run.output, or from a checkpoint of step " +
+                       std::to_string(last) + " or earlier");
+    }
+    if (last > steps) {
+      throw InputError(named + ", but the run in run.output = '" + dir.string() + "' went on to step " +
+                       std::to_string(last) + " ('" + where +
+                       "' holds its rows): continuing it to run.steps = " + std::to_string(steps) +
+                       " would drop the rows of the steps after that; nothing was written. "
+                       "Resume into a new run.output, raise run.steps, or set run.overwrite=true to replace them");
+    }
+  };
+  if (resumed < 0) return;  // no checkpoint found there: the loader names what is missing
+  std::error_code ec;
+  if (fs::exists(dir / "trace.h5", ec)) {
+    std::optional<std::vector<int>> rows;
+    try {
+      rows = trace::read_step_numbers((dir / "trace.h5").string());
+    } catch (const InputError&) {
+      // Not readable: the run's TraceWriter refuses it, naming why.
+    }
+    if (rows) check("trace.h5", std::vector<long long>(rows->begin(), rows->end()));
+  }
+  if (fs::exists(dir / runtime::kMetricsFile, ec))
+    check(runtime::kMetricsFile, runtime::metrics_steps(dir / runtime::kMetricsFile));
+}
+
+// The step checkpoint.resume continues from (steps done), or -1 when it names no checkpoint (the loader says so).
+int resumed_step(const config::Deck& deck) {
+  try {
+    return model::step_of_folder(
+        fs::path(model::resolve_checkpoint(folder(deck.checkpoint.resume).string())).filename().string());
+  } catch (const InputError&) {
+    return -1;
+  }
+}
+
 // What a resume may not change of the run that wrote its checkpoint: the batches it reads (the data stream
 // continues from the checkpoint's position only over the same data and batch shape; run.seed is checked by the
 // loader). Optimizer settings may change, as in fine-tuning, with a warning: the steps after it differ from an
@@ -218,6 +273,19 @@ bool changes_grouping(const std::string& difference, bool migrating, const std::
   return difference.rfind("migration.slices ", 0) == 0;
 }
 
+// Whether this deck's learning-rate decay horizon (optim.decay_steps, or run.steps where it is 0) is that of the
+// checkpoint's deck `theirs` (false where that cannot be read from it).
+bool same_decay_horizon(const config::Deck& deck, const std::string& theirs) {
+  const auto horizon = [](long long decay_steps, long long steps) { return decay_steps > 0 ? decay_steps : steps; };
+  try {
+    const YAML::Node there = YAML::Load(theirs);
+    return horizon(there["optim"]["decay_steps"].as<long long>(), there["run"]["steps"].as<long long>()) ==
+           horizon(deck.optim.decay_steps, deck.run.steps);
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
 // The checkpoint a resume reads, against this run (its deck is in the checkpoint): into its own run.output the
 // checkpoint must be that run's (else its trace and metrics would be spliced with another model's), and anywhere
 // the data stream must continue. Any other change of optim.* (or of run.steps when the decay follows it) or of
@@ -244,9 +312,13 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
                      "; here: this deck, there: the checkpoint's); continuing would splice two runs' traces and "
                      "metrics. Nothing was written. Resume into a new run.output, or from that run's own checkpoints");
   }
+  // The learning rate decays over optim.decay_steps, or run.steps where that is 0 (config::resolve): a change of
+  // either that keeps that horizon changes no step.
+  const bool same_horizon = same_decay_horizon(deck, theirs);
   std::vector<std::string> stream, changed;
   for (const std::string& d : differ) {
     if (changes_stream(d)) stream.push_back(d);
+    if (same_horizon && d.rfind("optim.decay_steps ", 0) == 0) continue;
     if (d.rfind("optim.", 0) == 0 || changes_grouping(d, deck.migration.enabled, deck.migration.units, theirs))
       changed.push_back(d);
   }
@@ -254,7 +326,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
     throw InputError(named + ": the data stream would not continue: " + listed(stream, 4) +
                      " (here: this deck, there: the checkpoint's run); keep them, or start a new run");
   }
-  if (deck.optim.decay_steps == 0) {
+  if (deck.optim.decay_steps == 0 && !same_horizon) {
     for (const std::string& d : steps) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
   }
   // A checkpoint at or past run.steps is refused when it loads: no warning about a resume that will not run.
@@ -317,6 +389,7 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
     if (has_deck && differ.empty()) {
       check_later_results(dir, folder(deck.checkpoint.resume), deck.run.steps);
       check_resumed_checkpoint(deck, true);
+      check_recorded_steps(dir, folder(deck.checkpoint.resume), resumed_step(deck), deck.run.steps);
       return;
     }
     throw InputError(

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -110,6 +111,14 @@ struct Derived {
 
 double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
+// The step of a metrics.jsonl line; none for a line that is not a JSON object with an integer "step" (a torn
+// last line).
+std::optional<long long> row_step(const std::string& line) {
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j["step"].get<long long>();
+}
+
 // NaN and infinities are not JSON: they become null.
 // Rewrites a resumed run's metrics.jsonl with only the rows of steps before `first_step`, through a new file renamed
 // over it (a crash leaves the old file whole). A killed attempt may have written rows past its last checkpoint; the
@@ -121,9 +130,7 @@ void keep_metrics_before(const std::filesystem::path& path, int first_step) {
   std::string kept, line;
   bool dropped = false;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-        j["step"].get<long long>() < first_step) {
+    if (const std::optional<long long> step = row_step(line); step && *step < first_step) {
       kept += line + '\n';
     } else {
       dropped = true;
@@ -197,6 +204,16 @@ std::string step_line(int step, int steps, const trace::StepRecord& rec, const S
 }
 
 }  // namespace
+
+std::vector<long long> metrics_steps(const std::filesystem::path& path) {
+  std::vector<long long> steps;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (const std::optional<long long> step = row_step(line)) steps.push_back(*step);
+  }
+  return steps;
+}
 
 RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int world_size, int first_step,
                      const std::vector<std::string>& hosts, bool has_math)

@@ -1,8 +1,11 @@
 #include "conductor/trace/trace_reader.hpp"
 
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "conductor/trace/summary.hpp"
@@ -176,6 +179,25 @@ Trace read_trace(const std::string& path) {
   std::erase_if(t.steps, [](const StepRecord& s) { return s.step < 0; });
   if (!table_has_field(f, path, "steps", h5::kStageBubbleField)) fill_stage_bubble(t);
   return t;
+}
+
+std::vector<int> read_step_numbers(const std::string& path) {
+  h5::Silence silence;
+  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_file_locking(fapl.get(), false, true);
+  std::string plain;
+  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
+  if (!file.valid()) throw InputError("trace " + path + ": H5Fopen failed: " + plain);
+  // A memory type of the one field: HDF5 converts the rows' step column alone.
+  h5::Handle mem(H5Tcreate(H5T_COMPOUND, sizeof(std::int32_t)), H5Tclose);
+  H5Tinsert(mem.get(), "step", 0, H5T_NATIVE_INT32);
+  const std::vector<std::int32_t> rows =
+      read_table<std::int32_t>(file.get(), path, "steps", std::array<std::string_view, 1>{"step"}, mem);
+  std::vector<int> steps;
+  for (const std::int32_t s : rows) {
+    if (s >= 0) steps.push_back(s);
+  }
+  return steps;
 }
 
 }  // namespace conductor::trace

@@ -252,6 +252,21 @@ class Checkpoints(FaultCase):
                    "checkpoint.resume=" + ordered, "run.steps=3", "optim.decay_steps=3")
         self.assertEqual(r.code, 0, r.text)
         self.assertNotIn("warning", r.text)
+        # The decay's horizon kept by another pair of optim.decay_steps and run.steps changes no step: said before
+        # ("resuming with optim.decay_steps = 0 here, 3 there"), though the losses are those of an uninterrupted run.
+        r = mpirun(2, "run", self.deck(steps=2, extra=CPU, name="units.yaml"), "migration.enabled=true",
+                   "migration.units=[heads, mlp]", "run.output=" + os.path.join(self.tmp.name, "units3"),
+                   "checkpoint.resume=" + ordered, "run.steps=3", "optim.decay_steps=0")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertNotIn("warning", r.text)
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + os.path.join(self.tmp.name, "horizon"), "optim.decay_steps=3")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertNotIn("warning", r.text)
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.resume=" + self.good,
+                   "run.output=" + os.path.join(self.tmp.name, "horizon2"), "optim.decay_steps=4")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertIn("resuming with optim.decay_steps = 4 here, 0 there", r.text)
 
     def test_refused_resume_creates_no_checkpoint_path(self):
         # The new checkpoint.path was probed and locked before the resume's checks: a refused resume left it
@@ -282,6 +297,40 @@ class Checkpoints(FaultCase):
                    "checkpoint.path=" + os.path.join(self.tmp.name, "ck2"))
         self.assertFault(r, 2, r"is step 2, but the run in run\.output = '.*' went on to step 5 \(complete "
                                r"checkpoints 3 \.\. 5\): continuing its trace to run\.steps = 3 would drop")
+        self.assertEqual(snapshot(self.out), before)
+
+    def test_resume_from_a_copied_older_step_keeps_a_longer_runs_rows(self):
+        # The same with the older step copied out of the root (its root then holds no later step): the folder's
+        # trace and metrics alone told that the run there went on to step 5, and its rows 4 and 5 were dropped,
+        # exit 0.
+        ck = os.path.join(self.tmp.name, "long-ck")
+        r = mpirun(2, "run", self.deck(steps=5, extra=CPU), "checkpoint.path=" + ck, "checkpoint.every=1",
+                   "checkpoint.keep=0")
+        self.assertEqual(r.code, 0, r.text)
+        snap = os.path.join(self.tmp.name, "snap")
+        shutil.copytree(os.path.join(ck, "step-000002"), os.path.join(snap, "step-000002"))
+        before = snapshot(self.out)
+        r = mpirun(2, "run", self.deck(steps=3, extra=CPU), "checkpoint.resume=" + os.path.join(snap, "step-000002"),
+                   "checkpoint.path=" + os.path.join(self.tmp.name, "ck2"))
+        self.assertFault(r, 2, r"is step 2, but the run in run\.output = '.*' went on to step 5 \('.*trace\.h5' holds "
+                               r"its rows\): continuing it to run\.steps = 3 would drop the rows")
+        self.assertEqual(snapshot(self.out), before)
+
+    def test_resume_from_a_step_past_the_folders_rows_is_refused(self):
+        # A run of 2 steps, continued to step 4 by another run into another folder through the same checkpoint
+        # root; resuming the first folder from that root's latest (step 4) appended steps 5 .. 6 after its rows
+        # 1 .. 2: trace and metrics without steps 3 and 4, exit 0.
+        ck = os.path.join(self.tmp.name, "shared-ck")
+        r = mpirun(2, "run", self.deck(steps=2, extra=CPU), "checkpoint.path=" + ck)
+        self.assertEqual(r.code, 0, r.text)
+        other = os.path.join(self.tmp.name, "other")
+        r = mpirun(2, "run", self.deck(steps=4, extra=CPU), "checkpoint.path=" + ck, "checkpoint.resume=" + ck,
+                   "run.output=" + other)
+        self.assertEqual(r.code, 0, r.text)
+        before = snapshot(self.out)
+        r = mpirun(2, "run", self.deck(steps=6, extra=CPU), "checkpoint.path=" + ck, "checkpoint.resume=" + ck)
+        self.assertFault(r, 2, r"is step 4, but '.*trace\.h5' ends at step 2: continuing it would leave out the steps "
+                               r"3 \.\. 4 .*Resume into a new run\.output, or from a checkpoint of step 2 or earlier")
         self.assertEqual(snapshot(self.out), before)
 
     def test_resume_after_a_killed_attempt(self):

@@ -26,6 +26,10 @@ namespace conductor::runtime {
 // The per-step metrics file in the run folder, and the suffix of its copy while a resume trims it (renamed over it).
 inline constexpr const char* kMetricsFile = "metrics.jsonl";
 inline constexpr const char* kResumeCopySuffix = ".resume.tmp";
+// The steps the metrics file at `path` holds rows for, in file order (none when it is not there; a line that is not
+// a JSON object with an integer "step", such as a torn last line, is no row): what a resume's checks compare with
+// its checkpoint.
+std::vector<long long> metrics_steps(const std::filesystem::path& path);
 
 // What the global tier reports at the end of a run (empty without one).
 struct PlannerFigures {

@@ -18,4 +18,8 @@ struct Trace {
 
 Trace read_trace(const std::string& path);
 
+// The steps /steps holds rows for, in file order (fill rows of a killed run dropped), without reading /events:
+// what a resumed run's checks compare with its checkpoint. Throws InputError as read_trace does.
+std::vector<int> read_step_numbers(const std::string& path);
+
 }  // namespace conductor::trace
