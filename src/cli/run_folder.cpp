@@ -19,6 +19,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/run_report.hpp"
 #include "conductor/trace/trace_reader.hpp"
+#include "conductor/trace/trace_writer.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/folder_lock.hpp"
 #include "conductor/util/log.hpp"
@@ -222,7 +223,8 @@ void check_recorded_steps(const fs::path& dir, const fs::path& resume, int resum
     try {
       rows = trace::read_step_numbers((dir / "trace.h5").string());
     } catch (const InputError&) {
-      // Not readable: the run's TraceWriter refuses it, naming why.
+      // Not readable: refused as the run's TraceWriter refuses it, naming why (validate --output-for run too).
+      trace::check_continuable((dir / "trace.h5").string());
     }
     if (rows) check("trace.h5", std::vector<long long>(rows->begin(), rows->end()));
   }
@@ -413,6 +415,10 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
                    "); nothing was written. Choose another run.output (or run.name), move those files away, or " +
                    "set run.overwrite=true to replace them" +
                    (run ? " (checkpoint.resume continues a stopped run in place)" : ""));
+}
+
+void check_resume(const config::Deck& deck) {
+  if (!deck.checkpoint.resume.empty()) check_resumed_checkpoint(deck, false);
 }
 
 void probe_writable(const std::string& key, const fs::path& dir) {

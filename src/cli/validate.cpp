@@ -66,7 +66,12 @@ bool deck_builds(const config::Deck& deck, config::Command command) {
     // folder) and the global tier's policy, made into the planner a run would make (its file, and whether it
     // fits this deck's pipeline). Whether the checkpoint leaves steps to run is the run's check, not a deck
     // problem: the job scripts validate a requeued job's deck first, then tell a finished run (exit 0) from it.
-    if (!deck.checkpoint.resume.empty()) (void)model::resolve_checkpoint(deck.checkpoint.resume);
+    if (!deck.checkpoint.resume.empty()) {
+      // Its files as the loader checks them, but for their bytes (reading every weight is the run's; so are the
+      // data files it recorded).
+      const std::string step_dir = model::resolve_checkpoint(deck.checkpoint.resume);
+      if (plan.backend != "emulated") model::check_checkpoint_fits(plan, schedule.num_stages(), step_dir);
+    }
     if (const sched::PlannerFactory make_planner = planner_factory(plan)) (void)make_planner(schedule);
     if (command == config::Command::Run) check_rank_sizes_against_deck_limit(deck);
     return true;
@@ -118,6 +123,14 @@ int cmd_validate(const Invocation& inv) {
       check_run_output(deck, command);
       if (command == config::Command::Run && !deck.checkpoint.path.empty())
         probe_writable("checkpoint.path", deck.checkpoint.path);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "conductor: %s\n", e.what());
+      return kExitUsage;
+    }
+  }
+  if (!output && command == config::Command::Run) {
+    try {
+      check_resume(deck);  // with --output-for, check_run_output made it
     } catch (const InputError& e) {
       std::fprintf(stderr, "conductor: %s\n", e.what());
       return kExitUsage;

@@ -6,7 +6,9 @@
 //   /params/<tensor>, /adam_m/<tensor>, /adam_v/<tensor>   fp32, the tensor's shape
 // Each file is built in memory (HDF5's core driver) and written with checked POSIX calls and an fsync, and read
 // back whole and checked against the manifest's CRC-32 before HDF5 parses it: HDF5 never does disk I/O here,
-// so a full disk or a corrupt file is one clear error, never HDF5's error stack or a crash at close.
+// so a full disk or a corrupt file is one clear error, never HDF5's error stack or a crash at close. The one
+// exception reads: check_checkpoint_fits (conductor validate) opens the files read-only on disk for their metadata
+// and shapes, so that it need not read every weight (the CRC-32 stays the loader's check).
 #include <hdf5.h>
 
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <utility>
 
 #include "conductor/model/checkpoint.hpp"
+#include "conductor/model/layer_split.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
@@ -166,25 +169,37 @@ std::vector<CheckpointFile> StageModel::save_checkpoint(const std::string& dir, 
 namespace {
 
 // The bytes of one checkpoint file, checked against its manifest entry before anything parses them.
-std::vector<unsigned char> verified_bytes(const std::string& file, const CheckpointFile& entry,
-                                          const std::string& dir) {
-  const std::string manifest = (std::filesystem::path(dir) / kManifestName).string();
+// The file a manifest lists is there, a file: InputError naming both.
+void check_listed_file(const std::string& file, const std::string& dir) {
   if (!std::filesystem::is_regular_file(file)) {
     std::error_code ec;
     throw InputError("checkpoint file '" + file + "' " +
                      (std::filesystem::exists(file, ec) ? "is not a regular file (a folder?)" : "is missing") +
-                     " (listed in '" + manifest + "')");
+                     " (listed in '" + (std::filesystem::path(dir) / kManifestName).string() + "')");
   }
+}
+
+// A listed file's size against its manifest entry.
+void check_listed_size(const std::string& file, std::uintmax_t bytes, const CheckpointFile& entry,
+                       const std::string& dir) {
+  if (bytes != entry.bytes) {
+    throw InputError("checkpoint file '" + file + "' has " + std::to_string(bytes) + " bytes but '" +
+                     (std::filesystem::path(dir) / kManifestName).string() + "' says " + std::to_string(entry.bytes) +
+                     " (truncated, or a file from another step)");
+  }
+}
+
+std::vector<unsigned char> verified_bytes(const std::string& file, const CheckpointFile& entry,
+                                          const std::string& dir) {
+  const std::string manifest = (std::filesystem::path(dir) / kManifestName).string();
+  check_listed_file(file, dir);
   std::vector<unsigned char> bytes;
   try {
     bytes = util::read_file_bytes(file);
   } catch (const Error& e) {
     throw InputError(std::string("checkpoint: ") + e.what());
   }
-  if (bytes.size() != entry.bytes) {
-    throw InputError("checkpoint file '" + file + "' has " + std::to_string(bytes.size()) + " bytes but '" + manifest +
-                     "' says " + std::to_string(entry.bytes) + " (truncated, or a file from another step)");
-  }
+  check_listed_size(file, bytes.size(), entry, dir);
   const std::uint32_t crc = util::crc32(bytes.data(), bytes.size());
   if (crc != entry.crc32) {
     throw InputError("checkpoint file '" + file + "' is corrupt: its CRC-32 is " + util::crc32_hex(crc) + " but '" +
@@ -216,16 +231,82 @@ std::string checkpoint_deck(const std::string& step_dir) {
   return text;
 }
 
-int StageModel::load_checkpoint(const std::string& dir) {
-  Silence quiet;
-  const Manifest manifest = read_manifest(dir);
-  if (manifest.num_virtual_stages != num_vs_) {
+namespace {
+
+// What a virtual stage's checkpoint file must hold for this run's model: its place in the split, its step, the
+// run's seed and every dataset's shape (the loader's and validate's one check).
+struct StageLayout {
+  int num_vs = 0, vs = 0, first_layer = 0, n_layers = 0;
+  const std::vector<TensorInfo>* tensors = nullptr;
+  unsigned long long seed = 0;
+};
+
+void check_stage_file(hid_t fid, const std::string& file, const StageLayout& want, int manifest_step) {
+  const long long nvs = read_i64(fid, "/meta/num_virtual_stages", file);
+  const long long first = read_i64(fid, "/meta/first_layer", file);
+  const long long nl = read_i64(fid, "/meta/n_layers", file);
+  if (nvs != want.num_vs || first != want.first_layer || nl != want.n_layers) {
+    // "layers 2..4", or "no layer" for a stage of none (a 0 in model.layers_per_stage).
+    const auto layers = [](long long from, long long n) {
+      return n <= 0 ? std::string("no layer") : "layers " + std::to_string(from) + ".." + std::to_string(from + n - 1);
+    };
+    throw InputError("checkpoint '" + file + "' holds " + layers(first, nl) + " of a " + std::to_string(nvs) +
+                     "-virtual-stage split; this model's virtual stage " + std::to_string(want.vs) + " holds " +
+                     layers(want.first_layer, want.n_layers) + " of " + std::to_string(want.num_vs) +
+                     " (model.n_layers or model.layers_per_stage differ from the run that wrote it)");
+  }
+  const long long step = read_i64(fid, "/meta/step", file);
+  if (step != manifest_step) {
+    throw InputError("checkpoint '" + file + "' holds step " + std::to_string(step) + " but its manifest says step " +
+                     std::to_string(manifest_step) + " (a file from another step)");
+  }
+  {
+    unsigned long long rng[2] = {0, 0};
+    Handle ds(quietly([&] { return H5Dopen2(fid, "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
+    if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
+    check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
+    if (rng[0] != want.seed) {
+      throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
+                       " but the deck has run.seed = " + std::to_string(want.seed) +
+                       "; the data stream would not continue");
+    }
+  }
+  for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
+    for (const auto& t : *want.tensors) {
+      const std::string path = std::string("/") + group_name(which) + "/" + t.name;
+      Handle ds(quietly([&] { return H5Dopen2(fid, path.c_str(), H5P_DEFAULT); }), H5Dclose);
+      if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
+      Handle space(H5Dget_space(ds.get()), H5Sclose);
+      const int rank = H5Sget_simple_extent_ndims(space.get());
+      std::vector<hsize_t> have(std::max(rank, 0));
+      if (rank > 0) H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
+      const std::vector<hsize_t> want_shape(t.shape.begin(), t.shape.end());
+      if (have != want_shape) {
+        throw InputError("checkpoint '" + file + "': dataset " + path + " has shape " + shape_text(have) +
+                         " but this model needs " + shape_text(want_shape) +
+                         " (the checkpoint is from another model shape)");
+      }
+    }
+  }
+}
+
+// A manifest's virtual-stage count against this run's.
+void check_stage_count(const Manifest& manifest, const std::string& dir, int num_vs) {
+  if (manifest.num_virtual_stages != num_vs) {
     throw InputError("checkpoint '" + dir + "' was written by a run split into " +
                      std::to_string(manifest.num_virtual_stages) +
                      (manifest.num_virtual_stages == 1 ? " virtual stage" : " virtual stages") + " (pipeline " +
                      std::to_string(manifest.pipeline) + " x virtual " + std::to_string(manifest.virtual_chunks) +
-                     "); this run has " + std::to_string(num_vs_));
+                     "); this run has " + std::to_string(num_vs));
   }
+}
+
+}  // namespace
+
+int StageModel::load_checkpoint(const std::string& dir) {
+  Silence quiet;
+  const Manifest manifest = read_manifest(dir);
+  check_stage_count(manifest, dir, num_vs_);
   for (int vs : held_) {
     const std::string file = checkpoint_file(dir, vs);
     const CheckpointFile& entry = manifest_entry(manifest, dir, std::filesystem::path(file).filename().string());
@@ -244,54 +325,37 @@ int StageModel::load_checkpoint(const std::string& dir) {
 // Restores one virtual stage from its open checkpoint file (already verified against the manifest).
 void StageModel::load_stage(int vs, long long file_id, const std::string& file, int manifest_step) {
   const hid_t fid = static_cast<hid_t>(file_id);
-  const long long nvs = read_i64(fid, "/meta/num_virtual_stages", file);
-  const long long first = read_i64(fid, "/meta/first_layer", file);
-  const long long nl = read_i64(fid, "/meta/n_layers", file);
-  if (nvs != num_vs_ || first != first_layer(vs) || nl != num_layers(vs)) {
-    // "layers 2..4", or "no layer" for a stage of none (a 0 in model.layers_per_stage).
-    const auto layers = [](long long from, long long n) {
-      return n <= 0 ? std::string("no layer") : "layers " + std::to_string(from) + ".." + std::to_string(from + n - 1);
-    };
-    throw InputError("checkpoint '" + file + "' holds " + layers(first, nl) + " of a " + std::to_string(nvs) +
-                     "-virtual-stage split; this model's virtual stage " + std::to_string(vs) + " holds " +
-                     layers(first_layer(vs), num_layers(vs)) + " of " + std::to_string(num_vs_) +
-                     " (model.n_layers or model.layers_per_stage differ from the run that wrote it)");
-  }
-  const long long step = read_i64(fid, "/meta/step", file);
-  if (step != manifest_step) {
-    throw InputError("checkpoint '" + file + "' holds step " + std::to_string(step) + " but its manifest says step " +
-                     std::to_string(manifest_step) + " (a file from another step)");
-  }
-  {
-    unsigned long long rng[2] = {0, 0};
-    Handle ds(quietly([&] { return H5Dopen2(fid, "/meta/rng_state", H5P_DEFAULT); }), H5Dclose);
-    if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset /meta/rng_state");
-    check(H5Dread(ds.get(), H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng), "read rng_state", file);
-    if (rng[0] != plan_.run.seed) {
-      throw InputError("checkpoint '" + file + "' was written with run.seed = " + std::to_string(rng[0]) +
-                       " but the deck has run.seed = " + std::to_string(plan_.run.seed) +
-                       "; the data stream would not continue");
-    }
-  }
+  check_stage_file(fid, file, {num_vs_, vs, first_layer(vs), num_layers(vs), &tensors(vs), plan_.run.seed},
+                   manifest_step);
   for (Buffer which : {Buffer::Params, Buffer::AdamM, Buffer::AdamV}) {
     std::vector<float> host(read(vs, which).size());
     for (const auto& t : tensors(vs)) {
       const std::string path = std::string("/") + group_name(which) + "/" + t.name;
       Handle ds(quietly([&] { return H5Dopen2(fid, path.c_str(), H5P_DEFAULT); }), H5Dclose);
-      if (!ds.valid()) throw InputError("checkpoint '" + file + "' has no dataset " + path);
-      Handle space(H5Dget_space(ds.get()), H5Sclose);
-      const int rank = H5Sget_simple_extent_ndims(space.get());
-      std::vector<hsize_t> have(std::max(rank, 0));
-      if (rank > 0) H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
-      const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
-      if (have != want) {
-        throw InputError("checkpoint '" + file + "': dataset " + path + " has shape " + shape_text(have) +
-                         " but this model needs " + shape_text(want) + " (the checkpoint is from another model shape)");
-      }
       check(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.data() + t.offset), "read " + path,
             file);
     }
     write(vs, which, host);
+  }
+}
+
+void check_checkpoint_fits(const plan::Plan& plan, int num_virtual_stages, const std::string& dir) {
+  Silence quiet;
+  const Manifest manifest = read_manifest(dir);
+  check_stage_count(manifest, dir, num_virtual_stages);
+  const std::vector<int> split = split_layers(plan.model, num_virtual_stages);
+  for (int vs = 0; vs < num_virtual_stages; ++vs) {
+    const std::string file = StageModel::checkpoint_file(dir, vs);
+    const CheckpointFile& entry = manifest_entry(manifest, dir, std::filesystem::path(file).filename().string());
+    check_listed_file(file, dir);
+    std::error_code ec;
+    check_listed_size(file, std::filesystem::file_size(file, ec), entry, dir);
+    Handle f(quietly([&] { return H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); }), H5Fclose);
+    if (!f.valid()) throw InputError("checkpoint '" + file + "' is not a readable HDF5 file");
+    const std::vector<TensorInfo> tensors = virtual_stage_tensors(plan, num_virtual_stages, vs);
+    check_stage_file(f.get(), file,
+                     {num_virtual_stages, vs, first_layer(split, vs), split[vs], &tensors, plan.run.seed},
+                     manifest.step);
   }
 }
 

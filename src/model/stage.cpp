@@ -186,6 +186,13 @@ void layout_layer(LayerActs& a, const std::vector<float*>& res, const std::vecto
 
 }  // namespace
 
+std::vector<TensorInfo> virtual_stage_tensors(const plan::Plan& plan, int num_virtual_stages, int vs) {
+  const std::vector<int> split = split_layers(plan.model, num_virtual_stages);
+  TensorList list =
+      stage_tensors(dims_of(plan), first_layer(split, vs), split[vs], vs == 0, vs == num_virtual_stages - 1);
+  return std::move(list.tensors());
+}
+
 StageModel::StageModel(const plan::Plan& plan, std::vector<int> virtual_stages_held, int num_virtual_stages,
                        Backend* backend)
     : plan_(plan),

@@ -359,9 +359,12 @@ namespace {
 // trace to continue it, before SWMR writing started, leaves the plain mark: the same.
 using h5::clear_killed_writers_mark;
 
+}  // namespace
+
 // A trace to continue is read first, read-only, so a damaged one is refused before anything writes to it (opened
 // for writing, HDF5 may write to a file it cannot parse, and a file it cannot close stalls the library's exit).
 void check_continuable(const std::string& path) {
+  h5::Silence silence;
   const auto refuse = [&](const std::string& why) {
     H5Eclear2(H5E_DEFAULT);
     throw InputError("the trace to continue, '" + path + "', cannot be read (" + why +
@@ -400,8 +403,6 @@ void check_continuable(const std::string& path) {
       refuse(std::string("/") + name + " rows: " + hdf5::innermost_error());
   }
 }
-
-}  // namespace
 
 TraceWriter::TraceWriter(const std::string& path, int first_step) : impl_(std::make_unique<Impl>()) {
   h5::Silence silence;

@@ -285,6 +285,37 @@ class Checkpoints(FaultCase):
         self.assertFault(r, 2, r"vstage_0\.h5' holds layers 0\.\.0 of a 2-virtual-stage split; this model's virtual "
                                r"stage 0 holds layers 0\.\.1 of 2 \(model\.n_layers or model\.layers_per_stage differ")
 
+    def test_validate_checks_the_resumed_checkpoint_as_the_loader_does(self):
+        # validate answered 0 for resumes every run refused when its ranks loaded the checkpoint: another model
+        # shape, another run.seed, a batch shape the data stream cannot continue over, a truncated or missing stage
+        # file; and, with --output-for run, a trace in run.output the run could not continue. The bytes' CRC-32
+        # stays the run's check (it reads every weight).
+        deck = self.deck(steps=4, extra=CPU)
+        fresh = "run.output=" + os.path.join(self.tmp.name, "fresh")
+        self.assertEqual(run1("validate", deck, "checkpoint.resume=" + self.good, fresh).code, 0)
+        for override, message in [
+                ("model.d_model=64", r"vstage_0\.h5': dataset /params/wte has shape \[\d+, 32\] but this model needs "
+                                     r"\[\d+, 64\]"),
+                ("run.seed=7", r"was written with run\.seed = \d+ but the deck has run\.seed = 7"),
+                ("parallel.microbatches=8", r"the data stream would not continue: parallel\.microbatches = 8 here, 4 "
+                                            r"there")]:
+            self.assertFault(run1("validate", deck, "checkpoint.resume=" + self.good, fresh, override), 2, message)
+        root = self.copy_good()
+        with open(os.path.join(root, "step-000003", "vstage_1.h5"), "r+b") as f:
+            f.truncate(5000)
+        self.assertFault(run1("validate", deck, "checkpoint.resume=" + root, fresh), 2,
+                         r"vstage_1\.h5' has 5000 bytes but '.*manifest\.txt' says \d+ \(truncated")
+        os.remove(os.path.join(root, "step-000003", "vstage_1.h5"))
+        self.assertFault(run1("validate", deck, "checkpoint.resume=" + root, fresh), 2,
+                         r"vstage_1\.h5' is missing \(listed in")
+        ck = os.path.join(self.tmp.name, "own-ck")
+        r = mpirun(2, "run", self.deck(steps=2, extra=CPU), "checkpoint.path=" + ck)
+        self.assertEqual(r.code, 0, r.text)
+        with open(os.path.join(self.out, "trace.h5"), "r+b") as f:
+            f.truncate(3000)
+        self.assertFault(run1("validate", "--output-for", "run", deck, "checkpoint.path=" + ck,
+                              "checkpoint.resume=" + ck), 2, r"the trace to continue, '.*trace\.h5', cannot be read")
+
     def test_resume_from_an_older_step_keeps_a_longer_runs_rows(self):
         # A run of 5 steps (checkpoints 1..5) resumed from step 2 into its own folder with run.steps = 3 and
         # another checkpoint.path dropped its steps 3 and 4 from the trace and metrics, exit 0.

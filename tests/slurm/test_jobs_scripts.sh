@@ -39,6 +39,7 @@ expect() {
 # Never let a developer's Slurm allocation leak into the fake jobs below.
 while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 export CONDUCTOR_ROOT=$src CONDUCTOR_BINARY=$bin DRY_RUN=1
+mpi_launch=${MPIEXEC:-mpirun} # for the real checkpoint below
 unset MPIEXEC # add_script_test sets it; the launcher outside Slurm is then plain mpirun (checked with it below)
 
 # --- usage at the top of each script, printed by --help
@@ -130,8 +131,15 @@ expect 2 "RUN_DIR '$work/elsewhere/runs/an' is not a folder" -- bash -c 'cd else
 # Requeue-safe: a `latest` checkpoint in the run folder (a restarted job) is resumed from; an override of
 # checkpoint.path is kept; the sbatch headers ask for the signal lead time, requeueing and appended logs.
 # A step folder as a run leaves it (validate finds its manifest before the job starts).
-mkdir -p out1r/checkpoints/step-000002 && touch out1r/checkpoints/step-000002/manifest.txt &&
-  echo step-000002 >out1r/checkpoints/latest
+# validate checks a resumed checkpoint's manifest and files against the deck before the job starts: the restarts
+# below resume a real one, the quickstart deck's step 2.
+"$mpi_launch" --oversubscribe -np 4 "$bin" run "$src/inputs/quickstart.yaml" run.steps=2 run.output="$work/qk" \
+  checkpoint.path="$work/qk/ck" >qk.log 2>&1 || bad "the quickstart run for a real checkpoint failed: $(cat qk.log)"
+real_checkpoint() { # real_checkpoint FOLDER: FOLDER/checkpoints holds that step, as its latest
+  mkdir -p "$1/checkpoints" && cp -a "$work/qk/ck/step-000002" "$1/checkpoints/" &&
+    echo step-000002 >"$1/checkpoints/latest"
+}
+real_checkpoint out1r
 expect 0 "checkpoint.path=$work/out1r/checkpoints checkpoint.resume=$work/out1r/checkpoints\$" -- \
   env OUTPUT=out1r SLURM_RESTART_COUNT=1 bash "$src/jobs/train-cpu.sbatch"
 expect 0 "restart 1: resuming from $work/out1r/checkpoints \\(step-000002\\)" -- \
@@ -330,8 +338,7 @@ stop_before_launch() {
     wait "$pid"
     echo "exit $?" >>early.log)
 }
-mkdir -p outE/checkpoints/step-000002 && touch outE/checkpoints/step-000002/manifest.txt &&
-  echo step-000002 >outE/checkpoints/latest
+real_checkpoint outE
 stop_before_launch outE 1
 if grep -q "stopped by SIGTERM before the launch: 'run' was not started (exit 3)" early.log &&
   grep -qx "exit 3" early.log && grep -q "stopped at step 2 of .*: requeueing job $fake_job to continue" early.log &&

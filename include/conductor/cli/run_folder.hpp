@@ -25,6 +25,9 @@ std::vector<std::string> previous_results(const std::filesystem::path& dir,
 // even one of this very deck (its folder holds what a user keeps: policy.pt, maybe in use, curve.csv's wall times,
 // summaries edited by hand).
 void check_output_folder(const config::Deck& deck, config::Command command);
+// A resume's checkpoint against this deck wherever it writes (the data stream continues, optim.* changes said):
+// what check_output_folder checks of any resume; validate's for a run without --output-for.
+void check_resume(const config::Deck& deck);
 
 // A resume with run.overwrite=true into a folder holding another run's results (no resolved.yaml, or one that
 // differs from this deck beyond what a resume may change): the run replaces its trace and metrics instead of

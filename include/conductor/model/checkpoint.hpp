@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "conductor/model/token_files.hpp"
+#include "conductor/plan/plan.hpp"
 
 namespace conductor::model {
 
@@ -61,6 +62,12 @@ Manifest read_manifest(const std::string& step_dir);
 // left to run") otherwise. conductor run checks it after loading (validate leaves it to the run: a finished run
 // is no deck problem, and the job scripts tell the two apart).
 void check_steps_left(const std::string& step_dir, int step, int run_steps);
+// What conductor validate checks of the checkpoint a run would resume, before the run loads it: everything the
+// loader checks of its files but their bytes (its manifest, the files it lists there with their sizes, each
+// file's layer split, step, run.seed and dataset shapes against `plan` split into `num_virtual_stages`), without
+// reading a weight; the CRC-32 of every byte, the data files it recorded and the steps left stay the run's
+// checks. InputError with the loader's messages.
+void check_checkpoint_fits(const plan::Plan& plan, int num_virtual_stages, const std::string& step_dir);
 std::string manifest_text(const Manifest& m);
 // The manifest's entry for `name`; InputError naming the manifest when it has none.
 const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name);

@@ -50,6 +50,10 @@ enum class Buffer { Params, Grads, AdamM, AdamV };
 struct GroupedPass;  // one grouped unit's F or B, described group by group (stage_migration.cpp)
 struct WeightPass;   // ... and its W
 
+// The tensors of virtual stage `vs` of `num_virtual_stages` for the plan's model, in buffer order: what its
+// checkpoint file holds (check_checkpoint_fits compares them without building the model).
+std::vector<TensorInfo> virtual_stage_tensors(const plan::Plan& plan, int num_virtual_stages, int vs);
+
 class StageModel {
  public:
   // backend: nullptr = the plan's `backend` when it names a math backend, else cpu.

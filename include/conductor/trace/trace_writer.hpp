@@ -20,6 +20,11 @@
 
 namespace conductor::trace {
 
+// Whether the trace at `path` can be continued (TraceWriter(path, first_step) checks it first, before writing):
+// InputError naming the file and what is wrong with it (not HDF5, a table missing or unreadable, a killed writer's
+// mark this HDF5 cannot clear). Reads every row.
+void check_continuable(const std::string& path);
+
 class TraceWriter {
  public:
   TraceWriter(const std::string& path, const RunInfo& info);
