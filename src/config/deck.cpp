@@ -321,6 +321,19 @@ class Loader {
       problems_.push_back("command line '" + shown(text) + "': cannot parse the value: " + e.msg);
       return;
     }
+    if (const std::size_t end = first_node_end(value_text); end != std::string::npos) {
+      // YAML reads the first flow list, mapping or quoted text and drops what follows it (`[gaussian] straggler`
+      // read [gaussian]); a comment after it is said below.
+      const std::size_t more = value_text.find_first_not_of(" \t", end);
+      if (more != std::string::npos && value_text[more] != '#') {
+        problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
+                            "' goes on after its closing " + value_text.substr(end - 1, 1) + " ('" +
+                            shown(value_text.substr(more)) + "'), which YAML drops (it reads '" +
+                            shown(value_text.substr(0, end)) +
+                            "'); write one value: a list as [a, b], a text with its spaces inside the quotes");
+        return;
+      }
+    }
     if (const std::size_t hash = comment_start(value_text); hash != std::string::npos) {
       // YAML drops a ' #' and what follows as a comment: on a command line that is part of a value (a path).
       problems_.push_back("command line '" + shown(text) + "': " + path + ": the value '" + shown(value_text) +
@@ -372,6 +385,34 @@ class Loader {
         return std::string("'") + marker + "'";
     }
     return {};
+  }
+
+  // Where the flow list or mapping, or the quoted text, that an override's value starts with ends (one past its
+  // closing bracket or quote), or npos where the value starts as plain text or does not close (YAML reads a plain
+  // value whole, and names an unclosed one). A quote opens a quoted text only where a value starts (at the start,
+  // or after a bracket, a comma, a colon or a blank): `[it's]` holds the plain text it's.
+  static std::size_t first_node_end(const std::string& v) {
+    const std::size_t start = v.find_first_not_of(" \t");
+    if (start == std::string::npos || std::string_view("[{\"'").find(v[start]) == std::string_view::npos)
+      return std::string::npos;
+    int depth = 0;
+    for (std::size_t i = start; i < v.size(); ++i) {
+      const char c = v[i];
+      const bool value_start = i == start || std::string_view("[{,: \t").find(v[i - 1]) != std::string_view::npos;
+      if (c == '"' && value_start) {
+        for (++i; i < v.size() && v[i] != '"'; ++i) i += v[i] == '\\' ? 1 : 0;
+      } else if (c == '\'' && value_start) {
+        for (++i; i < v.size() && !(v[i] == '\'' && (i + 1 >= v.size() || v[i + 1] != '\'')); ++i)
+          i += v[i] == '\'' ? 1 : 0;  // '' is a quote inside
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+      if (i >= v.size()) return std::string::npos;
+      if (depth <= 0) return i + 1;
+    }
+    return std::string::npos;
   }
 
   // key='"value"' as a shell line sets the override to `value` as text: YAML's double quotes around it (a '\' and

@@ -88,6 +88,20 @@ class CliTest(unittest.TestCase):
         self.assertEqual(fix, "run.name='\"!a\\\"b\\\\c\"'")
         proc = conductor("validate", deck, fix[len("run.name='"):-1].join(("run.name=", "")))
         self.assertIn('name: "!a\\"b\\\\c"', proc.stdout)
+        # Text after a closing bracket or quote: YAML read the first list or quoted text and dropped the rest
+        # (noise.kind=[gaussian] straggler ran gaussian alone, exit 0). A quote inside a plain text, a list of
+        # lists and a text with its spaces inside the quotes are one value.
+        for arg, closing, rest in (("noise.kind=[gaussian] straggler", "]", "straggler"),
+                                   ("run.name=\"abc\" def", '"', "def"), ("run.output='/tmp/x' y", "'", "y"),
+                                   ("run.name={a: 1} x", "}", "x")):
+            proc = conductor("validate", deck, arg)
+            self.assertEqual(proc.returncode, 2, arg + ": " + proc.stdout)
+            self.assertIn("goes on after its closing %s ('%s'), which YAML drops" % (closing, rest), proc.stderr)
+        for arg, resolved in (("run.name='it''s'", "name: it's"), ("noise.kind=[gaussian, straggler]", "straggler"),
+                              ('run.name="a b"  ', "name: a b")):
+            proc = conductor("validate", deck, arg)
+            self.assertEqual(proc.returncode, 0, arg + ": " + proc.stderr)
+            self.assertIn(resolved, proc.stdout)
         proc = conductor("validate", deck, "noise.kind=" + "[" * 3000)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("the value nests lists or mappings too deep to read", proc.stderr)
