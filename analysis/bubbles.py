@@ -11,6 +11,7 @@ Definitions: docs/trace.md. Output: a text table (default), --csv or --json."""
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 
@@ -175,12 +176,23 @@ def csv_rows(res):
                        stored_stage_bubble_ratio="", **{k: d[k] for k in ("busy_ns", "idle_ns", "bubble_ratio") + ROW_FIELDS})
 
 
+def _finite(x):
+    """x with every non-finite float (NaN, infinities) as None."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
 def _json_default(x):
     import numpy as np
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):
-        return float(x)
+        return float(x) if np.isfinite(x) else None
     if isinstance(x, np.bool_):
         return bool(x)
     if isinstance(x, np.ndarray):
@@ -211,7 +223,8 @@ def main(argv=None):
 
     def write(out):
         if args.json:
-            json.dump({"traces": results}, out, indent=1, default=_json_default)
+            # NaN (a trace without losses: the simulator, the emulated backend) is no JSON: null, as summary.json.
+            json.dump(_finite({"traces": results}), out, indent=1, default=_json_default, allow_nan=False)
             out.write("\n")
         elif args.csv:
             w = csv.DictWriter(out, fieldnames=CSV_FIELDS)

@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 # Keys that do not change what a run measures: where it writes, how often it logs, its memory guard, its seed.
 IGNORED_KEYS = ("noise.seed", "run.name", "run.output", "run.overwrite", "run.log_every", "run.memory_limit_gb",
                 "checkpoint.path", "checkpoint.resume")
-AXES = ("deck", "schedule", "execution", "noise")
+# "source": a measured run and a simulation of the same deck are two configurations, never repeats of one.
+AXES = ("deck", "schedule", "execution", "noise", "source")
 # Deck keys an axis shows; other schedule.* and noise.* keys are shown in "other" where they differ, unless the
 # schedule or noise axis already tells them apart (a schedule derives its memory_limit, a preset its noise.*).
 AXIS_KEYS = ("schedule.kind", "schedule.execution", "schedule.hint")
@@ -166,8 +167,10 @@ def describe(trace):
         noise_name = "%s %g" % ("+".join(kinds), noise.get("level", 0))
     a = trace.attrs
     execution = a["execution"] + (":" + a["hint"] if a["execution"] == "readiness" else "")
+    source = "simulator" if a["source"] == "simulator" else "measured (%s)" % a["backend"]
     flat = {k: v for k, v in _flatten(deck).items() if k not in IGNORED_KEYS}
-    return {"deck": deck_name, "schedule": a["schedule"], "execution": execution, "noise": noise_name}, flat
+    return {"deck": deck_name, "schedule": a["schedule"], "execution": execution, "noise": noise_name,
+            "source": source}, flat
 
 
 def run_figures(name, trace, skip):
@@ -269,18 +272,31 @@ def markdown(groups, varying, other, base, png_name, skip):
         lines += ["Same for every run: " + ", ".join("%s **%s**" % kv for kv in fixed) + ".", ""]
     cols = ["run"] + list(varying) + (["other"] if other else []) + [
         "repeats", "steps", "samples/s", "makespan (ms)", "bubble ratio (%)", "speedup vs %s" % base["label"]]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) - 6) + "---:|" * 6]
+    lines += ["| " + " | ".join(_cell(c) for c in cols) + " |", "|" + "---|" * (len(cols) - 6) + "---:|" * 6]
     for g in groups:
         cells = [g["label"]] + [g["axes"][a] for a in varying] + ([g["other"]] if other else [])
         cells += [str(len(g["runs"])), "/".join(str(s) for s in g["steps"]), _pm(g["samples_per_s"], "%.4g"),
                   _pm(g["mean_makespan_ms"], "%.4g"), _pm(g["bubble_ratio"], "%.1f", 100.0),
                   _pm(g["speedup"], "%.3f", suffix="x")]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if png_name:
-        lines += ["", "![comparison](%s)" % png_name]
+        lines += ["", "![comparison](%s)" % _link(png_name)]
     lines += ["", "Traces:", ""] + ["- %s (%s): `%s`" % (r["name"], g["label"], r["path"]) for g in groups
                                     for r in g["runs"]]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text):
+    """A Markdown table cell: a '|' in a run's name or a value would end the cell."""
+    return str(text).replace("|", "\\|")
+
+
+def _link(path):
+    """A Markdown link destination: in angle brackets where it holds a blank or a bracket (CommonMark ends a bare
+    one at a blank)."""
+    if not re.search(r"[\s()<>]", path):
+        return path
+    return "<" + path.replace("<", "\\<").replace(">", "\\>") + ">"
 
 
 def chart_size(n_groups):

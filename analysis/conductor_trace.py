@@ -364,9 +364,9 @@ def _code_list(codes):
 
 def _validate_steps(path, steps, step_rows):
     """/steps: each step once; start_ns in 0..MAX_TIME_NS, makespan_ns >= 0 and start_ns + makespan_ns <=
-    MAX_TIME_NS; bubble_ratio a finite ratio <= 1; samples_per_s and lower_bound_ns finite and >= 0, samples_per_s 0
+    MAX_TIME_NS; bubble_ratio a finite ratio in 0..1; samples_per_s and lower_bound_ns finite and >= 0, samples_per_s 0
     exactly when makespan_ns is 0 (the writers write samples / makespan, samples > 0, and 0 for a makespan of 0);
-    stage_bubble_ratio a finite ratio <= 1, or NaN (not computed). The loss is not checked: NaN is documented (no
+    stage_bubble_ratio a finite ratio in 0..1, or NaN (not computed). The loss is not checked: NaN is documented (no
     loss) and a diverging run may record any value. Returns (sort order of the step ids, start, makespan)."""
     def where(i):
         return "/steps row %d (step %d)" % (int(step_rows[i]), int(steps["step"][i]))
@@ -385,13 +385,14 @@ def _validate_steps(path, steps, step_rows):
             "0..%d (>= 0, and start_ns + makespan_ns within the clock's %d ns; docs/trace.md)" %
             (makespan[i], MAX_TIME_NS - start[i], MAX_TIME_NS))
     with np.errstate(invalid="ignore"):
-        ratio = lambda v: np.isfinite(v) & (v <= 1.0)  # noqa: E731
+        # A ratio in 0..1 (a writer's rounding may leave -1e-9: tolerated to -1e-6).
+        ratio = lambda v: np.isfinite(v) & (v <= 1.0) & (v >= -1e-6)  # noqa: E731
         non_negative = lambda v: np.isfinite(v) & (v >= 0.0)  # noqa: E731
-        for field, ok, allowed in (("bubble_ratio", ratio, "a finite ratio <= 1"),
+        for field, ok, allowed in (("bubble_ratio", ratio, "a finite ratio in 0..1"),
                                    ("samples_per_s", non_negative, "finite and >= 0"),
                                    ("lower_bound_ns", non_negative, "finite and >= 0"),
                                    ("stage_bubble_ratio", lambda v: ratio(v) | np.isnan(v),
-                                    "a finite ratio <= 1, or NaN (not computed)")):
+                                    "a finite ratio in 0..1, or NaN (not computed)")):
             if field in steps.dtype.names:
                 v = steps[field].astype(np.float64)
                 _refuse(path, ~ok(v), where, lambda i: "%s %s is not %s (docs/trace.md)" % (field, _num(v[i]), allowed))
@@ -1039,7 +1040,9 @@ def check_output_folder(path):
         if not stat.S_ISDIR(os.stat(folder).st_mode):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            # os.access answers False on a read-only file system too: say which.
+            code = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+            raise OSError(code, os.strerror(code))
     except OSError as e:
         raise output_error(path, e) from None
 

@@ -294,9 +294,11 @@ class AgreesWithStoredFigures(TempDirCase):
         self.assertIn("MISMATCH", r.stdout)
         r = run("bubbles.py", "--json", p)
         self.assertEqual(r.returncode, 0, r.stderr)
-        out = json.loads(r.stdout)["traces"][0]
+        # Strict JSON: a trace without losses (the simulator's) wrote "loss": NaN, which JSON has not.
+        out = json.loads(r.stdout, parse_constant=lambda c: self.fail("not JSON: " + c))["traces"][0]
         self.assertEqual(out["stored_mismatch_steps"], [0])
         self.assertIs(out["per_step"][0]["agrees"], False)
+        self.assertIsNone(out["per_step"][0]["loss"])
 
     def test_compare_uses_stored_figures(self):
         # run "fast": every time scaled by 2/3 -> makespan 400 (stored), speedup 600/400 = 1.5
@@ -1204,7 +1206,7 @@ class CorruptValues(TempDirCase):
         self.assertIsNone(ct.run_totals(trace)["stage_bubble_ratio"])
         self.assertTrue(np.isnan(trace.steps["loss"][0]))
         self.refused(edited_copy(self, self.good, "inf_stage.h5", "steps", stage_bubble_ratio=float("inf")),
-                     "/steps row 0 (step 0): stage_bubble_ratio inf is not a finite ratio <= 1, or NaN (not computed) "
+                     "/steps row 0 (step 0): stage_bubble_ratio inf is not a finite ratio in 0..1, or NaN (not computed) "
                      "(docs/trace.md)")
 
     def test_unknown_kind(self):
@@ -1240,7 +1242,7 @@ class CorruptValues(TempDirCase):
 
     def test_bad_step_values(self):
         p = edited_copy(self, self.good, "nan_bubble.h5", "steps", bubble_ratio=float("nan"))
-        self.check_every_tool(p, "/steps row 0 (step 0): bubble_ratio nan is not a finite ratio <= 1 (docs/trace.md)")
+        self.check_every_tool(p, "/steps row 0 (step 0): bubble_ratio nan is not a finite ratio in 0..1 (docs/trace.md)")
         p = edited_copy(self, self.good, "zero_makespan.h5", "steps", makespan_ns=0)
         self.check_every_tool(p, "/steps row 0 (step 0): samples_per_s %r with makespan_ns 0; allowed: 0 exactly when "
                                  "makespan_ns is 0 (the writers write samples / makespan; docs/trace.md)" %
@@ -1251,8 +1253,9 @@ class CorruptValues(TempDirCase):
                 ("inf_rate", "samples_per_s", float("inf"), "samples_per_s inf is not finite and >= 0"),
                 ("zero_rate", "samples_per_s", 0.0, "samples_per_s 0.0 with makespan_ns 600; allowed: 0 exactly when "
                                                     "makespan_ns is 0 (the writers write samples / makespan"),
-                ("big_ratio", "bubble_ratio", 1.5, "bubble_ratio 1.5 is not a finite ratio <= 1"),
-                ("minus_inf_ratio", "bubble_ratio", float("-inf"), "bubble_ratio -inf is not a finite ratio <= 1"),
+                ("big_ratio", "bubble_ratio", 1.5, "bubble_ratio 1.5 is not a finite ratio in 0..1"),
+                ("minus_inf_ratio", "bubble_ratio", float("-inf"), "bubble_ratio -inf is not a finite ratio in 0..1"),
+                ("negative_ratio", "bubble_ratio", -0.5, "bubble_ratio -0.5 is not a finite ratio in 0..1"),
                 ("negative_makespan", "makespan_ns", -5, "makespan_ns -5 is outside 0..9199999999999999000 (>= 0, and "
                                                          "start_ns + makespan_ns within the clock's"),
                 ("negative_start", "start_ns", -1, "start_ns -1 is outside 0..9200000000000000000 (ns on the run's "
@@ -1677,6 +1680,28 @@ class SweepReport(TempDirCase):
         with open(out) as f:
             self.assertIn("| q-1f1b-none | 1f1b | none | 2 | 3 | ", f.read())
 
+    def test_names_paths_and_sources_in_the_report(self):
+        # A '|' in a run's name split its table cells (the header had a cell more than the delimiter row); a chart
+        # path with a blank ended its link there; a measured run and a simulation of one deck were averaged as two
+        # repeats of one configuration.
+        import h5py
+        a = sweep_trace(self.path("x-r0.h5"), "x-r0", "1f1b", "none", [600, 500])
+        b = sweep_trace(self.path("x-r1.h5"), "x-r1", "1f1b", "none", [600, 700])
+        with h5py.File(b, "r+") as f:
+            f.attrs["source"], f.attrs["backend"] = "runtime", "cpu"
+        out = self.path("rep x.md")
+        self.assertEqual(compare.main(["a|b=" + a, b, "-o", out]), 0)
+        with open(out) as f:
+            text = f.read()
+        table = [line for line in text.splitlines() if line.startswith("|")]
+        cells = [len(re.split(r"(?<!\\)\|", line)) for line in table]
+        self.assertEqual(len(set(cells)), 1, table)
+        self.assertIn("speedup vs a\\|b", table[0])
+        self.assertIn("| source |", table[0])
+        self.assertTrue(any("simulator" in line for line in table) and any("measured (cpu)" in line for line in table))
+        self.assertIn("2 runs in 2 configurations", text)
+        self.assertIn("![comparison](<rep x.png>)", text)
+
     def test_chart_title_says_the_steps_left_out(self):
         # The report said "first 2 steps left out" where the chart's title said "step 0 left out".
         specs = []
@@ -1744,7 +1769,7 @@ class SweepReport(TempDirCase):
         text = report(deck("a", 0.1, override=False), deck("b", 0.5, override=False))  # no override to name it
         self.assertIn("| run | other | repeats |", text)
         self.assertIn("| run0 | noise.level=0.1 | 1 |", text)
-        self.assertIn("execution **strict**, noise **jitter10**.", text)
+        self.assertIn("execution **strict**, noise **jitter10**, source **simulator**.", text)
         text = report(deck("a", 0.1), deck("b", 0.1, memory_limit=3, post_validation=True))
         self.assertIn("| run0 | schedule.memory_limit=2, schedule.post_validation=false | 1 |", text)
         self.assertIn("| run1 | schedule.memory_limit=3, schedule.post_validation=true | 1 |", text)
