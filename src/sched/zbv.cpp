@@ -276,6 +276,15 @@ Schedule zb_v(int p, int m, const CostModel& cost, double limit) {
   };
   ZbvSearch search(p, m, cost, limit);
   ZbvResult best = best_of(search);
+  // The published search is no monotone function of the limit: a looser one lets its warm-up hold more forwards,
+  // which with uneven costs can place an op before its producer where a tighter limit worked (p = 3, m = 9 found
+  // a V at 3 and 4 M_F, none at 3.5). A schedule within a tighter limit is within this one: the whole M_F below
+  // it, then the kind's own limit (what 0 takes), are tried in turn; the message below is the given limit's.
+  for (const double tighter : {std::ceil(limit) - 1.0, default_memory_limit("zb-v", p, m, 2)}) {
+    if (best.ok || !(tighter < limit) || tighter < 1.0) continue;
+    ZbvSearch retry(p, m, cost, tighter);
+    best = best_of(retry);
+  }
   if (!best.ok) {
     // A tight limit also makes a variant place an op before its producer (its warm-up holds fewer forwards):
     // the same search without a limit tells which of the two failed it.

@@ -86,6 +86,22 @@ class ScheduleCommandTest(unittest.TestCase):
             self.assertEqual(len(labels), len(set(labels)), row)  # every op tells its microbatch apart
             self.assertIn("F11", labels, row)
 
+    def test_zb_v_under_a_looser_limit(self):
+        # The published V search is no monotone function of the memory limit: with uneven costs it found a V at 3
+        # and 4 M_F but none at 3.5 ("the memory limit of 3.5 M_F per rank is below what it needs ... 0 takes the
+        # schedule's own limit, here 3 M_F"), and at p = 4 none from 4.5 M_F on. A V within a tighter limit is
+        # within the looser one: every limit from the schedule's own up is met.
+        p3 = ["parallel.pipeline=3", "parallel.microbatches=9", "model.n_layers=6", "cost.forward=[0.4,1.5,0.7]",
+              "cost.backward_input=[0.7,1.3,1.0]", "cost.backward_weight=[0.3,0.4,0.7]"]
+        p4 = ["parallel.pipeline=4", "parallel.microbatches=8", "model.n_layers=8", "cost.forward=[1.2,1.5,0.8,1.0]",
+              "cost.backward_input=[1.1,1.8,0.8,0.8]", "cost.backward_weight=[0.4,0.7,0.9,0.4]"]
+        shapes = ((("3.5", "4.5", "1000"), p3), (("4.5", "5", "8", "1000"), p4))
+        for limits, shape in shapes:
+            for limit in ("0",) + limits:
+                text = self.ok(self.deck, "backend=emulated", "schedule.kind=zb-v", "parallel.virtual=2",
+                               "cost.comm=0.3", "schedule.memory_limit=" + limit, *shape)
+                self.assertIn("placement v", text, (shape[0], limit))
+
     def test_round_trip_through_a_csv_file(self):
         # Every generator round-trips in the schedule layer's tests (sched_tests TorchCsv.*); here the command's.
         for kind, extra in (("zb-v", ["parallel.virtual=2"]),):
