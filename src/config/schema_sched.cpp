@@ -14,7 +14,10 @@ void add_sched_fields(std::vector<Field>& f) {
   f.push_back(field<std::string>(
                   "schedule.kind", [](Deck & d) -> auto& { return d.schedule.kind; },
                   "Pipeline schedule generator, or `file:PATH` for a schedule file: conductor's text form or "
-                  "torch.distributed.pipelining's CSV (docs/schedules.md).")
+                  "torch.distributed.pipelining's CSV (docs/schedules.md). `1f1b-interleaved` needs "
+                  "parallel.virtual >= 2 and parallel.microbatches a multiple of parallel.pipeline (Megatron's "
+                  "rule); `zb-v`, `zb-v-greedy` and `dualpipev` need parallel.virtual = 2, `dualpipev` also "
+                  "parallel.microbatches >= 2 parallel.pipeline; the others parallel.virtual = 1.")
                   .one_of({"gpipe", "1f1b", "1f1b-interleaved", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v",
                            "zb-v-greedy", "dualpipev"})
                   .or_prefix("file:"));
