@@ -96,9 +96,10 @@ trace::OpEvent help_event(const sched::Schedule& s, const sched::MigrationTiming
 }
 
 // One step; release_ms (overlapping steps): per rank, when it may start on the run's clock; null: the step
-// starts at start_ms.
+// starts at start_ms. rows_end_ns: per rank, where its rows of the previous step end in the trace (null: none).
 StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step,
-                    double start_ms, const std::vector<double>* release_ms) {
+                    double start_ms, const std::vector<double>* release_ms,
+                    const std::vector<std::int64_t>* rows_end_ns = nullptr) {
   sched::ExecOptions eo;
   // The engine's clock starts at the earliest release; `zero` is where its 0 lies on the run's clock.
   const double zero = release_ms ? *std::min_element(release_ms->begin(), release_ms->end()) : 0.0;
@@ -220,7 +221,17 @@ StepResult run_step(const sched::Schedule& s, const NoiseModel& noise, const Sim
     // Slices each migrated op sent away (the owner's row says so, as the runtime's does).
     std::map<std::pair<int, int>, int> sent;
     for (const sched::MigrationTiming& m : res.migrations) sent[{m.owner, m.index}] += m.slices;
-    const std::int64_t origin_ns = to_ns(origin);
+    // The origin rounded on its own, and a nanosecond later where a rank's first row would otherwise start
+    // before its last row of the previous step ends (the two roundings of one instant can differ by one).
+    std::int64_t origin_ns = to_ns(origin);
+    if (rows_end_ns && rows_end_ns->size() == static_cast<std::size_t>(s.p)) {
+      const auto after = [&](int rank, double start) {
+        const std::int64_t end = (*rows_end_ns)[static_cast<std::size_t>(rank)];
+        if (end != std::numeric_limits<std::int64_t>::min()) origin_ns = std::max(origin_ns, end - to_ns(start));
+      };
+      for (const auto& op : res.ops) after(op.rank, op.start);
+      for (const sched::MigrationTiming& m : res.migrations) after(m.helper, help_start(m));
+    }
     for (const auto& op : res.ops) {
       trace::OpEvent e = op_row(s, op.rank, op.rank, op.index, step, origin_ns, op.ready, op.start, op.end);
       e.wait_ns = to_ns(op.wait);
@@ -262,14 +273,25 @@ StepResult simulate_step(const sched::Schedule& s, const NoiseModel& noise, cons
 }
 
 StepResult StepClock::simulate(const sched::Schedule& s, const NoiseModel& noise, const SimOptions& options, int step) {
+  const std::vector<std::int64_t>* floor = rows_end_ns_.empty() ? nullptr : &rows_end_ns_;
+  StepResult r;
   if (!options.overlap_steps) {
-    StepResult r = simulate_step(s, noise, options, step, clock_);
+    r = run_step(s, noise, options, step, clock_, nullptr, floor);
     clock_ = r.start_ms + r.makespan_ms;
-    return r;
+  } else {
+    if (release_.size() != static_cast<std::size_t>(s.p)) release_.assign(static_cast<std::size_t>(s.p), clock_);
+    r = run_step(s, noise, options, step, 0.0, &release_, floor);
+    release_ = r.rank_end_ms;
   }
-  if (release_.size() != static_cast<std::size_t>(s.p)) release_.assign(static_cast<std::size_t>(s.p), clock_);
-  StepResult r = run_step(s, noise, options, step, 0.0, &release_);
-  release_ = r.rank_end_ms;
+  // Where each rank's rows (its ops and helps; transfers are rows of their own) end, for the next step.
+  if (!r.events.empty()) {
+    rows_end_ns_.resize(static_cast<std::size_t>(s.p), std::numeric_limits<std::int64_t>::min());
+    for (const trace::OpEvent& e : r.events) {
+      if (e.kind == trace::EventKind::SEND || e.kind == trace::EventKind::RECV) continue;
+      std::int64_t& end = rows_end_ns_[static_cast<std::size_t>(e.rank)];
+      end = std::max(end, e.end_ns);
+    }
+  }
   return r;
 }
 

@@ -92,6 +92,9 @@ class StepClock {
  private:
   double clock_ = 0.0;           // synchronous: the end of the previous step
   std::vector<double> release_;  // overlapping: per rank, the end of its previous step
+  // Per rank, where its rows of the previous step end in the trace (ns): a step's rows never start before them
+  // (its times and origin are rounded on their own, which could put a row a nanosecond before the last).
+  std::vector<std::int64_t> rows_end_ns_;
 };
 
 struct RunResult {
