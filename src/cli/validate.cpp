@@ -61,7 +61,9 @@ bool deck_builds(const config::Deck& deck, config::Command command) {
     const sched::Schedule schedule = sched::make_schedule(plan);
     // The data files' headers too (not their tokens: a shard of gigabytes would take seconds per rank), so a
     // shard that is not one fails here, before a job with it waits in a queue.
-    model::check_data_headers(plan);
+    // Only where the command reads them: a run on a math backend (the emulated backend and the simulator read no
+    // data, so one override switches a deck).
+    if (command == config::Command::Run && plan.backend != "emulated") model::check_data_headers(plan);
     // What a run opens before its first step: the checkpoint it resumes (a root with a `latest`, or a step
     // folder) and the global tier's policy, made into the planner a run would make (its file, and whether it
     // fits this deck's pipeline). Whether the checkpoint leaves steps to run is the run's check, not a deck

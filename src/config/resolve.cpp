@@ -254,8 +254,12 @@ std::vector<std::string> expand_data_path(const std::string& source, const std::
   if (source != "megatron") return glob_files(path);
   std::string prefix = path;
   if (ends_with(prefix, ".bin") || ends_with(prefix, ".idx")) prefix.resize(prefix.size() - 4);
+  // A prefix is a dataset where either of its files matches: one whose .idx is missing is named (the deck's check
+  // refuses it), not skipped (a glob trained without its largest shard, silently).
   std::set<std::string> prefixes;
-  for (const std::string& idx : glob_files(prefix + ".idx")) prefixes.insert(idx.substr(0, idx.size() - 4));
+  for (const char* ext : {".idx", ".bin"}) {
+    for (const std::string& f : glob_files(prefix + ext)) prefixes.insert(f.substr(0, f.size() - 4));
+  }
   return {prefixes.begin(), prefixes.end()};
 }
 

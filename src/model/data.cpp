@@ -99,6 +99,24 @@ void check_windows(const plan::Plan& plan, std::size_t train_windows, std::size_
   }
 }
 
+// Every file's tokens of one type: llm.c's GPT-2 (uint16) and Llama-3 (uint32) shards come from different
+// tokenizers, so one run mixing them trains on ids that mean different words. The header check (validate) and
+// the loader (the run) refuse them alike.
+class OneTokenType {
+ public:
+  void operator()(const TokenSpan& run, const char* key) {
+    if (!first_) first_ = run;
+    if (run.type != first_->type) {
+      throw InputError(std::string(key) + ": '" + run.name() + "' holds " + type_name(run.type) + " tokens, '" +
+                       first_->name() + "' " + type_name(first_->type) +
+                       " tokens: shards of two tokenizers; use files of one");
+    }
+  }
+
+ private:
+  std::optional<TokenSpan> first_;
+};
+
 }  // namespace
 
 void check_data_headers(const plan::Plan& plan) {
@@ -107,14 +125,18 @@ void check_data_headers(const plan::Plan& plan) {
   check_sources(plan);
   const int window = plan.model.seq_len + 1;
   std::size_t train = 0, valid = 0;
+  OneTokenType same_type;
   for (const std::string& f : data.train_files) {
-    const std::size_t count = read_keyed(data.source, f, "data.path").count;
-    const std::size_t held_out = held_out_of(count, data);
-    train += windows_in(count - held_out, window);
+    const TokenSpan run = read_keyed(data.source, f, "data.path");
+    same_type(run, "data.path");
+    const std::size_t held_out = held_out_of(run.count, data);
+    train += windows_in(run.count - held_out, window);
     valid += windows_in(held_out, window);
   }
   for (const std::string& f : data.valid_files) {
-    valid += windows_in(read_keyed(data.source, f, "data.valid_path").count, window);
+    const TokenSpan run = read_keyed(data.source, f, "data.valid_path");
+    same_type(run, "data.valid_path");
+    valid += windows_in(run.count, window);
   }
   check_windows(plan, train, valid);
 }
@@ -126,10 +148,16 @@ void DataSource::Corpus::add(TokenSpan run, int window) {
   runs.push_back(std::move(run));
 }
 
+namespace {
+// The run (file) the calling thread's last window came from: what a row that fails its check names.
+thread_local const TokenSpan* last_run_read = nullptr;
+}  // namespace
+
 void DataSource::Corpus::copy_window(std::size_t w, int window, int* tokens) const {
   // The run holding window w: the last run whose first window is <= w (runs too short for a window hold none).
   const auto it = std::upper_bound(windows_before.begin(), windows_before.end(), w);
   const std::size_t r = static_cast<std::size_t>(it - windows_before.begin()) - 1;
+  last_run_read = &runs[r];
   runs[r].copy(w - windows_before[r], static_cast<std::size_t>(window), tokens);
 }
 
@@ -137,17 +165,7 @@ void DataSource::load_files(const plan::Plan& plan) {
   const plan::Data& d = plan.data;
   check_sources(plan);
   const int window = seq_len_ + 1;
-  // Every file's tokens of one type: llm.c's GPT-2 (uint16) and Llama-3 (uint32) shards come from different
-  // tokenizers, so one run mixing them trains on ids that mean different words.
-  std::optional<TokenSpan> first;
-  const auto same_type = [&](const TokenSpan& run, const char* key) {
-    if (!first) first = run;
-    if (run.type != first->type) {
-      throw InputError(std::string(key) + ": '" + run.name() + "' holds " + type_name(run.type) + " tokens, '" +
-                       first->name() + "' " + type_name(first->type) +
-                       " tokens: shards of two tokenizers; use files of one");
-    }
-  };
+  OneTokenType same_type;
   for (const std::string& f : d.train_files) {
     TokenSpan run = read_keyed(source_, f, "data.path");
     same_type(run, "data.path");
@@ -202,18 +220,21 @@ void DataSource::fill(const std::function<void(int, int*)>& row_of, std::vector<
 void DataSource::fill_checked(const std::function<std::string()>& where, const std::function<void(int, int*)>& row_of,
                               std::vector<int>& inputs, std::vector<int>& targets) const {
   try {
-    fill(row_of, inputs, targets);
     // The files' ids were checked when they were opened; a file rewritten in place since (same size) can hold ids
-    // past the vocabulary, which index past the embedding's rows: checked again as they are read.
-    for (const std::vector<int>* ids : {&inputs, &targets}) {
-      for (std::size_t i = 0; i < ids->size(); ++i) {
-        if (const int id = (*ids)[i]; id < 0 || id >= vocab_) {
-          throw InputError("token id " + std::to_string(id) + " (row " + std::to_string(i / seq_len_) + ", position " +
-                           std::to_string(i % seq_len_) + ") is outside the vocabulary (model.vocab = " +
-                           std::to_string(vocab_) + "): the file was rewritten since the run opened it");
+    // past the vocabulary, which index past the embedding's rows: checked again as each row is read, naming its file.
+    const auto checked_row = [&](int b, int* tokens) {
+      last_run_read = nullptr;
+      row_of(b, tokens);
+      for (int t = 0; t <= seq_len_; ++t) {
+        if (const int id = tokens[t]; id < 0 || id >= vocab_) {
+          throw InputError("token id " + std::to_string(id) + " (row " + std::to_string(b) + ", position " +
+                           std::to_string(t) + ") is outside the vocabulary (model.vocab = " + std::to_string(vocab_) +
+                           "): " + (last_run_read ? "'" + last_run_read->name() + "'" : std::string("the file")) +
+                           " was rewritten since the run opened it");
         }
       }
-    }
+    };
+    fill(checked_row, inputs, targets);
   } catch (const InputError& e) {
     const std::string message =
         where() + ": " + e.what() + "; restore the file (or its copy as it was) and resume from the last checkpoint";

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "collective.hpp"
+#include "conductor/model/checkpoint.hpp"
 #include "conductor/model/optimizer.hpp"
 #include "conductor/model/stage.hpp"
 #include "conductor/runtime/checkpointing.hpp"
@@ -48,6 +49,40 @@
 namespace conductor::runtime {
 
 namespace {
+
+// Every rank trains on the same tokens (README): the data files each rank opened (its own expansion of data.path
+// and data.valid_path, each file's size and CRC-32) against rank 0's, so that a node's stale copy, or a glob
+// expanded while shards were being written, is refused before the first step instead of feeding one stage's
+// inputs and another's targets from different tokens. InputError on the rank that differs.
+void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank, MPI_Comm comm) {
+  const auto text_of = [](const std::vector<model::DataFileIdentity>& files) {
+    std::ostringstream out;
+    for (const model::DataFileIdentity& f : files)
+      out << f.path.size() << ' ' << f.path << ' ' << f.bytes << ' ' << f.crc32 << '\n';
+    return out.str();
+  };
+  const std::string here = text_of(mine);
+  const std::string theirs = mpi::broadcast_text(rank == 0 ? here : std::string(), comm);
+  if (rank == 0 || theirs == here) return;
+  std::vector<model::DataFileIdentity> files;
+  std::istringstream in(theirs);
+  std::size_t length = 0;
+  while (in >> length) {
+    model::DataFileIdentity f;
+    in.get();  // the blank after the length
+    f.path.resize(length);
+    in.read(f.path.data(), static_cast<std::streamsize>(length));
+    in >> f.bytes >> f.crc32;
+    files.push_back(std::move(f));
+  }
+  std::string said;
+  for (const std::string& d : model::data_differences(files, mine)) said += (said.empty() ? "" : "; ") + d;
+  throw InputError("data.path: rank " + std::to_string(rank) + " does not read the data files rank 0 reads (" +
+                   (said.empty() ? std::string("the same files in another order") : said) + "; 'now' is rank " +
+                   std::to_string(rank) +
+                   ", 'then' rank 0): every rank must see the same "
+                   "files (a node's stale copy, or shards written while the run expanded its glob)");
+}
 
 // The order of a step travels from rank 0 as the schedule's text form: the one representation every layer
 // reads.
@@ -218,6 +253,8 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   // A data file truncated under the run: the rank that reads it asks the step to stop and every rank ends with its
   // message after the step (check_deferred_errors), instead of that rank throwing while its peers wait on it.
   if (compute_->model()) compute_->model()->data().defer_read_errors();
+  if (compute_->model())
+    collectively(comm, kExitUsage, [&] { check_same_data(compute_->model()->data().files(), rank_, comm); });
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   // The resume's checks (its step, the data files it recorded) before checkpoint.path is probed and locked: a
   // refused resume left a new checkpoint.path created, holding a lock file (README: nothing is created before

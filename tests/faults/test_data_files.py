@@ -8,13 +8,14 @@ import random
 import re
 import shutil
 import struct
+import subprocess
 import tempfile
 import time
 import unittest
 
 import h5py
 
-from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, Background, FaultCase, mpirun
+from faultlib import BIN, EXIT_DEADLINE_S, MPIEXEC, Background, FaultCase, Result, mpirun
 
 CPU = "backend: cpu\n"
 
@@ -81,15 +82,35 @@ class DataFiles(FaultCase):
             f.seek(1024)
             f.write(b"\xff\xff" * 199000)
 
-        r = self.changed_mid_run(self.shard(), rewrite)
+        shard = self.shard()
+        r = self.changed_mid_run(shard, rewrite)
         self.assertFault(r, 1, r"data\.path: step \d+ \(microbatch \d+\): token id 65535 \(row \d+, position \d+\) is "
-                               r"outside the vocabulary \(model\.vocab = \d+\): the file was rewritten since the run "
-                               r"opened it; restore the file")
+                               r"outside the vocabulary \(model\.vocab = \d+\): '%s' was rewritten since the run "
+                               r"opened it; restore the file" % re.escape(shard))
         self.assertEqual(len([l for l in r.err.splitlines() if "error:" in l]), 1, r.text)
         self.assertNotEqual(r.code, 139, "SIGSEGV")
         done = [int(m.group(1)) for m in re.finditer(r"^step +(\d+)/", r.out, re.M)]
         with open_trace(os.path.join(self.out, "trace.h5")) as t:
             self.assertEqual([int(x) for x in t["steps"]["step"] if x >= 0], [x - 1 for x in done])
+
+    def test_ranks_that_read_other_files_are_refused(self):
+        # Each rank expands data.path and reads its files on its own: a rank that saw other files (a node's stale
+        # copy, a glob expanded while shards were being written) trained its stage on other tokens, exit 0. Here
+        # each rank starts in its own working folder, where the relative data.path names a shard of other tokens.
+        folders = []
+        for name, seed in (("a", 1), ("b", 2)):
+            folders.append(os.path.join(self.tmp.name, name))
+            os.makedirs(folders[-1])
+            write_llmc(os.path.join(folders[-1], "shard.bin"), 20000, seed)
+        deck = self.deck(steps=2, extra=CPU + "data: {source: llmc, path: shard.bin}\n")
+        cmd = [MPIEXEC, "--oversubscribe", "-n", "1", "--wdir", folders[0], BIN, "run", deck, ":",
+               "-n", "1", "--wdir", folders[1], BIN, "run", deck]
+        start = time.monotonic()
+        r = Result(subprocess.run(cmd, capture_output=True, text=True, timeout=EXIT_DEADLINE_S + 60),
+                   time.monotonic() - start)
+        self.assertFault(r, 2, r"data\.path: rank 1 does not read the data files rank 0 reads \('shard\.bin' has other "
+                               r"contents \(CRC-32 0x[0-9a-f]+ now, 0x[0-9a-f]+ then, the same 41024 bytes\)")
+        self.assertFalse(os.path.exists(self.out), "the refused run wrote its folder")
 
     def checkpointed(self):
         """A run of 3 steps on one shard with its checkpoint root; returns (shard, root)."""

@@ -92,6 +92,10 @@ class DeckLoading(FaultCase):
         self.assertFault(run1("validate", deck, "data.source=file", "data.path=" + enough, "eval.every=1",
                               "data.valid_fraction=0.1"), 2,
                          r"data\.valid_fraction: '.*enough\.bin' holds no held-out window")
+        # The headers only where the command reads them: the emulated backend and the simulator read no data (one
+        # override switches a deck), and validate refused what their commands ran.
+        for flags in (("backend=emulated",), ("--as", "simulate")):
+            self.assertEqual(run1("validate", deck, "data.source=file", "data.path=" + short, *flags).code, 0, flags)
         self.assertFault(run1("validate", deck, "checkpoint.resume=" + self.tmp.name + "/none"), 2,
                          r"checkpoint\.resume = '.*/none': no such folder")
         self.assertFault(run1("validate", deck, "scheduler.kind=ppo", "scheduler.policy=" + self.tmp.name + "/p.pt"),

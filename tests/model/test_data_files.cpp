@@ -269,8 +269,10 @@ TEST(DataFiles, DeckChecksPathsAndValidationData) {
   };
   EXPECT_TRUE(has(problems({"data.source=llmc", "data.path=" + dir + "/nothing_*.bin"}),
                   "data.path = '" + dir + "/nothing_*.bin' matches no file (llm.c token shards)"));
-  EXPECT_TRUE(has(problems({"data.source=megatron", "data.path=" + dir + "/a"}),
-                  "data.path = '" + dir + "/a' matches no Megatron dataset (PREFIX.idx + PREFIX.bin)"));
+  EXPECT_TRUE(has(problems({"data.source=megatron", "data.path=" + dir + "/nothing"}),
+                  "data.path = '" + dir + "/nothing' matches no Megatron dataset (PREFIX.idx + PREFIX.bin)"));
+  // a.bin without a.idx: the prefix's missing index is named.
+  EXPECT_TRUE(has(problems({"data.source=megatron", "data.path=" + dir + "/a"}), "names '" + dir + "/a.idx', "));
   EXPECT_TRUE(has(problems({"data.source=llmc", "data.path=" + dir + "/a.bin", "eval.every=5"}),
                   "eval.every = 5 needs validation data: set data.valid_path or data.valid_fraction"));
   EXPECT_TRUE(has(problems({"data.valid_path=" + dir + "/a.bin"}),
@@ -382,6 +384,15 @@ TEST(DataFiles, PathsNameExactlyTheFilesTheyRead) {
   EXPECT_TRUE(has(overlap, "which data.path names too")) << overlap;
   EXPECT_EQ(deck_problems("{source: llmc, path: '" + dir + "/run1/x.bin', valid_path: '" + dir + "/s_000.bin'}"), "");
 
+  // A Megatron glob over prefixes, one of them without its .idx: named, not skipped (the run trained without it).
+  write_megatron(dir + "/p0", {{1, 2, 3}});
+  write_megatron(dir + "/p1", {{4, 5, 6}});
+  fs::remove(dir + "/p1.idx");
+  for (const std::string& path : {dir + "/p*.bin", dir + "/p*", dir + "/p1.bin"}) {
+    const std::string missing = deck_problems("{source: megatron, path: '" + path + "'}");
+    EXPECT_TRUE(has(missing, "names '" + dir + "/p1.idx', ")) << path << ": " << missing;
+  }
+
   write_megatron(dir + "/m", {{1, 2, 3}});
   fs::remove(dir + "/m.bin");
   ASSERT_EQ(::mkfifo((dir + "/m.bin").c_str(), 0600), 0);
@@ -430,6 +441,49 @@ TEST(DataFiles, ShardTruncatedUnderTheRunIsAnErrorNamingIt) {
             static_cast<std::ptrdiff_t>(in.size() + tg.size()));
   deferred.microbatch(5, 0, in, tg);  // the first error is kept
   EXPECT_TRUE(has(deferred.read_error(), "step 4 (microbatch 1)")) << deferred.read_error();
+}
+
+// A shard rewritten in place (the same size) with ids past the vocabulary: refused as each row is read, naming the
+// shard among several (the message said "the file" alone), the step and the row.
+TEST(DataFiles, ShardRewrittenInPlaceNamesTheFile) {
+  const std::string dir = temp_dir("rewritten");
+  write_llmc(dir + "/train_000.bin", positions(0, 3000, 4096));
+  write_llmc(dir + "/train_001.bin", positions(0, 3000, 4096));
+  const config::Deck deck = file_deck("llmc", dir + "/train_*.bin");
+  DataSource src(config::resolve(deck));
+  std::vector<int> in, tg;
+  src.microbatch(0, 0, in, tg);
+  write_llmc(dir + "/train_001.bin", std::vector<int>(3000, 65535));  // same size: ids past the vocabulary
+  std::string message;
+  for (int step = 1; step < 50 && message.empty(); ++step) {
+    try {
+      src.microbatch(step, 0, in, tg);
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_TRUE(has(message, "token id 65535 (row ")) << message;
+  EXPECT_TRUE(has(message, "is outside the vocabulary (model.vocab = 4096): '" + dir +
+                               "/train_001.bin' was rewritten since the run opened it"))
+      << message;
+  EXPECT_TRUE(has(message, "data.path: step ")) << message;
+}
+
+// What conductor validate reads of the data (the headers): shards of two token types are refused there too, as
+// the run refuses them (validate answered 0).
+TEST(DataFiles, HeaderCheckRefusesShardsOfTwoTokenTypes) {
+  const std::string dir = temp_dir("mixed");
+  write_llmc(dir + "/s_000.bin", positions(0, 300, 4096));
+  write_llmc(dir + "/s_001.bin", positions(0, 300, 4096), 20240801, 7, 4);
+  std::string e;
+  try {
+    check_data_headers(config::resolve(file_deck("llmc", dir + "/s_*.bin")));
+  } catch (const InputError& x) {
+    e = x.what();
+  }
+  EXPECT_TRUE(has(e, "data.path: '" + dir + "/s_001.bin' holds uint32 tokens, '" + dir +
+                         "/s_000.bin' uint16 tokens: shards of two tokenizers"))
+      << e;
 }
 
 // What a checkpoint records of the data: per file read, its path as data.path gave it, its size and the CRC-32 of
