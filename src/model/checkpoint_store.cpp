@@ -96,11 +96,27 @@ std::string partial_folder(const std::string& root, int step) {
   return (fs::path(root) / name).string();
 }
 
+namespace {
+
+// fs::status of `p`, a path under checkpoint.resume = `path`; InputError naming both and the system's reason where
+// it cannot be looked up (a loop of links, a name too long, a folder that may not be searched), which the
+// throwing fs calls reported as a raw "filesystem error" (exit 1 through MPI_Abort).
+fs::file_status looked_up(const std::string& path, const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    throw InputError("checkpoint.resume = '" + path + "': '" + p.string() + "' cannot be looked up (" + ec.message() +
+                     ")");
+  return st;
+}
+
+}  // namespace
+
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
-  if (fs::is_regular_file(p / kManifestName)) return path;
+  if (fs::is_regular_file(looked_up(path, p / kManifestName))) return path;
   const fs::path latest = p / kLatestName;
-  if (fs::is_regular_file(latest)) {
+  if (fs::is_regular_file(looked_up(path, latest))) {
     std::ifstream in(latest);
     std::string name;
     in >> name;
@@ -108,13 +124,13 @@ std::string resolve_checkpoint(const std::string& path) {
       throw InputError("checkpoint.resume = '" + path + "': '" + latest.string() + "' holds '" + name +
                        "', not a step folder name like step-000012");
     }
-    if (!fs::is_regular_file(p / name / kManifestName)) {
+    if (!fs::is_regular_file(looked_up(path, p / name / kManifestName))) {
       throw InputError("checkpoint.resume = '" + path + "': '" + latest.string() + "' points at '" + name +
                        "', which has no " + kManifestName + " (incomplete or removed step)");
     }
     return (p / name).string();
   }
-  if (!fs::is_directory(p)) {
+  if (!fs::is_directory(looked_up(path, p))) {
     std::error_code ec;
     throw InputError("checkpoint.resume = '" + path + "': " +
                      (fs::exists(p, ec) ? "a file, not a folder: name a checkpoint root or one of its step folders"

@@ -98,6 +98,12 @@ class DeckLoading(FaultCase):
             self.assertEqual(run1("validate", deck, "data.source=file", "data.path=" + short, *flags).code, 0, flags)
         self.assertFault(run1("validate", deck, "checkpoint.resume=" + self.tmp.name + "/none"), 2,
                          r"checkpoint\.resume = '.*/none': no such folder")
+        # A path that cannot be looked up: a raw "filesystem error: status: Too many levels of symbolic links",
+        # exit 1 (through MPI_Abort under mpirun).
+        os.symlink("loop", os.path.join(self.tmp.name, "loop"))
+        self.assertFault(run1("validate", deck, "checkpoint.resume=" + self.tmp.name + "/loop"), 2,
+                         r"checkpoint\.resume = '.*/loop': '.*/loop/manifest\.txt' cannot be looked up \(Too many "
+                         r"levels of symbolic links\)")
         self.assertFault(run1("validate", deck, "scheduler.kind=ppo", "scheduler.policy=" + self.tmp.name + "/p.pt"),
                          2, r"policy file '.*/p\.pt' cannot be opened \(no such file\)" if HAVE_POLICY
                          else r"-DCONDUCTOR_POLICY=OFF")
