@@ -94,10 +94,13 @@ void add_core_fields(std::vector<Field>& f) {
                   .range(1, 8));
   f.push_back(field<double>(
                   "runtime.watchdog_s", [](Deck & d) -> auto& { return d.runtime.watchdog_s; },
-                  "Seconds a rank waits for a message from a peer (an op's input, or a peer joining an "
-                  "end-of-step collective) before it aborts every rank with a message naming the peer and "
+                  "Seconds a rank waits for a message from a peer (an op's input, a peer joining an "
+                  "end-of-step collective, or the set-up's agreements: every rank's model and data files loaded, "
+                  "a checkpoint resumed) before it aborts every rank with a message naming the peer and "
                   "the op (exit 1). Its own compute never counts. Once a step has run, runtime.watchdog_steps "
-                  "may bound a step's waits further; a checkpoint's and a validation's keep this limit.")
+                  "may bound a step's waits further; a checkpoint's, a validation's and the set-up's keep this "
+                  "limit (a rank scanning a larger corpus than the others for longer than it ends the run: raise "
+                  "it).")
                   .range(0.1, 1e7));
   f.push_back(field<double>(
                   "runtime.watchdog_steps", [](Deck & d) -> auto& { return d.runtime.watchdog_steps; },

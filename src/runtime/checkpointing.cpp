@@ -96,9 +96,9 @@ void check_resumed_data(const plan::Plan& plan, const model::Manifest& m, const 
 
 }  // namespace
 
-void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
+void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm, const Watchdog& watchdog) {
   const int rank = rank_of(comm);
-  collectively(comm, kExitUsage, [&] {
+  collectively(comm, kExitUsage, watchdog, "every rank's probe of checkpoint.path", [&] {
     model::probe_checkpoint_root(plan.checkpoint.path, ".probe-rank" + std::to_string(rank));
     // One run writes a checkpoint root at a time: two jobs given the same checkpoint.path (a sweep's deck, a
     // requeued job beside a still-running attempt) would interleave their steps and `latest`. The command's
@@ -107,20 +107,24 @@ void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm) {
   });
 }
 
-Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm) {
+Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm,
+                               const Watchdog& watchdog) {
+  const std::string what = "every rank's load of checkpoint.resume";
   const int rank = rank_of(comm);
   std::string step_dir;
   // One rank follows `latest`, so every rank reads the same step even if `latest` moves meanwhile.
-  collectively(comm, kExitUsage, [&] {
+  collectively(comm, kExitUsage, watchdog, what, [&] {
     if (!model) throw InputError("checkpoint.resume needs a math backend (backend: cpu or cuda)");
     if (rank == 0) step_dir = model::resolve_checkpoint(plan.checkpoint.resume);
   });
-  step_dir = mpi::broadcast_text(step_dir, comm);
+  step_dir = watched_broadcast_text(watchdog, step_dir, comm, what);
   int step = -1;
-  collectively(comm, kExitUsage, [&] { step = model->load_checkpoint(step_dir); });
+  collectively(comm, kExitUsage, watchdog, what, [&] { step = model->load_checkpoint(step_dir); });
   int range[2] = {-step, step};
-  MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, comm);
-  collectively(comm, kExitUsage, [&] {
+  int ranges[2] = {0, 0};
+  watched_allreduce(watchdog, range, ranges, 2, MPI_INT, MPI_MAX, comm, what);
+  range[0] = ranges[0], range[1] = ranges[1];
+  collectively(comm, kExitUsage, watchdog, what, [&] {
     if (-range[0] != range[1]) {
       throw InputError("checkpoint.resume = '" + step_dir + "': the ranks loaded different steps (" +
                        std::to_string(-range[0]) + " to " + std::to_string(range[1]) + ")");
@@ -130,7 +134,7 @@ Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model,
   // Every rank checked this manifest in load_checkpoint; its count of skipped steps is the run's so far. Rank 0
   // compares its record of the data files with the files this run opened (every rank opened the same ones).
   int skipped = 0;
-  collectively(comm, kExitUsage, [&] {
+  collectively(comm, kExitUsage, watchdog, what, [&] {
     const model::Manifest m = model::read_manifest(step_dir);
     skipped = m.skipped_nonfinite;
     if (rank == 0) check_resumed_data(plan, m, step_dir, model->data().files());

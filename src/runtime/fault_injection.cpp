@@ -15,6 +15,7 @@ InjectedFailure injected_failure(int rank, int step) {
   if (!std::strcmp(how, "hang-help")) return InjectedFailure::HangHelp;
   if (!std::strcmp(how, "hang-checkpoint")) return InjectedFailure::HangCheckpoint;
   if (!std::strcmp(how, "hang-end")) return InjectedFailure::HangEnd;
+  if (!std::strcmp(how, "hang-setup")) return InjectedFailure::HangSetup;
   return InjectedFailure::Throw;
 }
 

@@ -54,7 +54,8 @@ namespace {
 // and data.valid_path, each file's size and CRC-32) against rank 0's, so that a node's stale copy, or a glob
 // expanded while shards were being written, is refused before the first step instead of feeding one stage's
 // inputs and another's targets from different tokens. InputError on the rank that differs.
-void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank, MPI_Comm comm) {
+void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank, MPI_Comm comm,
+                     const Watchdog& watchdog) {
   const auto text_of = [](const std::vector<model::DataFileIdentity>& files) {
     std::ostringstream out;
     for (const model::DataFileIdentity& f : files)
@@ -62,7 +63,8 @@ void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank,
     return out.str();
   };
   const std::string here = text_of(mine);
-  const std::string theirs = mpi::broadcast_text(rank == 0 ? here : std::string(), comm);
+  const std::string theirs =
+      watched_broadcast_text(watchdog, rank == 0 ? here : std::string(), comm, "rank 0's list of data files");
   if (rank == 0 || theirs == here) return;
   std::vector<model::DataFileIdentity> files;
   std::istringstream in(theirs);
@@ -241,6 +243,11 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   install_stop_handlers();
+  // The set-up's agreements (the model and data files loaded, the checkpoint resumed, the folders written) are
+  // under runtime.watchdog_s as the steps' are: a rank stopped or hung there (a file system, a signal) ends the
+  // run after that limit with a message, instead of leaving every other rank blocked in MPI for ever.
+  Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
+  unbounded_.emplace(plan.runtime.watchdog_s, rank_);
   outcome_.output_dir = plan.run.output;
   plan_first_order(make_planner);
   memory_limit_ = sched::memory_limit_for(plan, order_);
@@ -248,31 +255,34 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   clock_.emplace(comm);
   const std::vector<std::string> hosts = gather_hostnames(rank_, size_, comm);
 
-  collectively(comm, kExitUsage, [&] { compute_ = make_compute(plan, order_, rank_, *noise_, comm); });
+  collectively(comm, kExitUsage, *unbounded_, "every rank's set-up (its model and data files)", [&] {
+    compute_ = make_compute(plan, order_, rank_, *noise_, comm);
+    if (injected_failure(rank_, 0) == InjectedFailure::HangSetup) std::raise(SIGSTOP);
+  });
   has_math_ = compute_->payload_floats() > 0;
   // A data file truncated under the run: the rank that reads it asks the step to stop and every rank ends with its
   // message after the step (check_deferred_errors), instead of that rank throwing while its peers wait on it.
   if (compute_->model()) compute_->model()->data().defer_read_errors();
-  if (compute_->model())
-    collectively(comm, kExitUsage, [&] { check_same_data(compute_->model()->data().files(), rank_, comm); });
+  if (compute_->model()) {
+    collectively(comm, kExitUsage, *unbounded_, "every rank's data files",
+                 [&] { check_same_data(compute_->model()->data().files(), rank_, comm, *unbounded_); });
+  }
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   // The resume's checks (its step, the data files it recorded) before checkpoint.path is probed and locked: a
   // refused resume left a new checkpoint.path created, holding a lock file (README: nothing is created before
   // every input has passed its checks). Reading a step needs no lock: steps and `latest` move by renames.
   Resumed resumed;
-  if (!plan.checkpoint.resume.empty()) resumed = resume_from_checkpoint(plan, compute_->model(), comm);
-  if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm);
+  if (!plan.checkpoint.resume.empty()) resumed = resume_from_checkpoint(plan, compute_->model(), comm, *unbounded_);
+  if (compute_->model() && !plan.checkpoint.path.empty()) probe_checkpoint_path(plan, comm, *unbounded_);
   first_step_ = resumed.step;
   outcome_.first_step = first_step_;
   // Only now, with the deck and every input checked on every rank, rank 0 writes into the run folder (the
   // command checked beforehand that it holds no other run's results and can be written).
-  collectively(comm, kExitUsage, [&] {
+  collectively(comm, kExitUsage, *unbounded_, "rank 0's start of the run folder", [&] {
     if (rank_ == 0) report_.emplace(plan, order_, size_, first_step_, hosts, has_math_);
   });
   open_data_plane();
-  Watchdog::open_channel(comm);  // one watchdog message per job, whichever ranks time out
   watchdog_.emplace(plan.runtime.watchdog_s, rank_);
-  unbounded_.emplace(plan.runtime.watchdog_s, rank_);
   reducer_.emplace(*compute_, order_.num_stages(), comm);
   nonfinite_.emplace(plan.optim.skip_nonfinite_steps, order_.rank_of(order_.num_stages() - 1),
                      resumed.skipped_nonfinite);

@@ -129,6 +129,23 @@ class Guard(FaultCase):
         self.assertFalse(os.path.exists(os.path.join(ckpt, "step-000002")))
         self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
 
+    def test_rank_stopped_in_its_set_up(self):
+        # A rank stopped while it loaded its model and data files (a file system that hangs, a signal): the others
+        # waited in the set-up's agreement (a blocking MPI_Allreduce) for ever, whatever watchdog_s said; nothing
+        # may be written before every rank's set-up passed.
+        deck = self.tiny(2, steps=3)
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="1:0:hang-setup")
+        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", deck], capture_output=True)  # never left stopped
+        res = mpirun(2, "run", deck, env=env, timeout=60)
+        self.assertEqual(res.code, 1, res.text)
+        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
+        messages = [l for l in res.err.splitlines() if "watchdog:" in l]
+        self.assertEqual(len(messages), 1, res.text)
+        self.assertRegex(messages[0], r"rank 0 waited \d+\.\d s for every rank's set-up \(its model and data files\); "
+                                      r"no message arrived; aborting \(runtime\.watchdog_s = 3\)")
+        self.assertFalse(os.path.exists(self.out))
+        self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
+
     def test_rank_stopped_after_the_last_step(self):
         # The other rank waited in MPI_Finalize for ever (its results written, no message).
         deck = self.tiny(2, steps=3)

@@ -10,18 +10,21 @@
 namespace conductor::runtime {
 
 // Before training: every rank creates checkpoint.path and writes a probe file there. Exit 2 on every rank
-// naming checkpoint.path when it cannot, instead of finding out after the first step.
-void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm);
+// naming checkpoint.path when it cannot, instead of finding out after the first step. The ranks agree under
+// `watchdog` (a rank that never joins, stopped or hung in a file system, ends the run after its limit).
+void probe_checkpoint_path(const plan::Plan& plan, MPI_Comm comm, const Watchdog& watchdog);
 
 // checkpoint.resume: rank 0 resolves the step folder (following `latest`) once, every rank checks its files
 // against the manifest and loads them, and all ranks must agree on the step, which must be below run.steps.
 // Returns that step and the non-finite steps skipped before it (the manifest's); every failure is exit 2 on every
-// rank before any step runs. model: nullptr when the backend has no model (an error then).
+// rank before any step runs. model: nullptr when the backend has no model (an error then). Every agreement is
+// under `watchdog`, as probe_checkpoint_path's.
 struct Resumed {
   int step = 0;
   int skipped_nonfinite = 0;
 };
-Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm);
+Resumed resume_from_checkpoint(const plan::Plan& plan, model::StageModel* model, MPI_Comm comm,
+                               const Watchdog& watchdog);
 
 // Writes step `step` atomically: every rank writes its files into the step's partial folder, and rank 0 adds
 // the manifest, renames the folder into place, moves `latest` and prunes to checkpoint.keep only after every

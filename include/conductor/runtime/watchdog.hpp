@@ -103,6 +103,10 @@ class Watchdog {
   int rank_;
 };
 
+// mpi::broadcast_text from rank 0 under the watchdog: a rank that never joins ends the run after its limit with a
+// message naming `what`, instead of leaving the others blocked in MPI_Bcast.
+std::string watched_broadcast_text(const Watchdog& w, std::string text, MPI_Comm comm, const std::string& what);
+
 // Collectives of the step loop through Watchdog::wait (non-blocking, same deadline).
 void watched_allreduce(const Watchdog& w, const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op,
                        MPI_Comm comm, const std::string& what);
