@@ -125,6 +125,18 @@ trace::StepRecord adopt_trace_figures(sim::StepResult& r, int p, const sim::SimO
   return rec;
 }
 
+// Step `step`'s rows into the trace and onto disk; a write that fails (a full disk) names the step, as a run's
+// record does (docs/trace.md), the steps before it whole in the file.
+void write_step(trace::TraceWriter& writer, const sim::StepResult& r, const trace::StepRecord& rec) {
+  writer.append_events(r.events);
+  writer.append_step(rec);
+  try {
+    writer.flush();
+  } catch (const Error& e) {
+    throw Error("step " + std::to_string(r.step + 1) + ": " + e.what());
+  }
+}
+
 // A run of the deck's schedule (no global tier): each step's figures from its events (trace/summary.hpp) when it
 // has them, and its events into the trace.
 sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::NoiseModel& noise,
@@ -134,11 +146,7 @@ sim::RunResult simulate_listed(const sched::Schedule& schedule, const sim::Noise
     progress.update(r.step + 1);
     if (r.events.empty()) return;
     const trace::StepRecord rec = adopt_trace_figures(r, schedule.p, options);
-    if (writer) {
-      writer->append_events(r.events);
-      writer->append_step(rec);
-      writer->flush();
-    }
+    if (writer) write_step(*writer, r, rec);
   });
 }
 
@@ -151,10 +159,7 @@ sim::RunResult simulate_planned(const sim::NoiseModel& noise, const sim::SimOpti
         progress.update(r.step + 1);
         if (r.events.empty()) return;
         const trace::StepRecord rec = adopt_trace_figures(r, p, options);
-        if (!writer) return;
-        writer->append_events(r.events);
-        writer->append_step(rec);
-        writer->flush();
+        if (writer) write_step(*writer, r, rec);
       });
   double total_latency = 0.0;
   for (double l : scheduled.latency_ms) total_latency += l;

@@ -1,11 +1,13 @@
 #include "conductor/cli/size_guard.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "conductor/config/resolve.hpp"
@@ -71,6 +73,11 @@ runtime::RankModelShape rank_shape(const config::Deck& deck, int rank, const std
     s.layers.push_back(split[static_cast<std::size_t>(stage)]);
     s.embedding = s.embedding || stage == 0;
     s.head = s.head || stage == layout.num_stages() - 1;
+    // Each microbatch's F takes its input from the stage before, its B from the stage after: posted as receives
+    // where that stage is on another rank.
+    const bool from_before = stage > 0 && layout.rank_of(stage - 1) != rank;
+    const bool from_after = stage < layout.num_stages() - 1 && layout.rank_of(stage + 1) != rank;
+    s.posted_inputs += static_cast<double>(layout.m) * ((from_before ? 1 : 0) + (from_after ? 1 : 0));
   }
   double limit = deck.schedule.memory_limit;
   if (limit <= 0 && deck.schedule.kind.rfind("file:", 0) != 0)
@@ -92,13 +99,69 @@ std::uint64_t available_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
 }
 
+namespace {
+
+// A number in a one-line file (a cgroup's memory.max), or nothing ("max", unreadable).
+std::optional<std::uint64_t> number_in(const std::string& path) {
+  std::ifstream in(path);
+  unsigned long long v = 0;
+  if (!(in >> v)) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::uint64_t cgroup_memory_left(const std::string& self_cgroup, const std::string& root) {
+  std::ifstream in(self_cgroup);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    // ",memory,cpu," to look "memory" up as a whole name (built in place: GCC 12 misreads a + chain here).
+    std::string controllers(1, ',');
+    controllers.append(line, a + 1, b - a - 1).push_back(',');
+    const std::string path = line.substr(b + 1);
+    std::string limit, usage;
+    if (controllers == ",,") {
+      limit = root + path + "/memory.max", usage = root + path + "/memory.current";
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      limit = root + "/memory" + path + "/memory.limit_in_bytes";
+      usage = root + "/memory" + path + "/memory.usage_in_bytes";
+    } else {
+      continue;
+    }
+    const std::optional<std::uint64_t> max = number_in(limit);
+    if (!max || *max >= (std::uint64_t{1} << 60)) continue;  // "max", or v1's unlimited (near 2^63)
+    const std::uint64_t used = number_in(usage).value_or(0);
+    return *max > used ? *max - used : 1;
+  }
+  return 0;
+}
+
+std::uint64_t address_space_left() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  std::ifstream statm("/proc/self/statm");
+  unsigned long long pages = 0;
+  statm >> pages;
+  const std::uint64_t used = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  return limit.rlim_cur > used ? limit.rlim_cur - used : 1;
+}
+
 std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source) {
   if (deck.run.memory_limit_gb > 0) {
     source = "run.memory_limit_gb";
     return static_cast<std::uint64_t>(deck.run.memory_limit_gb * 1e9);
   }
+  const std::uint64_t available = available_memory_bytes(), cgroup = cgroup_memory_left();
+  if (cgroup > 0 && (available == 0 || cgroup < available)) {
+    source =
+        "what this job's memory cgroup has left (its memory.max: Slurm's --mem, a container's limit; "
+        "run.memory_limit_gb sets another)";
+    return cgroup;
+  }
   source = "the memory available on this machine (MemAvailable; run.memory_limit_gb sets another)";
-  return available_memory_bytes();
+  return available;
 }
 
 void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
@@ -107,7 +170,11 @@ void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to) {
   size.comm_events = deck.trace.enabled && deck.trace.comm_events;
   const std::uint64_t estimate = sim::estimate_bytes(size);
   std::string source;
-  const std::uint64_t limit = memory_limit_bytes(deck, source);
+  std::uint64_t limit = memory_limit_bytes(deck, source);
+  if (const std::uint64_t left = address_space_left(); left > 0 && (limit == 0 || left < limit)) {
+    limit = left;
+    source = "this process's address-space limit (ulimit -v), less what it maps already";
+  }
   if (limit == 0 || estimate <= limit) return;
   throw InputError(
       "the simulation needs about " + gb(estimate) + " of memory (" + std::to_string(sim::ops_per_step(size)) +
@@ -162,14 +229,23 @@ void check_run_size(const config::Deck& deck) {
   }
   std::string source;
   const std::uint64_t limit = memory_limit_bytes(deck, source);
-  if (limit > 0 && node_total > limit) {
+  // A rank's own address-space limit (ulimit -v) bounds what it alone allocates.
+  const std::uint64_t own = address_space_left();
+  if (own > 0 && mine > own) {
+    problem = "rank " + std::to_string(rank) + " needs about " + gb(mine) + " of memory (" + gb(memory.state_bytes) +
+              " for its weights with their gradients and AdamW state, " + gb(memory.activation_bytes) +
+              " of activations, " + gb(memory.receive_bytes) + " for the receives a step posts), above its " +
+              "address-space limit (ulimit -v) of " + gb(own) + " beyond what it maps already; raise the limit, or " +
+              "use a smaller model or fewer or smaller microbatches";
+  } else if (limit > 0 && node_total > limit) {
     problem = "the run needs about " + gb(node_total) + " of memory on this node (" + std::to_string(node_ranks) +
               " rank" + (node_ranks == 1 ? "" : "s") + "; rank " + std::to_string(rank) + ": " +
               gb(memory.state_bytes) + " for " + std::to_string(memory.parameters) +
               " parameters with their gradients and AdamW state" +
               (deck.schedule.post_validation ? " and its post-validation copy, " : ", ") + gb(memory.activation_bytes) +
-              " of activations), above the limit of " + gb(limit) + " set by " + source +
-              "; use a smaller model, fewer or smaller microbatches in flight, or more nodes";
+              " of activations, " + gb(memory.receive_bytes) + " for the receives a step posts), above the limit of " +
+              gb(limit) + " set by " + source +
+              "; use a smaller model, fewer or smaller microbatches (in flight, or per step), or more nodes";
   }
   mpi::check_all(problem.empty(), problem, kExitUsage);
 }
@@ -194,7 +270,8 @@ void check_rank_sizes_against_deck_limit(const config::Deck& deck) {
                    gb(most.state_bytes) + " for " + std::to_string(most.parameters) +
                    " parameters with their gradients and AdamW state" +
                    (deck.schedule.post_validation ? " and its post-validation copy, " : ", ") +
-                   gb(most.activation_bytes) + " of activations), above run.memory_limit_gb = " + gb(limit) +
+                   gb(most.activation_bytes) + " of activations, " + gb(most.receive_bytes) +
+                   " for the receives a step posts), above run.memory_limit_gb = " + gb(limit) +
                    " for a node; use a smaller model, fewer or smaller microbatches in flight, or a " +
                    "larger run.memory_limit_gb");
 }

@@ -42,9 +42,10 @@ void add_core_fields(std::vector<Field>& f) {
   f.push_back(field<double>(
                   "run.memory_limit_gb", [](Deck & d) -> auto& { return d.run.memory_limit_gb; },
                   "Size guard: a deck whose estimated memory (simulator: schedule, engine state and "
-                  "events; run: parameters, optimizer state and activations per rank) exceeds this many "
-                  "GB is refused before anything is allocated; 0: the machine's available memory "
-                  "(MemAvailable).")
+                  "events; run: parameters, optimizer state, activations and a step's posted receives per "
+                  "rank) exceeds this many GB is refused before anything is allocated; 0: the machine's "
+                  "available memory (MemAvailable), or what the job's memory cgroup has left where that is "
+                  "less (Slurm's --mem). A process's ulimit -v bounds it too.")
                   .range(0, 1e9));
   f.push_back(field<int>(
                   "run.log_every", [](Deck & d) -> auto& { return d.run.log_every; },

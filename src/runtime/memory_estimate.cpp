@@ -4,6 +4,9 @@ namespace conductor::runtime {
 
 namespace {
 
+// MPI's own bytes per posted receive (its request and matching entry): an estimate, a few hundred bytes in Open
+// MPI, rounded up.
+constexpr std::uint64_t kRequestBytes = 1024;
 constexpr std::uint64_t kCopies = 4;  // weights, gradients, AdamW m, AdamW v (fp32 each)
 constexpr std::uint64_t kRollbackCopies =
     4;  // post-validation's copy of weights, m, v, gradients (StageModel::keep_backup)
@@ -43,6 +46,8 @@ RankMemory estimate_rank_memory(const RankModelShape& s) {
   }
   r.state_bytes = (kCopies + (s.post_validation ? kRollbackCopies : 0)) * r.parameters * sizeof(float);
   r.activation_bytes = static_cast<std::uint64_t>(s.in_flight * static_cast<double>(act_floats * sizeof(float)));
+  r.receive_bytes =
+      static_cast<std::uint64_t>(s.posted_inputs * static_cast<double>(BT * C * sizeof(float) + kRequestBytes));
   return r;
 }
 

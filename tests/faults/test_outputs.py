@@ -319,6 +319,24 @@ class Outputs(FaultCase):
         self.assertFault(r, 2, r"rank [01] alone needs about [0-9.e+-]+ GB of memory .*above run\.memory_limit_gb = "
                          r"1e-05 GB for a node")
         self.assertEqual(run1("validate", self.deck(steps=1), "run.memory_limit_gb=100").code, 0)
+        # Every step posts a receive (and a buffer) for each of its cross-rank inputs at once: a million microbatches
+        # passed the guard (0.0013 GB) and then grew past 6 GB a rank before step 1 ended.
+        r = run1("validate", self.deck(steps=1), "parallel.microbatches=1048576", "run.memory_limit_gb=4")
+        self.assertFault(r, 2, r"rank [01] alone needs about [0-9.e+-]+ GB of memory .* of activations, [0-9.e+-]+ GB "
+                               r"for the receives a step posts\), above run\.memory_limit_gb = 4 GB")
+
+    def test_address_space_limit_bounds_the_guards(self):
+        # ulimit -v (RLIMIT_AS): simulate passed its guard against the machine's memory and died of std::bad_alloc
+        # after its first step; a run's rank failed mid set-up with no estimate. Both refused first, naming it.
+        def cap():
+            resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        deck = self.deck(steps=2)
+        proc = subprocess.run([BIN, "simulate", deck, "parallel.microbatches=1000000"], capture_output=True, text=True,
+                              timeout=60, preexec_fn=cap)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("above the limit of", proc.stderr)
+        self.assertIn("set by this process's address-space limit (ulimit -v)", proc.stderr)
+        self.assertFalse(os.path.exists(self.out))
 
 
 class ClosedStreams(FaultCase):
@@ -363,7 +381,8 @@ class WritesRefused(FaultCase):
         proc = subprocess.run([BIN, "simulate", deck], capture_output=True, text=True, timeout=60,
                               preexec_fn=limited(40960))
         r = Result(proc, time.monotonic() - start)
-        self.assertFault(r, 1, r"error: trace %s/trace\.h5: \w+ failed: cannot write: File too large \(the "
+        # The step too, as a run names it (simulate named only the HDF5 call).
+        self.assertFault(r, 1, r"error: step \d+: trace %s/trace\.h5: \w+ failed: cannot write: File too large \(the "
                          r"process's file-size limit: ulimit -f\)" % self.out)
         self.assertEqual(r.err.count("error:"), 1, r.err)
         self.assertTrue(os.path.exists(os.path.join(self.out, "resolved.yaml")))

@@ -11,8 +11,17 @@ namespace conductor::cli {
 // MemAvailable from /proc/meminfo; elsewhere free pages x page size (sysconf); 0 when neither is known.
 std::uint64_t available_memory_bytes();
 
-// run.memory_limit_gb in bytes, or available_memory_bytes() when it is 0; `source` says which.
+// run.memory_limit_gb in bytes, or when it is 0 the less of available_memory_bytes() and what this process's memory
+// cgroup has left (Slurm's --mem, a container's limit); `source` says which.
 std::uint64_t memory_limit_bytes(const config::Deck& deck, std::string& source);
+// What this process's memory cgroup has left (its limit less its use: Slurm's --mem, a container's limit), or 0
+// where it has none: cgroup v2 (ROOT/PATH/memory.max, memory.current) or v1 (ROOT/memory/PATH/
+// memory.limit_in_bytes, memory.usage_in_bytes), PATH read from `self_cgroup`.
+std::uint64_t cgroup_memory_left(const std::string& self_cgroup = "/proc/self/cgroup",
+                                 const std::string& root = "/sys/fs/cgroup");
+// This process's address-space limit (RLIMIT_AS, ulimit -v) less what it maps already, or 0 when unlimited: what
+// one process may still allocate.
+std::uint64_t address_space_left();
 
 // `conductor simulate`: the simulator's estimate for the deck (sim/memory_estimate.hpp), with events when
 // traced or when a step has at most `events_up_to` ops (simulate then summarizes from them); InputError above
