@@ -138,16 +138,22 @@ void fill_stage_bubble(Trace& t) {
   }
 }
 
+// The trace at `path` opened to read (the caller silences HDF5). A run killed while writing leaves the file marked
+// open for writing: read past the mark (h5util.hpp).
+h5::Handle open_to_read(const std::string& path) {
+  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_file_locking(fapl.get(), false, true);
+  std::string plain;
+  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
+  if (!file.valid()) throw InputError("trace " + path + ": H5Fopen failed: " + plain);
+  return file;
+}
+
 }  // namespace
 
 Trace read_trace(const std::string& path) {
   h5::Silence silence;
-  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_file_locking(fapl.get(), false, true);
-  // A run killed while writing leaves the file marked open for writing: read past the mark (h5util.hpp).
-  std::string plain;
-  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
-  if (!file.valid()) throw InputError("trace " + path + ": H5Fopen failed: " + plain);
+  const h5::Handle file = open_to_read(path);
   hid_t f = file.get();
 
   Trace t;
@@ -183,11 +189,7 @@ Trace read_trace(const std::string& path) {
 
 std::vector<int> read_step_numbers(const std::string& path) {
   h5::Silence silence;
-  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_file_locking(fapl.get(), false, true);
-  std::string plain;
-  h5::Handle file = h5::open_read_only(path, fapl.get(), plain);
-  if (!file.valid()) throw InputError("trace " + path + ": H5Fopen failed: " + plain);
+  const h5::Handle file = open_to_read(path);
   // A memory type of the one field: HDF5 converts the rows' step column alone.
   h5::Handle mem(H5Tcreate(H5T_COMPOUND, sizeof(std::int32_t)), H5Tclose);
   H5Tinsert(mem.get(), "step", 0, H5T_NATIVE_INT32);
