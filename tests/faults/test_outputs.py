@@ -325,6 +325,8 @@ class Outputs(FaultCase):
         self.assertFault(r, 2, r"rank [01] alone needs about [0-9.e+-]+ GB of memory .* of activations, [0-9.e+-]+ GB "
                                r"for the receives a step posts\), above run\.memory_limit_gb = 4 GB")
 
+    @unittest.skipIf("ASAN_OPTIONS" in os.environ or "TSAN_OPTIONS" in os.environ,
+                     "a sanitizer reserves terabytes of address space: no ulimit -v lets the process start")
     def test_address_space_limit_bounds_the_guards(self):
         # ulimit -v (RLIMIT_AS): simulate passed its guard against the machine's memory and died of std::bad_alloc
         # after its first step; a run's rank failed mid set-up with no estimate. Both refused first, naming it.
