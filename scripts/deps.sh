@@ -2,6 +2,9 @@
 # Installs the Debian packages conductor needs that are missing. As root it runs apt-get; otherwise it prints
 # the exact command to run. Usage: scripts/deps.sh [--check]
 set -euo pipefail
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "$@"
+[[ $# -eq 0 || ( $# -eq 1 && $1 == --check ) ]] || refuse_arguments deps "--check" "${@:$([[ ${1:-} == --check ]] && echo 2 || echo 1)}"
 packages=(
   cmake make g++ git pkg-config clang-format
   libopenmpi-dev openmpi-bin

@@ -2,6 +2,9 @@
 # Applies .clang-format to every tracked C++/CUDA source, or with --check lists the files that differ from it
 # and exits 1. Usage: scripts/format.sh [--check]
 set -euo pipefail
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "$@"
+[[ $# -eq 0 || ( $# -eq 1 && $1 == --check ) ]] || refuse_arguments format "--check" "${@:$([[ ${1:-} == --check ]] && echo 2 || echo 1)}"
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "format: clang-format not found (apt-get install clang-format)" >&2; exit 2; }
 mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' 2>/dev/null || find src include tests bench -name '*.[ch]pp' -o -name '*.cu' -o -name '*.cuh')

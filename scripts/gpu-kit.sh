@@ -5,6 +5,7 @@
 # from wherever the checkout lies. Run it here, where Debian's apt repositories are reachable:
 #   scripts/gpu-kit.sh            builds the kit (replaces an existing one)
 #   . .gpu-kit/env.sh             on the GPU node (jobs/device-check.sh does it when the system lacks the libraries)
+# Usage: scripts/gpu-kit.sh   (no arguments; GPU_KIT names another kit folder)
 # LibTorch and CUDA are not in the kit: the GPU node brings CUDA, and the device check builds without the policy
 # layer when it finds no LibTorch.
 #
@@ -15,6 +16,9 @@
 # so the node's own programs (cmake, python) keep their own copies. Plugins of Open MPI and PMIx that need
 # libraries outside the kit (UCX, libfabric, verbs, PSM: fabrics a one-node check does not use) are dropped.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/usage.sh"
+script_help "$0" "$@"
+[[ $# -eq 0 ]] || refuse_arguments gpu-kit "none" "$1"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KIT=${GPU_KIT:-$ROOT/.gpu-kit}

@@ -8,6 +8,8 @@
 # download). Not part of `make test` (network); `make test-gpu-kit` runs it.
 # Usage: scripts/test-gpu-kit.sh [--reuse-kit] [BUILD_DIR]     (default build-gpu-kit; JOBS default nproc)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/usage.sh"
+script_help "$0" "$@"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REUSE=0
@@ -15,6 +17,7 @@ if [[ ${1:-} == --reuse-kit ]]; then
   REUSE=1
   shift
 fi
+[[ $# -le 1 && "${1:-}" != -* ]] || refuse_arguments test-gpu-kit "--reuse-kit, then one build folder" "${@:$(($# > 1 ? 2 : 1))}"
 BUILD=$(realpath -m "${1:-$ROOT/build-gpu-kit}")
 JOBS=${JOBS:-$(nproc)}
 KIT=$ROOT/.gpu-kit

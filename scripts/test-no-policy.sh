@@ -5,6 +5,9 @@
 # Usage: scripts/test-no-policy.sh [BUILD_DIR]   (default build-nopolicy; JOBS, CMAKE_ARGS from the environment;
 # CTEST_ARGS selects tests, e.g. CI's "-E faults_|slurm_": the fault and Slurm suites already ran in the main build)
 set -euo pipefail
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "$@"
+[[ $# -le 1 && "${1:-}" != -* ]] || refuse_arguments test-no-policy "one build folder" "${@:$(($# > 1 ? 2 : 1))}"
 cd "$(dirname "$0")/.."
 build=${1:-build-nopolicy}
 jobs=${JOBS:-$(nproc)}
