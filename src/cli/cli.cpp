@@ -376,8 +376,15 @@ int main(int argc, char** argv) {
       inv.fragment_paths.push_back(path);
     }
   }
-  const bool needs_deck = !(spec->name == "validate" && inv.has_flag("--keys"));
-  if (needs_deck && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
+  const bool keys = spec->name == "validate" && inv.has_flag("--keys");
+  if (!keys && inv.deck_path.empty()) return usage_error("'" + spec->name + "' needs a DECK");
+  // --keys prints the schema, not a deck's check: a deck beside it would read as checked (exit 0) while nothing
+  // of it was read.
+  if (keys && (!inv.deck_path.empty() || inv.flags.size() > 1)) {
+    const std::string other = !inv.deck_path.empty() ? "'" + printable(inv.deck_path) + "'" : "another flag";
+    return command_usage_error(*spec, "--keys takes no DECK, fragment, override or other flag (got " + other +
+                                          "): it prints every deck key; check a deck with 'conductor validate DECK'");
+  }
 
   hdf5::skip_teardown_at_exit();
   hdf5::never_print_errors();

@@ -413,6 +413,14 @@ class CliTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("write fragments before the key.path=value overrides", proc.stderr)
 
+    def test_keys_takes_no_deck(self):
+        # --keys prints the schema; a deck beside it was silently ignored (exit 0, as if checked).
+        for extra in (["missing.yaml"], [self.deck("run: {}\n")], ["run.steps=3"], ["--as", "run"]):
+            proc = conductor("validate", "--keys", *extra)
+            self.assertEqual(proc.returncode, 2, extra)
+            self.assertIn("--keys takes no DECK, fragment, override or other flag", proc.stderr)
+            self.assertEqual(proc.stdout, "")
+
     def test_keys_documented(self):
         proc = conductor("validate", "--keys")
         self.assertEqual(proc.returncode, 0)
