@@ -176,19 +176,16 @@ YAML::Node emit(const std::vector<double>& v) { return emit_list(v); }
 YAML::Node emit(const std::vector<int>& v) { return emit_list(v); }
 YAML::Node emit(const std::vector<std::string>& v) { return emit_list(v); }
 
+std::string allowed_range(const Field& f) {
+  if (f.min && f.max) return format_double(*f.min) + " .. " + format_double(*f.max);
+  if (f.min) return ">= " + format_double(*f.min);
+  if (f.max) return "<= " + format_double(*f.max);
+  return {};
+}
+
 std::string check_range(double v, const Field& f) {
-  bool low = f.min && v < *f.min;
-  bool high = f.max && v > *f.max;
-  if (!low && !high) return {};
-  std::string allowed;
-  if (f.min && f.max) {
-    allowed = format_double(*f.min) + " .. " + format_double(*f.max);
-  } else if (f.min) {
-    allowed = ">= " + format_double(*f.min);
-  } else {
-    allowed = "<= " + format_double(*f.max);
-  }
-  return "value " + format_double(v) + " is out of range (allowed: " + allowed + ")";
+  if (!(f.min && v < *f.min) && !(f.max && v > *f.max)) return {};
+  return "value " + format_double(v) + " is out of range (allowed: " + allowed_range(f) + ")";
 }
 
 std::string check_choice(const std::string& v, const Field& f) {

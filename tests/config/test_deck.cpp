@@ -165,6 +165,15 @@ TEST(Deck, OverrideTypeErrorNamesKey) {
   EXPECT_TRUE(contains(p[0], "parallel.pipeline: expected an integer, got 'abc'")) << p[0];
 }
 
+// A value that does not read as the key's type says what is allowed, as an out-of-range one does: an integer past
+// 64 bits read "does not fit in an integer" alone.
+TEST(Deck, UnreadableValueNamesTheRange) {
+  auto p = problems_of("", {"run.steps=99999999999999999999", "parallel.microbatches=1e30", "run.name=3"});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_TRUE(contains(p[0], "run.steps: '99999999999999999999' does not fit in an integer (allowed: 1 .. ")) << p[0];
+  EXPECT_TRUE(contains(p[1], "parallel.microbatches: expected an integer, got '1e30' (allowed: 1 .. ")) << p[1];
+}
+
 // A check across keys names where each key it is about came from: the override of its first key ("key: ..."
 // included), or the deck and the overrides of the other keys it names.
 TEST(Deck, CrossKeyProblemNamesTheOverridesOfItsKeys) {

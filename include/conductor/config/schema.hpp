@@ -63,6 +63,7 @@ YAML::Node emit(const std::vector<std::string>& v);
 template <class T>
 const char* type_name();
 // Per-element checks shared by scalars and lists.
+std::string allowed_range(const Field& f);  // "1 .. 1e9", ">= 0", "<= 1", or empty for a field without a range
 std::string check_range(double v, const Field& f);
 std::string check_choice(const std::string& v, const Field& f);
 inline std::string check(const Field& f, double v) { return check_range(v, f); }
@@ -90,7 +91,9 @@ Field field(std::string path, Access access, std::string doc) {
   f.get = [access](const Deck& d) { return codec::emit(static_cast<const T&>(access(const_cast<Deck&>(d)))); };
   f.set = [access](Deck& d, const YAML::Node& n, const Field& self) -> std::string {
     T value{};
-    if (auto p = codec::parse(n, value); !p.empty()) return p;
+    // A value that does not read (not a number, or past the type: '99999999999999999999') says the range too.
+    if (auto p = codec::parse(n, value); !p.empty())
+      return self.min || self.max ? p + " (allowed: " + codec::allowed_range(self) + ")" : p;
     if (auto p = codec::check(self, value); !p.empty()) return p;
     access(d) = std::move(value);
     return {};
