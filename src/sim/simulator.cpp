@@ -375,6 +375,9 @@ void finish_run(RunResult& run, int p) {
   run.mean_busy_ms.assign(p, 0.0);
   run.mean_idle_ms.assign(p, 0.0);
   run.peak_memory.assign(p, 0.0);
+  // The steps' samples over their summed time, not the mean of their rates: beside the mean step time it is
+  // samples per step / that mean, as analysis/compare.py computes it (a mean of rates lets fast steps dominate).
+  double samples = 0, time_ms = 0;
   for (const auto& s : run.steps) {
     run.mean_makespan_ms += s.makespan_ms / n;
     run.mean_bubble_ratio += s.bubble_ratio / n;
@@ -382,7 +385,8 @@ void finish_run(RunResult& run, int p) {
     run.mean_max_stage_bubble_ratio += s.max_stage_bubble_ratio / n;
     run.mean_lower_bound_ms += s.lower_bound_ms / n;
     run.mean_order_bound_ms += s.order_bound_ms / n;
-    run.mean_throughput += s.throughput / n;
+    samples += s.throughput * s.makespan_ms;  // samples x 1000, per step
+    time_ms += s.makespan_ms;
     run.mean_migrated_ops += s.migrated_ops / n;
     run.mean_migration_bytes += s.migration_bytes / n;
     run.mean_refresh_bytes += s.refresh_bytes / n;
@@ -394,6 +398,7 @@ void finish_run(RunResult& run, int p) {
     }
   }
   run.mean_link_bytes = sum_links(std::move(run.mean_link_bytes), p);
+  run.mean_throughput = time_ms > 0 ? samples / time_ms : 0.0;
 }
 
 RunResult simulate_run(const sched::Schedule& schedule, const NoiseModel& noise, const SimOptions& options, int steps) {

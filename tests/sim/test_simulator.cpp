@@ -178,6 +178,21 @@ TEST(Simulator, BothBubbleMeasuresOnAHandComputedOneFOneB) {
   EXPECT_NEAR(run.mean_stage_bubble_ratio, (1.0 / 6.0 + 0.5) / 2, 1e-12);  // the mean over steps
 }
 
+// A run's throughput beside its mean step time is the steps' samples over their summed time: two steps of 4
+// samples taking 400 and 100 ms give 8 / 0.5 s = 16 samples/s (the mean of their rates, 10 and 40, read 25).
+TEST(Simulator, RunThroughputIsSamplesOverTime) {
+  RunResult run;
+  run.steps.resize(2);
+  for (StepResult& s : run.steps) {
+    s.busy_ms = s.idle_ms = s.peak_memory = {0.0};
+  }
+  run.steps[0].makespan_ms = 400, run.steps[0].throughput = 4 / 0.4;
+  run.steps[1].makespan_ms = 100, run.steps[1].throughput = 4 / 0.1;
+  finish_run(run, 1);
+  EXPECT_NEAR(run.mean_makespan_ms, 250.0, 1e-12);
+  EXPECT_NEAR(run.mean_throughput, 16.0, 1e-12);
+}
+
 TEST(Simulator, ReadinessMatchesOrBeatsStrictWithoutNoise) {
   // No noise, no comm, equal and unequal F/B/W (B >= F, as in transformer layers), per-stage costs too.
   std::vector<CostModel> costs = {uniform_cost(1, 1, 1, 0, 0.5), uniform_cost(1, 2, 1, 0, 0.5),

@@ -108,6 +108,8 @@ struct RunResult {
   double span_ms = 0, run_throughput = 0, run_bubble_ratio = 0;
   double steady_throughput = 0, steady_bubble_ratio = 0;
   double mean_max_stage_bubble_ratio = 0;  // per step, the largest rank's 1 - busy / span (the paper's measure)
+  // The steps' means; mean_throughput is their samples over their summed makespans (samples per step / the mean
+  // makespan), not the mean of their rates.
   double mean_makespan_ms = 0, mean_bubble_ratio = 0, mean_lower_bound_ms = 0, mean_throughput = 0;
   double mean_stage_bubble_ratio = 0;
   int stopped_by_signal = 0;       // a stop signal ended the run before its last step (conductor simulate): its number
