@@ -232,14 +232,20 @@ void check_recorded_steps(const fs::path& dir, const fs::path& resume, int resum
     check(runtime::kMetricsFile, runtime::metrics_steps(dir / runtime::kMetricsFile));
 }
 
-// The step checkpoint.resume continues from (steps done), or -1 when it names no checkpoint (the loader says so).
-int resumed_step(const config::Deck& deck) {
+// checkpoint.resume's step folder, resolved once per check (a root's `latest` read once), or empty where it names
+// no checkpoint: the loader then names what is missing, on every rank.
+std::string resumed_step_dir(const config::Deck& deck) {
+  if (deck.checkpoint.resume.empty()) return {};
   try {
-    return model::step_of_folder(
-        fs::path(model::resolve_checkpoint(folder(deck.checkpoint.resume).string())).filename().string());
+    return model::resolve_checkpoint(folder(deck.checkpoint.resume).string());
   } catch (const InputError&) {
-    return -1;
+    return {};
   }
+}
+
+// The step a resumed step folder continues from (steps done), or -1 where there is none.
+int step_of_dir(const std::string& step_dir) {
+  return step_dir.empty() ? -1 : model::step_of_folder(fs::path(step_dir).filename().string());
 }
 
 // What a resume may not change of the run that wrote its checkpoint: the batches it reads (the data stream
@@ -292,13 +298,8 @@ bool same_decay_horizon(const config::Deck& deck, const std::string& theirs) {
 // checkpoint must be that run's (else its trace and metrics would be spliced with another model's), and anywhere
 // the data stream must continue. Any other change of optim.* (or of run.steps when the decay follows it) or of
 // migration's groups is said.
-void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
-  std::string step_dir;
-  try {
-    step_dir = model::resolve_checkpoint(folder(deck.checkpoint.resume).string());
-  } catch (const InputError&) {
-    return;  // the loader names what is missing, on every rank
-  }
+void check_resumed_checkpoint(const config::Deck& deck, const std::string& step_dir, bool into_own_folder) {
+  if (step_dir.empty()) return;  // the loader names what is missing, on every rank
   const std::string theirs = config::without_header(model::checkpoint_deck(step_dir));
   if (theirs.empty()) return;
   const std::string here = config::to_yaml(deck);
@@ -332,8 +333,7 @@ void check_resumed_checkpoint(const config::Deck& deck, bool into_own_folder) {
     for (const std::string& d : steps) changed.push_back(d + " (optim.decay_steps = 0 decays over run.steps)");
   }
   // A checkpoint at or past run.steps is refused when it loads: no warning about a resume that will not run.
-  const int at = model::step_of_folder(fs::path(step_dir).filename().string());
-  if (!changed.empty() && !(at >= deck.run.steps)) {
+  if (!changed.empty() && !(step_of_dir(step_dir) >= deck.run.steps)) {
     log::warn(named + ": resuming with " + listed(changed, 4) +
               " (here: this deck, there: the checkpoint's run); the steps from here (their learning rate, update or "
               "migration's order of addition) differ from an uninterrupted run of either deck");
@@ -369,15 +369,16 @@ void check_checkpoint_folder(const config::Deck& deck) {
 
 void check_output_folder(const config::Deck& deck, config::Command command) {
   const bool run = command == config::Command::Run, resume = run && !deck.checkpoint.resume.empty();
+  const std::string step_dir = resume ? resumed_step_dir(deck) : std::string();
   if (deck.run.overwrite) {
-    if (resume) check_resumed_checkpoint(deck, false);
+    if (resume) check_resumed_checkpoint(deck, step_dir, false);
     return;
   }
   if (run) check_checkpoint_folder(deck);
   const fs::path dir(deck.run.output);
   const std::vector<std::string> found = previous_results(dir);
   if (found.empty()) {
-    if (resume) check_resumed_checkpoint(deck, false);
+    if (resume) check_resumed_checkpoint(deck, step_dir, false);
     return;
   }
   std::error_code ec;
@@ -390,8 +391,8 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
                  : std::vector<std::string>{};
     if (has_deck && differ.empty()) {
       check_later_results(dir, folder(deck.checkpoint.resume), deck.run.steps);
-      check_resumed_checkpoint(deck, true);
-      check_recorded_steps(dir, folder(deck.checkpoint.resume), resumed_step(deck), deck.run.steps);
+      check_resumed_checkpoint(deck, step_dir, true);
+      check_recorded_steps(dir, folder(deck.checkpoint.resume), step_of_dir(step_dir), deck.run.steps);
       return;
     }
     throw InputError(
@@ -418,7 +419,7 @@ void check_output_folder(const config::Deck& deck, config::Command command) {
 }
 
 void check_resume(const config::Deck& deck) {
-  if (!deck.checkpoint.resume.empty()) check_resumed_checkpoint(deck, false);
+  if (!deck.checkpoint.resume.empty()) check_resumed_checkpoint(deck, resumed_step_dir(deck), false);
 }
 
 void probe_writable(const std::string& key, const fs::path& dir) {

@@ -140,6 +140,20 @@ std::string resolve_checkpoint(const std::string& path) {
                    "') nor a step folder (no '" + (p / kManifestName).string() + "')");
 }
 
+std::string data_file_line(const DataFileIdentity& d) {
+  return "data bytes " + std::to_string(d.bytes) + " crc32 " + util::crc32_hex(d.crc32) + " path " + escaped(d.path);
+}
+
+bool parse_data_file_line(const std::string& line, DataFileIdentity& d) {
+  // "data bytes N crc32 0xXXXXXXXX path PATH": the path is the rest of the line (it may hold spaces).
+  std::istringstream words(line);
+  std::string key, bytes_word, crc_word, crc, path_word, rest;
+  words >> key >> bytes_word >> d.bytes >> crc_word >> crc >> path_word;
+  std::getline(words, rest);
+  return words.eof() && key == "data" && bytes_word == "bytes" && crc_word == "crc32" && path_word == "path" &&
+         util::parse_crc32_hex(crc, d.crc32) && rest.size() >= 2 && rest[0] == ' ' && unescape(rest.substr(1), d.path);
+}
+
 std::string manifest_text(const Manifest& m) {
   std::ostringstream o;
   o << kManifestMagic << "\n"
@@ -152,8 +166,7 @@ std::string manifest_text(const Manifest& m) {
     o << "file " << f.name << " crc32 " << util::crc32_hex(f.crc32) << " bytes " << f.bytes << "\n";
   if (m.data_recorded) {
     o << "data_files " << m.data.size() << "\n";
-    for (const auto& d : m.data)
-      o << "data bytes " << d.bytes << " crc32 " << util::crc32_hex(d.crc32) << " path " << escaped(d.path) << "\n";
+    for (const auto& d : m.data) o << data_file_line(d) << "\n";
   }
   return o.str();
 }
@@ -198,16 +211,8 @@ Manifest read_manifest(const std::string& step_dir) {
       continue;
     }
     if (key == "data") {
-      // "data bytes N crc32 0xXXXXXXXX path PATH": the path is the rest of the line (it may hold spaces).
       DataFileIdentity d;
-      std::string bytes_word, crc_word, crc, path_word;
-      words >> bytes_word >> d.bytes >> crc_word >> crc >> path_word;
-      std::string rest;
-      std::getline(words, rest);
-      if (!words.eof() || bytes_word != "bytes" || crc_word != "crc32" || path_word != "path" ||
-          !util::parse_crc32_hex(crc, d.crc32) || rest.size() < 2 || rest[0] != ' ' ||
-          !unescape(rest.substr(1), d.path))
-        throw bad("expected 'data bytes N crc32 0xXXXXXXXX path PATH'");
+      if (!parse_data_file_line(line, d)) throw bad("expected 'data bytes N crc32 0xXXXXXXXX path PATH'");
       m.data.push_back(d);
       continue;
     }

@@ -56,25 +56,18 @@ namespace {
 // inputs and another's targets from different tokens. InputError on the rank that differs.
 void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank, MPI_Comm comm,
                      const Watchdog& watchdog) {
-  const auto text_of = [](const std::vector<model::DataFileIdentity>& files) {
-    std::ostringstream out;
-    for (const model::DataFileIdentity& f : files)
-      out << f.path.size() << ' ' << f.path << ' ' << f.bytes << ' ' << f.crc32 << '\n';
-    return out.str();
-  };
-  const std::string here = text_of(mine);
+  // The checkpoint manifest's data lines: one record of a data file for both.
+  std::string here;
+  for (const model::DataFileIdentity& f : mine) here += model::data_file_line(f) + '\n';
   const std::string theirs =
       watched_broadcast_text(watchdog, rank == 0 ? here : std::string(), comm, "rank 0's list of data files");
   if (rank == 0 || theirs == here) return;
   std::vector<model::DataFileIdentity> files;
   std::istringstream in(theirs);
-  std::size_t length = 0;
-  while (in >> length) {
+  for (std::string line; std::getline(in, line);) {
     model::DataFileIdentity f;
-    in.get();  // the blank after the length
-    f.path.resize(length);
-    in.read(f.path.data(), static_cast<std::streamsize>(length));
-    in >> f.bytes >> f.crc32;
+    if (!model::parse_data_file_line(line, f))
+      throw Error("rank 0's list of data files: unreadable line '" + line + "'");
     files.push_back(std::move(f));
   }
   std::string said;

@@ -175,14 +175,9 @@ void watched_check_all(const Watchdog& w, bool ok, const std::string& message, i
 
 std::string watched_broadcast_text(const Watchdog& w, std::string text, MPI_Comm comm, const std::string& what) {
   long long n = static_cast<long long>(text.size());
-  MPI_Request r;
-  MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, comm, &r);
-  w.wait(r, what);
+  watched_bcast(w, &n, 1, MPI_LONG_LONG, 0, comm, what);
   text.resize(static_cast<std::size_t>(n));
-  if (n > 0) {
-    MPI_Ibcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm, &r);
-    w.wait(r, what);
-  }
+  if (n > 0) watched_bcast(w, text.data(), static_cast<int>(n), MPI_CHAR, 0, comm, what);
   return text;
 }
 

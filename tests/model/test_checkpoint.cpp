@@ -370,6 +370,24 @@ TEST(CheckpointSteps, ManifestRecordsTheDataFiles) {
             std::string::npos);
 }
 
+// One data file's manifest line reads back as written, whatever its path holds (the run's cross-rank check of the
+// data files sends the same lines).
+TEST(CheckpointSteps, DataFileLineRoundTrips) {
+  for (const std::string path : {"a.bin", "with space/b c.bin", "new\nline.bin", "back\\slash.bin", " lead"}) {
+    const DataFileIdentity d{path, 123456789012ULL, 0xdeadbeefU};
+    const std::string line = data_file_line(d);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    DataFileIdentity back;
+    ASSERT_TRUE(parse_data_file_line(line, back)) << line;
+    EXPECT_EQ(back.path, d.path);
+    EXPECT_EQ(back.bytes, d.bytes);
+    EXPECT_EQ(back.crc32, d.crc32);
+  }
+  DataFileIdentity back;
+  EXPECT_FALSE(parse_data_file_line("data bytes 7 crc32 0x00000000 path", back));
+  EXPECT_FALSE(parse_data_file_line("file a crc32 0x00000000 bytes 7", back));
+}
+
 TEST(CheckpointSteps, DataDifferencesNameTheFileAndWhatDiffers) {
   const std::vector<DataFileIdentity> then = {{"a.bin", 100, 1}, {"b.bin", 200, 2}, {"c.bin", 300, 3}};
   EXPECT_TRUE(data_differences(then, then).empty());

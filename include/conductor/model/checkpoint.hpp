@@ -69,6 +69,11 @@ void check_steps_left(const std::string& step_dir, int step, int run_steps);
 // checks. InputError with the loader's messages.
 void check_checkpoint_fits(const plan::Plan& plan, int num_virtual_stages, const std::string& step_dir);
 std::string manifest_text(const Manifest& m);
+// One data file's line of the manifest, "data bytes N crc32 0xXXXXXXXX path PATH" (the path escaped: it may hold
+// spaces, backslashes and newlines), and its reading; false where `line` is not such a line. The run's check that
+// every rank reads rank 0's data files sends the same lines.
+std::string data_file_line(const DataFileIdentity& d);
+bool parse_data_file_line(const std::string& line, DataFileIdentity& d);
 // The manifest's entry for `name`; InputError naming the manifest when it has none.
 const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_dir, const std::string& name);
 // The data files that differ between a checkpoint's record (`then`) and this run's (`now`), by path, one text
