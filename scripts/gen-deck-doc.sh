@@ -58,7 +58,10 @@ The default column is the code's default before anything is derived: where a key
 -1, e.g. `schedule.memory_limit` 0 = the schedule kind's own limit, `cost.memory_after_b` -1 = from the model),
 the meaning says from what. `conductor validate` shows the derived value of those the deck alone fixes
 (`schedule.memory_limit`, `cost.memory_after_b`, `migration.slices`); the others are derived when the command runs
-(from the machine, the link preset, `run.steps`, or a draw per run), as their meaning says.
+(from the machine, the link preset, `run.steps`, or a draw per run), as their meaning says. It also shows
+`run.output` as the command it checks for would name it (`runs/<name>` for `conductor run`, the default;
+`runs/<name>-sim` with `--as simulate`), so a printed deck fed to another command writes where that printout
+says: print it with `--as` that command.
 
 Times are milliseconds, memory limits are in units of one microbatch's activations on a stage (M_F).
 
