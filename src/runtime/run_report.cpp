@@ -239,6 +239,14 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   const bool continuing = plan.trace.enabled && first_step > 0 && !replacing && std::filesystem::exists(trace_path);
   if (continuing) writer_ = std::make_unique<trace::TraceWriter>(trace_path, first_step);
   write_text_file(dir_ / "resolved.yaml", plan.deck_yaml);
+  // The summary of the results this run replaces (run.overwrite, or this deck's own earlier run) goes now: a run
+  // that then fails must not leave it beside the new trace and metrics, read as theirs. A resumed run keeps it
+  // until its own (it describes the rows the continued trace keeps).
+  if (!continuing && !(first_step > 0 && !replacing)) {
+    std::filesystem::remove(dir_ / "summary.json", ec);
+    if (ec)
+      throw Error((dir_ / "summary.json").string() + ": cannot remove the replaced run's summary: " + ec.message());
+  }
   // A resumed run appends to the metrics of the steps before it (the rows a killed attempt wrote past the
   // checkpoint dropped, as the trace drops them); a new one starts the file.
   const std::filesystem::path metrics_path = dir_ / kMetricsFile;

@@ -54,6 +54,18 @@ class Outputs(FaultCase):
         self.assertEqual(r.code, 0, r.text)
         self.assertNotEqual(digests(self.out)["resolved.yaml"], before["resolved.yaml"])
 
+    def test_failed_overwrite_leaves_no_old_summary(self):
+        # A replacing run that fails mid-way: its trace and metrics are the new run's, so the replaced run's
+        # summary.json must not stay beside them (it did, read as theirs).
+        deck, before = self.first_run()
+        self.assertIn("summary.json", before)
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="1:1")
+        r = mpirun(2, "run", deck, "run.steps=3", "run.overwrite=true", env=env)
+        self.assertNotEqual(r.code, 0, r.text)
+        after = digests(self.out)
+        self.assertNotIn("summary.json", after, "the replaced run's summary.json outlived the failed run")
+        self.assertNotEqual(after["resolved.yaml"], before["resolved.yaml"])
+
     def test_overwrite_replaces_links_not_what_they_name(self):
         # Result files that are symbolic links (to another run's, or dangling): refused as results without
         # run.overwrite; with it the links are replaced, and what they name is left whole (before: trace.h5 and
