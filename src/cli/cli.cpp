@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <regex>
 #include <thread>
 
 #include "conductor/runtime/stop_signal.hpp"
@@ -158,12 +157,8 @@ int command_usage_error(const CommandSpec& c, const std::string& message) {
 // starts).
 double init_timeout_s(const char* text) {
   if (!text || !*text) return mpi::kDefaultInitTimeoutS;
-  const std::string s(text);
-  static const std::regex decimal(R"(\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)");
-  if (!std::regex_match(s, decimal)) return -1.0;
-  errno = 0;
-  const double v = std::strtod(text, nullptr);
-  if (errno == ERANGE) return -1.0;  // 1e400, and 1e-400, which would read as 0 (for ever)
+  const double v = parse_plain_decimal(text);  // 1e-400 refused: it would read as 0 (for ever)
+  if (v < 0) return -1.0;
   return v == 0 || (v >= mpi::kMinInitTimeoutS && v <= 1e9) ? v : -1.0;
 }
 
@@ -214,7 +209,7 @@ std::string environment_problem() {
   }
   if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
     return std::string("CONDUCTOR_PROGRESS_S = '") + v +
-           "' is not a number of seconds; allowed: a number >= 0 (0: a line per update; unset: 1)";
+           "' is not a number of seconds; allowed: a plain decimal >= 0 (0: a line per update; unset: 1)";
   }
   return {};
 }

@@ -1,10 +1,37 @@
 #include "conductor/util/format.hpp"
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace conductor {
+
+double parse_plain_decimal(const std::string& text) {
+  // [+] digits [. digits] [e [+-] digits], or [+] . digits [e ...]
+  std::size_t i = text.empty() || text[0] != '+' ? 0 : 1;
+  const auto digits = [&] {
+    const std::size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - from;
+  };
+  std::size_t mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return -1.0;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return -1.0;
+  }
+  if (i != text.size()) return -1.0;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), nullptr);
+  return errno == ERANGE ? -1.0 : v;
+}
 
 std::string format_double(double v) {
   const double magnitude = std::fabs(v);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "conductor/util/format.hpp"
 #include "conductor/util/log.hpp"
 
 namespace conductor {
@@ -31,9 +32,7 @@ double eta_seconds(double elapsed_s, long long done, long long total) {
 
 double parse_progress_interval(const char* text) {
   if (!text || !*text) return 1.0;
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  return (*end == '\0' && std::isfinite(v) && v >= 0) ? v : -1.0;
+  return parse_plain_decimal(text);
 }
 
 namespace {

@@ -147,8 +147,11 @@ class CliTest(unittest.TestCase):
     def test_bad_environment_values_are_refused(self):
         deck = self.deck("run: {steps: 1}\n")
         for name, value, part in (("CONDUCTOR_LOG", "bogus", "allowed: error, warn, info, debug"),
-                                  ("CONDUCTOR_PROGRESS_S", "abc", "a number >= 0"),
-                                  ("CONDUCTOR_PROGRESS_S", "-1", "a number >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", "abc", "a plain decimal >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", "-1", "a plain decimal >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", "0x10", "a plain decimal >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", " 5", "a plain decimal >= 0"),
+                                  ("CONDUCTOR_PROGRESS_S", "1e400", "a plain decimal >= 0"),
                                   ("CONDUCTOR_INIT_TIMEOUT_S", "5s", "allows: 5 .. 1e9 as a plain decimal, or 0 to"),
                                   ("CONDUCTOR_INIT_TIMEOUT_S", "-3", "allows: 5 .. 1e9"),
                                   ("CONDUCTOR_INIT_TIMEOUT_S", "inf", "allows: 5 .. 1e9"),

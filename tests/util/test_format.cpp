@@ -10,9 +10,22 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 using conductor::control_byte_at;
 using conductor::format_double;
+
+TEST(PlainDecimal, ReadsWhatPeopleWriteAndNothingElse) {
+  for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{
+           {"5", 5}, {"0", 0}, {"0.5", 0.5}, {".5", 0.5}, {"5.", 5}, {"+2", 2}, {"1e3", 1000}, {"2.5E-1", 0.25}}) {
+    EXPECT_EQ(conductor::parse_plain_decimal(text), value) << text;
+  }
+  for (const std::string text :
+       {"", " 5", "5 ", "-1", "0x10", "inf", "nan", "1e", "e3", ".", "+", "1e400", "1e-400", "5s", "1,5"}) {
+    EXPECT_EQ(conductor::parse_plain_decimal(text), -1.0) << text;
+  }
+}
 
 TEST(FormatDouble, ShortestTextOfDeckValues) {
   EXPECT_EQ(format_double(0.006), "0.006");  // %.17g: 0.0060000000000000001

@@ -20,6 +20,11 @@ std::string printable(const std::string& text, std::size_t max_chars = 60);
 // UTF-8 (the terminal would garble it): then printable() of its first 160 characters.
 std::string shown(const std::string& text);
 
+// A number of an environment variable as people write it: a plain decimal ("5", "0.5", ".5", "+2", "1e3"), no
+// blanks, sign '-', hexadecimal, "inf" or "nan" (strtod reads all of those). -1 where `text` is not one, or does
+// not fit a double (1e400; 1e-400, which would read as 0).
+double parse_plain_decimal(const std::string& text);
+
 // Where `text` holds its first control byte (below 0x20, or DEL), or npos when it holds none: such bytes in a
 // name or a quoted key would move the terminal's cursor or start an escape sequence.
 std::size_t control_byte_at(const std::string& text);
