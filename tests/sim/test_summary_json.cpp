@@ -5,6 +5,7 @@
 #include "conductor/sim/summary_json.hpp"
 
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include <algorithm>
 #include <fstream>
@@ -127,6 +128,20 @@ TEST(SummaryJson, OrderBoundOnlyWhereTheSimulatorComputedIt) {
     EXPECT_EQ(j["steps"][k]["order_bound_ms"].get<double>(), run.steps[k].order_bound_ms);
     EXPECT_LE(run.steps[k].order_bound_ms, run.steps[k].makespan_ms);
   }
+}
+
+// A run at its order bound reads 1, not the ulp below it that its two means' rounding gives.
+TEST(SummaryJson, MakespanAtItsOrderBoundReadsOne) {
+  Simulated s = simulate_deck();
+  s.options.order_bound = true;
+  sim::RunResult run =
+      sim::simulate_run(s.schedule, sim::NoiseModel::from_plan(config::resolve(s.deck), s.schedule), s.options, 1);
+  run.mean_order_bound_ms = std::nextafter(run.mean_makespan_ms, 2 * run.mean_makespan_ms);
+  json j = written(sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
+  EXPECT_EQ(j["makespan_over_order_bound"].get<double>(), 1.0);
+  run.mean_order_bound_ms = run.mean_makespan_ms * 1.01;  // a bound above the makespan is shown, not hidden
+  j = written(sim::summary_json(run, config::resolve(s.deck), s.schedule, s.options.memory_limit));
+  EXPECT_LT(j["makespan_over_order_bound"].get<double>(), 0.995);
 }
 
 TEST(SummaryJson, RunFiguresAreTheRunResults) {
