@@ -109,17 +109,25 @@ class Guard(FaultCase):
     def test_stopped_rank_p4_watchdog(self):
         self.stopped_rank(4, 1)
 
+    def hung_by_injection(self, how, steps, *args):
+        """Runs a 2-rank tiny deck with CONDUCTOR_INJECT_FAILURE=`how` (a rank that hangs at some point), which
+        must end with exit 1 within the watchdog's limit and leave no process behind; returns the result and its
+        watchdog lines."""
+        deck = self.tiny(2, steps=steps)
+        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE=how)
+        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", deck], capture_output=True)  # never left stopped
+        res = mpirun(2, "run", deck, *args, env=env, timeout=60)
+        self.assertEqual(res.code, 1, res.text)
+        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
+        self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
+        return res, [l for l in res.err.splitlines() if "watchdog:" in l]
+
     def test_rank_hung_while_writing_a_checkpoint(self):
         # A rank stopped once it wrote its files of a checkpoint (a file system that hangs): the others waited in
         # the checkpoint's agreement (a blocking MPI_Allreduce) for ever, with no message, whatever watchdog_s said.
         ckpt = os.path.join(self.tmp.name, "ckpt")
-        deck = self.tiny(2, steps=6)
-        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="0:2:hang-checkpoint")
-        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", deck], capture_output=True)  # never left stopped
-        res = mpirun(2, "run", deck, "checkpoint.path=" + ckpt, "checkpoint.every=1", env=env, timeout=60)
-        self.assertEqual(res.code, 1, res.text)
-        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
-        messages = [l for l in res.err.splitlines() if "watchdog:" in l]
+        res, messages = self.hung_by_injection("0:2:hang-checkpoint", 6, "checkpoint.path=" + ckpt,
+                                               "checkpoint.every=1")
         self.assertEqual(len(messages), 1, res.text)
         self.assertRegex(messages[0], r"rank 1 waited \d+\.\d s for every rank's part of checkpoint step 2; no "
                                       r"message arrived; aborting \(runtime\.watchdog_s = 3\)")
@@ -127,38 +135,24 @@ class Guard(FaultCase):
         with open(os.path.join(ckpt, "latest")) as f:
             self.assertEqual(f.read().strip(), "step-000001")
         self.assertFalse(os.path.exists(os.path.join(ckpt, "step-000002")))
-        self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
 
     def test_rank_stopped_in_its_set_up(self):
         # A rank stopped while it loaded its model and data files (a file system that hangs, a signal): the others
         # waited in the set-up's agreement (a blocking MPI_Allreduce) for ever, whatever watchdog_s said; nothing
         # may be written before every rank's set-up passed.
-        deck = self.tiny(2, steps=3)
-        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="1:0:hang-setup")
-        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", deck], capture_output=True)  # never left stopped
-        res = mpirun(2, "run", deck, env=env, timeout=60)
-        self.assertEqual(res.code, 1, res.text)
-        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
-        messages = [l for l in res.err.splitlines() if "watchdog:" in l]
+        res, messages = self.hung_by_injection("1:0:hang-setup", 3)
         self.assertEqual(len(messages), 1, res.text)
         self.assertRegex(messages[0], r"rank 0 waited \d+\.\d s for every rank's set-up \(its model and data files\); "
                                       r"no message arrived; aborting \(runtime\.watchdog_s = 3\)")
         self.assertFalse(os.path.exists(self.out))
-        self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
 
     def test_rank_stopped_after_the_last_step(self):
         # The other rank waited in MPI_Finalize for ever (its results written, no message).
-        deck = self.tiny(2, steps=3)
-        env = dict(os.environ, CONDUCTOR_INJECT_FAILURE="1:3:hang-end")
-        self.addCleanup(subprocess.run, ["pkill", "-KILL", "-f", deck], capture_output=True)
-        res = mpirun(2, "run", deck, env=env, timeout=60)
-        self.assertEqual(res.code, 1, res.text)
-        self.assertLessEqual(res.seconds, WATCHDOG_S + 10, "ranks took too long to exit:\n" + res.text)
+        res, _ = self.hung_by_injection("1:3:hang-end", 3)
         self.assertRegex(res.err, r"watchdog: rank 0 waited \d+\.\d s for every rank to end the run \(the results "
                                   r"are written\); no message arrived")
         self.assertTrue(os.path.exists(os.path.join(self.out, "summary.json")))
         self.assertEqual(len(self.assertTraceReadable(3)), 3)
-        self.assertEqual(subprocess.run(["pgrep", "-f", deck], capture_output=True).stdout, b"")
 
     def test_rank_stopped_before_mpi_init(self):
         # A rank that never reaches MPI start-up (stopped, or a node that never launched it) held the others in
