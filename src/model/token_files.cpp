@@ -394,7 +394,11 @@ DataFileIdentity scan_token_file(const TokenSpan& span, int vocab, const std::st
   std::uint32_t crc = 0;
   for (std::size_t at = 0; at < f.size(); at += kPiece) {
     const std::size_t n = std::min(kPiece, f.size() - at);
-    f.read(at, n, buf.data());
+    try {
+      f.read(at, n, buf.data());
+    } catch (const InputError& e) {
+      throw InputError(key + ": " + e.what());  // a file shortened while the start-up scan reads it
+    }
     crc = util::crc32(buf.data(), n, crc);
     // The tokens of the span in this piece.
     const std::size_t lo = std::max(at, begin), hi = std::min(at + n, end);

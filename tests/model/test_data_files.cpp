@@ -406,6 +406,22 @@ TEST(DataFiles, PathsNameExactlyTheFilesTheyRead) {
   }
 }
 
+// The start-up scan (token ids and CRC-32) of a shard cut short after it was opened names the key too.
+TEST(DataFiles, ShardTruncatedDuringTheScanNamesTheKey) {
+  const std::string dir = temp_dir("scan-truncated");
+  const std::string shard = dir + "/train_000.bin";
+  write_llmc(shard, positions(0, 3000, 4096));
+  const TokenSpan span = read_llmc_shard(shard);
+  truncate_to(shard, 1024 + 2 * 10);
+  std::string message;
+  try {
+    (void)scan_token_file(span, 4096, "data.valid_path");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.rfind("data.valid_path: '" + shard + "' is now 1044 bytes", 0), 0u) << message;
+}
+
 // A shard cut short while a run reads it (a shorter file copied over it) was read through a mapping: the next
 // window past the new end killed the process with SIGBUS (no message). Now a read is one InputError naming the
 // file, the step, the bytes asked for and the file's size now; after defer_read_errors() it is recorded instead
