@@ -9,6 +9,7 @@
 #include "conductor/model/stage.hpp"
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::model {
 
@@ -281,7 +282,7 @@ std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& t
   std::vector<std::string> out;
   for (const auto& n : now) {
     const DataFileIdentity* t = find(then, n.path);
-    const std::string name = "'" + n.path + "'";
+    const std::string name = quoted_path(n.path);
     if (!t) {
       out.push_back(name + " is new (not read by the checkpoint's run)");
     } else if (t->bytes != n.bytes) {
@@ -293,7 +294,7 @@ std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& t
   }
   for (const auto& t : then) {
     if (!find(now, t.path))
-      out.push_back("'" + t.path + "' is no longer read (" + std::to_string(t.bytes) + " bytes then)");
+      out.push_back(quoted_path(t.path) + " is no longer read (" + std::to_string(t.bytes) + " bytes then)");
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::model {
 
@@ -60,7 +61,7 @@ TokenSpan read_keyed(const std::string& source, const std::string& path, const c
 }
 
 std::string listed(const std::vector<std::string>& files) {
-  return files.size() == 1 ? "'" + files[0] + "'" : std::to_string(files.size()) + " files";
+  return files.size() == 1 ? quoted_path(files[0]) : std::to_string(files.size()) + " files";
 }
 
 // Windows of `window` tokens starting in a run of `count` tokens.
@@ -76,7 +77,7 @@ std::size_t held_out_of(std::size_t count, const plan::Data& d) {
 // What the files must give a run, before any is read: some file, bytes only where the vocabulary holds them.
 void check_sources(const plan::Plan& plan) {
   const plan::Data& d = plan.data;
-  if (d.train_files.empty()) throw InputError("data.path = '" + d.path + "' matches no file");
+  if (d.train_files.empty()) throw InputError("data.path = " + quoted_path(d.path) + " matches no file");
   if (d.source == "file" && plan.model.vocab < 256) {
     throw InputError("data.source = file reads bytes, so model.vocab must be >= 256, got " +
                      std::to_string(plan.model.vocab));
@@ -229,7 +230,7 @@ void DataSource::fill_checked(const std::function<std::string()>& where, const s
         if (const int id = tokens[t]; id < 0 || id >= vocab_) {
           throw InputError("token id " + std::to_string(id) + " (row " + std::to_string(b) + ", position " +
                            std::to_string(t) + ") is outside the vocabulary (model.vocab = " + std::to_string(vocab_) +
-                           "): " + (last_run_read ? "'" + last_run_read->name() + "'" : std::string("the file")) +
+                           "): " + (last_run_read ? quoted_path(last_run_read->name()) : std::string("the file")) +
                            " was rewritten since the run opened it");
         }
       }

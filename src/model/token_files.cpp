@@ -15,12 +15,13 @@
 #include "conductor/util/checksum.hpp"
 #include "conductor/util/error.hpp"
 #include "conductor/util/fd.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::model {
 
 namespace {
 
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
+std::string quoted(const std::string& path) { return quoted_path(path); }
 std::string num(std::uint64_t v) { return std::to_string(v); }
 
 template <class T>

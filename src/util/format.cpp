@@ -79,6 +79,11 @@ std::size_t utf8_error_at(const std::string& text) {
   return std::string::npos;
 }
 
+std::string quoted_path(const std::string& path) {
+  const bool plain = control_byte_at(path) == std::string::npos && utf8_error_at(path) == std::string::npos;
+  return "'" + (plain ? path : printable(path, 4 * path.size())) + "'";
+}
+
 std::string shown(const std::string& text) {
   const bool plain =
       text.size() <= 160 && control_byte_at(text) == std::string::npos && utf8_error_at(text) == std::string::npos;

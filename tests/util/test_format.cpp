@@ -16,6 +16,14 @@
 using conductor::control_byte_at;
 using conductor::format_double;
 
+// A file name from a glob may hold any byte: quoted whole, with what a terminal would act on as \xNN.
+TEST(QuotedPath, WholeAndEscaped) {
+  const std::string long_path = "/data/" + std::string(300, 'a') + "/shard.bin";
+  EXPECT_EQ(conductor::quoted_path(long_path), "'" + long_path + "'");
+  EXPECT_EQ(conductor::quoted_path("/d/caf\xC3\xA9.bin"), "'/d/caf\xC3\xA9.bin'");  // UTF-8 as written
+  EXPECT_EQ(conductor::quoted_path("/d/tr\xFF\x1B[31m.bin"), "'/d/tr\\xFF\\x1B[31m.bin'");
+}
+
 TEST(PlainDecimal, ReadsWhatPeopleWriteAndNothingElse) {
   for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{
            {"5", 5}, {"0", 0}, {"0.5", 0.5}, {".5", 0.5}, {"5.", 5}, {"+2", 2}, {"1e3", 1000}, {"2.5E-1", 0.25}}) {

@@ -25,6 +25,10 @@ std::string shown(const std::string& text);
 // not fit a double (1e400; 1e-400, which would read as 0).
 double parse_plain_decimal(const std::string& text);
 
+// A file's path as a message quotes it: 'PATH', whole however long, as written when it is UTF-8 without control
+// bytes, else printable() (a name from a glob may hold any byte but '/' and NUL).
+std::string quoted_path(const std::string& path);
+
 // Where `text` holds its first control byte (below 0x20, or DEL), or npos when it holds none: such bytes in a
 // name or a quoted key would move the terminal's cursor or start an escape sequence.
 std::size_t control_byte_at(const std::string& text);
