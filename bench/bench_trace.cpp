@@ -106,6 +106,10 @@ static int run(int argc, char** argv) {
   for (Case c : {Case{4, 24}, Case{4, 72}, Case{8, 72}, Case{16, 144}, Case{64, 144}}) {
     RunInfo info;
     info.world_size = c.ranks;
+    // The pipeline's shape, as run and simulate record it: the writer sizes /events' chunk to a step's compute
+    // ops (3 p m v; here ops per rank = 3 m).
+    info.pipeline = c.ranks;
+    info.microbatches = std::max(1, c.ops / 3);
     info.backend = "bench";
     info.source = "bench";
     std::vector<double> per_step, per_step_cpu;

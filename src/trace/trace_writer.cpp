@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -30,8 +31,20 @@ static_assert(std::endian::native == std::endian::little, "the trace's file type
 
 namespace {
 
-constexpr hsize_t kEventChunkRows = 1024;  // ~62 KB raw; the partial last chunk is recompressed per flush
-constexpr hsize_t kStepChunkRows = 128;
+// Chunk sizes. Every flush rewrites the partial last chunk whole, and SWMR keeps the space of every copy it
+// replaced (above), so a table grows by about one partial chunk per flush on top of its rows: a chunk far larger
+// than a step's rows made a small deck's trace 5-15x its rows (a 40-event step rewrote up to 1024 rows 25 times).
+// /events' chunk is sized to a step's compute ops (3 p m v, the transfers come on top), a power of two between
+// 64 and 1024 rows (~62 KB raw); /steps, one row per flush, holds 8 rows a chunk.
+constexpr hsize_t kEventChunkRowsMin = 64, kEventChunkRowsMax = 1024;
+constexpr hsize_t kStepChunkRows = 8;
+
+hsize_t event_chunk_rows(const RunInfo& info) {
+  const double ops =
+      3.0 * std::max(1, info.pipeline) * std::max(1, info.microbatches) * std::max(1, info.virtual_chunks);
+  if (ops >= static_cast<double>(kEventChunkRowsMax)) return kEventChunkRowsMax;
+  return std::clamp<hsize_t>(std::bit_ceil(static_cast<hsize_t>(ops)), kEventChunkRowsMin, kEventChunkRowsMax);
+}
 constexpr int kGzipLevel = 1;  // level 4 costs ~2x the time for ~15% smaller files
 
 void write_string_attr(hid_t file, const std::string& path, const char* name, const std::string& value) {
@@ -341,7 +354,7 @@ TraceWriter::TraceWriter(const std::string& path, const RunInfo& info) : impl_(s
   event_fill.step = -1;
   StepRecord step_fill;
   step_fill.step = -1;
-  m.events = create_table(f, path, "events", event_file.get(), kEventChunkRows, *m.event_packer, event_fill);
+  m.events = create_table(f, path, "events", event_file.get(), event_chunk_rows(info), *m.event_packer, event_fill);
   m.steps = create_table(f, path, "steps", step_file.get(), kStepChunkRows, *m.step_packer, step_fill);
   // Attributes are created before SWMR writing starts (SWMR forbids adding them later).
   write_table_docs(m.events.dset.get(), path, "one row per op or transfer, every rank, every step",

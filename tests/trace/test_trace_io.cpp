@@ -227,6 +227,31 @@ TEST(TraceIO, FileLayoutEnumAndFilters) {
   H5Fclose(f);
 }
 
+// Every flush rewrites the partial last chunk, and SWMR keeps each replaced copy: the chunks are sized to a step
+// (3 p m v compute ops, 64 .. 1024 rows; /steps 8 rows), so a run of small steps stays near its rows' size. With
+// 1024-row event chunks and 128-row step chunks, 400 steps of 24 events (p 2, m 2) took ~90 bytes an event.
+TEST(TraceIO, SmallStepsCostFewBytesPerEvent) {
+  const test_support::ScratchDir dir("conductor_trace");
+  const std::string path = (dir / "trace.h5").string();
+  RunInfo info = sample_info();
+  info.world_size = info.pipeline = 2;
+  info.microbatches = 2;
+  info.virtual_chunks = 1;
+  std::int64_t events = 0;
+  {
+    TraceWriter w(path, info);
+    for (int step = 0; step < 400; ++step) {
+      const std::vector<OpEvent> ev = step_events(step, 2, 2);
+      w.append_events(ev);
+      w.append_step(step_record(ev, step, 2));
+      w.flush();
+      events += static_cast<std::int64_t>(ev.size());
+    }
+  }
+  const double per_event = static_cast<double>(fs::file_size(path)) / static_cast<double>(events);
+  EXPECT_LT(per_event, 40.0) << fs::file_size(path) << " bytes for " << events << " events";
+}
+
 TEST(TraceIO, RoundTripH5py) {
   if (!have_h5py()) GTEST_SKIP() << CONDUCTOR_PYTHON << " has no h5py";
   const test_support::ScratchDir dir("conductor_trace");
