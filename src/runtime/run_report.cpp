@@ -156,7 +156,7 @@ std::string metrics_line(int step, const trace::StepRecord& rec, const StepFigur
   j["step_time_ms"] = d.step_ms;
   j["tokens_per_s"] = d.tokens_per_s;
   j["samples_per_s"] = rec.samples_per_s;
-  j["mfu"] = d.mfu;
+  j["mfu"] = number_or_null(d.mfu);
   j["lr"] = number_or_null(f.learning_rate);
   j["grad_norm"] = number_or_null(f.grad_norm);
   if (!std::isnan(f.valid_loss)) j["valid_loss"] = f.valid_loss;
@@ -192,12 +192,13 @@ std::string step_line(int step, int steps, const trace::StepRecord& rec, const S
   const std::string loss = column("%11.8f", 11, f.loss, has_math);
   const std::string lr = column("%9.3e", 9, f.learning_rate, has_math);
   const std::string norm = column("%9.3e", 9, f.grad_norm, has_math);
+  const std::string mfu = has_math ? column("%6.2f", 6, 100.0 * d.mfu, true) + "%" : column("", 7, 0, false);
   char line[512];
   std::snprintf(line, sizeof line,
-                "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f  tokens/s %10.0f  MFU %6.2f%%  "
+                "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f  tokens/s %10.0f  MFU %s  "
                 "lr %s  gnorm %s  mem %7.3f GB  | %s  elapsed %s  ETA %s",
                 step + 1, steps, loss.c_str(), d.step_ms, rec.bubble_ratio, rec.samples_per_s, d.tokens_per_s,
-                100.0 * d.mfu, lr.c_str(), norm.c_str(), d.peak_memory_gb, wall_clock_text(d.unix_s).c_str(),
+                mfu.c_str(), lr.c_str(), norm.c_str(), d.peak_memory_gb, wall_clock_text(d.unix_s).c_str(),
                 format_duration(d.elapsed_s).c_str(), format_duration(d.eta_s).c_str());
   if (std::isnan(f.valid_loss)) return line;
   return std::string(line) + "  val loss " + column("%11.8f", 11, f.valid_loss, true);
@@ -295,7 +296,11 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   d.step_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
   const double step_s = d.step_ms * 1e-3;
   d.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
-  d.mfu = step_s > 0 && peak_flops_ > 0 ? model_flops_per_step_ / step_s / peak_flops_ : 0.0;
+  // The emulated backend's op times come from the deck's costs, not from the model's FLOPs: no MFU (it read
+  // billions of percent for a large model with short emulated ops).
+  d.mfu = !has_math_                      ? std::numeric_limits<double>::quiet_NaN()
+          : step_s > 0 && peak_flops_ > 0 ? model_flops_per_step_ / step_s / peak_flops_
+                                          : 0.0;
   d.peak_memory_gb = max_of(figures.peak_memory_bytes) * 1e-9;
   d.peak_activations = max_of(figures.peak_activations);
   errno = 0;

@@ -54,7 +54,8 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual([r["loss"] for r in rows], summary["losses"])  # exactly: the same doubles
         self.assertEqual([r["loss"] for r in rows], trace_loss)
         tokens = 4 * 2 * 16  # microbatches x microbatch_size x seq_len
-        # llm.c's count: 6 N + 6 L C T per token, N every parameter (V 256, T 16, C 32, L 2, MLP 4C).
+        # llm.c's count: 6 N + 6 L C T per token, N the parameters the matmuls multiply by (V 256, T 16, C 32, L 2,
+        # MLP 4C): the model's less the token embedding table; the untied LM head's V C is counted.
         C, T, L, V = 32, 16, 2, 256
         n_params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
         flops = tokens * (6 * n_params + 6 * L * C * T)
@@ -84,6 +85,19 @@ class MetricsTest(unittest.TestCase):
                 self.assertIn(key + " ", line)
             self.assertRegex(line, r"\| \d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
         self.assertEqual(len({line.index("tokens/s") for line in lines}), 1, "columns move")
+
+    def test_no_mfu_without_the_models_math(self):
+        # The emulated backend's op times are the deck's costs, not the model's FLOPs: MFU is null and the step
+        # line shows "-" (a large model with short emulated ops read billions of percent).
+        proc = self.run_deck(1, "backend=emulated", "run.steps=2", "model.d_model=4096", "model.n_heads=32")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual([r["mfu"] for r in rows], [None, None])
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("step ")]
+        self.assertEqual(len(lines), 2, proc.stdout)
+        for line in lines:
+            self.assertIn("  MFU       -  lr", line)
 
     def test_bad_log_every_is_refused(self):
         proc = self.run_deck(1, "run.log_every=0")
