@@ -145,6 +145,18 @@ class Trace:
         for i, step in enumerate(np.asarray(steps["step"]).tolist()):
             self._step_rows.setdefault(int(step), i)
 
+    def select_steps(self, first, last):
+        """The same trace with only steps first..last (inclusive) in /events and /steps; TraceError naming the
+        steps present when none of them is in the trace."""
+        keep_steps = (self.steps["step"] >= first) & (self.steps["step"] <= last)
+        if not keep_steps.any():
+            raise TraceError("%s: no step of %s in /steps (steps present: %s)" %
+                             (self.path, "%d" % first if first == last else "%d..%d" % (first, last),
+                              _ranges(self.step_ids)))
+        keep_events = (self.events["step"] >= first) & (self.events["step"] <= last)
+        return Trace(self.path, self.attrs, self.events[keep_events], self.steps[keep_steps], self.kind_codes,
+                     self.dropped_events, self.dataset_attrs)
+
     @property
     def world_size(self):
         return int(self.attrs["world_size"])
@@ -540,6 +552,19 @@ def _dataset_attrs(ds):
         else:
             out[k] = v.item() if hasattr(v, "item") else v
     return out
+
+
+def step_range(text):
+    """argparse type of a --steps value: "N" or "A..B" (steps counted as the trace counts them, from 0)."""
+    import argparse
+    try:
+        a, _, b = text.partition("..")
+        first, last = int(a), int(b) if b else int(a)
+    except ValueError:
+        first = last = -1
+    if first < 0 or last < first:
+        raise argparse.ArgumentTypeError("'%s': expected a step N or a range A..B with 0 <= A <= B" % printable(text))
+    return first, last
 
 
 def require_steps(trace):

@@ -449,10 +449,15 @@ def main(argv=None):
     p.add_argument("-o", "--output", required=True,
                    help="output JSON (all ranks; distributedInfo.rank = 0); - for standard output")
     p.add_argument("--per-rank", metavar="DIR", help="also write DIR/rank<R>.json, one per rank (for HTA)")
+    p.add_argument("--steps", metavar="N|A..B", type=ct.step_range,
+                   help="only step N or steps A..B (as the trace counts them, from 0): Perfetto's UI opens files "
+                        "up to about 1-2 GB, and a long or wide trace writes more")
     args = p.parse_args(argv)
     trace = ct.load(args.trace)
     ct.note_dropped(trace)
     ct.require_steps(trace)
+    if args.steps:
+        trace = trace.select_steps(*args.steps)
     per_rank = [os.path.join(args.per_rank, "rank%d.json" % r) for r in range(trace.world_size)
                 if args.per_rank]
     ct.check_outputs([args.trace], [("-o", args.output)] + [("--per-rank", f) for f in per_rank])

@@ -395,6 +395,20 @@ class Outputs(TempDirCase):
             self.assertTrue(all(e["pid"] == r for e in dr["traceEvents"]))
         self.assertNotIn("baseTimeNanoseconds", d)  # the simulator's clock has no epoch
 
+    def test_perfetto_steps_writes_those_steps_alone(self):
+        p = self.example(steps=3)
+        out = self.path("one.json")
+        self.assertEqual(perfetto.main([p, "-o", out, "--steps", "1"]), 0)
+        ops = [e for e in load_json(out)["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
+        self.assertEqual({e["args"]["step"] for e in ops}, {1})
+        self.assertEqual(len(ops), len(tracegen.example_events()))
+        self.assertEqual(perfetto.main([p, "-o", out, "--steps", "1..2"]), 0)
+        ops = [e for e in load_json(out)["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
+        self.assertEqual({e["args"]["step"] for e in ops}, {1, 2})
+        r = run("perfetto.py", p, "-o", out, "--steps", "7")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no step of 7 in /steps (steps present: 0..2)", r.stderr)
+
     def test_every_tool_has_help(self):
         for script in ("bubbles.py", "timeline.py", "compare.py", "perfetto.py"):
             self.assertTrue(os.access(os.path.join(ANALYSIS, script), os.X_OK), script)
