@@ -17,6 +17,7 @@
 #include "conductor/sched/schedule.hpp"
 #include "conductor/sim/memory_estimate.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/log.hpp"
 #include "conductor/util/mpi.hpp"
 
 namespace conductor::cli {
@@ -194,8 +195,20 @@ void check_trace_space(const config::Deck& deck) {
   std::filesystem::path at = std::filesystem::absolute(deck.run.output, ec);
   while (!at.empty() && !std::filesystem::exists(at, ec) && at != at.parent_path()) at = at.parent_path();
   const std::filesystem::space_info space = std::filesystem::space(at, ec);
-  if (ec || space.available == static_cast<std::uintmax_t>(-1) || floor_bytes <= static_cast<double>(space.available))
+  if (ec || space.available == static_cast<std::uintmax_t>(-1)) return;
+  const double free_bytes = static_cast<double>(space.available);
+  if (floor_bytes <= free_bytes) {
+    const double typical = floor_bytes / kTraceFloorBytesPerEvent * kTraceTypicalBytesPerEvent;
+    if (typical > free_bytes) {
+      log::warn("the trace may take up to " + gb(static_cast<std::uint64_t>(typical)) + " (run.steps " +
+                std::to_string(deck.run.steps) + " x " + std::to_string(sim::ops_per_step(size)) + " op events x " +
+                std::to_string(kTraceTypicalBytesPerEvent) +
+                " bytes, what small noisy steps take with their transfers), more than the " + gb(space.available) +
+                " free on the file system of '" + at.string() +
+                "': it may fill it before the run ends (fewer steps, another run.output, or trace.enabled=false)");
+    }
     return;
+  }
   throw InputError("the trace would take at least " + gb(static_cast<std::uint64_t>(floor_bytes)) + " (run.steps " +
                    std::to_string(deck.run.steps) + " x " + std::to_string(sim::ops_per_step(size)) +
                    " op events per step x " + std::to_string(kTraceFloorBytesPerEvent) +

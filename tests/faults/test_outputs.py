@@ -320,6 +320,21 @@ class Outputs(FaultCase):
                                r"of '.*' \(run\.output = '%s'\); .*trace\.enabled=false" % self.out)
         self.assertFalse(os.path.exists(self.out))
 
+    def test_simulate_trace_space_warning(self):
+        # Above the floor but within what small noisy steps take: a warning before the run (which then fills the
+        # small file system and stops naming the step); before, nothing said so.
+        mnt = os.path.join(self.tmp.name, "small")
+        os.mkdir(mnt)
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2000000", "tmpfs", mnt], capture_output=True)
+        if mount.returncode != 0:
+            self.skipTest("cannot mount a tmpfs here (%s)" % mount.stderr.decode().strip())
+        self.addCleanup(subprocess.run, ["umount", mnt])
+        self.out = os.path.join(mnt, "out")
+        r = run1("simulate", self.deck(), "run.steps=10000")
+        self.assertRegex(r.text, r"warning: the trace may take up to [0-9.e+]+ GB \(run\.steps 10000 x \d+ op events x "
+                                 r"40 bytes, .*\), more than the [0-9.e+]+ GB free on the file system of '%s'" % mnt)
+        self.assertFault(r, 1, r"error: step \d+: trace .*trace\.h5: .*No space left on device")
+
     def test_run_size_guard(self):
         r = mpirun(2, "run", self.deck(steps=1), "run.memory_limit_gb=0.001")
         self.assertFault(r, 2, r"the run needs about [0-9.e+]+ GB of memory on this node \(2 ranks; rank 0: .* "

@@ -31,7 +31,11 @@ void check_simulate_size(const config::Deck& deck, std::uint64_t events_up_to);
 // `conductor simulate` with a trace: a run whose trace cannot fit in the space free where run.output lies is refused
 // before it starts (it would fill the disk for hours). The estimate is a floor (kTraceFloorBytesPerEvent per op
 // event, far below what the compressed rows take), so a run that would fit is never refused.
+// Above the floor but below what traces of small, noisy steps take per op event (kTraceTypicalBytesPerEvent, their
+// transfers' rows included: docs/trace.md measures 8-19 bytes a row, and a 2-rank quickstart filled a disk at ~31
+// bytes an op event), the run starts with a warning that it may fill the file system.
 inline constexpr std::uint64_t kTraceFloorBytesPerEvent = 4;
+inline constexpr std::uint64_t kTraceTypicalBytesPerEvent = 40;
 void check_trace_space(const config::Deck& deck);
 
 // `conductor run`, collective over MPI_COMM_WORLD: each rank estimates its own trainer (runtime/memory_estimate.hpp),
