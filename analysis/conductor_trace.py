@@ -214,10 +214,19 @@ class Trace:
         return printable(parent if base == "trace.h5" and parent else os.path.splitext(base)[0])
 
 
-def _ranges(ids):
+def _ranges(ids, most=8):
+    """The steps present as runs: "0..2, 5..6, 8..19" (a gap shown, not hidden in min..max); past `most` runs,
+    "and N more"."""
     if not ids:
         return "none"
-    return "%d..%d" % (min(ids), max(ids)) if len(ids) > 1 else str(ids[0])
+    runs = []
+    for i in sorted(set(int(x) for x in ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join("%d..%d" % (a, b) if b > a else "%d" % a for a, b in runs[:most])
+    return text + (", and %d more runs" % (len(runs) - most) if len(runs) > most else "")
 
 
 def _reason(e):
@@ -557,11 +566,12 @@ def _dataset_attrs(ds):
 def step_range(text):
     """argparse type of a --steps value: "N" or "A..B" (steps counted as the trace counts them, from 0)."""
     import argparse
-    try:
-        a, _, b = text.partition("..")
-        first, last = int(a), int(b) if b else int(a)
-    except ValueError:
-        first = last = -1
+    import re
+    m = re.fullmatch(r"([0-9]+)(?:\.\.([0-9]+))?", text)
+    first = last = -1
+    if m:
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
     if first < 0 or last < first:
         raise argparse.ArgumentTypeError("'%s': expected a step N or a range A..B with 0 <= A <= B" % printable(text))
     return first, last

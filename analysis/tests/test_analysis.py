@@ -145,6 +145,23 @@ class TempDirCase(unittest.TestCase):
         return p
 
 
+class StepTexts(unittest.TestCase):
+    def test_steps_present_show_their_gaps(self):
+        # "0..19" hid that steps 3, 4 and 7 were missing, in the very message about a missing step.
+        self.assertEqual(ct._ranges([0, 1, 2, 5, 6] + list(range(8, 20))), "0..2, 5..6, 8..19")
+        self.assertEqual(ct._ranges([4]), "4")
+        self.assertEqual(ct._ranges([]), "none")
+        self.assertEqual(ct._ranges(list(range(0, 40, 2)), most=3), "0, 2, 4, and 17 more runs")
+
+    def test_step_range_reads_n_or_a_to_b_and_nothing_else(self):
+        import argparse
+        self.assertEqual(ct.step_range("3"), (3, 3))
+        self.assertEqual(ct.step_range("1..4"), (1, 4))
+        for bad in ("3..", "..3", "3_0", " 3", "5..2", "-1", "a", ""):
+            with self.assertRaises(argparse.ArgumentTypeError, msg=bad):
+                ct.step_range(bad)
+
+
 class HandComputed(TempDirCase):
     """The example of tracegen.example_events, worked out by hand:
     rank 0: F0 [0,100) F1 [100,200) B0 [300,400) ready 300, B1 [500,600) ready 450 (migrated): busy 400

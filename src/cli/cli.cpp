@@ -209,7 +209,8 @@ std::string environment_problem() {
   }
   if (const char* v = std::getenv("CONDUCTOR_PROGRESS_S"); v && *v && parse_progress_interval(v) < 0) {
     return std::string("CONDUCTOR_PROGRESS_S = '") + v +
-           "' is not a number of seconds; allowed: a plain decimal >= 0 (0: a line per update; unset: 1)";
+           "' is not a number of seconds; allowed: a plain decimal >= 0 within a double's range (0: a line per "
+           "update; unset: 1)";
   }
   return {};
 }
@@ -376,7 +377,12 @@ int main(int argc, char** argv) {
   // --keys prints the schema, not a deck's check: a deck beside it would read as checked (exit 0) while nothing
   // of it was read.
   if (keys && (!inv.deck_path.empty() || inv.flags.size() > 1)) {
-    const std::string other = !inv.deck_path.empty() ? "'" + printable(inv.deck_path) + "'" : "another flag";
+    std::string other = "'" + printable(inv.deck_path) + "'";
+    if (inv.deck_path.empty()) {
+      for (const auto& [flag, value] : inv.flags) {
+        if (flag != "--keys") other = "the flag " + flag;
+      }
+    }
     return command_usage_error(*spec, "--keys takes no DECK, fragment, override or other flag (got " + other +
                                           "): it prints every deck key; check a deck with 'conductor validate DECK'");
   }

@@ -346,7 +346,8 @@ plan::Plan resolve(const Deck& d) {
                         expand_data_path(d.data.source, d.data.valid_path), d.data.valid_fraction};
   out.eval = plan::Eval{d.eval.every, d.eval.batches};
   out.optim = resolved_optim(d);
-  out.runtime = plan::Runtime{d.runtime.watchdog_s, resolved_peak_tflops(d), d.runtime.watchdog_steps};
+  out.runtime = plan::Runtime{d.runtime.watchdog_s, resolved_peak_tflops(d), d.runtime.watchdog_steps,
+                              d.backend != "emulated" || d.cost.device_tflops > 0};
   out.checkpoint = plan::Checkpoint{d.checkpoint.path, d.checkpoint.every, d.checkpoint.resume, d.checkpoint.keep,
                                     d.checkpoint.allow_data_change};
   out.trace = plan::Trace{d.trace.enabled, d.trace.enabled && d.trace.comm_events};

@@ -116,7 +116,8 @@ void add_core_fields(std::vector<Field>& f) {
                   "Peak TFLOP/s of one device, the denominator of MFU (model FLOPs per second / (ranks x "
                   "peak)) in step lines and metrics.jsonl. 0: the backend's default: cuda 989.4 (bf16), "
                   "494.7 (fp32 with cuda.tf32) or 66.9 (fp32), the dense figures of an H100/H200 SXM; "
-                  "emulated: cost.device_tflops when > 0 (the device its op times model), else as cpu; "
+                  "emulated: cost.device_tflops when > 0 (the device its op times model; without it the op "
+                  "times are the cost lists', not the model's, and MFU is not given); "
                   "cpu: a nominal 1 TFLOP/s (set your CPU's figure for a meaningful MFU).")
                   .range(0, 1e9));
 }

@@ -7,6 +7,7 @@
 #include "conductor/config/resolve.hpp"
 #include "conductor/config/schema.hpp"
 #include "conductor/util/error.hpp"
+#include "conductor/util/format.hpp"
 
 namespace conductor::config {
 
@@ -68,7 +69,8 @@ void add_model_fields(std::vector<Field>& f) {
         return {};
       }
       std::vector<int> value;
-      if (auto p = codec::parse(n, value); !p.empty()) return p + " (or `even`, `balanced`)";
+      if (auto p = codec::parse(n, value); !p.empty())
+        return p + " (allowed: " + codec::allowed_range(self) + " per stage, or `even`, `balanced`)";
       if (auto p = codec::check(self, value); !p.empty()) return p;
       d.model.layers_per_stage = std::move(value);
       d.model.balance_layers = false;
@@ -232,8 +234,8 @@ std::string not_a_data_file(const std::string& file) {
     std::error_code rc;
     const std::string to = fs::read_symlink(file, rc).string();
     if (target_ec == std::errc::too_many_symbolic_link_levels)
-      return "a symbolic link to '" + to + "' in a loop of links (it never reaches a file)";
-    return "a symbolic link to '" + to + "', which does not exist";
+      return "a symbolic link to " + quoted_path(to) + " in a loop of links (it never reaches a file)";
+    return "a symbolic link to " + quoted_path(to) + ", which does not exist";
   }
   if (!fs::exists(target)) return "which does not exist";
   if (fs::is_directory(target)) return "which is a folder, not a data file";
@@ -287,7 +289,7 @@ void finalize_data(const Deck& deck, const std::string& src, std::vector<std::st
     for (const std::string& f : files) {
       for (const std::string& file : d.source == "megatron" ? std::vector{f + ".idx", f + ".bin"} : std::vector{f}) {
         if (const std::string why = not_a_data_file(file); !why.empty())
-          problems.push_back(src + ": " + key + " = '" + path + "' names '" + file + "', " + why);
+          problems.push_back(src + ": " + key + " = '" + path + "' names " + quoted_path(file) + ", " + why);
       }
     }
     return files;
@@ -306,9 +308,9 @@ void finalize_data(const Deck& deck, const std::string& src, std::vector<std::st
                                            v + (d.source == "megatron" ? ".bin" : ""), ec);
       });
       if (same != train.end()) {
-        problems.push_back(src + ": data.valid_path = '" + d.valid_path + "' names '" + v +
-                           "', which data.path names too ('" + *same +
-                           "'): the validation loss would be measured on training tokens; hold data out with "
+        problems.push_back(src + ": data.valid_path = '" + d.valid_path + "' names " + quoted_path(v) +
+                           ", which data.path names too (" + quoted_path(*same) +
+                           "): the validation loss would be measured on training tokens; hold data out with "
                            "data.valid_fraction instead, or name other files");
       }
     }

@@ -272,7 +272,7 @@ const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_
 }
 
 std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& then,
-                                          const std::vector<DataFileIdentity>& now) {
+                                          const std::vector<DataFileIdentity>& now, const std::string& then_reader) {
   const auto find = [](const std::vector<DataFileIdentity>& in, const std::string& path) -> const DataFileIdentity* {
     for (const auto& d : in) {
       if (d.path == path) return &d;
@@ -284,7 +284,7 @@ std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& t
     const DataFileIdentity* t = find(then, n.path);
     const std::string name = quoted_path(n.path);
     if (!t) {
-      out.push_back(name + " is new (not read by the checkpoint's run)");
+      out.push_back(name + " is new (not read by " + then_reader + ")");
     } else if (t->bytes != n.bytes) {
       out.push_back(name + " has " + std::to_string(n.bytes) + " bytes now, " + std::to_string(t->bytes) + " then");
     } else if (t->crc32 != n.crc32) {

@@ -108,8 +108,8 @@ class OneTokenType {
   void operator()(const TokenSpan& run, const char* key) {
     if (!first_) first_ = run;
     if (run.type != first_->type) {
-      throw InputError(std::string(key) + ": '" + run.name() + "' holds " + type_name(run.type) + " tokens, '" +
-                       first_->name() + "' " + type_name(first_->type) +
+      throw InputError(std::string(key) + ": " + quoted_path(run.name()) + " holds " + type_name(run.type) +
+                       " tokens, " + quoted_path(first_->name()) + " " + type_name(first_->type) +
                        " tokens: shards of two tokenizers; use files of one");
     }
   }

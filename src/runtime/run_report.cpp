@@ -192,7 +192,7 @@ std::string step_line(int step, int steps, const trace::StepRecord& rec, const S
   const std::string loss = column("%11.8f", 11, f.loss, has_math);
   const std::string lr = column("%9.3e", 9, f.learning_rate, has_math);
   const std::string norm = column("%9.3e", 9, f.grad_norm, has_math);
-  const std::string mfu = has_math ? column("%6.2f", 6, 100.0 * d.mfu, true) + "%" : column("", 7, 0, false);
+  const std::string mfu = std::isnan(d.mfu) ? column("", 7, 0, false) : column("%6.2f", 6, 100.0 * d.mfu, true) + "%";
   char line[512];
   std::snprintf(line, sizeof line,
                 "step %4d/%d  loss %s  time %8.2f ms  bubble %.3f  samples/s %9.1f  tokens/s %10.0f  MFU %s  "
@@ -296,11 +296,11 @@ void RunReport::record_step(int step, const std::vector<trace::OpEvent>& all, co
   d.step_ms = static_cast<double>(rec.makespan_ns) * 1e-6;
   const double step_s = d.step_ms * 1e-3;
   d.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
-  // The emulated backend's op times come from the deck's costs, not from the model's FLOPs: no MFU (it read
-  // billions of percent for a large model with short emulated ops).
-  d.mfu = !has_math_                      ? std::numeric_limits<double>::quiet_NaN()
-          : step_s > 0 && peak_flops_ > 0 ? model_flops_per_step_ / step_s / peak_flops_
-                                          : 0.0;
+  // Emulated ops timed by the deck's cost lists do not follow the model's FLOPs: no MFU (it read billions of
+  // percent for a large model with short emulated ops). Timed from the model (cost.device_tflops) they do.
+  d.mfu = !plan_.runtime.times_follow_model ? std::numeric_limits<double>::quiet_NaN()
+          : step_s > 0 && peak_flops_ > 0   ? model_flops_per_step_ / step_s / peak_flops_
+                                            : 0.0;
   d.peak_memory_gb = max_of(figures.peak_memory_bytes) * 1e-9;
   d.peak_activations = max_of(figures.peak_activations);
   errno = 0;

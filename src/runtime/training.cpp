@@ -54,7 +54,7 @@ namespace {
 // and data.valid_path, each file's size and CRC-32) against rank 0's, so that a node's stale copy, or a glob
 // expanded while shards were being written, is refused before the first step instead of feeding one stage's
 // inputs and another's targets from different tokens. InputError on the rank that differs.
-void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank, MPI_Comm comm,
+void check_same_data(const std::vector<model::DataFileIdentity>& mine, const std::string& keys, int rank, MPI_Comm comm,
                      const Watchdog& watchdog) {
   // The checkpoint manifest's data lines: one record of a data file for both.
   std::string here;
@@ -71,8 +71,8 @@ void check_same_data(const std::vector<model::DataFileIdentity>& mine, int rank,
     files.push_back(std::move(f));
   }
   std::string said;
-  for (const std::string& d : model::data_differences(files, mine)) said += (said.empty() ? "" : "; ") + d;
-  throw InputError("data.path: rank " + std::to_string(rank) + " does not read the data files rank 0 reads (" +
+  for (const std::string& d : model::data_differences(files, mine, "rank 0")) said += (said.empty() ? "" : "; ") + d;
+  throw InputError(keys + ": rank " + std::to_string(rank) + " does not read the data files rank 0 reads (" +
                    (said.empty() ? std::string("the same files in another order") : said) + "; 'now' is rank " +
                    std::to_string(rank) +
                    ", 'then' rank 0): every rank must see the same "
@@ -257,8 +257,11 @@ Training::Training(const plan::Plan& plan, MPI_Comm comm, const sched::PlannerFa
   // message after the step (check_deferred_errors), instead of that rank throwing while its peers wait on it.
   if (compute_->model()) compute_->model()->data().defer_read_errors();
   if (compute_->model()) {
-    collectively(comm, kExitUsage, *unbounded_, "every rank's data files",
-                 [&] { check_same_data(compute_->model()->data().files(), rank_, comm, *unbounded_); });
+    collectively(comm, kExitUsage, *unbounded_, "every rank's data files", [&] {
+      check_same_data(compute_->model()->data().files(),
+                      plan.data.valid_files.empty() ? "data.path" : "data.path / data.valid_path", rank_, comm,
+                      *unbounded_);
+    });
   }
   // Checkpoints (runtime/checkpointing.hpp): checked and loaded collectively before anything runs.
   // The resume's checks (its step, the data files it recorded) before checkpoint.path is probed and locked: a

@@ -30,7 +30,9 @@ double parse_plain_decimal(const std::string& text) {
   if (i != text.size()) return -1.0;
   errno = 0;
   const double v = std::strtod(text.c_str(), nullptr);
-  return errno == ERANGE ? -1.0 : v;
+  // ERANGE: past a double (inf), or below its least (a subnormal such as 1e-320 is kept; 1e-400 reads as 0,
+  // which would mean something else, e.g. CONDUCTOR_INIT_TIMEOUT_S's "for ever").
+  return errno == ERANGE && (v == 0 || std::isinf(v)) ? -1.0 : v;
 }
 
 std::string format_double(double v) {

@@ -423,6 +423,7 @@ class CliTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, extra)
             self.assertIn("--keys takes no DECK, fragment, override or other flag", proc.stderr)
             self.assertEqual(proc.stdout, "")
+        self.assertIn("(got the flag --as)", conductor("validate", "--keys", "--as", "run").stderr)
 
     def test_keys_documented(self):
         proc = conductor("validate", "--keys")

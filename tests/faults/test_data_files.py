@@ -93,6 +93,17 @@ class DataFiles(FaultCase):
         with open_trace(os.path.join(self.out, "trace.h5")) as t:
             self.assertEqual([int(x) for x in t["steps"]["step"] if x >= 0], [x - 1 for x in done])
 
+    def test_file_names_from_a_glob_are_escaped_in_messages(self):
+        # A glob's match may hold any byte but '/': a name with an escape sequence reached the terminal raw.
+        folder = os.path.join(self.tmp.name, "d")
+        os.makedirs(os.path.join(folder, "dir\x1b]0;x.bin"))
+        write_llmc(os.path.join(folder, "a.bin"), 20000, 1)
+        deck = self.deck(steps=1, extra=CPU + "data: {source: llmc, path: '%s/*.bin'}\n" % folder)
+        r = subprocess.run([BIN, "validate", deck], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("names '%s/dir\\x1B]0;x.bin', which is a folder, not a data file" % folder, r.stderr)
+        self.assertNotIn("\x1b", r.stderr)
+
     def test_ranks_that_read_other_files_are_refused(self):
         # Each rank expands data.path and reads its files on its own: a rank that saw other files (a node's stale
         # copy, a glob expanded while shards were being written) trained its stage on other tokens, exit 0. Here
@@ -111,6 +122,18 @@ class DataFiles(FaultCase):
         self.assertFault(r, 2, r"data\.path: rank 1 does not read the data files rank 0 reads \('shard\.bin' has other "
                                r"contents \(CRC-32 0x[0-9a-f]+ now, 0x[0-9a-f]+ then, the same 41024 bytes\)")
         self.assertFalse(os.path.exists(self.out), "the refused run wrote its folder")
+        # A glob that matches one more shard on rank 1: named as read there and not by rank 0 (it read "not read
+        # by the checkpoint's run", with no checkpoint in the run).
+        write_llmc(os.path.join(folders[1], "shard2.bin"), 20000, 3)
+        with open(os.path.join(folders[0], "shard.bin"), "rb") as f, open(os.path.join(folders[1], "shard.bin"), "wb") as g:
+            g.write(f.read())
+        deck = self.deck(steps=2, extra=CPU + "data: {source: llmc, path: 'shard*.bin'}\n")
+        cmd[cmd.index(BIN) + 2] = deck
+        cmd[len(cmd) - 1] = deck
+        r = Result(subprocess.run(cmd, capture_output=True, text=True, timeout=EXIT_DEADLINE_S + 60), 0)
+        self.assertEqual(r.code, 2, r.text)
+        self.assertRegex(r.text, r"data\.path: rank 1 does not read the data files rank 0 reads \('shard2\.bin' is new "
+                                 r"\(not read by rank 0\); 'now' is rank 1")
 
     def checkpointed(self):
         """A run of 3 steps on one shard with its checkpoint root; returns (shard, root)."""

@@ -98,6 +98,11 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(len(lines), 2, proc.stdout)
         for line in lines:
             self.assertIn("  MFU       -  lr", line)
+        # Timed from the model (cost.device_tflops), emulated ops do follow its FLOPs: MFU is the model's.
+        proc = self.run_deck(1, "backend=emulated", "run.steps=1", "cost.device_tflops=2", "run.overwrite=true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertGreater(json.loads(f.readline())["mfu"], 0)
 
     def test_bad_log_every_is_refused(self):
         proc = self.run_deck(1, "run.log_every=0")

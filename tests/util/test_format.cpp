@@ -25,8 +25,15 @@ TEST(QuotedPath, WholeAndEscaped) {
 }
 
 TEST(PlainDecimal, ReadsWhatPeopleWriteAndNothingElse) {
-  for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{
-           {"5", 5}, {"0", 0}, {"0.5", 0.5}, {".5", 0.5}, {"5.", 5}, {"+2", 2}, {"1e3", 1000}, {"2.5E-1", 0.25}}) {
+  for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{{"5", 5},
+                                                                               {"0", 0},
+                                                                               {"0.5", 0.5},
+                                                                               {".5", 0.5},
+                                                                               {"5.", 5},
+                                                                               {"+2", 2},
+                                                                               {"1e3", 1000},
+                                                                               {"2.5E-1", 0.25},
+                                                                               {"1e-320", 1e-320}}) {
     EXPECT_EQ(conductor::parse_plain_decimal(text), value) << text;
   }
   for (const std::string text :

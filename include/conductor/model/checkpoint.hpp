@@ -79,9 +79,10 @@ const CheckpointFile& manifest_entry(const Manifest& m, const std::string& step_
 // The data files that differ between a checkpoint's record (`then`) and this run's (`now`), by path, one text
 // each: "'PATH' has 4096 bytes now, 8192 then", "'PATH' has other contents (CRC-32 0x... now, 0x... then, the
 // same 8192 bytes)", "'PATH' is no longer read (8192 bytes then)", "'PATH' is new (not read by the
-// checkpoint's run)". Empty when they are the same.
+// checkpoint's run)" (`then_reader` names who read `then`). Empty when they are the same.
 std::vector<std::string> data_differences(const std::vector<DataFileIdentity>& then,
-                                          const std::vector<DataFileIdentity>& now);
+                                          const std::vector<DataFileIdentity>& now,
+                                          const std::string& then_reader = "the checkpoint's run");
 
 // checkpoint.path before training: creates it and writes/removes a probe file; InputError (exit 2) naming
 // checkpoint.path and the system's reason when it cannot be written.

@@ -141,6 +141,9 @@ struct Runtime {
   double watchdog_s = 300;     // a rank that hears nothing it waits for this long aborts every rank
   double peak_tflops = 1;      // resolved: peak TFLOP/s of one device, for MFU
   double watchdog_steps = 10;  // a step's waits also at most this x the slowest step so far, >= 30 s (0: off)
+  // Whether an op's time follows the model's FLOPs, so MFU means something: a backend with math (cpu, cuda), or the
+  // emulated one timing its ops from the model (cost.device_tflops > 0); not emulated ops timed by cost lists.
+  bool times_follow_model = true;
 };
 
 struct Checkpoint {

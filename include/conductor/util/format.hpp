@@ -22,7 +22,7 @@ std::string shown(const std::string& text);
 
 // A number of an environment variable as people write it: a plain decimal ("5", "0.5", ".5", "+2", "1e3"), no
 // blanks, sign '-', hexadecimal, "inf" or "nan" (strtod reads all of those). -1 where `text` is not one, or does
-// not fit a double (1e400; 1e-400, which would read as 0).
+// not fit a double (1e400; 1e-400, which would read as 0; a subnormal such as 1e-320 is read).
 double parse_plain_decimal(const std::string& text);
 
 // A file's path as a message quotes it: 'PATH', whole however long, as written when it is UTF-8 without control
