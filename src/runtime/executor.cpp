@@ -39,13 +39,14 @@ Executor::Awaited Executor::describe_wait(const sched::Schedule& order, const sc
     const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(i)]);
     if (in && !in->local()) waiting = i;
   }
-  if (waiting < 0) return {"any input of step " + std::to_string(step) + " (none outstanding)", -1};
+  // Steps as the step lines count them, from 1.
+  if (waiting < 0) return {"any input of step " + std::to_string(step + 1) + " (none outstanding)", -1};
   const auto in = sched::input_of(order, rank_, actions[static_cast<std::size_t>(waiting)]);
   const bool activation = in->payload == sched::Payload::Activation;
   return {std::string(activation ? "the activation of " : "the gradient of ") + std::to_string(in->from_chunk) +
               (activation ? "F" : "B") + std::to_string(in->microbatch) + " from rank " +
               std::to_string(in->from_rank) + " (stage " + std::to_string(in->from_stage) + ", step " +
-              std::to_string(step) + ")",
+              std::to_string(step + 1) + ")",
           in->from_rank};
 }
 

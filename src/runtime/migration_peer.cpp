@@ -455,7 +455,7 @@ void MigrationPeer::compute_real(const Job& job, const sched::Action& a, std::ve
   if (result.size() * sizeof(float) != answer.size()) {
     throw Error("migration: rank " + std::to_string(ctx_.rank) + " computed " + std::to_string(result.size()) +
                 " floats for rank " + std::to_string(job.owner) + "'s " + sched::to_string(a) + " of step " +
-                std::to_string(ctx_.step) + ", which expects " + std::to_string(answer.size() / sizeof(float)));
+                std::to_string(ctx_.step + 1) + ", which expects " + std::to_string(answer.size() / sizeof(float)));
   }
   answer = as_bytes(result);
 }
@@ -562,7 +562,7 @@ void MigrationPeer::check_answers(const std::vector<int>& in_flight, std::int64_
     watchdog_.fire("the answer of helper rank " + std::to_string(own.helper) + " to its " + sched::to_string(a.kind) +
                        " of microbatch " + std::to_string(a.microbatch) + " (stage " +
                        std::to_string(ctx_.order.stage_of(ctx_.rank, a.chunk)) + ", " + std::to_string(own.slices) +
-                       " slices) in step " + std::to_string(ctx_.step),
+                       " slices) in step " + std::to_string(ctx_.step + 1),
                    static_cast<double>(now - own.decided_at) * 1e-9, own.helper);
   }
 }

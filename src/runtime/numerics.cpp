@@ -34,7 +34,7 @@ StepReducer::StepReducer(Compute& compute, int num_virtual_stages, MPI_Comm comm
 void StepReducer::sum_over_ranks(const std::vector<double>& local, std::vector<double>& global, int step,
                                  const Watchdog& watchdog) const {
   const int n = static_cast<int>(local.size());
-  const std::string of_step = " of step " + std::to_string(step) + " (end-of-step reduction)";
+  const std::string of_step = " of step " + std::to_string(step + 1) + " (end-of-step reduction)";  // from 1
   constexpr int kUp = 1, kDown = 2;
   if (rank_ != 0) {
     std::vector<MPI_Request> r(2);

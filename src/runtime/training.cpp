@@ -548,7 +548,7 @@ constexpr int kTagGather = 2 * kTagSteps;
 // for, so the ranks that fire agree on the silent one (Watchdog::reporter).
 void Training::gather_step(int step, std::vector<trace::OpEvent> mine, const double (&my_peaks)[2],
                            std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
-  const std::string of_step = " (step " + std::to_string(step) + ")";
+  const std::string of_step = " (step " + std::to_string(step + 1) + ")";  // as the step lines count, from 1
   const MPI_Comm comm = trace_comm_->get();
   if (rank_ != 0) {
     const double head[3] = {static_cast<double>(mine.size()), my_peaks[0], my_peaks[1]};
@@ -569,7 +569,7 @@ void Training::receive_rows(int step, int tag, std::vector<trace::OpEvent> mine,
                             std::vector<trace::OpEvent>& all, std::vector<double>& peaks) {
   const auto what = [step](const char* part) {
     return [step, part](std::size_t r) {
-      return std::string(part) + " of rank " + std::to_string(r) + " (step " + std::to_string(step) + ")";
+      return std::string(part) + " of rank " + std::to_string(r) + " (step " + std::to_string(step + 1) + ")";
     };
   };
   const MPI_Comm comm = trace_comm_->get();

@@ -253,7 +253,7 @@ class HelperFaultTest(unittest.TestCase):
             self.assertEqual(len(lines), 1, proc.stderr)
             self.assertIn("rank 1 waited", lines[0])
             self.assertIn(f"the answer of helper rank 0 to its {op} of microbatch 0 (stage 1, 2 slices)", lines[0])
-            self.assertIn("in step 1", lines[0])
+            self.assertIn("in step 2", lines[0])  # injected at index 1; steps counted from 1, as the step lines
             self.assertLess(elapsed, 60, proc.stderr)
 
     def test_answer_that_never_comes(self):
