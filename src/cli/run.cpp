@@ -54,12 +54,27 @@ void check_folders(const config::Deck& deck) {
   mpi::check_all(problem.empty(), problem, kExitUsage);
 }
 
+// How often and how many checkpoints, with none written (checkpoint.path empty): the run trains to its end and
+// leaves no checkpoint while the deck said every N steps. A warning, not a refusal: the job scripts validate a
+// train job's deck before they add its checkpoint.path.
+void warn_no_checkpoint_path(const config::Deck& deck) {
+  const config::CheckpointConfig unset{};
+  if (!deck.checkpoint.path.empty() || mpi::world_rank() != 0) return;
+  const bool every = deck.checkpoint.every != unset.every, keep = deck.checkpoint.keep != unset.keep;
+  if (!every && !keep) return;
+  log::warn(std::string(every ? "checkpoint.every = " + std::to_string(deck.checkpoint.every)
+                              : "checkpoint.keep = " + std::to_string(deck.checkpoint.keep)) +
+            " is set but checkpoint.path is empty: this run writes no checkpoint (set checkpoint.path, the folder "
+            "its steps go into)");
+}
+
 }  // namespace
 
 int cmd_run(const Invocation& inv) {
   const config::Deck deck = load_deck(inv, config::Command::Run);
   check_folders(deck);
   check_run_size(deck);
+  warn_no_checkpoint_path(deck);
   plan::Plan plan = config::resolve(deck);
   plan.run.replace_results = mpi::world_rank() == 0 && resume_replaces_results(deck);  // rank 0 writes the folder
   const runtime::RunOutcome outcome = runtime::train(plan, MPI_COMM_WORLD, planner_factory(plan));

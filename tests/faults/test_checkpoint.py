@@ -123,6 +123,14 @@ class Checkpoints(FaultCase):
                                r"checkpoint\.path names the root new steps go into \('.*ck' to continue that run")
         self.assertEqual(snapshot(root), before)
 
+    def test_every_without_a_path_is_said(self):
+        # checkpoint.every with checkpoint.path empty wrote no checkpoint and said nothing (a warning, not a
+        # refusal: the Slurm scripts validate a train job's deck before they add its checkpoint.path).
+        r = mpirun(2, "run", self.deck(steps=1, extra=CPU), "checkpoint.every=1")
+        self.assertEqual(r.code, 0, r.text)
+        self.assertEqual(r.text.count("checkpoint.every = 1 is set but checkpoint.path is empty: this run writes no "
+                                      "checkpoint"), 1, r.text)
+
     def test_disk_full_keeps_the_previous_step(self):
         mnt = os.path.join(self.tmp.name, "small")
         os.mkdir(mnt)
