@@ -54,14 +54,25 @@ def figure(trace, step, comm=False, width=None):
     ax.set_xlim(0, span / scale)
     ax.set_xlabel("time since step start (%s)" % unit)
     a = trace.attrs
-    ax.set_title("%s  step %d: %s, %s, %s backend, %d ranks; makespan %.3f %s, bubble %.1f%%" % (
-        ct.printable(os.path.basename(trace.path)), step, a["schedule"], a["execution"], a["backend"], world,
+    # The run's name (its folder; a sweep draws one timeline.png per run, all of them trace.h5) and noise preset.
+    ax.set_title("%s%s  step %d: %s, %s, %s backend, %d ranks; makespan %.3f %s, bubble %.1f%%" % (
+        trace.label(), _noise_text(trace), step, a["schedule"], a["execution"], a["backend"], world,
         span / scale, unit, 100 * fig_s["bubble_ratio"]), fontsize=9)
     ax.legend(handles=_legend(trace, ev, bars, comm), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _noise_text(trace):
+    """", noise NAME" as compare.py names a run's noise (its preset, or the noise.* keys), or "" where the trace's
+    deck cannot tell (a trace without one, or one compare.py would refuse: the timeline draws anyway)."""
+    import compare
+    try:
+        return ", noise %s" % compare.describe(trace)[0]["noise"]
+    except (ct.TraceError, KeyError, TypeError, ValueError):
+        return ""
 
 
 def _bars(trace, ev, t0, scale):

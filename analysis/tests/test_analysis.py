@@ -1984,6 +1984,17 @@ class SimulatorTrace(TempDirCase):
             if plain.returncode < 0:  # h5py crashed reading it here: the tools must say so
                 check_every_tool_refuses(self, p, "reading it crashed the HDF5 library: SIG")
 
+    def test_timeline_title_names_the_run_and_its_noise(self):
+        # A sweep draws one timeline.png per run, every trace named trace.h5: the title named the file, not the run.
+        out = self.path("sweep-run-7")
+        r = subprocess.run([os.environ["CONDUCTOR_BINARY"], "simulate", os.path.join(SOURCE, "inputs", "quickstart.yaml"),
+                            os.path.join(SOURCE, "inputs", "noise", "jitter10.yaml"), "run.output=" + out,
+                            "run.steps=2"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        fig = timeline.figure(ct.load(os.path.join(out, "trace.h5")), 1)
+        title = fig.axes[0].get_title()
+        self.assertTrue(title.startswith("sweep-run-7, noise jitter10  step 1: zb-h1,"), title)
+
     def test_interleaved_transfers_pair_exactly(self):
         """Two chunks per rank send both ways between the same ranks; in the simulator a SEND and its RECV
         share their times, so every pair perfetto.py makes can be checked exactly."""
