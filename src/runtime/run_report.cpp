@@ -243,7 +243,7 @@ RunReport::RunReport(const plan::Plan& plan, const sched::Schedule& order, int w
   // The summary of the results this run replaces (run.overwrite, or this deck's own earlier run) goes now: a run
   // that then fails must not leave it beside the new trace and metrics, read as theirs. A resumed run keeps it
   // until its own (it describes the rows the continued trace keeps).
-  if (!continuing && !(first_step > 0 && !replacing)) {
+  if (first_step == 0 || replacing) {
     std::filesystem::remove(dir_ / "summary.json", ec);
     if (ec)
       throw Error((dir_ / "summary.json").string() + ": cannot remove the replaced run's summary: " + ec.message());
