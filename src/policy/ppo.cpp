@@ -16,6 +16,10 @@
 #include "conductor/util/error.hpp"
 #include "nets.hpp"
 
+// OpenBLAS's own (cblas.h declares it too; that header beside LibTorch's in this unity build is not worth its
+// clashes): the BLAS LibTorch's matmuls run in on Debian.
+extern "C" void openblas_set_num_threads(int num_threads);
+
 namespace conductor::policy {
 
 TrainSetup setup_from_deck(const config::Deck& deck) {
@@ -283,7 +287,11 @@ TrainResult train_ppo(const TrainSetup& su, const std::function<void(const Itera
                       const std::function<bool()>& stop) {
   const config::PolicyConfig& c = su.ppo;
   const auto t0 = std::chrono::steady_clock::now();
+  // One thread for LibTorch's own loops and for the BLAS its matmuls call (OpenBLAS, which sizes its threads from
+  // OMP_NUM_THREADS): with one thread and with several its sums round differently, so the same deck trained to
+  // other policy bytes on nodes of other core counts (docs/migration.md: training is deterministic).
   torch::set_num_threads(1);
+  openblas_set_num_threads(1);
   torch::manual_seed(c.seed);
   std::mt19937_64 rng(c.seed * 0x9E3779B97F4A7C15ULL + 1);
   Learner learner(c.hidden, c.learning_rate);

@@ -95,6 +95,21 @@ class GlobalTier(FaultCase):
 
     # ---- the module itself --------------------------------------------------------------------------------
 
+    def test_training_gives_the_same_bytes_at_any_thread_count(self):
+        # LibTorch's matmuls run in OpenBLAS, which sized its threads from OMP_NUM_THREADS: one thread and two
+        # summed differently, and the same deck trained to other policy bytes on a node of another core count.
+        policies = []
+        for threads in ("1", "2"):
+            out = os.path.join(self.tmp.name, "threads" + threads)
+            env = dict(os.environ, OMP_NUM_THREADS=threads)
+            env.pop("OPENBLAS_NUM_THREADS", None)
+            res = run1("train-policy", os.path.join(SOURCE, "inputs", "policies", "default.yaml"), "run.output=" + out,
+                       "ppo.iterations=20", "ppo.episodes=8", env=env, timeout=120)
+            self.assertEqual(res.code, 0, res.text)
+            with open(os.path.join(out, "policy.pt"), "rb") as f:
+                policies.append(f.read())
+        self.assertEqual(policies[0], policies[1])
+
     def test_truncated_module_is_refused_by_name(self):
         """A module cut short (a copy interrupted, a full disk) was mapped past its end: SIGBUS (exit 135), no
         message. Now its ELF header is checked first: the loader's one 'tried:' message, exit 2 since the module is
