@@ -13,6 +13,7 @@
 
 #include "conductor/config/deck.hpp"
 #include "conductor/config/resolve.hpp"
+#include "conductor/policy/compare.hpp"
 #include "conductor/policy/env.hpp"
 #include "conductor/policy/policy.hpp"
 #include "conductor/policy/ppo.hpp"
@@ -242,6 +243,38 @@ TEST(PolicyPPO, LearnsToBeatAWrongHeuristic) {
   // The training curve shows the improvement on the sampled episodes too.
   const auto& c = res.curve;
   EXPECT_LT(c.back().greedy_makespan, c.front().heuristic_makespan);
+}
+
+// The comparison table after training: with overlapping steps (post-validation) each method is ranked on the
+// run's span, not on its steps' own makespans, which understate what such a run delivers; the method column is as
+// wide as its longest name.
+TEST(PolicyCompare, OverlappingStepsAreRankedOnTheRunsSpan) {
+  const config::Deck deck = deck_of({"schedule.post_validation=true", "noise.kind=gaussian", "noise.level=0.1"});
+  const plan::Plan plan = config::resolve(deck);
+  const auto rows = policy::compare_methods(plan, toy_trained().policy, 4);
+  ASSERT_FALSE(rows.empty());
+  const sched::Schedule gen = sched::make_schedule(plan);
+  plan::Plan strict = plan;
+  strict.schedule.execution = "strict";
+  strict.schedule.hint = "schedule";
+  sched::StaticPlanner fixed(gen);
+  const sim::RunResult run = sim::simulate_with_planner(sim::NoiseModel::from_plan(strict, gen),
+                                                        sim::SimOptions::from_plan(strict, gen), 4, fixed)
+                                 .run;
+  EXPECT_DOUBLE_EQ(rows[0].throughput, run.run_throughput);
+  EXPECT_DOUBLE_EQ(rows[0].bubble_ratio, run.run_bubble_ratio);
+  EXPECT_DOUBLE_EQ(rows[0].makespan_ms, run.span_ms / 4);
+
+  std::vector<policy::MethodResult> named(2);
+  named[0].name = "1f1b-interleaved readiness bfw";
+  named[1].name = "ppo strict";
+  std::istringstream table(policy::format_table(named));
+  std::string header, first, second;
+  std::getline(table, header);
+  std::getline(table, first);
+  std::getline(table, second);
+  EXPECT_EQ(header.find("completion_ms") + std::string("completion_ms").size(), first.find("0.0000") + 6) << first;
+  EXPECT_EQ(first.find("0.0000"), second.find("0.0000")) << second;
 }
 
 TEST(PolicyPPO, DeterministicPerSeed) {
