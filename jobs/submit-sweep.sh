@@ -15,7 +15,8 @@
 # jobs), SWEEP_DIR (default: a new folder sweeps/sweep-<UTC time>-<random>; a relative one is under the working
 # folder; a folder that already holds a sweep, its manifest.tsv, is refused), BASELINE for the analysis (a task's
 # label, or a configuration's: a label less its repeat suffix -rK; checked before anything is submitted),
-# ANALYZE_OPTIONS (extra sbatch options for the analysis job, whitespace-separated). Prints the two job ids;
+# ANALYZE_OPTIONS (extra sbatch options for the analysis job, whitespace-separated), DRY_RUN=1 (check everything
+# and print what would be submitted: no folder, no job). Prints the two job ids;
 # SWEEP_DIR/manifest.tsv lists task id -> combination, SWEEP_DIR/sweep.jobid and analyze.jobid the jobs. The
 # analysis job gets the folder as its argument (any character in it is safe).
 set -euo pipefail
@@ -26,7 +27,7 @@ source "$CONDUCTOR_ROOT/jobs/common.sh"
   awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
   exit 0
 }
-command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
+[[ ${DRY_RUN:-0} == 1 ]] || command -v sbatch >/dev/null || cj_fail "sbatch not found: run this on a Slurm login node"
 
 # check_options OPTION...: every argument is an sbatch option or the value of the one before it (`-p gpu`): sbatch
 # takes the first other word as the batch script to submit, instead of sweep.sbatch. An option without `=` is
@@ -97,6 +98,18 @@ if [[ -n ${BASELINE:-} ]]; then
     cj_fail "BASELINE='$BASELINE' is not a label of the sweep's tasks nor a configuration: expected one of" \
       "$(head -n 10 <<<"$configurations" | paste -sd, - | sed 's/,/, /g')$([[ $(wc -l <<<"$configurations") -gt 10 ]] &&
         echo ", ... (sweep.sbatch --list shows every label)"); nothing was submitted"
+fi
+# DRY_RUN=1, as the other scripts take it: every check above, then the manifest and the two submissions it would
+# make, and nothing written or submitted (it passed DRY_RUN on to real jobs whose tasks each did nothing).
+if [[ ${DRY_RUN:-0} == 1 ]]; then
+  cj_log "DRY_RUN=1: the sweep of $n tasks checked; nothing was written or submitted. It would submit:"
+  dry_size=()
+  [[ ${COMMAND:-run} != run ]] && dry_size=(--ntasks=1)
+  echo "  $(cj_quote sbatch --parsable --array="0-$((n - 1))" "${dry_size[@]}" "$@" "$CONDUCTOR_ROOT/jobs/sweep.sbatch")"
+  echo "  $(cj_quote sbatch --parsable --dependency=afterok:ARRAY_JOB_ID --kill-on-invalid-dep=yes \
+    "$CONDUCTOR_ROOT/jobs/analyze.sbatch") SWEEP_DIR"
+  column -t -s $'\t' <<<"$manifest" 2>/dev/null || echo "$manifest"
+  exit 0
 fi
 # What this submission makes (the folders, the manifest, logs/) goes again on any way out before the array is
 # queued: a failed submission leaves no empty sweep folder, nor a manifest that would refuse the retry.

@@ -437,7 +437,7 @@ expect 2 "SWEEP_REPEATS='0' must be a positive integer" -- env SWEEP_REPEATS=0 b
 # and job.txt; the same task of another array job later (a resubmitted sweep) appends to job.txt and keeps the
 # first one's combination.txt, its own next to it.
 for job in 300 400; do
-  expect 0 "done: $work/sweep/000-tiny-1f1b-strict-none" -- env PATH="$work/fakesrun:$PATH" DRY_RUN=0 COMMAND=simulate \
+  expect 0 "done: $work/sweep/000-tiny-1f1b-strict-none" -- env DRY_RUN=0 PATH="$work/fakesrun:$PATH" DRY_RUN=0 COMMAND=simulate \
     SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none SLURM_JOB_ID=$job \
     SLURM_ARRAY_JOB_ID=$job SLURM_ARRAY_TASK_ID=0 SLURM_NTASKS=1 bash "$src/jobs/sweep.sbatch"
 done
@@ -538,11 +538,11 @@ mkdir -p fakebin
 printf '#!/bin/bash\necho "$*" >>%q/sbatch-calls\necho 99\n' "$work" >fakebin/sbatch
 chmod +x fakebin/sbatch
 expect 2 "sweep task 1 \\(.*noise bogus\\) is refused" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 SWEEP_EXECUTIONS=strict \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 SWEEP_EXECUTIONS=strict \
   SWEEP_NOISES="none bogus" bash "$src/jobs/submit-sweep.sh"
 grep -q "noise preset 'bogus' not found" <<<"$LAST" && ok || bad "the bad preset is not named: $LAST"
 expect 2 "sweep task 1 .*readiness:nosuch.* is refused" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_SCHEDULES=zb-h1 \
   SWEEP_EXECUTIONS="strict readiness:nosuch" SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 grep -q "command line 'schedule.hint=nosuch'" <<<"$LAST" && ok || bad "the bad hint is not named: $LAST"
 # A run's pipeline is the array's task count, one for all tasks: decks of different parallel.pipeline, or decks
@@ -550,19 +550,19 @@ grep -q "command line 'schedule.hint=nosuch'" <<<"$LAST" && ok || bad "the bad h
 # tasks failed in the queue: "the deck has parallel.pipeline=2 but the job has 4 tasks").
 sed 's/^  pipeline: 4$/  pipeline: 2/; s/^  n_layers: 4$/  n_layers: 2/' "$tiny" >tiny2.yaml
 expect 2 "the sweep's decks have different parallel.pipeline values \($tiny: parallel.pipeline=4, $work/tiny2.yaml: parallel.pipeline=2\)" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny $work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny $work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 expect 2 "the array's tasks get 8 tasks each \(the option -n 8\) but the decks have $tiny: parallel.pipeline=4; pass --ntasks=4" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b \
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh" -p cpu -n 8
 expect 2 "the array's tasks get 4 tasks each \(#SBATCH --ntasks=4 of jobs/sweep.sbatch\) but the decks have $work/tiny2.yaml: parallel.pipeline=2; pass --ntasks=2" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$work/tiny2.yaml" SWEEP_SCHEDULES=1f1b \
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 # Two tasks of one label (the analysis names runs by label: compare.py failed at the end of the sweep) are refused
 # at the check: a deck file name in two folders, a noise preset by name and by path, a value listed twice.
 mkdir -p qa qb && cp "$tiny" qa/q.yaml && cp "$tiny" qb/q.yaml
 expect 2 "sweep tasks 0 and 1 have the same label 'q-1f1b-strict-none' \(task 0: deck qa/q.yaml, .*task 1: deck qb/q.yaml," -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="qa/q.yaml qb/q.yaml" SWEEP_SCHEDULES=1f1b \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="qa/q.yaml qb/q.yaml" SWEEP_SCHEDULES=1f1b \
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none bash "$src/jobs/submit-sweep.sh"
 expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-jitter10'" -- env SWEEP_DECKS="$tiny" \
   SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES="jitter10 inputs/noise/jitter10.yaml" \
@@ -572,12 +572,12 @@ expect 2 "sweep tasks 0 and 1 have the same label 'tiny-1f1b-strict-none'" -- en
 # A BASELINE that is no task's label nor a configuration's is refused at submission (the analysis found it only
 # once the sweep had run); a configuration of repeats (a label less -rK) is one.
 expect 2 "BASELINE='tiny-1f1b-strict-nne' is not a label of the sweep's tasks nor a configuration: expected one of tiny-1f1b-strict-none; nothing was submitted" -- \
-  env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict \
+  env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict \
   SWEEP_NOISES=none SWEEP_REPEATS=2 BASELINE=tiny-1f1b-strict-nne bash "$src/jobs/submit-sweep.sh"
 # A COMMAND the tasks refuse, a REQUEUE that is neither 0 nor 1, a missing deck (one message: before, conductor
 # ran without its deck and printed its usage too) and a word sbatch would take as the script to submit: all
 # refused before anything is submitted (before, COMMAND=bogus was submitted and every task failed in the queue).
-sweep_env=(env PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b
+sweep_env=(env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DIR="$work/sweepX" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b
   SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
 expect 2 "COMMAND='bogus': expected run, simulate or validate" -- "${sweep_env[@]}" COMMAND=bogus \
   bash "$src/jobs/submit-sweep.sh"
@@ -591,10 +591,16 @@ grep -qiE "usage|argument 2 is empty" <<<"$LAST" && bad "a missing deck ran cond
 expect 2 "unexpected argument 'foo': the arguments are sbatch options" -- "${sweep_env[@]}" COMMAND=simulate \
   bash "$src/jobs/submit-sweep.sh" -p cpu --hold foo
 expect 2 "REQUEUE='abc': expected 1" -- env REQUEUE=abc OUTPUT=out-requeue bash "$src/jobs/train-cpu.sbatch" "$tiny"
+# DRY_RUN=1 checks and prints what it would submit, and submits and writes nothing (it submitted real jobs, each
+# task doing nothing).
+expect 0 "DRY_RUN=1: the sweep of 1 tasks checked; nothing was written or submitted" -- "${sweep_env[@]}" \
+  COMMAND=simulate DRY_RUN=1 bash "$src/jobs/submit-sweep.sh"
+grep -q "sbatch --parsable --array=0-0 --ntasks=1 .*jobs/sweep.sbatch" <<<"$LAST" && ok ||
+  bad "the dry run does not show the array's submission: $LAST"
 [[ ! -e sbatch-calls && ! -e sweepX && ! -e out-requeue ]] && ok || bad "a refused sweep was submitted or made its folder"
 # The analysis job gets the sweep folder as its argument (a comma in --export=ALL,RUN_DIR=... split it); a folder
 # that already holds a sweep is refused, its records as they were.
-one_sweep=(env PATH="$work/fakebin:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
+one_sweep=(env DRY_RUN=0 PATH="$work/fakebin:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
 expect 0 "sweep=99 analyze=99 dir=$work/sw,x" -- "${one_sweep[@]}" SWEEP_DIR="$work/sw,x" BASELINE=tiny-1f1b-strict-none \
   bash "$src/jobs/submit-sweep.sh"
 analyze_call=$(sed -n 2p sbatch-calls)
@@ -626,7 +632,7 @@ fi
 echo 77
 SH
 chmod +x fakefail/sbatch
-fail_sweep=(env PATH="$work/fakefail:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
+fail_sweep=(env DRY_RUN=0 PATH="$work/fakefail:$PATH" SWEEP_DECKS="$tiny" SWEEP_SCHEDULES=1f1b SWEEP_EXECUTIONS=strict SWEEP_NOISES=none)
 expect 1 "sbatch refused the array \(exit 1; its message above\): nothing was submitted" -- \
   "${fail_sweep[@]}" FAKE_FAIL=array SWEEP_DIR="$work/swf/new" bash "$src/jobs/submit-sweep.sh"
 [[ ! -e swf ]] && ok || bad "a refused array left folders behind: $(find swf)"
