@@ -258,10 +258,16 @@ Policy policy_of_header(const std::string& path, const std::map<std::string, std
   auto get_int = [&](const char* key) {
     auto it = kv.find(key);
     try {
-      if (it != kv.end()) return std::stoi(it->second);
+      std::size_t used = 0;
+      if (it != kv.end()) {
+        const int v = std::stoi(it->second, &used);
+        if (used == it->second.size()) return v;
+      }
     } catch (const std::exception&) {
     }
-    throw InputError("policy file '" + path + "' is corrupt: header lacks a valid '" + key + "'");
+    throw InputError("policy file '" + path + "' is corrupt: its header's '" + key + "' is " +
+                     (it == kv.end() ? std::string("missing") : "'" + printable(it->second) + "'") +
+                     ", not an integer");
   };
   const int version = get_int("feature_version");
   if (version != kFeatureVersion) {
@@ -269,19 +275,26 @@ Policy policy_of_header(const std::string& path, const std::map<std::string, std
                      ", this build uses feature version " + std::to_string(kFeatureVersion) +
                      "; retrain it with `conductor train-policy DECK` (make policy for the shipped one)");
   }
-  if (get_int("features") != kNumFeatures || get_int("global") != kNumGlobal) {
-    throw InputError("policy file '" + path + "' is corrupt: feature counts in its header do not match version " +
-                     std::to_string(version));
+  if (const int features = get_int("features"), global = get_int("global");
+      features != kNumFeatures || global != kNumGlobal) {
+    throw InputError("policy file '" + path +
+                     "' is corrupt: its header's feature counts (features=" + std::to_string(features) +
+                     ", global=" + std::to_string(global) + ") are not feature version " + std::to_string(version) +
+                     "'s (features=" + std::to_string(kNumFeatures) + ", global=" + std::to_string(kNumGlobal) + ")");
   }
   Policy p;
   p.hidden = get_int("hidden");
   if (p.hidden < 1 || p.hidden > 256)
-    throw InputError("policy file '" + path + "' is corrupt: hidden=" + std::to_string(p.hidden));
+    throw InputError("policy file '" + path + "' is corrupt: its header's hidden=" + std::to_string(p.hidden) +
+                     " is outside 1 .. 256");
   try {
     const auto h = kv.find("heuristic");
     p.heuristic = sched::parse_hint(h != kv.end() ? h->second : "");
   } catch (const InputError&) {
-    throw InputError("policy file '" + path + "' is corrupt: header lacks a valid 'heuristic'");
+    const auto h = kv.find("heuristic");
+    throw InputError("policy file '" + path + "' is corrupt: its header's 'heuristic' is " +
+                     (h == kv.end() ? std::string("missing") : "'" + printable(h->second) + "'") +
+                     " (allowed: schedule, bf, bfw or critical, as ppo.heuristic)");
   }
   // The rankings a policy is trained with (ppo.heuristic): backfill is a readiness hint, never a policy's guide.
   if (p.heuristic == sched::Hint::Backfill) {

@@ -446,6 +446,27 @@ TEST(PolicyFile, WrongShapeNamesBothShapes) {
       "tensor 'actor.l1.weight' has shape [8, " + f + "], the header's sizes (hidden=16) need [16, " + f + "]");
 }
 
+// A damaged header field is named with its value and what is allowed ("header lacks a valid 'heuristic'" named
+// neither).
+TEST(PolicyFile, DamagedHeaderFieldsNameTheirValues) {
+  const std::string good = temp_path("header-good.pt");
+  policy::save_policy(policy::Policy::initial(8, sched::Hint::BFW, 1), good);
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto edited = [&](const std::string& from, const std::string& to) {
+    std::string b = bytes;
+    b.replace(b.find(from), from.size(), to);
+    return b;
+  };
+  const std::string f = std::to_string(policy::kNumFeatures), g = std::to_string(policy::kNumGlobal);
+  expect_corrupt("h-features.pt", edited(" features=" + f + " ", " features=99 "),
+                 "its header's feature counts (features=99, global=" + g + ") are not feature version");
+  expect_corrupt("h-heuristic.pt", edited(" heuristic=bfw", " heuristic=zzz"),
+                 "its header's 'heuristic' is 'zzz' (allowed: schedule, bf, bfw or critical");
+  expect_corrupt("h-hidden.pt", edited(" hidden=8 ", " hidden=abc "), "its header's 'hidden' is 'abc', not an integer");
+  expect_corrupt("h-hidden2.pt", edited(" hidden=8 ", " hidden=8x "), "its header's 'hidden' is '8x', not an integer");
+}
+
 // The shipped policy loads with the current feature version, was trained at p=4, and applies at p=8: a valid
 // order no worse than its heuristic by more than a few percent, noise-free.
 TEST(PolicyShipped, LoadsAndCarriesOverToP8) {
