@@ -21,7 +21,6 @@ namespace conductor::model {
 
 namespace {
 
-std::string quoted(const std::string& path) { return quoted_path(path); }
 std::string num(std::uint64_t v) { return std::to_string(v); }
 
 template <class T>
@@ -123,7 +122,7 @@ int open_data_file(const std::string& path) {
       if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     }
     if (fd < 0 && errno == EMFILE) {
-      throw InputError("cannot open " + quoted(path) +
+      throw InputError("cannot open " + quoted_path(path) +
                        ": too many open files (every data file stays open during the run; raise `ulimit -n`)");
     }
   }
@@ -136,12 +135,13 @@ DataFile::DataFile(const std::string& path) : path_(path) {
   // Checked before opening: opening a named pipe waits for a writer (every rank hung on a FIFO as PREFIX.bin).
   struct stat before {};
   if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
-    throw InputError(quoted(path) + " is not a regular file (" + file_kind(before.st_mode) + ")");
+    throw InputError(quoted_path(path) + " is not a regular file (" + file_kind(before.st_mode) + ")");
   }
   util::Fd fd(open_data_file(path));
-  if (fd.get() < 0) throw InputError("cannot open " + quoted(path) + ": " + std::strerror(errno));
+  if (fd.get() < 0) throw InputError("cannot open " + quoted_path(path) + ": " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw InputError(quoted(path) + " is not a regular file");
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw InputError(quoted_path(path) + " is not a regular file");
   fd_ = std::move(fd);
   size_ = static_cast<std::size_t>(st.st_size);
 }
@@ -158,12 +158,13 @@ void DataFile::read(std::size_t offset, std::size_t n, void* out) const {
     const int err = errno;
     if (got < 0 && err == EINTR) continue;
     if (got < 0) {
-      throw InputError("cannot read " + quoted(path_) + " at byte " + num(offset + done) + ": " + std::strerror(err));
+      throw InputError("cannot read " + quoted_path(path_) + " at byte " + num(offset + done) + ": " +
+                       std::strerror(err));
     }
     struct stat st {};
     const std::string now =
         ::fstat(fd_.get(), &st) == 0 ? num(static_cast<std::uint64_t>(st.st_size)) + " bytes" : "shorter";
-    throw InputError(quoted(path_) + " is now " + now + ", but " + num(n) + " bytes at offset " + num(offset) +
+    throw InputError(quoted_path(path_) + " is now " + now + ", but " + num(n) + " bytes at offset " + num(offset) +
                      " are needed; it had " + num(size_) +
                      " bytes when the run opened it (truncated or rewritten while the run reads it)");
   }
@@ -230,7 +231,7 @@ TokenSpan read_llmc_shard(const std::string& path) {
   s.file = std::make_shared<const DataFile>(path);
   const DataFile& f = *s.file;
   if (f.size() < kLlmcHeaderBytes) {
-    throw InputError(quoted(path) + " is " + num(f.size()) + " bytes, shorter than the " + num(kLlmcHeaderBytes) +
+    throw InputError(quoted_path(path) + " is " + num(f.size()) + " bytes, shorter than the " + num(kLlmcHeaderBytes) +
                      "-byte header (256 int32) of an llm.c token shard");
   }
   unsigned char header[12];
@@ -245,16 +246,16 @@ TokenSpan read_llmc_shard(const std::string& path) {
     expected_version = 7;
     s.type = TokenType::u32;
   } else {
-    throw InputError(quoted(path) + " is not an llm.c token shard: header magic " + std::to_string(magic) +
+    throw InputError(quoted_path(path) + " is not an llm.c token shard: header magic " + std::to_string(magic) +
                      ", expected 20240520 (GPT-2, uint16 tokens) or 20240801 (Llama 3, uint32 tokens)");
   }
   if (version != expected_version) {
-    throw InputError(quoted(path) + ": llm.c header version " + std::to_string(version) + " with magic " +
+    throw InputError(quoted_path(path) + ": llm.c header version " + std::to_string(version) + " with magic " +
                      std::to_string(magic) + ", expected version " + std::to_string(expected_version));
   }
   const std::size_t need = kLlmcHeaderBytes + static_cast<std::size_t>(tokens < 0 ? 0 : tokens) * width(s.type);
   if (tokens < 0 || f.size() != need) {
-    throw InputError(quoted(path) + ": the llm.c header says " + std::to_string(tokens) + " tokens of " +
+    throw InputError(quoted_path(path) + ": the llm.c header says " + std::to_string(tokens) + " tokens of " +
                      num(width(s.type)) + " bytes (" + num(need) + " bytes with the header) but the file has " +
                      num(f.size()) + " bytes (truncated, or not written by write_datafile)");
   }
@@ -302,7 +303,7 @@ void check_megatron_documents(const DataFile& f, std::size_t offset, std::uint64
     const bool bad = (i == 0 && v != 0) || v < prev || static_cast<std::uint64_t>(v) > s ||
                      (i + 1 == d && v != static_cast<std::int64_t>(s));
     if (bad) {
-      throw InputError(quoted(f.path()) + ": document index " + num(i) + " is " + std::to_string(v) +
+      throw InputError(quoted_path(f.path()) + ": document index " + num(i) + " is " + std::to_string(v) +
                        "; the document indices must rise from 0 to the sequence count " + num(s));
     }
     prev = v;
@@ -311,21 +312,21 @@ void check_megatron_documents(const DataFile& f, std::size_t offset, std::uint64
 
 MegatronIndex read_megatron_index(const DataFile& f) {
   if (f.size() < kMegatronHeaderBytes) {
-    throw InputError(quoted(f.path()) + " is " + num(f.size()) + " bytes, shorter than the " +
+    throw InputError(quoted_path(f.path()) + " is " + num(f.size()) + " bytes, shorter than the " +
                      num(kMegatronHeaderBytes) + "-byte header of a Megatron indexed-dataset index");
   }
   unsigned char p[kMegatronHeaderBytes];
   f.read(0, sizeof p, p);
   if (std::memcmp(p, kMegatronMagic, sizeof kMegatronMagic) != 0) {
-    throw InputError(quoted(f.path()) + " is not a Megatron indexed-dataset index: it starts with \"" +
+    throw InputError(quoted_path(f.path()) + " is not a Megatron indexed-dataset index: it starts with \"" +
                      printable(p, 9) + "\", expected \"MMIDIDX\\x00\\x00\"");
   }
   const auto version = load<std::uint64_t>(p + 9);
-  if (version != 1) throw InputError(quoted(f.path()) + ": index version " + num(version) + ", expected 1");
+  if (version != 1) throw InputError(quoted_path(f.path()) + ": index version " + num(version) + ", expected 1");
   MegatronIndex index;
   const std::uint8_t code = p[17];
   if (!megatron_type(code, index.type)) {
-    throw InputError(quoted(f.path()) + ": token dtype code " + num(code) +
+    throw InputError(quoted_path(f.path()) + ": token dtype code " + num(code) +
                      " is not an integer type (expected 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64 or 8 uint16)");
   }
   const auto s = load<std::uint64_t>(p + 18), d = load<std::uint64_t>(p + 26);
@@ -333,12 +334,12 @@ MegatronIndex read_megatron_index(const DataFile& f) {
   const std::uint64_t need = s > limit || d > limit ? ~std::uint64_t{0} : kMegatronHeaderBytes + 12 * s + 8 * d;
   if (d == 0) {
     // Megatron's builder always writes the first document's start (0), so no index has none: not truncation.
-    throw InputError(quoted(f.path()) + ": the header says " + num(s) +
+    throw InputError(quoted_path(f.path()) + ": the header says " + num(s) +
                      " sequences and 0 document indices; an index lists at least the first document's start "
                      "(0): not written by Megatron's builder, or its header is damaged");
   }
   if (need > f.size()) {
-    throw InputError(quoted(f.path()) + ": the header says " + num(s) + " sequences and " + num(d) +
+    throw InputError(quoted_path(f.path()) + ": the header says " + num(s) + " sequences and " + num(d) +
                      " document indices, which need " + (need == ~std::uint64_t{0} ? "more" : num(need)) +
                      " bytes, but the file has " + num(f.size()) + " (truncated?)");
   }
@@ -349,7 +350,7 @@ MegatronIndex read_megatron_index(const DataFile& f) {
     const std::int32_t size = sizes[i];
     const std::int64_t pointer = pointers[i];
     if (size < 0) {
-      throw InputError(quoted(f.path()) + ": sequence " + num(i) + " has " + std::to_string(size) +
+      throw InputError(quoted_path(f.path()) + ": sequence " + num(i) + " has " + std::to_string(size) +
                        " tokens; a size is >= 0");
     }
     if (pointer != static_cast<std::int64_t>(index.tokens * w)) {
@@ -359,7 +360,7 @@ MegatronIndex read_megatron_index(const DataFile& f) {
                                        : "sequence " + num(i - 1) + " (" + std::to_string(sizes[i - 1]) +
                                              " tokens from byte " + std::to_string(pointers[i - 1]) +
                                              ") ends at byte " + num(index.tokens * w);
-      throw InputError(quoted(f.path()) + ": sequence " + num(i) + " starts at byte " + std::to_string(pointer) +
+      throw InputError(quoted_path(f.path()) + ": sequence " + num(i) + " starts at byte " + std::to_string(pointer) +
                        ", but " + after + " (sequences stored back to back, as Megatron's builder writes them: " +
                        (i == 0 ? "its pointer" : "that size or this pointer") + " is wrong)");
     }
@@ -380,7 +381,7 @@ TokenSpan read_megatron_dataset(const std::string& prefix) {
   s.count = index.tokens;
   const std::uint64_t need = index.tokens * width(index.type);
   if (s.file->size() != need) {
-    throw InputError(quoted(s.name()) + " has " + num(s.file->size()) + " bytes but " + quoted(idx.path()) +
+    throw InputError(quoted_path(s.name()) + " has " + num(s.file->size()) + " bytes but " + quoted_path(idx.path()) +
                      " describes " + num(index.tokens) + " tokens of " + num(width(index.type)) +
                      " bytes = " + num(need) + " bytes (truncated, or .bin and .idx of different datasets)");
   }
@@ -418,7 +419,7 @@ DataFileIdentity scan_token_file(const TokenSpan& span, int vocab, const std::st
     }
     if (bad == count) continue;
     const std::size_t token = (lo - begin) / w + bad;
-    throw InputError(key + ": " + quoted(span.name()) + " holds token id " + std::to_string(span.at(token)) +
+    throw InputError(key + ": " + quoted_path(span.name()) + " holds token id " + std::to_string(span.at(token)) +
                      " (token " + num(span.first + token) +
                      " of the file), outside model.vocab = " + std::to_string(vocab) +
                      ": every token id must be in [0, model.vocab); set model.vocab to the "
